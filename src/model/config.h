@@ -1,0 +1,70 @@
+// ModelConfig: every number that defines a network of MODEL.md (sizes, attention windows, value
+// mode and its target layers), the presets (tiny, d12, d24, d32), validation with messages a
+// user can act on, and JSON round-trip (stored in checkpoints and case files).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/value_mode.h"
+#include "nlohmann/json.hpp"
+
+namespace vt {
+
+struct ModelConfig {
+  int n_layer = 4;
+  int n_embd = 128;
+  int n_head = 4;
+  int n_kv_head = 4;
+  int head_dim = 32;
+  int vocab_size = 32768;  // real vocabulary; storage is padded to a multiple of 64
+  int seq_len = 256;
+  std::string window_pattern = "SSSL";
+  int short_window = 0;    // 0: ceil(T/4/128)*128 (MODEL.md)
+  double rope_base = 100000.0;
+  double norm_eps = 1e-6;
+  double qk_norm_scale = 1.2;
+  double logit_softcap = 15.0;
+  int mlp_ratio = 4;
+  ValueMode value_mode = ValueMode::kBaseline;
+  std::string value_layers = "default";  // default|last-third|all|every-other|alternate|LIST
+  bool detach_v1 = false;
+  bool shared_table = false;   // bov only: one table for all target layers
+  bool bov_add_fixed = false;  // bov-add only: fixed a = b = 0.5, no learnable a/b
+  int value_embed_gate_channels = 12;
+  double value_embed_gate_scale = 3.0;
+
+  // Derived (filled by finalize()).
+  int vocab_padded = 0;
+  std::vector<int> target_layers;
+
+  int mlp_hidden() const { return mlp_ratio * n_embd; }
+  int q_dim() const { return n_head * head_dim; }
+  int kv_dim() const { return n_kv_head * head_dim; }
+  // Window (in tokens) of layer i: T for 'L' layers, the short window for 'S' layers.
+  int layer_window(int layer) const;
+  bool is_target(int layer) const;
+  // Position of `layer` in target_layers, or -1.
+  int target_index(int layer) const;
+  // Does layer i own a W_V matrix?
+  bool layer_has_wv(int layer) const;
+  int effective_short_window() const;
+
+  // Validates every field and fills the derived ones. Messages name the bad field.
+  absl::Status finalize();
+
+  nlohmann::json to_json() const;
+  static absl::StatusOr<ModelConfig> from_json(const nlohmann::json& j);
+};
+
+// Presets: tiny (L4, d128, hd32), d12, d24, d32 (MODEL.md section 1, vocabulary 32768).
+absl::StatusOr<ModelConfig> preset_config(const std::string& name);
+
+// Sizes from depth (nanochat rule): d = ceil(64*L/128)*128, hd = 128, H = d/128.
+ModelConfig config_from_depth(int n_layer);
+
+// Parses a target-layer spec for `mode` on `n_layer` layers.
+absl::StatusOr<std::vector<int>> resolve_target_layers(ValueMode mode, const std::string& spec,
+                                                       int n_layer);
+
+}  // namespace vt

@@ -1,0 +1,47 @@
+// Communicator: the small set of collectives and point-to-point calls the engine uses, behind
+// one interface so layers never see MPI or NCCL directly. SelfCommunicator is the size-1 group
+// (every collective is the identity); the MPI and NCCL implementations live beside it.
+#pragma once
+#include <cstdint>
+
+namespace vt {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  // In-place element-wise sum / max over the group.
+  virtual void all_reduce_sum(float* data, int64_t n) = 0;
+  virtual void all_reduce_sum(double* data, int64_t n) = 0;
+  virtual void all_reduce_max(float* data, int64_t n) = 0;
+  // out (size * n) = concatenation of every rank's in (n), in rank order.
+  virtual void all_gather(const float* in, float* out, int64_t n) = 0;
+  // in (size * n): out (n) = sum over ranks of in[rank() * n : (rank() + 1) * n].
+  virtual void reduce_scatter_sum(const float* in, float* out, int64_t n) = 0;
+  virtual void broadcast(float* data, int64_t n, int root) = 0;
+  virtual void send(const float* data, int64_t n, int peer, int tag) = 0;
+  virtual void recv(float* data, int64_t n, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+};
+
+// The group of one process.
+class SelfCommunicator final : public Communicator {
+ public:
+  int size() const override { return 1; }
+  int rank() const override { return 0; }
+  void all_reduce_sum(float*, int64_t) override {}
+  void all_reduce_sum(double*, int64_t) override {}
+  void all_reduce_max(float*, int64_t) override {}
+  void all_gather(const float* in, float* out, int64_t n) override;
+  void reduce_scatter_sum(const float* in, float* out, int64_t n) override;
+  void broadcast(float*, int64_t, int) override {}
+  void send(const float*, int64_t, int, int) override;
+  void recv(float*, int64_t, int, int) override;
+  void barrier() override {}
+};
+
+// A process-wide SelfCommunicator for single-process defaults.
+Communicator* self_communicator();
+
+}  // namespace vt

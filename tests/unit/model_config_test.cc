@@ -1,0 +1,128 @@
+// ModelConfig: presets match MODEL.md's sizes, target-layer specs resolve as documented, and bad
+// configs are refused with messages that name the problem.
+#include <gtest/gtest.h>
+
+#include "core/arena.h"
+#include "model/config.h"
+#include "model/gpt.h"
+
+namespace vt {
+namespace {
+
+ModelConfig small(ValueMode mode, const std::string& layers = "default", int L = 6) {
+  ModelConfig c;
+  c.n_layer = L;
+  c.n_embd = 64;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.head_dim = 16;
+  c.vocab_size = 100;
+  c.seq_len = 16;
+  c.value_mode = mode;
+  c.value_layers = layers;
+  return c;
+}
+
+std::string error_of(ModelConfig c) {
+  absl::Status st = c.finalize();
+  return st.ok() ? "" : std::string(st.message());
+}
+
+TEST(ModelConfig, PresetsHaveThePaperSizes) {
+  struct Case {
+    const char* name;
+    int L, d, H;
+    double blocks, total;  // parameters (millions)
+  } cases[] = {{"d12", 12, 768, 6, 84.9, 135.2},
+               {"d24", 24, 1536, 12, 679.5, 780.1},
+               {"d32", 32, 2048, 16, 1610.6, 1744.8}};
+  for (const auto& cs : cases) {
+    auto c = preset_config(cs.name);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(c->finalize().ok());
+    EXPECT_EQ(c->n_layer, cs.L);
+    EXPECT_EQ(c->n_embd, cs.d);
+    EXPECT_EQ(c->n_head, cs.H);
+    EXPECT_EQ(c->head_dim, 128);
+    ParamStore store;  // registration only: nothing is allocated before finalize()
+    GPT model(*c);
+    model.register_params(store);
+    double total = 0, blocks = 0;
+    for (const auto& p : store.infos()) {
+      total += p.numel();
+      if (p.name.rfind("blocks.", 0) == 0) blocks += p.numel();
+    }
+    EXPECT_NEAR(blocks / 1e6, cs.blocks, 0.1) << cs.name;
+    EXPECT_NEAR(total / 1e6, cs.total, 0.1) << cs.name;
+  }
+  EXPECT_FALSE(preset_config("d13").ok());
+}
+
+TEST(ModelConfig, WindowsFollowThePattern) {
+  ModelConfig c = small(ValueMode::kBaseline);
+  c.seq_len = 2048;
+  ASSERT_TRUE(c.finalize().ok());
+  EXPECT_EQ(c.effective_short_window(), 512);
+  // SSSL tiled over 6 layers: S S S L S L(last forced L)
+  EXPECT_EQ(c.layer_window(0), 512);
+  EXPECT_EQ(c.layer_window(2), 512);
+  EXPECT_EQ(c.layer_window(3), 2048);
+  EXPECT_EQ(c.layer_window(4), 512);
+  EXPECT_EQ(c.layer_window(5), 2048);
+}
+
+TEST(ModelConfig, TargetSpecs) {
+  auto t = [](ValueMode m, const std::string& s, int L) {
+    auto r = resolve_target_layers(m, s, L);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : std::vector<int>{};
+  };
+  EXPECT_EQ(t(ValueMode::kBov, "default", 6), (std::vector<int>{4, 5}));
+  EXPECT_EQ(t(ValueMode::kBov, "default", 12), (std::vector<int>{8, 9, 10, 11}));
+  EXPECT_EQ(t(ValueMode::kResformerIdentity, "default", 4), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(t(ValueMode::kValueEmbed, "default", 6), (std::vector<int>{1, 3, 5}));
+  EXPECT_EQ(t(ValueMode::kValueEmbed, "default", 5), (std::vector<int>{0, 2, 4}));
+  EXPECT_EQ(t(ValueMode::kX0v, "all", 3), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(t(ValueMode::kV1, "all", 3), (std::vector<int>{1, 2}));
+  EXPECT_EQ(t(ValueMode::kV1, "every-other", 6), (std::vector<int>{1, 3, 5}));
+  EXPECT_EQ(t(ValueMode::kV1, "4,2", 6), (std::vector<int>{2, 4}));
+  EXPECT_TRUE(t(ValueMode::kBaseline, "default", 6).empty());
+}
+
+TEST(ModelConfig, BadConfigsNameTheProblem) {
+  ModelConfig c = small(ValueMode::kBaseline);
+  c.n_head = 3;  // 3 * 16 != 64
+  EXPECT_NE(error_of(c).find("does not equal --dim"), std::string::npos) << error_of(c);
+  c = small(ValueMode::kBaseline);
+  c.n_kv_head = 3;
+  EXPECT_NE(error_of(c).find("must divide --heads"), std::string::npos) << error_of(c);
+  c = small(ValueMode::kV1, "2,9");
+  EXPECT_NE(error_of(c).find("layer 9 is out of range"), std::string::npos) << error_of(c);
+  c = small(ValueMode::kV1, "0,2");
+  EXPECT_NE(error_of(c).find("layer 0 cannot be a target"), std::string::npos) << error_of(c);
+  c = small(ValueMode::kV1, "two");
+  EXPECT_NE(error_of(c).find("comma-separated list"), std::string::npos) << error_of(c);
+  c = small(ValueMode::kBaseline);
+  c.window_pattern = "SSX";
+  EXPECT_NE(error_of(c).find("string of S and L"), std::string::npos) << error_of(c);
+  c = small(ValueMode::kBaseline);
+  c.shared_table = true;
+  EXPECT_NE(error_of(c).find("only to value mode 'bov'"), std::string::npos) << error_of(c);
+  auto m = parse_value_mode("resformer");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("unknown value mode 'resformer'"), std::string::npos);
+  EXPECT_NE(m.status().message().find("value-embed"), std::string::npos);
+}
+
+TEST(ModelConfig, JsonRoundTrip) {
+  ModelConfig c = small(ValueMode::kResformerSparse, "3,5");
+  c.detach_v1 = true;
+  ASSERT_TRUE(c.finalize().ok());
+  auto back = ModelConfig::from_json(c.to_json());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->to_json(), c.to_json());
+  EXPECT_EQ(back->target_layers, (std::vector<int>{3, 5}));
+}
+
+}  // namespace
+}  // namespace vt
