@@ -8,25 +8,13 @@
 #include "core/cpu_kernels.h"
 #include "core/ops.h"
 #include "model/gpt.h"
+#include "model/value_mix.h"
 
 namespace vt {
 
 namespace {
 
 float scalar(const Tensor& t) { return t.f32()[0]; }
-
-// v = sum_k coef_k * src_k (all tensors the same shape).
-void mix(const Tensor& v, std::initializer_list<std::pair<float, const Tensor*>> terms) {
-  bool first = true;
-  for (const auto& [coef, src] : terms) {
-    if (first) {
-      ops::scale_copy(v, *src, coef);
-      first = false;
-    } else {
-      ops::axpy(v, *src, coef);
-    }
-  }
-}
 
 // grad += alpha * dv, allocating grad on first use.
 void accumulate(Tensor& grad, const Tensor& dv, float alpha) {
@@ -131,57 +119,18 @@ void GPT::block_forward(int i, Bundle& bundle, Activations& acts, BlockActs& a) 
   if (!target) {
     ops::copy(a.v, a.ctx_v);
   } else {
-    const Tensor& v1 = bundle.values[0];
-    const Tensor& c = a.ctx_v;
-    switch (mode) {
-      case ValueMode::kResformerIdentity: mix(a.v, {{0.5f, &v1}, {0.5f, &c}}); break;
-      case ValueMode::kResformerConstant: mix(a.v, {{2.0f, &v1}, {1.0f, &c}}); break;
-      case ValueMode::kResformerSparse: mix(a.v, {{5.0f, &v1}, {1.0f, &c}}); break;
-      case ValueMode::kResformerLearnable:
-        mix(a.v, {{scalar(P(lp.lambda1)), &v1}, {scalar(P(lp.lambda2)), &c}});
-        break;
-      case ValueMode::kResformerPlus:
-        mix(a.v, {{static_cast<float>(acts.plus_coef[cfg_.target_index(i)]), &v1},
-                  {scalar(P(lp.lambda2)), &c}});
-        break;
-      case ValueMode::kResformerDense: {
-        const float* l = P(lp.dense).f32();
-        ops::scale_copy(a.v, c, l[i]);
-        for (int j = 0; j < i; ++j) ops::axpy(a.v, bundle.values[j], l[j]);
-        break;
-      }
-      case ValueMode::kSvformer: ops::copy(a.v, v1); break;
-      case ValueMode::kV1: ops::scale_copy(a.v, v1, scalar(P(lp.gain))); break;
-      case ValueMode::kX0v: ops::scale_copy(a.v, c, scalar(P(lp.gain))); break;
-      case ValueMode::kBov: ops::scale_copy(a.v, a.emb, scalar(P(lp.gain))); break;
-      case ValueMode::kBovAdd: {
-        const float ca = lp.a >= 0 ? scalar(P(lp.a)) : 0.5f;
-        const float cb = lp.b >= 0 ? scalar(P(lp.b)) : 0.5f;
-        mix(a.v, {{ca, &c}, {cb, &a.emb}});
-        break;
-      }
-      case ValueMode::kValueEmbed: {
-        // gate (N, Hkv_local) = scale * sigmoid(n1[:, :G] W_g)
-        const int Gc = cfg_.value_embed_gate_channels;
-        a.gate = Tensor::zeros({N, kv_heads_});
-        cpu::gemm<float>(false, false, N, kv_heads_, Gc, 1.0f, a.n1.f32(), C, P(lp.gate_w).f32(),
-                         kv_heads_, 0.0f, a.gate.f32(), kv_heads_);
-        const float gs = cfg_.value_embed_gate_scale;
-        float* g = a.gate.f32();
-        for (int64_t t = 0; t < N * kv_heads_; ++t) g[t] = gs / (1.0f + std::exp(-g[t]));
-        float* v = a.v.f32();
-        const float* cv = c.f32();
-        const float* e = a.emb.f32();
-        for (int64_t n = 0; n < N; ++n)
-          for (int h = 0; h < kv_heads_; ++h)
-            for (int d = 0; d < hd; ++d) {
-              const int64_t o = (n * kv_heads_ + h) * hd + d;
-              v[o] = cv[o] + g[n * kv_heads_ + h] * e[o];
-            }
-        break;
-      }
-      case ValueMode::kBaseline: ops::copy(a.v, c); break;
-    }
+    ValueSources src;
+    if (mode_reads_v1(mode)) src.v1 = bundle.values[0].f32();
+    if (a.ctx_v.defined()) src.ctx = a.ctx_v.f32();
+    if (a.emb.defined()) src.emb = a.emb.f32();
+    src.gate_in = a.n1.f32();
+    src.gate_ld = C;
+    if (mode_reads_all_values(mode))
+      for (int j = 0; j < i; ++j) src.values.push_back(bundle.values[j].f32());
+    if (mode == ValueMode::kResformerPlus) src.plus_coef = acts.plus_coef[cfg_.target_index(i)];
+    if (mode == ValueMode::kValueEmbed) a.gate = Tensor::zeros({N, kv_heads_});
+    value_mix_forward(cfg_, lp, *store_, i, src, N, kv_heads_, a.v.f32(),
+                      a.gate.defined() ? a.gate.f32() : nullptr);
   }
 
   // RoPE, QK-norm, attention.

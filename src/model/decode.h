@@ -1,0 +1,45 @@
+// Incremental decoding with a KV cache that follows the value mode, as the papers intend:
+// every layer caches its keys; a layer caches its values only when they cannot be rebuilt from
+// what is already kept. `bov` target layers keep no V (values are looked up from the table by
+// the cached token ids), `svformer` and `v1` target layers keep no V (they read layer 0's).
+// Single sequence, single process (tp = 1, one pipeline stage).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/gpt.h"
+
+namespace vt {
+
+class Decoder {
+ public:
+  // `max_len` tokens at most (prompt + generated); at most the model's seq_len.
+  Decoder(const GPT& model, int max_len);
+
+  // Feeds the token at the next position; returns soft-capped logits over the real vocabulary.
+  std::vector<float> step(int32_t token);
+  int position() const { return pos_; }
+  int max_len() const { return max_len_; }
+
+  // Does layer i store values in the cache?
+  bool caches_values(int layer) const;
+  // Bytes the cache holds per token (fp32 keys/values, int32 ids when kept).
+  int64_t kv_bytes_per_token() const;
+  // What a standard cache (K and V in every layer) would hold per token.
+  int64_t baseline_kv_bytes_per_token() const;
+
+ private:
+  const float* value_row(int layer, int s, float* scratch) const;
+
+  const GPT& model_;
+  const ModelConfig& cfg_;
+  int max_len_;
+  int pos_ = 0;
+  int64_t K_;  // kv_heads * hd
+  bool keeps_ids_ = false;
+  std::vector<std::vector<float>> keys_, values_;
+  std::vector<int32_t> ids_;
+  std::vector<double> plus_coef_;
+};
+
+}  // namespace vt

@@ -1,0 +1,31 @@
+// The forward value mixing of MODEL.md section 2 on rows of a layer's value tensor: given the
+// sources a target layer reads (V1, its own context value, table rows, earlier values, the
+// gate input), writes v. Shared by training (block.cc) and incremental decoding (decode.cc) so
+// the equations live in one place.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/arena.h"
+#include "model/config.h"
+#include "model/gpt.h"
+
+namespace vt {
+
+struct ValueSources {
+  const float* v1 = nullptr;        // (N, K) layer 0's context value
+  const float* ctx = nullptr;       // (N, K) this layer's context value (n W_V or x0 W_V)
+  const float* emb = nullptr;       // (N, K) table rows E[id] for this rank's heads
+  const float* gate_in = nullptr;   // normalized input rows; the first gate channels are read
+  int64_t gate_ld = 0;              // row stride of gate_in
+  std::vector<const float*> values; // dense: values[j] = layer j's context value (N, K)
+  double plus_coef = 0.0;           // resformer-plus: s * softmax(logits)[k]
+};
+
+// v (N, K) for layer `layer` (which must be a target). K = kv_heads * hd. For value-embed,
+// gate_out (N, kv_heads) receives the gate values 3*sigmoid(z).
+void value_mix_forward(const ModelConfig& cfg, const LayerParams& lp, const ParamStore& store,
+                       int layer, const ValueSources& src, int64_t N, int kv_heads, float* v,
+                       float* gate_out);
+
+}  // namespace vt
