@@ -1,0 +1,99 @@
+// AdamW over the non-matrix parameter groups: hyperparameters, the elementwise update and the
+// flat state arenas.
+#include "optim/adamw.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace vt::optim {
+
+AdamWConfig AdamWConfig::defaults(int64_t d_model) {
+  VT_CHECK_MSG(d_model > 0, "d_model must be positive, got " << d_model);
+  AdamWConfig c;
+  const double s = std::pow(static_cast<double>(d_model) / 768.0, -0.5);
+  c.embedding.lr *= s;
+  c.lm_head.lr *= s;
+  c.value_table.lr *= s;
+  return c;
+}
+
+const AdamWHyper& AdamWConfig::for_group(ParamGroup g) const {
+  switch (g) {
+    case ParamGroup::kEmbedding: return embedding;
+    case ParamGroup::kLmHead: return lm_head;
+    case ParamGroup::kValueTable: return value_table;
+    case ParamGroup::kScalar: return scalar;
+    case ParamGroup::kMatrix: break;
+  }
+  VT_CHECK_MSG(false, "AdamW has no hyperparameters for group " << param_group_name(g));
+  return scalar;  // unreachable
+}
+
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
+                  double lr, int64_t t) {
+  VT_CHECK_MSG(t >= 1, "AdamW step count must be >= 1, got " << t);
+  const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(t));
+  const float decay = static_cast<float>(1.0 - lr * h.weight_decay);
+  const float step_size = static_cast<float>(lr / bc1);
+  const float inv_bc2 = static_cast<float>(1.0 / bc2);
+  const float b1 = static_cast<float>(h.beta1), omb1 = static_cast<float>(1.0 - h.beta1);
+  const float b2 = static_cast<float>(h.beta2), omb2 = static_cast<float>(1.0 - h.beta2);
+  const float eps = static_cast<float>(h.eps);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = b1 * m[i] + omb1 * gi;
+    const float vi = b2 * v[i] + omb2 * (gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi * inv_bc2) + eps);
+  }
+}
+
+AdamW::AdamW(ParamStore* store, AdamWConfig config) : store_(store), config_(config) {
+  VT_CHECK(store_ != nullptr);
+  VT_CHECK_MSG(store_->finalized(), "AdamW needs a finalized ParamStore");
+  const int64_t total = store_->total_numel() > 0 ? store_->total_numel() : 1;
+  exp_avg_ = Tensor::zeros({total});
+  exp_avg_sq_ = Tensor::zeros({total});
+}
+
+void AdamW::step(double lr_multiplier) {
+  ++step_count_;
+  float* params = store_->param_data();
+  const float* grads = store_->grad_data();
+  for (const ParamInfo& info : store_->infos()) {
+    if (!handles(info.group)) continue;
+    const AdamWHyper& h = config_.for_group(info.group);
+    const int64_t o = info.offset;
+    adamw_update(params + o, grads + o, exp_avg_.f32() + o, exp_avg_sq_.f32() + o, info.numel(), h,
+                 h.lr * lr_multiplier, step_count_);
+  }
+}
+
+const std::vector<std::string>& AdamW::state_kinds() {
+  static const std::vector<std::string> kinds = {"exp_avg", "exp_avg_sq"};
+  return kinds;
+}
+
+Tensor AdamW::state(const std::string& name, const std::string& kind) const {
+  const int i = store_->find(name);
+  VT_CHECK_MSG(i >= 0, "AdamW::state: no parameter named " << name);
+  const ParamInfo& info = store_->info(i);
+  VT_CHECK_MSG(handles(info.group), "AdamW::state: " << name << " is a "
+                                                     << param_group_name(info.group)
+                                                     << " parameter, updated by Muon");
+  float* base = nullptr;
+  if (kind == "exp_avg") {
+    base = exp_avg_.f32();
+  } else if (kind == "exp_avg_sq") {
+    base = exp_avg_sq_.f32();
+  } else {
+    VT_CHECK_MSG(false, "AdamW::state: unknown state '" << kind << "' (exp_avg, exp_avg_sq)");
+  }
+  return Tensor::view(base + info.offset, info.shape);
+}
+
+}  // namespace vt::optim

@@ -1,0 +1,191 @@
+// Muon: Newton-Schulz orthogonalization (OpenBLAS sgemm), momentum and the update of every
+// block matrix. Formulas are documented in muon.h.
+#include "optim/muon.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "core/check.h"
+#include "optim/clip.h"
+
+namespace vt::optim {
+
+const char* ns_kind_name(NsKind k) {
+  switch (k) {
+    case NsKind::kStandard: return "standard";
+    case NsKind::kPolarExpress: return "polar_express";
+  }
+  return "?";
+}
+
+const std::array<double, 3>& NsCoefficients::at(int k) const {
+  VT_CHECK_MSG(!abc.empty(), "NsCoefficients without any (a, b, c)");
+  return abc[std::min<size_t>(static_cast<size_t>(std::max(k, 0)), abc.size() - 1)];
+}
+
+NsCoefficients NsCoefficients::standard() {
+  NsCoefficients c;
+  c.abc = {{3.4445, -4.7750, 2.0315}};
+  c.norm_scale = 1.0;
+  c.norm_eps = 1e-7;
+  return c;
+}
+
+// Polar Express (Amsel, Persson, Musco, Gower, "The Polar Express: Optimal Matrix Sign Methods
+// and Their Application to the Muon Algorithm", arXiv:2505.16932). The five (a, b, c) rows are
+// the ones published in KellerJordan/modded-nanogpt train_gpt.py (`polar_express_coeffs`,
+// "computed for num_iters=5, safety_factor=2e-2, cushion=2") and karpathy/nanochat
+// nanochat/optim.py. modded-nanogpt pairs them with X / (||X||_F * (1 + 2e-2) + 1e-6), which is
+// the normalization used here (nanochat later switched to a 1.01 factor).
+NsCoefficients NsCoefficients::polar_express() {
+  NsCoefficients c;
+  c.abc = {
+      {8.156554524902461, -22.48329292557795, 15.878769915207462},
+      {4.042929935166739, -2.808917465908714, 0.5000178451051316},
+      {3.8916678022926607, -2.772484153217685, 0.5060648178503393},
+      {3.285753657755655, -2.3681294933425376, 0.46449024233003106},
+      {2.3465413258596377, -1.7097828382687081, 0.42323551169305323},
+  };
+  c.norm_scale = 1.02;
+  c.norm_eps = 1e-6;
+  return c;
+}
+
+NsCoefficients NsCoefficients::of(NsKind kind) {
+  return kind == NsKind::kPolarExpress ? polar_express() : standard();
+}
+
+void newton_schulz(const float* G, int rows, int cols, float* out, int steps,
+                   const NsCoefficients& coeffs) {
+  VT_CHECK_MSG(rows > 0 && cols > 0, "newton_schulz on an empty matrix " << rows << "x" << cols);
+  VT_CHECK(G != out);
+  const bool transposed = rows > cols;
+  const int m = transposed ? cols : rows;  // small side: X is m x n, A and B are m x m
+  const int n = transposed ? rows : cols;
+  const int64_t mn = static_cast<int64_t>(m) * n;
+  std::vector<float> X(mn), Y(mn), A(static_cast<int64_t>(m) * m), B(A.size());
+
+  // X = G or G^T, laid out m x n, so that the rest is identical for G and G^T.
+  if (transposed) {
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) X[static_cast<int64_t>(c) * n + r] = G[static_cast<int64_t>(r) * cols + c];
+  } else {
+    std::copy(G, G + mn, X.begin());
+  }
+  const double denom = std::sqrt(sum_squares(X.data(), mn)) * coeffs.norm_scale + coeffs.norm_eps;
+  for (int64_t i = 0; i < mn; ++i) X[i] = static_cast<float>(static_cast<double>(X[i]) / denom);
+
+  for (int k = 0; k < steps; ++k) {
+    const auto& abc = coeffs.at(k);
+    const float a = static_cast<float>(abc[0]);
+    const float b = static_cast<float>(abc[1]);
+    const float c = static_cast<float>(abc[2]);
+    // A = X X^T  (m x m)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, m, n, 1.0f, X.data(), n, X.data(), n,
+                0.0f, A.data(), m);
+    // B = b A + c A A
+    std::copy(A.begin(), A.end(), B.begin());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, c, A.data(), m, A.data(), m,
+                b, B.data(), m);
+    // Y = a X + B X
+    std::copy(X.begin(), X.end(), Y.begin());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, m, 1.0f, B.data(), m, X.data(), n,
+                a, Y.data(), n);
+    std::swap(X, Y);
+  }
+
+  if (transposed) {
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) out[static_cast<int64_t>(r) * cols + c] = X[static_cast<int64_t>(c) * n + r];
+  } else {
+    std::copy(X.begin(), X.end(), out);
+  }
+}
+
+double muon_scale(int64_t rows, int64_t cols, MuonAspect aspect) {
+  VT_CHECK(rows > 0 && cols > 0);
+  const double ratio = aspect == MuonAspect::kFanOutOverFanIn
+                           ? static_cast<double>(cols) / static_cast<double>(rows)
+                           : static_cast<double>(rows) / static_cast<double>(cols);
+  return std::sqrt(std::max(1.0, ratio));
+}
+
+void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momentum) {
+  const float mo = static_cast<float>(momentum);
+  const float om = static_cast<float>(1.0 - momentum);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float bi = mo * buf[i] + om * gi;
+    buf[i] = bi;
+    u[i] = om * gi + mo * bi;
+  }
+}
+
+void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale) {
+  const float decay = static_cast<float>(1.0 - lr * weight_decay);
+  const float step = static_cast<float>(lr * scale);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay - step * x[i];
+}
+
+Muon::Muon(ParamStore* store, MuonConfig config)
+    : store_(store), config_(config), coeffs_(NsCoefficients::of(config.ns)) {
+  VT_CHECK(store_ != nullptr);
+  VT_CHECK_MSG(store_->finalized(), "Muon needs a finalized ParamStore");
+  VT_CHECK_MSG(config_.ns_steps >= 1, "Muon ns_steps must be >= 1, got " << config_.ns_steps);
+  for (const ParamInfo& info : store_->infos()) {
+    if (!handles(info.group)) continue;
+    VT_CHECK_MSG(info.shape.size() == 2,
+                 "Muon parameter " << info.name << " must be 2-D, has shape " << shape_str(info.shape));
+    VT_CHECK_MSG(info.shape == info.global_shape,
+                 "Muon parameter " << info.name << " is split (local " << shape_str(info.shape)
+                                   << ", global " << shape_str(info.global_shape)
+                                   << "); orthogonalize the gathered matrix (distributed Muon)");
+  }
+  const int64_t total = store_->total_numel() > 0 ? store_->total_numel() : 1;
+  momentum_ = Tensor::zeros({total});
+}
+
+void Muon::step(double lr_multiplier, double momentum) {
+  ++step_count_;
+  const double lr = config_.lr * lr_multiplier;
+  float* params = store_->param_data();
+  const float* grads = store_->grad_data();
+  std::vector<float> u, x;
+  for (const ParamInfo& info : store_->infos()) {
+    if (!handles(info.group)) continue;
+    const int64_t n = info.numel();
+    const int rows = static_cast<int>(info.shape[0]);
+    const int cols = static_cast<int>(info.shape[1]);
+    u.resize(n);
+    x.resize(n);
+    const int64_t o = info.offset;
+    muon_momentum(grads + o, momentum_.f32() + o, u.data(), n, momentum);
+    newton_schulz(u.data(), rows, cols, x.data(), config_.ns_steps, coeffs_);
+    const double scale = muon_scale(info.global_shape[0], info.global_shape[1], config_.aspect);
+    muon_apply(params + o, x.data(), n, lr, config_.weight_decay, scale);
+  }
+}
+
+const std::vector<std::string>& Muon::state_kinds() {
+  static const std::vector<std::string> kinds = {"momentum_buffer"};
+  return kinds;
+}
+
+Tensor Muon::state(const std::string& name, const std::string& kind) const {
+  const int i = store_->find(name);
+  VT_CHECK_MSG(i >= 0, "Muon::state: no parameter named " << name);
+  const ParamInfo& info = store_->info(i);
+  VT_CHECK_MSG(handles(info.group), "Muon::state: " << name << " is a "
+                                                    << param_group_name(info.group)
+                                                    << " parameter, updated by AdamW");
+  VT_CHECK_MSG(kind == "momentum_buffer",
+               "Muon::state: unknown state '" << kind << "' (momentum_buffer)");
+  return Tensor::view(momentum_.f32() + info.offset, info.shape);
+}
+
+}  // namespace vt::optim

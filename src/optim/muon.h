@@ -1,0 +1,108 @@
+// Muon for every block matrix (ParamGroup::kMatrix, MODEL.md section 3), fp32 throughout, and the
+// Newton-Schulz orthogonalization as a standalone function on a whole matrix (the distributed
+// Muon gathers a matrix and calls exactly newton_schulz, so every layout gives the same result).
+//
+// One step for a matrix P (rows x cols as stored) with gradient G, momentum m (scheduled),
+// lr = peak matrix lr * lr_multiplier; this is the lerp form of modded-nanogpt / nanochat
+// (buf.lerp_(g, 1 - m); u = g.lerp_(buf, m)):
+//   buf = m * buf + (1 - m) * G                       momentum buffer (state "momentum_buffer")
+//   U   = (1 - m) * G + m * buf                       Nesterov
+//   X   = newton_schulz(U)                            ~ the polar factor of U (below)
+//   P   = P * (1 - lr * wd) - lr * scale * X          decoupled decay on the old P
+// with scale = max(1, fan_out / fan_in)^0.5. vtrain stores weights (in, out) (y = x W), so by
+// default fan_out / fan_in = cols / rows; this is the max(1, rows/cols)^0.5 of Keller Jordan's
+// Muon and nanochat written for their (out, in) storage (e.g. W_fc d x 4d gets 2, W_proj 4d x d
+// gets 1). MuonAspect::kRowsOverCols applies max(1, rows/cols)^0.5 to the stored shape instead.
+//
+// newton_schulz(G), G rows x cols:
+//   if rows > cols work on X = G^T (so X X^T is min x min), else X = G
+//   X = X / (||X||_F * norm_scale + norm_eps)         ||.||_F accumulated in double
+//   for k in 0..steps-1: (a, b, c) = coefficients at k
+//     A = X X^T;  B = b A + c A A;  X = a X + B X
+//   transpose back if transposed.
+// Standard coefficients (a, b, c) = (3.4445, -4.7750, 2.0315) every iteration, norm_scale 1,
+// norm_eps 1e-7. Polar Express uses per-iteration coefficients (see muon.cc for their source),
+// with the normalization that goes with them, norm_scale 1.02 and norm_eps 1e-6; iterations
+// beyond the table reuse its last row.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/tensor.h"
+
+namespace vt::optim {
+
+enum class NsKind { kStandard, kPolarExpress };
+const char* ns_kind_name(NsKind k);
+
+struct NsCoefficients {
+  std::vector<std::array<double, 3>> abc;  // (a, b, c) per iteration
+  double norm_scale = 1.0;
+  double norm_eps = 1e-7;
+  // Coefficients of iteration k (the last row for k past the end of the table).
+  const std::array<double, 3>& at(int k) const;
+
+  static NsCoefficients standard();
+  static NsCoefficients polar_express();
+  static NsCoefficients of(NsKind kind);
+};
+
+// Orthogonalizes G (rows x cols, row-major) into out (rows x cols). out may not alias G.
+// Deterministic; newton_schulz(G^T) is bitwise the transpose of newton_schulz(G) for rows != cols.
+void newton_schulz(const float* G, int rows, int cols, float* out, int steps,
+                   const NsCoefficients& coeffs);
+
+enum class MuonAspect {
+  kFanOutOverFanIn,  // scale = max(1, cols/rows)^0.5 for (in, out) storage (default)
+  kRowsOverCols,     // scale = max(1, rows/cols)^0.5 on the stored shape
+};
+
+struct MuonConfig {
+  double lr = 0.02;            // peak matrix lr (MODEL.md: 0.02 at d12)
+  double weight_decay = 0.0;
+  int ns_steps = 5;
+  NsKind ns = NsKind::kStandard;
+  MuonAspect aspect = MuonAspect::kFanOutOverFanIn;
+};
+
+// The update scale for a matrix of the given (global, stored) shape.
+double muon_scale(int64_t rows, int64_t cols, MuonAspect aspect);
+
+// buf = m*buf + (1-m)*g; u = (1-m)*g + m*buf (new buf). u may alias g.
+void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momentum);
+// p = p*(1 - lr*wd) - lr*scale*x.
+void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale);
+
+class Muon {
+ public:
+  // The store must be finalized and outlive the optimizer. Every kMatrix parameter must be 2-D
+  // and whole on this process (local shape == global shape); a tensor-parallel split matrix
+  // needs the distributed Muon.
+  Muon(ParamStore* store, MuonConfig config);
+
+  // Updates every kMatrix parameter with lr = config lr * lr_multiplier and the given momentum.
+  void step(double lr_multiplier, double momentum);
+
+  static bool handles(ParamGroup g) { return g == ParamGroup::kMatrix; }
+  // {"momentum_buffer"}.
+  static const std::vector<std::string>& state_kinds();
+  Tensor state(const std::string& name, const std::string& kind) const;
+
+  int64_t step_count() const { return step_count_; }
+  void set_step_count(int64_t t) { step_count_ = t; }
+  const MuonConfig& config() const { return config_; }
+  // Flat momentum arena (ParamStore offsets; elements of AdamW parameters stay zero).
+  float* momentum_data() const { return momentum_.f32(); }
+
+ private:
+  ParamStore* store_;
+  MuonConfig config_;
+  NsCoefficients coeffs_;
+  int64_t step_count_ = 0;
+  Tensor momentum_;
+};
+
+}  // namespace vt::optim

@@ -1,0 +1,227 @@
+// Muon: Newton-Schulz output is nearly orthogonal (singular values from the eigenvalues of
+// X X^T), transposition symmetry, scale invariance, the aspect scale, and a full Muon step
+// checked against momentum / newton_schulz / decay composed by hand.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/rng.h"
+#include "optim/muon.h"
+
+namespace vt::optim {
+namespace {
+
+std::vector<float> randn(int64_t n, uint64_t seed) {
+  Rng r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(r.normal());
+  return v;
+}
+
+// Eigenvalues of a symmetric n x n matrix (cyclic Jacobi, double).
+std::vector<double> sym_eigenvalues(std::vector<double> a, int n) {
+  for (int sweep = 0; sweep < 100; ++sweep) {
+    double off = 0;
+    for (int i = 0; i < n; ++i)
+      for (int j = i + 1; j < n; ++j) off += a[i * n + j] * a[i * n + j];
+    if (off < 1e-24) break;
+    for (int p = 0; p < n; ++p) {
+      for (int q = p + 1; q < n; ++q) {
+        const double apq = a[p * n + q];
+        if (std::abs(apq) < 1e-300) continue;
+        const double theta = (a[q * n + q] - a[p * n + p]) / (2 * apq);
+        const double t = (theta >= 0 ? 1 : -1) / (std::abs(theta) + std::sqrt(theta * theta + 1));
+        const double c = 1 / std::sqrt(t * t + 1), s = t * c;
+        for (int k = 0; k < n; ++k) {  // columns p, q
+          const double akp = a[k * n + p], akq = a[k * n + q];
+          a[k * n + p] = c * akp - s * akq;
+          a[k * n + q] = s * akp + c * akq;
+        }
+        for (int k = 0; k < n; ++k) {  // rows p, q
+          const double apk = a[p * n + k], aqk = a[q * n + k];
+          a[p * n + k] = c * apk - s * aqk;
+          a[q * n + k] = s * apk + c * aqk;
+        }
+      }
+    }
+  }
+  std::vector<double> ev(n);
+  for (int i = 0; i < n; ++i) ev[i] = a[i * n + i];
+  std::sort(ev.begin(), ev.end());
+  return ev;
+}
+
+// Singular values of X (rows x cols) via the eigenvalues of the min x min Gram matrix.
+std::vector<double> singular_values(const std::vector<float>& x, int rows, int cols) {
+  const bool tall = rows > cols;
+  const int m = tall ? cols : rows, n = tall ? rows : cols;
+  auto at = [&](int i, int k) -> double {  // element (i, k) of the m x n orientation
+    return tall ? x[static_cast<int64_t>(k) * cols + i] : x[static_cast<int64_t>(i) * cols + k];
+  };
+  std::vector<double> g(static_cast<size_t>(m) * m, 0.0);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < m; ++j) {
+      double s = 0;
+      for (int k = 0; k < n; ++k) s += at(i, k) * at(j, k);
+      g[i * m + j] = s;
+    }
+  auto ev = sym_eigenvalues(g, m);
+  for (auto& e : ev) e = std::sqrt(std::max(e, 0.0));
+  return ev;
+}
+
+struct Bounds {
+  double lo, hi;
+};
+
+void check_orthogonal(int rows, int cols, NsKind kind, Bounds b, uint64_t seed) {
+  auto g = randn(static_cast<int64_t>(rows) * cols, seed);
+  std::vector<float> x(g.size());
+  newton_schulz(g.data(), rows, cols, x.data(), 5, NsCoefficients::of(kind));
+  auto sv = singular_values(x, rows, cols);
+  EXPECT_GE(sv.front(), b.lo) << rows << "x" << cols << " " << ns_kind_name(kind);
+  EXPECT_LE(sv.back(), b.hi) << rows << "x" << cols << " " << ns_kind_name(kind);
+}
+
+TEST(NewtonSchulz, StandardCoefficientsGiveNearlyOrthogonalOutput) {
+  // Gaussian inputs of aspect 1/3 .. 1/8 keep their singular values away from 0; the quintic maps
+  // them into roughly [0.68, 1.13] (float64 numpy over many draws), Polar Express into
+  // [0.86, 1.14].
+  check_orthogonal(32, 96, NsKind::kStandard, {0.65, 1.2}, 1);
+  check_orthogonal(96, 32, NsKind::kStandard, {0.65, 1.2}, 2);
+  check_orthogonal(16, 128, NsKind::kStandard, {0.65, 1.2}, 3);
+  check_orthogonal(200, 24, NsKind::kStandard, {0.65, 1.2}, 4);
+}
+
+TEST(NewtonSchulz, PolarExpressIsCloserToOrthogonal) {
+  check_orthogonal(32, 96, NsKind::kPolarExpress, {0.83, 1.16}, 5);
+  check_orthogonal(96, 32, NsKind::kPolarExpress, {0.83, 1.16}, 6);
+  check_orthogonal(16, 128, NsKind::kPolarExpress, {0.83, 1.16}, 7);
+}
+
+TEST(NewtonSchulz, SquareMatrixSingularValuesAreBounded) {
+  // A square Gaussian matrix has singular values near 0, which 5 iterations cannot lift all the
+  // way: only the upper bound and the bulk are checked.
+  auto g = randn(64 * 64, 8);
+  std::vector<float> x(g.size());
+  newton_schulz(g.data(), 64, 64, x.data(), 5, NsCoefficients::standard());
+  auto sv = singular_values(x, 64, 64);
+  EXPECT_LE(sv.back(), 1.25);
+  EXPECT_GE(sv[sv.size() / 8], 0.65);  // all but the smallest eighth
+}
+
+TEST(NewtonSchulz, TransposedInputGivesTransposedOutput) {
+  for (NsKind kind : {NsKind::kStandard, NsKind::kPolarExpress}) {
+    const int rows = 24, cols = 40;
+    auto g = randn(rows * cols, 9);
+    std::vector<float> gt(g.size()), x(g.size()), xt(g.size());
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) gt[c * rows + r] = g[r * cols + c];
+    newton_schulz(g.data(), rows, cols, x.data(), 5, NsCoefficients::of(kind));
+    newton_schulz(gt.data(), cols, rows, xt.data(), 5, NsCoefficients::of(kind));
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) ASSERT_EQ(xt[c * rows + r], x[r * cols + c]) << r << "," << c;
+  }
+  // Square: no transposition inside, so equal up to round-off only.
+  const int n = 32;
+  auto g = randn(n * n, 10);
+  std::vector<float> gt(g.size()), x(g.size()), xt(g.size());
+  for (int r = 0; r < n; ++r)
+    for (int c = 0; c < n; ++c) gt[c * n + r] = g[r * n + c];
+  newton_schulz(g.data(), n, n, x.data(), 5, NsCoefficients::standard());
+  newton_schulz(gt.data(), n, n, xt.data(), 5, NsCoefficients::standard());
+  for (int r = 0; r < n; ++r)
+    for (int c = 0; c < n; ++c) EXPECT_NEAR(xt[c * n + r], x[r * n + c], 1e-4);
+}
+
+TEST(NewtonSchulz, InvariantToInputScale) {
+  const int rows = 20, cols = 36;
+  auto g = randn(rows * cols, 11);
+  std::vector<float> g2(g.size()), x(g.size()), x2(g.size());
+  for (size_t i = 0; i < g.size(); ++i) g2[i] = 1e-3f * g[i];
+  newton_schulz(g.data(), rows, cols, x.data(), 5, NsCoefficients::standard());
+  newton_schulz(g2.data(), rows, cols, x2.data(), 5, NsCoefficients::standard());
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(x[i], x2[i], 1e-4);
+}
+
+TEST(NewtonSchulz, CoefficientTables) {
+  auto s = NsCoefficients::standard();
+  ASSERT_EQ(s.abc.size(), 1u);
+  EXPECT_DOUBLE_EQ(s.at(4)[0], 3.4445);
+  EXPECT_DOUBLE_EQ(s.at(0)[1], -4.7750);
+  EXPECT_DOUBLE_EQ(s.at(2)[2], 2.0315);
+  EXPECT_DOUBLE_EQ(s.norm_eps, 1e-7);
+  auto p = NsCoefficients::polar_express();
+  ASSERT_EQ(p.abc.size(), 5u);
+  EXPECT_DOUBLE_EQ(p.at(0)[0], 8.156554524902461);
+  EXPECT_DOUBLE_EQ(p.at(4)[2], 0.42323551169305323);
+  EXPECT_EQ(p.at(7), p.at(4));  // past the table: last row
+}
+
+TEST(Muon, AspectScale) {
+  EXPECT_DOUBLE_EQ(muon_scale(768, 3072, MuonAspect::kFanOutOverFanIn), 2.0);  // W_fc (in, out)
+  EXPECT_DOUBLE_EQ(muon_scale(3072, 768, MuonAspect::kFanOutOverFanIn), 1.0);  // W_proj
+  EXPECT_DOUBLE_EQ(muon_scale(768, 768, MuonAspect::kFanOutOverFanIn), 1.0);
+  EXPECT_DOUBLE_EQ(muon_scale(3072, 768, MuonAspect::kRowsOverCols), 2.0);
+  EXPECT_DOUBLE_EQ(muon_scale(768, 3072, MuonAspect::kRowsOverCols), 1.0);
+}
+
+TEST(Muon, StepsMatchTheComposedFormula) {
+  ParamStore store;
+  store.add("fc", {6, 10}, ParamGroup::kMatrix);    // wide
+  store.add("proj", {10, 6}, ParamGroup::kMatrix);  // tall
+  store.add("gain", {1}, ParamGroup::kScalar);      // not Muon's
+  store.finalize();
+  MuonConfig cfg;
+  cfg.weight_decay = 0.1;
+  Muon muon(&store, cfg);
+  const NsCoefficients ns = NsCoefficients::standard();
+
+  std::vector<std::vector<double>> p(2), buf(2);
+  for (int i = 0; i < 2; ++i) {
+    auto init = randn(60, 100 + i);
+    std::copy(init.begin(), init.end(), store.param(i).f32());
+    p[i].assign(init.begin(), init.end());
+    buf[i].assign(60, 0.0);
+  }
+  store.param(2).f32()[0] = 1.5f;
+  const double mults[2] = {0.5, 1.0}, moms[2] = {0.85, 0.9};
+  for (int t = 0; t < 2; ++t) {
+    for (int i = 0; i < 2; ++i) {
+      auto g = randn(60, 200 + 10 * t + i);
+      std::copy(g.begin(), g.end(), store.grad(i).f32());
+    }
+    // Expected: momentum and update in double, orthogonalization by newton_schulz on the
+    // float Nesterov vector.
+    for (int i = 0; i < 2; ++i) {
+      const float* g = store.grad(i).f32();
+      const double m = moms[t];
+      std::vector<float> u(60), x(60);
+      for (int k = 0; k < 60; ++k) {
+        buf[i][k] = m * buf[i][k] + (1 - m) * g[k];
+        u[k] = static_cast<float>((1 - m) * g[k] + m * buf[i][k]);
+      }
+      const auto& sh = store.info(i).shape;
+      newton_schulz(u.data(), static_cast<int>(sh[0]), static_cast<int>(sh[1]), x.data(), 5, ns);
+      const double scale = std::sqrt(std::max(1.0, static_cast<double>(sh[1]) / sh[0]));
+      const double lr = 0.02 * mults[t];
+      for (int k = 0; k < 60; ++k) p[i][k] = p[i][k] * (1 - lr * 0.1) - lr * scale * x[k];
+    }
+    muon.step(mults[t], moms[t]);
+    for (int i = 0; i < 2; ++i) {
+      const std::string& name = store.info(i).name;
+      for (int k = 0; k < 60; ++k) {
+        EXPECT_NEAR(store.param(i).f32()[k], p[i][k], 1e-5) << name << "[" << k << "] t=" << t;
+        EXPECT_NEAR(muon.state(name, "momentum_buffer").f32()[k], buf[i][k], 1e-6);
+      }
+    }
+  }
+  EXPECT_EQ(store.param(2).f32()[0], 1.5f);
+  EXPECT_EQ(muon.step_count(), 2);
+}
+
+}  // namespace
+}  // namespace vt::optim

@@ -1,0 +1,144 @@
+// Optimizer facade and clipping: dispatch of groups to AdamW/Muon, schedule values in the stats,
+// grad norm (double, padding excluded, thread-count independent), optional clipping, states by
+// name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/arena.h"
+#include "core/rng.h"
+#include "optim/clip.h"
+#include "optim/optimizer.h"
+
+namespace vt::optim {
+namespace {
+
+void fill(ParamStore& store, uint64_t seed, bool grads) {
+  for (int i = 0; i < store.size(); ++i) {
+    Rng r = Rng::for_name(seed, store.info(i).name);
+    float* x = grads ? store.grad(i).f32() : store.param(i).f32();
+    for (int64_t k = 0; k < store.info(i).numel(); ++k) x[k] = static_cast<float>(r.normal());
+  }
+}
+
+ParamStore make_store() {
+  ParamStore s;
+  s.add("wte", {64, 16}, ParamGroup::kEmbedding);
+  s.add("blocks.0.attn.wq", {16, 16}, ParamGroup::kMatrix);
+  s.add("blocks.0.mlp.fc", {16, 64}, ParamGroup::kMatrix);
+  s.add("blocks.0.mlp.proj", {64, 16}, ParamGroup::kMatrix);
+  s.add("blocks.0.value.table", {64, 8}, ParamGroup::kValueTable);
+  s.add("blocks.0.value.gain", {1}, ParamGroup::kScalar);
+  s.add("lm_head", {16, 64}, ParamGroup::kLmHead);
+  s.finalize();
+  return s;
+}
+
+TEST(Clip, SumSquaresIsDoubleAndChunkIndependent) {
+  const int64_t n = (1 << 17) + 123;  // several chunks
+  std::vector<float> x(n);
+  Rng r(3);
+  for (auto& v : x) v = static_cast<float>(r.normal());
+  double ref = 0;
+  for (float v : x) ref += static_cast<double>(v) * v;
+  EXPECT_NEAR(sum_squares(x.data(), n), ref, 1e-9 * ref);
+  EXPECT_EQ(sum_squares(x.data(), 0), 0.0);
+}
+
+TEST(Clip, GradNormAndClipping) {
+  ParamStore s = make_store();
+  fill(s, 1, true);
+  // Garbage in the alignment padding after the 1-element scalar must not count.
+  s.grad_data()[s.info(5).offset + 1] = 1e6f;
+  double ref = 0;
+  for (int i = 0; i < s.size(); ++i)
+    for (int64_t k = 0; k < s.info(i).numel(); ++k) ref += std::pow(s.grad(i).f32()[k], 2.0);
+  ref = std::sqrt(ref);
+  EXPECT_NEAR(grad_norm(s), ref, 1e-12 * ref);
+
+  EXPECT_EQ(clip_scale(ref, 0.0), 1.0);        // off
+  EXPECT_EQ(clip_scale(ref, 2 * ref), 1.0);    // below the threshold
+  double applied = 0;
+  const double before = clip_grad_norm(s, ref / 4, &applied);
+  EXPECT_NEAR(before, ref, 1e-12 * ref);
+  EXPECT_NEAR(applied, (ref / 4) / (before + 1e-6), 1e-15);
+  EXPECT_NEAR(grad_norm(s), ref / 4, 1e-5 * ref);
+}
+
+TEST(Optimizer, DefaultsAndJson) {
+  OptimizerConfig c = OptimizerConfig::defaults(768);
+  EXPECT_DOUBLE_EQ(c.muon.lr, 0.02);
+  EXPECT_DOUBLE_EQ(c.muon.weight_decay, 0.0);
+  EXPECT_EQ(c.muon.ns_steps, 5);
+  EXPECT_EQ(c.muon.ns, NsKind::kStandard);
+  EXPECT_DOUBLE_EQ(c.max_grad_norm, 0.0);
+  auto j = c.to_json();
+  EXPECT_DOUBLE_EQ(j["adamw"]["lm_head"]["beta2"].get<double>(), 0.96);
+  EXPECT_EQ(j["muon"]["ns"].get<std::string>(), "standard");
+  EXPECT_EQ(j["schedule"]["warmup_steps"].get<int64_t>(), 40);
+}
+
+TEST(Optimizer, StepDispatchesGroupsAndReportsStats) {
+  ParamStore s = make_store();
+  fill(s, 7, false);
+  std::vector<float> before(s.param_data(), s.param_data() + s.total_numel());
+  OptimizerConfig cfg = OptimizerConfig::defaults(16);
+  Optimizer opt(&s, cfg);
+  fill(s, 8, true);
+  const double norm = grad_norm(s);
+  StepStats st = opt.step(0, 100);
+  EXPECT_EQ(st.step, 0);
+  EXPECT_DOUBLE_EQ(st.lr_multiplier, 1.0 / 40);
+  EXPECT_DOUBLE_EQ(st.momentum, 0.85);
+  EXPECT_DOUBLE_EQ(st.matrix_lr, 0.02 / 40);
+  EXPECT_DOUBLE_EQ(st.grad_norm, norm);
+  EXPECT_EQ(st.clip_scale, 1.0);
+  EXPECT_EQ(opt.step_count(), 1);
+  // Every parameter moved, and the states of each group are where they should be.
+  for (int i = 0; i < s.size(); ++i) {
+    const ParamInfo& info = s.info(i);
+    bool moved = false;
+    for (int64_t k = 0; k < info.numel(); ++k) moved |= s.param(i).f32()[k] != before[info.offset + k];
+    EXPECT_TRUE(moved) << info.name;
+    const auto& kinds = opt.state_kinds(info.name);
+    if (info.group == ParamGroup::kMatrix) {
+      ASSERT_EQ(kinds.size(), 1u);
+      EXPECT_EQ(kinds[0], "momentum_buffer");
+      // buf = 0.15 * g after one step.
+      EXPECT_NEAR(opt.state(info.name, "momentum_buffer").f32()[0], 0.15f * s.grad(i).f32()[0], 1e-7);
+    } else {
+      ASSERT_EQ(kinds.size(), 2u);
+      EXPECT_NEAR(opt.state(info.name, "exp_avg").f32()[0], 0.2f * s.grad(i).f32()[0], 1e-7);
+    }
+  }
+  // An AdamW parameter moved by lr * sign(g) at the first step (plus decay).
+  const float g0 = s.grad("blocks.0.value.gain").f32()[0];
+  const double expect = before[s.info(5).offset] - 0.5 / 40 * (g0 > 0 ? 1 : -1);
+  EXPECT_NEAR(s.param("blocks.0.value.gain").f32()[0], expect, 1e-6);
+}
+
+TEST(Optimizer, ClippingAndExternalNorm) {
+  ParamStore s = make_store();
+  fill(s, 7, false);
+  OptimizerConfig cfg = OptimizerConfig::defaults(16);
+  cfg.max_grad_norm = 1.0;
+  Optimizer opt(&s, cfg);
+  fill(s, 8, true);
+  const double norm = grad_norm(s);
+  ASSERT_GT(norm, 1.0);
+  StepStats st = opt.step(50, 100);
+  EXPECT_DOUBLE_EQ(st.grad_norm, norm);
+  EXPECT_NEAR(st.clip_scale, 1.0 / (norm + 1e-6), 1e-15);
+  EXPECT_NEAR(grad_norm(s), 1.0, 1e-5);  // grads were clipped in place
+  // A caller-provided (e.g. all-reduced) norm is used as is.
+  fill(s, 9, true);
+  StepStats st2 = opt.step(51, 100, 0.5);
+  EXPECT_DOUBLE_EQ(st2.grad_norm, 0.5);
+  EXPECT_EQ(st2.clip_scale, 1.0);
+  opt.set_step_count(40);
+  EXPECT_EQ(opt.step_count(), 40);
+  EXPECT_EQ(opt.muon().step_count(), 40);
+}
+
+}  // namespace
+}  // namespace vt::optim
