@@ -190,10 +190,12 @@ double GPT::head_forward(const Bundle& bundle, Activations& acts) const {
     row_max = global_max;
   }
   acts.lse = Tensor::zeros({N});
+  acts.token_loss.resize(N);
   double loss_sum = 0.0;
   for (int64_t n = 0; n < N; ++n) {
     const float lse = row_max[n] + std::log(row_sum[n]);
     acts.lse.f32()[n] = lse;
+    acts.token_loss[n] = lse - target_z[n];
     loss_sum += static_cast<double>(lse) - target_z[n];
   }
   return loss_sum;

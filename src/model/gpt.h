@@ -57,6 +57,7 @@ struct Activations {
   std::vector<BlockActs> blocks;         // indexed by layer - layer_begin
   Tensor head_x, head_rstd, head_n;      // final residual, its norm (last stage)
   Tensor logits, lse;                    // (N, Vp_local), (N)
+  std::vector<float> token_loss;         // (N) cross-entropy of each target (last stage)
   Tensor x0;                             // normalized embedding (modes reading x0)
   std::vector<Tensor> values;            // context values read by later layers (see Bundle)
   std::vector<double> plus_coef;         // resformer-plus coefficient per target layer

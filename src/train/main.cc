@@ -1,0 +1,183 @@
+// The vtrain command line: prepare, train, eval, generate, ckpt (DESIGN.md's CLI section).
+// Every error reaches the user as one message and a non-zero exit, never a stack trace.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/h5_file.h"
+#include "core/flags.h"
+#include "data/prepare.h"
+#include "data/tokenizer.h"
+#include "model/gpt.h"
+#include "train/evaluate.h"
+#include "train/options.h"
+#include "train/trainer.h"
+
+namespace vt {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kUsage = R"(usage: vtrain <command> [options]
+  prepare   --input FILES|DIR --out DATADIR --tokenizer bytes|bpe:N|tiktoken:FILE [--val-fraction F]
+  train     --data DATADIR --preset tiny|d12|d24|d32 --value MODE ... (vtrain train --help)
+  eval      --ckpt PATH --data DATADIR [--tokens N]
+  generate  --ckpt PATH --prompt TEXT [--max-tokens N --temperature T --top-k K --seed S]
+  ckpt      inspect|verify PATH
+)";
+
+struct LoadedModel {
+  ModelConfig cfg;
+  ParamStore store;
+  std::unique_ptr<GPT> model;
+  CheckpointMeta meta;
+};
+
+absl::StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& ckpt) {
+  auto m = std::make_unique<LoadedModel>();
+  VT_ASSIGN_OR_RETURN(m->cfg, read_checkpoint_config(ckpt));
+  VT_ASSIGN_OR_RETURN(m->meta, read_checkpoint_meta(ckpt));
+  m->model = std::make_unique<GPT>(m->cfg);
+  m->model->register_params(m->store);
+  m->store.finalize();
+  VT_RETURN_IF_ERROR(load_checkpoint_params(ckpt, m->store));
+  return m;
+}
+
+// The tokenizer saved beside a checkpoint, else the one of the data directory it was trained on.
+absl::StatusOr<std::unique_ptr<data::Tokenizer>> tokenizer_for(const std::string& ckpt,
+                                                               const LoadedModel& m) {
+  const fs::path beside = fs::path(ckpt).parent_path() / "tokenizer.json";
+  if (fs::exists(beside)) return data::load_tokenizer(beside.string());
+  const std::string data_dir = m.meta.extra.value("data_dir", "");
+  if (!data_dir.empty() && fs::exists(data_dir)) return data::load_tokenizer(data_dir);
+  return absl::NotFoundError(absl::StrCat("no tokenizer.json next to ", ckpt,
+                                          " and the training data directory is gone"));
+}
+
+absl::Status cmd_prepare(int argc, char** argv) {
+  std::vector<std::string> args(argv + 2, argv + argc);
+  VT_ASSIGN_OR_RETURN(data::PrepareOptions po, data::parse_prepare_args(args));
+  return data::prepare_data(po);
+}
+
+absl::Status cmd_train(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::printf("%s", train_usage().c_str());
+      return absl::OkStatus();
+    }
+  VT_ASSIGN_OR_RETURN(TrainOptions o, parse_train_options(argc, argv, 2));
+  return run_train(o);
+}
+
+absl::Status cmd_eval(int argc, char** argv) {
+  VT_ASSIGN_OR_RETURN(Flags f, Flags::parse(argc, argv, 2, {"ckpt", "data", "tokens", "micro-batch"}, {}));
+  if (!f.has("ckpt") || !f.has("data"))
+    return absl::InvalidArgumentError("usage: vtrain eval --ckpt PATH --data DATADIR [--tokens N]");
+  VT_ASSIGN_OR_RETURN(auto m, load_model(f.get_string("ckpt")));
+  VT_ASSIGN_OR_RETURN(auto tok, data::load_tokenizer(f.get_string("data")));
+  if (tok->vocab_size() != m->cfg.vocab_size)
+    return absl::InvalidArgumentError(absl::StrCat("the data's tokenizer has ", tok->vocab_size(),
+                                                   " tokens, the checkpoint's model ", m->cfg.vocab_size));
+  VT_ASSIGN_OR_RETURN(int64_t tokens, f.get_int("tokens", 262144));
+  VT_ASSIGN_OR_RETURN(int64_t B, f.get_int("micro-batch", 4));
+  VT_ASSIGN_OR_RETURN(EvalResult r, evaluate(*m->model, f.get_string("data"), static_cast<int>(B),
+                                             tokens, data::token_bytes_table(*tok)));
+  std::printf("val loss %.4f | val bpb %.4f | %lld tokens | step %lld\n", r.loss, r.bpb,
+              static_cast<long long>(r.tokens), static_cast<long long>(m->meta.step));
+  return absl::OkStatus();
+}
+
+absl::Status cmd_generate(int argc, char** argv) {
+  VT_ASSIGN_OR_RETURN(Flags f, Flags::parse(argc, argv, 2,
+                                            {"ckpt", "prompt", "max-tokens", "temperature", "top-k", "seed", "data"},
+                                            {}));
+  if (!f.has("ckpt"))
+    return absl::InvalidArgumentError("usage: vtrain generate --ckpt PATH --prompt TEXT [--max-tokens N]");
+  const std::string ckpt = f.get_string("ckpt");
+  VT_ASSIGN_OR_RETURN(auto m, load_model(ckpt));
+  std::unique_ptr<data::Tokenizer> tok;
+  if (f.has("data")) {
+    VT_ASSIGN_OR_RETURN(tok, data::load_tokenizer(f.get_string("data")));
+  } else {
+    VT_ASSIGN_OR_RETURN(tok, tokenizer_for(ckpt, *m));
+  }
+  SampleOptions so;
+  VT_ASSIGN_OR_RETURN(int64_t max_tokens, f.get_int("max-tokens", 64));
+  VT_ASSIGN_OR_RETURN(so.temperature, f.get_double("temperature", 0.8));
+  VT_ASSIGN_OR_RETURN(int64_t top_k, f.get_int("top-k", 40));
+  VT_ASSIGN_OR_RETURN(int64_t seed, f.get_int("seed", 0));
+  so.max_tokens = static_cast<int>(max_tokens);
+  so.top_k = static_cast<int>(top_k);
+  so.seed = static_cast<uint64_t>(seed);
+  const std::string prompt = f.get_string("prompt");
+  std::vector<int32_t> ids = {tok->bos_id()};
+  for (int32_t t : tok->encode(prompt)) ids.push_back(t);
+  int64_t kv = 0, kv_base = 0;
+  std::vector<int32_t> out = sample(*m->model, ids, so, &kv, &kv_base);
+  VT_ASSIGN_OR_RETURN(std::string text, tok->decode(out));
+  std::printf("%s%s\n", prompt.c_str(), text.c_str());
+  std::fprintf(stderr, "kv-cache: %lld bytes/token (a standard K+V cache: %lld, %.1f%%)\n",
+               static_cast<long long>(kv), static_cast<long long>(kv_base), 100.0 * kv / kv_base);
+  return absl::OkStatus();
+}
+
+absl::Status cmd_ckpt(int argc, char** argv) {
+  if (argc < 4 || (std::string(argv[2]) != "inspect" && std::string(argv[2]) != "verify"))
+    return absl::InvalidArgumentError("usage: vtrain ckpt inspect|verify PATH");
+  const std::string path = argv[3];
+  VT_ASSIGN_OR_RETURN(ModelConfig cfg, read_checkpoint_config(path));
+  VT_ASSIGN_OR_RETURN(CheckpointMeta meta, read_checkpoint_meta(path));
+  ParamStore store;
+  GPT model(cfg);
+  model.register_params(store);
+  std::printf("checkpoint %s\n  step %lld, %lld tokens\n  config %s\n", path.c_str(),
+              static_cast<long long>(meta.step), static_cast<long long>(meta.tokens),
+              cfg.to_json().dump().c_str());
+  if (std::string(argv[2]) == "inspect") {
+    for (const ParamInfo& p : store.infos())
+      std::printf("  %-32s %s %s\n", p.name.c_str(), shape_str(p.global_shape).c_str(),
+                  param_group_name(p.group));
+    return absl::OkStatus();
+  }
+  store.finalize();
+  VT_RETURN_IF_ERROR(load_checkpoint_params(path, store));
+  for (int i = 0; i < store.size(); ++i) {
+    const Tensor t = store.param(i);
+    for (int64_t j = 0; j < t.numel(); ++j)
+      if (!std::isfinite(t.f32()[j]))
+        return absl::DataLossError(absl::StrCat(store.info(i).name, " holds a non-finite value"));
+  }
+  std::printf("  ok: %d parameters readable, shapes match, all finite\n", store.size());
+  return absl::OkStatus();
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::printf("%s", kUsage);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  absl::Status st;
+  if (cmd == "prepare") st = cmd_prepare(argc, argv);
+  else if (cmd == "train") st = cmd_train(argc, argv);
+  else if (cmd == "eval") st = cmd_eval(argc, argv);
+  else if (cmd == "generate") st = cmd_generate(argc, argv);
+  else if (cmd == "ckpt") st = cmd_ckpt(argc, argv);
+  else st = absl::InvalidArgumentError(absl::StrCat("unknown command '", cmd, "'\n", kUsage));
+  if (!st.ok()) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "vtrain %s: error: %s\n", cmd.c_str(), std::string(st.message()).c_str());
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace vt
+
+int main(int argc, char** argv) { return vt::run(argc, argv); }

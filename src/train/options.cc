@@ -1,0 +1,132 @@
+// Parsing of `vtrain train` flags into TrainOptions.
+#include "train/options.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "data/tokenizer.h"
+
+namespace vt {
+
+std::string train_usage() {
+  return R"(usage: vtrain train --data DATADIR [options]
+model:      --preset tiny|d12|d24|d32  --layers N --dim N --heads N --kv-heads N --head-dim N
+            --seq-len T --window W --window-pattern SSSL
+values:     --value MODE [--value-layers last-third|all|every-other|alternate|LIST]
+            [--detach-v1] [--shared-table] [--bov-add-fixed]
+            MODE: baseline resformer-identity resformer-constant resformer-learnable
+                  resformer-plus resformer-sparse resformer-dense svformer v1 x0v bov bov-add
+                  value-embed
+layout:     --tp N --pp N (dp = world / (tp*pp))
+batch:      --micro-batch B (rows of T tokens) --global-batch TOKENS (multiple of B*T)
+schedule:   --steps N --matrix-lr 0.02 --lr-scale 1.0 --warmup 40 --warmdown 0.65
+            --max-grad-norm 0 (off) --polar-express
+eval:       --eval-every N --eval-tokens N --sample-every N
+output:     --ckpt-dir DIR --ckpt-every N --resume auto|PATH|none --metrics FILE.jsonl
+            --seed S --log-every N
+)";
+}
+
+nlohmann::json TrainOptions::to_json() const {
+  return {{"data_dir", data_dir},       {"tp", tp},
+          {"pp", pp},                   {"micro_batch", micro_batch},
+          {"global_batch", global_batch}, {"steps", steps},
+          {"eval_every", eval_every},   {"eval_tokens", eval_tokens},
+          {"seed", seed},               {"matrix_lr", matrix_lr},
+          {"lr_scale", lr_scale},       {"warmup_steps", warmup_steps},
+          {"warmdown_frac", warmdown_frac}, {"max_grad_norm", max_grad_norm},
+          {"polar_express", polar_express}};
+}
+
+absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int first) {
+  VT_ASSIGN_OR_RETURN(
+      Flags f,
+      Flags::parse(argc, argv, first,
+                   {"data", "preset", "layers", "dim", "heads", "kv-heads", "head-dim", "seq-len",
+                    "window", "window-pattern", "value", "value-layers", "tp", "pp",
+                    "micro-batch", "global-batch", "steps", "eval-every", "eval-tokens",
+                    "ckpt-dir", "ckpt-every", "resume", "metrics", "seed", "matrix-lr",
+                    "lr-scale", "warmup", "warmdown", "max-grad-norm", "log-every",
+                    "sample-every"},
+                   {"detach-v1", "shared-table", "bov-add-fixed", "polar-express"}));
+  if (!f.positional().empty())
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", f.positional()[0], "'\n", train_usage()));
+  TrainOptions o;
+  o.data_dir = f.get_string("data");
+  if (o.data_dir.empty())
+    return absl::InvalidArgumentError(absl::StrCat("--data DATADIR is required\n", train_usage()));
+  if (!std::filesystem::is_directory(o.data_dir))
+    return absl::NotFoundError(absl::StrCat("--data ", o.data_dir,
+                                            " is not a directory; make one with `vtrain prepare`"));
+  VT_ASSIGN_OR_RETURN(ModelConfig m, preset_config(f.get_string("preset", "tiny")));
+  auto set_int = [&](const char* name, int& field) -> absl::Status {
+    VT_ASSIGN_OR_RETURN(int64_t v, f.get_int(name, field));
+    field = static_cast<int>(v);
+    return absl::OkStatus();
+  };
+  const bool dim_given = f.has("dim"), heads_given = f.has("heads");
+  VT_RETURN_IF_ERROR(set_int("layers", m.n_layer));
+  VT_RETURN_IF_ERROR(set_int("dim", m.n_embd));
+  VT_RETURN_IF_ERROR(set_int("heads", m.n_head));
+  if (!f.has("head-dim") && (dim_given || heads_given) && m.n_head > 0)
+    m.head_dim = m.n_embd / m.n_head;  // keep d = H * hd when only one side is given
+  VT_RETURN_IF_ERROR(set_int("head-dim", m.head_dim));
+  if (!f.has("kv-heads") && heads_given) m.n_kv_head = m.n_head;
+  VT_RETURN_IF_ERROR(set_int("kv-heads", m.n_kv_head));
+  VT_RETURN_IF_ERROR(set_int("seq-len", m.seq_len));
+  VT_RETURN_IF_ERROR(set_int("window", m.short_window));
+  m.window_pattern = f.get_string("window-pattern", m.window_pattern);
+  VT_ASSIGN_OR_RETURN(m.value_mode, parse_value_mode(f.get_string("value", "baseline")));
+  m.value_layers = f.get_string("value-layers", "default");
+  m.detach_v1 = f.get_bool("detach-v1");
+  m.shared_table = f.get_bool("shared-table");
+  m.bov_add_fixed = f.get_bool("bov-add-fixed");
+  if (dim_given && f.has("heads") && m.n_head * m.head_dim != m.n_embd && !f.has("head-dim"))
+    return absl::InvalidArgumentError(absl::StrCat("--heads ", m.n_head, " does not divide --dim ",
+                                                   m.n_embd));
+  // Vocabulary from the data directory's tokenizer.
+  VT_ASSIGN_OR_RETURN(auto tok, data::load_tokenizer(o.data_dir));
+  m.vocab_size = tok->vocab_size();
+  VT_RETURN_IF_ERROR(m.finalize());
+  o.model = m;
+
+  VT_RETURN_IF_ERROR(set_int("tp", o.tp));
+  VT_RETURN_IF_ERROR(set_int("pp", o.pp));
+  VT_RETURN_IF_ERROR(set_int("micro-batch", o.micro_batch));
+  VT_ASSIGN_OR_RETURN(o.global_batch, f.get_int("global-batch", 0));
+  VT_ASSIGN_OR_RETURN(o.steps, f.get_int("steps", o.steps));
+  VT_ASSIGN_OR_RETURN(o.eval_every, f.get_int("eval-every", 0));
+  VT_ASSIGN_OR_RETURN(o.eval_tokens, f.get_int("eval-tokens", o.eval_tokens));
+  o.ckpt_dir = f.get_string("ckpt-dir");
+  VT_ASSIGN_OR_RETURN(o.ckpt_every, f.get_int("ckpt-every", 0));
+  o.resume = f.get_string("resume", "none");
+  o.metrics_path = f.get_string("metrics");
+  VT_ASSIGN_OR_RETURN(int64_t seed, f.get_int("seed", static_cast<int64_t>(o.seed)));
+  o.seed = static_cast<uint64_t>(seed);
+  VT_ASSIGN_OR_RETURN(o.matrix_lr, f.get_double("matrix-lr", o.matrix_lr));
+  VT_ASSIGN_OR_RETURN(o.lr_scale, f.get_double("lr-scale", o.lr_scale));
+  VT_ASSIGN_OR_RETURN(o.warmup_steps, f.get_int("warmup", o.warmup_steps));
+  VT_ASSIGN_OR_RETURN(o.warmdown_frac, f.get_double("warmdown", o.warmdown_frac));
+  VT_ASSIGN_OR_RETURN(o.max_grad_norm, f.get_double("max-grad-norm", 0.0));
+  VT_ASSIGN_OR_RETURN(o.log_every, f.get_int("log-every", 1));
+  VT_ASSIGN_OR_RETURN(o.sample_every, f.get_int("sample-every", 0));
+  o.polar_express = f.get_bool("polar-express");
+
+  if (o.micro_batch < 1) return absl::InvalidArgumentError("--micro-batch must be >= 1");
+  if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
+  if (o.global_batch == 0) o.global_batch = o.tokens_per_micro();
+  if (o.global_batch % o.tokens_per_micro() != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--global-batch ", o.global_batch, " tokens is not a multiple of micro-batch x seq-len = ",
+        o.tokens_per_micro()));
+  if (o.tp < 1 || o.pp < 1) return absl::InvalidArgumentError("--tp and --pp must be >= 1");
+  if (o.warmdown_frac < 0 || o.warmdown_frac > 1)
+    return absl::InvalidArgumentError("--warmdown is a fraction of the steps in [0, 1]");
+  if (o.resume != "none" && o.resume != "auto" && !std::filesystem::exists(o.resume))
+    return absl::NotFoundError(absl::StrCat("--resume ", o.resume,
+                                            ": no such checkpoint (use auto, none or a path)"));
+  return o;
+}
+
+}  // namespace vt

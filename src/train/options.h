@@ -1,0 +1,46 @@
+// The options of `vtrain train` (DESIGN.md's CLI section) and how they turn into a ModelConfig:
+// a preset, then explicit overrides, then the vocabulary of the data directory.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/flags.h"
+#include "model/config.h"
+#include "nlohmann/json.hpp"
+
+namespace vt {
+
+struct TrainOptions {
+  std::string data_dir;
+  ModelConfig model;        // finalized, vocabulary from the data
+  int tp = 1, pp = 1;
+  int micro_batch = 4;      // rows of seq_len tokens per forward/backward
+  int64_t global_batch = 0; // tokens per optimizer step (0: one micro-batch)
+  int64_t steps = 100;
+  int64_t eval_every = 0;   // 0: only at the end
+  int64_t eval_tokens = 65536;
+  std::string ckpt_dir;
+  int64_t ckpt_every = 0;   // 0: only at the end (when ckpt_dir is set)
+  std::string resume = "none";  // auto | PATH | none
+  std::string metrics_path;
+  uint64_t seed = 1337;
+  double matrix_lr = 0.02;
+  double lr_scale = 1.0;    // multiplies every group's peak lr
+  int64_t warmup_steps = 40;
+  double warmdown_frac = 0.65;
+  double max_grad_norm = 0.0;
+  bool polar_express = false;
+  int64_t log_every = 1;
+  int64_t sample_every = 0; // 0: never; prints a short greedy sample on rank 0
+
+  int64_t tokens_per_micro() const { return static_cast<int64_t>(micro_batch) * model.seq_len; }
+  int64_t grad_accum() const { return global_batch / tokens_per_micro(); }
+  nlohmann::json to_json() const;
+};
+
+std::string train_usage();
+// Parses `vtrain train` flags; reads the data dir's vocabulary size.
+absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int first);
+
+}  // namespace vt
