@@ -1,0 +1,149 @@
+// BpeTokenizer: construction/validation of a rank table and the per-chunk merge loop
+// (a min-heap over adjacent pairs with lazy invalidation), plus the chunk cache.
+#include "data/bpe.h"
+
+#include <queue>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+#include "core/check.h"
+
+namespace vt::data {
+
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(
+    std::string kind, std::vector<std::string> tokens, std::vector<std::string> specials,
+    std::string_view pattern, std::vector<BpeMerge> merges, std::string source) {
+  std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
+  t->kind_ = std::move(kind);
+  t->source_ = std::move(source);
+  t->merges_ = std::move(merges);
+  t->tokens_ = std::move(tokens);
+  t->specials_ = std::move(specials);
+  VT_ASSIGN_OR_RETURN(t->pretok_, PreTokenizer::create(pattern));
+  t->ranks_.reserve(t->tokens_.size());
+  for (size_t id = 0; id < t->tokens_.size(); ++id) {
+    const std::string& b = t->tokens_[id];
+    if (b.empty()) continue;
+    auto [it, inserted] = t->ranks_.emplace(b, static_cast<int32_t>(id));
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s tokenizer: ids %d and %d have the same bytes (base64 %s); token bytes must be unique",
+          t->kind_, it->second, id, absl::Base64Escape(b)));
+    }
+  }
+  for (int c = 0; c < 256; ++c) {
+    int32_t r = t->rank_of(std::string_view(reinterpret_cast<const char*>(&c), 1));
+    if (r < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s tokenizer has no token for the single byte 0x%02x; a byte-level BPE needs all 256 "
+          "bytes so that any input can be encoded",
+          t->kind_, c));
+    }
+    t->byte_id_[c] = r;
+  }
+  for (const BpeMerge& m : t->merges_) {
+    const int32_t n = t->num_regular();
+    if (m.left < 0 || m.left >= n || m.right < 0 || m.right >= n || m.result < 0 || m.result >= n ||
+        t->tokens_[m.result] != t->tokens_[m.left] + t->tokens_[m.right]) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s tokenizer: merge (%d, %d) -> %d does not match the token bytes", t->kind_, m.left,
+          m.right, m.result));
+    }
+  }
+  return t;
+}
+
+int32_t BpeTokenizer::rank_of(std::string_view bytes) const {
+  auto it = ranks_.find(absl::string_view(bytes.data(), bytes.size()));
+  return it == ranks_.end() ? -1 : it->second;
+}
+
+void BpeTokenizer::encode_chunk(std::string_view chunk, std::vector<int32_t>& out) const {
+  const int n = static_cast<int>(chunk.size());
+  if (n == 0) return;
+  if (n == 1) {
+    out.push_back(byte_id_[static_cast<uint8_t>(chunk[0])]);
+    return;
+  }
+  if (int32_t r = rank_of(chunk); r >= 0) {
+    out.push_back(r);
+    return;
+  }
+  // Parts are byte ranges [i, nxt[i]); a part is identified by its start i.
+  std::vector<int> nxt(n), prv(n);
+  std::vector<char> alive(n, 1);
+  for (int i = 0; i < n; ++i) {
+    nxt[i] = i + 1;
+    prv[i] = i - 1;
+  }
+  struct Cand {
+    int32_t rank;
+    int start;
+    int end;  // end of the merged span when pushed; stale if the parts changed since
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : start > o.start; }
+  };
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  auto push = [&](int i) {
+    if (i < 0 || nxt[i] >= n) return;
+    const int end = nxt[nxt[i]];
+    int32_t r = rank_of(chunk.substr(i, end - i));
+    if (r >= 0) heap.push({r, i, end});
+  };
+  for (int i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    Cand c = heap.top();
+    heap.pop();
+    const int i = c.start;
+    if (!alive[i] || nxt[i] >= n || nxt[nxt[i]] != c.end) continue;  // stale
+    const int j = nxt[i];
+    alive[j] = 0;
+    nxt[i] = nxt[j];
+    if (nxt[j] < n) prv[nxt[j]] = i;
+    push(i);
+    push(prv[i]);
+  }
+  for (int i = 0; i < n; i = nxt[i]) {
+    int32_t r = rank_of(chunk.substr(i, nxt[i] - i));
+    VT_CHECK(r >= 0);
+    out.push_back(r);
+  }
+}
+
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 16);
+  constexpr size_t kMaxCachedChunk = 128;
+  constexpr size_t kMaxCacheEntries = 1 << 20;
+  pretok_->split(text, [&](std::string_view chunk) {
+    if (chunk.size() > kMaxCachedChunk) {
+      encode_chunk(chunk, out);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(cache_mu_);
+      auto it = cache_.find(absl::string_view(chunk.data(), chunk.size()));
+      if (it != cache_.end()) {
+        out.insert(out.end(), it->second.begin(), it->second.end());
+        return;
+      }
+    }
+    const size_t before = out.size();
+    encode_chunk(chunk, out);
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    if (cache_.size() >= kMaxCacheEntries) cache_.clear();
+    cache_.emplace(chunk, std::vector<int32_t>(out.begin() + before, out.end()));
+  });
+  return out;
+}
+
+void BpeTokenizer::to_json(nlohmann::json& j) const {
+  j["pattern"] = pretok_->pattern();
+  if (!merges_.empty() || kind_ == "bpe") {
+    nlohmann::json m = nlohmann::json::array();
+    for (const BpeMerge& x : merges_) m.push_back({x.left, x.right, x.result});
+    j["merges"] = std::move(m);
+  }
+  if (!source_.empty()) j["source"] = source_;
+}
+
+}  // namespace vt::data

@@ -1,0 +1,248 @@
+// DataLoader implementation: shard discovery, the per-epoch shard order, mapping stream positions
+// to (shard, offset), reading with vocabulary checks, DP slicing, and state (de)serialization.
+#include "data/loader.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "data/prepare.h"
+
+namespace vt::data {
+namespace fs = std::filesystem;
+
+absl::StatusOr<DataLoader> DataLoader::open(const std::string& data_dir, const std::string& split,
+                                            const LoaderOptions& opts) {
+  DataLoader dl;
+  dl.dir_ = data_dir;
+  dl.split_ = split;
+  std::error_code ec;
+  if (!fs::is_directory(data_dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("data directory ", data_dir,
+                                            " does not exist; create it with `vtrain prepare`"));
+  }
+  const fs::path meta_path = fs::path(data_dir) / kMetaFile;
+  std::vector<std::string> names;
+  int64_t meta_vocab = 0;
+  if (fs::exists(meta_path)) {
+    std::ifstream f(meta_path);
+    nlohmann::json meta = nlohmann::json::parse(f, nullptr, false);
+    if (meta.is_discarded() || !meta.is_object() || !meta.contains("tokenizer") ||
+        !meta.contains(split)) {
+      return absl::DataLossError(absl::StrCat(meta_path.string(), " is not valid vtrain data metadata ",
+                                              "(needs \"tokenizer\" and \"", split, "\"); re-run prepare"));
+    }
+    try {
+      meta_vocab = meta.at("tokenizer").at("vocab_size").get<int64_t>();
+      for (const auto& n : meta.at(split).at("shards")) names.push_back(n.get<std::string>());
+    } catch (const nlohmann::json::exception& e) {
+      return absl::DataLossError(absl::StrCat(meta_path.string(), ": ", e.what()));
+    }
+  } else {
+    for (const auto& e : fs::directory_iterator(data_dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (!e.is_regular_file() || !name.ends_with(".bin")) continue;
+      for (absl::string_view part : absl::StrSplit(name.substr(0, name.size() - 4), '_')) {
+        if (part == split) {
+          names.push_back(name);
+          break;
+        }
+      }
+    }
+    std::sort(names.begin(), names.end());
+  }
+  dl.vocab_size_ = opts.vocab_size > 0 ? opts.vocab_size : meta_vocab;
+  if (dl.vocab_size_ <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        data_dir, " has no meta.json to give the vocabulary size; pass it explicitly (LoaderOptions)"));
+  }
+  if (opts.vocab_size > 0 && meta_vocab > 0 && opts.vocab_size != meta_vocab) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the model's vocabulary (%d) differs from the data's (%d in %s); use matching data or model",
+        opts.vocab_size, meta_vocab, meta_path.string()));
+  }
+  if (names.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        data_dir, " has no ", split, " shards",
+        split == "val" ? " (prepare with --val-fraction > 0 to make a validation split)" : ""));
+  }
+  for (const std::string& n : names) {
+    const std::string path = (fs::path(data_dir) / n).string();
+    VT_ASSIGN_OR_RETURN(ShardReader r, ShardReader::open(path));
+    dl.total_tokens_ += r.num_tokens();
+    dl.paths_.push_back(path);
+    dl.shards_.push_back(std::move(r));
+  }
+  if (dl.total_tokens_ < 2) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the %s split of %s holds %d token(s); at least 2 are needed for one (input, target) pair",
+        split, data_dir, dl.total_tokens_));
+  }
+  dl.state_.shuffle = opts.shuffle_shards;
+  dl.state_.seed = opts.seed;
+  dl.state_ = dl.locate(0, 0);  // skips leading empty shards
+  return dl;
+}
+
+int64_t DataLoader::shard_at(int64_t epoch, int64_t k) const {
+  if (!state_.shuffle) return k;
+  if (perm_epoch_ != epoch) {
+    const int64_t n = num_shards();
+    perm_.resize(n);
+    for (int64_t i = 0; i < n; ++i) perm_[i] = i;
+    Rng rng = Rng::for_name(state_.seed, absl::StrCat("data-shard-order-epoch-", epoch));
+    for (int64_t i = n - 1; i > 0; --i) {
+      const int64_t j = static_cast<int64_t>(rng.next_u64() % static_cast<uint64_t>(i + 1));
+      std::swap(perm_[i], perm_[j]);
+    }
+    perm_epoch_ = epoch;
+  }
+  return perm_[k];
+}
+
+int64_t DataLoader::epoch_position(const LoaderState& s) const {
+  int64_t pos = s.offset;
+  for (int64_t k = 0; k < s.shard; ++k) pos += shards_[shard_at(s.epoch, k)].num_tokens();
+  return pos;
+}
+
+LoaderState DataLoader::locate(int64_t epoch, int64_t pos) const {
+  LoaderState s = state_;
+  s.epoch = epoch + pos / total_tokens_;
+  pos %= total_tokens_;
+  for (int64_t k = 0; k < num_shards(); ++k) {
+    const int64_t n = shards_[shard_at(s.epoch, k)].num_tokens();
+    if (pos < n) {
+      s.shard = k;
+      s.offset = pos;
+      return s;
+    }
+    pos -= n;
+  }
+  VT_CHECK_MSG(false, "position beyond the epoch");
+  return s;
+}
+
+absl::Status DataLoader::read(LoaderState p, int64_t count, int32_t* out) const {
+  while (count > 0) {
+    const ShardReader& r = shards_[shard_at(p.epoch, p.shard)];
+    const int64_t take = std::min(count, r.num_tokens() - p.offset);
+    r.read(p.offset, take, out);
+    for (int64_t i = 0; i < take; ++i) {
+      if (out[i] < 0 || out[i] >= vocab_size_) {
+        return absl::DataLossError(absl::StrFormat(
+            "shard %s: token id %d at offset %d is outside the vocabulary [0, %d); the shard was "
+            "made with another tokenizer or is corrupt; re-run vtrain prepare",
+            r.path(), static_cast<uint32_t>(out[i]), p.offset + i, vocab_size_));
+      }
+    }
+    out += take;
+    count -= take;
+    p = locate(p.epoch, epoch_position(p) + take);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DataLoader::next_batch_into(int64_t global_rows, int64_t seq_len, int dp_rank,
+                                         int dp_size, int32_t* inputs, int32_t* targets) {
+  if (global_rows <= 0 || seq_len <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "batch shape must be positive: global rows %d, sequence length %d", global_rows, seq_len));
+  }
+  if (dp_size <= 0 || dp_rank < 0 || dp_rank >= dp_size) {
+    return absl::InvalidArgumentError(absl::StrFormat("bad data-parallel rank %d of %d", dp_rank, dp_size));
+  }
+  if (global_rows % dp_size != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the global batch of %d rows does not split evenly over %d data-parallel ranks; pick a "
+        "global batch that is a multiple of dp * micro-batch",
+        global_rows, dp_size));
+  }
+  const int64_t local_rows = global_rows / dp_size;
+  const int64_t n = local_rows * seq_len;
+  std::vector<int32_t> buf(n + 1);
+  const LoaderState start = locate(state_.epoch, epoch_position(state_) + dp_rank * n);
+  VT_RETURN_IF_ERROR(read(start, n + 1, buf.data()));
+  for (int64_t r = 0; r < local_rows; ++r) {
+    std::copy_n(buf.data() + r * seq_len, seq_len, inputs + r * seq_len);
+    std::copy_n(buf.data() + r * seq_len + 1, seq_len, targets + r * seq_len);
+  }
+  state_ = locate(state_.epoch, epoch_position(state_) + global_rows * seq_len);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Batch> DataLoader::next_batch(int64_t global_rows, int64_t seq_len, int dp_rank,
+                                             int dp_size) {
+  const int64_t local_rows = dp_size > 0 ? global_rows / dp_size : 0;
+  Batch b;
+  b.inputs = Tensor::zeros({std::max<int64_t>(local_rows, 1), std::max<int64_t>(seq_len, 1)}, DType::kI32);
+  b.targets = Tensor::zeros({std::max<int64_t>(local_rows, 1), std::max<int64_t>(seq_len, 1)}, DType::kI32);
+  VT_RETURN_IF_ERROR(next_batch_into(global_rows, seq_len, dp_rank, dp_size, b.inputs.i32(), b.targets.i32()));
+  return b;
+}
+
+absl::Status DataLoader::set_state(const LoaderState& s) {
+  if (s.epoch < 0 || s.shard < 0 || s.shard >= num_shards() || s.offset < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "loader state (epoch %d, shard %d, offset %d) is out of range for the %d %s shards of %s",
+        s.epoch, s.shard, s.offset, num_shards(), split_, dir_));
+  }
+  const LoaderState old = state_;
+  state_.shuffle = s.shuffle;
+  state_.seed = s.seed;
+  perm_epoch_ = -1;
+  const int64_t n = shards_[shard_at(s.epoch, s.shard)].num_tokens();
+  if (s.offset >= n) {
+    state_ = old;
+    perm_epoch_ = -1;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "loader state offset %d is past the end of shard position %d (%d tokens) in %s; the data "
+        "directory changed since the state was saved",
+        s.offset, s.shard, n, dir_));
+  }
+  state_ = s;
+  return absl::OkStatus();
+}
+
+nlohmann::json DataLoader::state_json() const {
+  return {{"split", split_},         {"epoch", state_.epoch},
+          {"shard", state_.shard},   {"offset", state_.offset},
+          {"shuffle", state_.shuffle}, {"seed", state_.seed},
+          {"num_shards", num_shards()}, {"tokens_per_epoch", total_tokens_}};
+}
+
+absl::Status DataLoader::load_state_json(const nlohmann::json& j) {
+  LoaderState s;
+  int64_t nshards = 0, tokens = 0;
+  std::string split;
+  try {
+    split = j.at("split").get<std::string>();
+    s.epoch = j.at("epoch").get<int64_t>();
+    s.shard = j.at("shard").get<int64_t>();
+    s.offset = j.at("offset").get<int64_t>();
+    s.shuffle = j.at("shuffle").get<bool>();
+    s.seed = j.at("seed").get<uint64_t>();
+    nshards = j.at("num_shards").get<int64_t>();
+    tokens = j.at("tokens_per_epoch").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed loader state ", j.dump(), ": ", e.what()));
+  }
+  if (split != split_) {
+    return absl::InvalidArgumentError(absl::StrCat("loader state is for the '", split,
+                                                   "' split, this loader reads '", split_, "'"));
+  }
+  if (nshards != num_shards() || tokens != total_tokens_) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "loader state was saved over %d %s shards with %d tokens, but %s now has %d shards with %d "
+        "tokens; resume with the same data directory",
+        nshards, split_, tokens, dir_, num_shards(), total_tokens_));
+  }
+  return set_state(s);
+}
+
+}  // namespace vt::data

@@ -1,0 +1,204 @@
+// Tokenizer base (decode, token lengths, specials, save), the byte tokenizer, and loading:
+// tokenizer.json from a data dir and .tiktoken ranks files.
+#include "data/tokenizer.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "core/check.h"
+#include "data/bpe.h"
+
+namespace vt::data {
+namespace {
+
+const std::string kEmpty;
+
+class ByteTokenizer : public Tokenizer {
+ public:
+  ByteTokenizer() {
+    tokens_.resize(256);
+    for (int c = 0; c < 256; ++c) tokens_[c] = std::string(1, static_cast<char>(c));
+    specials_ = {kBosToken};
+  }
+  std::string kind() const override { return "bytes"; }
+  std::vector<int32_t> encode(std::string_view text) const override {
+    std::vector<int32_t> out(text.size());
+    for (size_t i = 0; i < text.size(); ++i) out[i] = static_cast<uint8_t>(text[i]);
+    return out;
+  }
+
+ protected:
+  void to_json(nlohmann::json& j) const override { j["pattern"] = ""; }
+};
+
+absl::StatusOr<std::string> read_file(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", what, " ", path));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string out;
+  const int32_t nreg = num_regular();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    if (id >= 0 && id < nreg) {
+      out += tokens_[id];
+    } else if (id >= nreg && id < vocab_size()) {
+      out += specials_[id - nreg];
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "cannot decode token id %d at position %d: the vocabulary has ids [0, %d)", id, i,
+          vocab_size()));
+    }
+  }
+  return out;
+}
+
+const std::string& Tokenizer::token(int32_t id) const {
+  return id >= 0 && id < num_regular() ? tokens_[id] : kEmpty;
+}
+
+int32_t Tokenizer::token_bytes(int32_t id) const { return static_cast<int32_t>(token(id).size()); }
+
+int32_t Tokenizer::special_id(std::string_view name) const {
+  for (size_t i = 0; i < specials_.size(); ++i) {
+    if (specials_[i] == name) return num_regular() + static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+absl::Status Tokenizer::save(const std::string& path) const {
+  nlohmann::json j;
+  j["format"] = "vtrain-tokenizer";
+  j["version"] = 1;
+  j["kind"] = kind();
+  nlohmann::json toks = nlohmann::json::array();
+  for (const std::string& t : tokens_) toks.push_back(absl::Base64Escape(t));
+  j["tokens"] = std::move(toks);
+  nlohmann::json sp = nlohmann::json::object();
+  for (const std::string& s : specials_) sp[s] = special_id(s);
+  j["specials"] = std::move(sp);
+  to_json(j);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return absl::NotFoundError(absl::StrCat("cannot write tokenizer file ", tmp));
+    f << j.dump() << "\n";
+    if (!f.flush()) return absl::InternalError(absl::StrCat("writing ", tmp, " failed (disk full?)"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& ranks_path) {
+  VT_ASSIGN_OR_RETURN(std::string text, read_file(ranks_path, "tiktoken ranks file"));
+  std::vector<std::string> tokens;
+  int64_t line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ');
+    std::string bytes;
+    int64_t rank = -1;
+    if (parts.size() != 2 || !absl::Base64Unescape(parts[0], &bytes) ||
+        !absl::SimpleAtoi(parts[1], &rank) || rank < 0 || bytes.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s:%d: expected '<base64 token bytes> <rank>' (a .tiktoken ranks file), got '%s'",
+          ranks_path, line_no, std::string(line.substr(0, 80))));
+    }
+    if (rank >= (int64_t{1} << 30)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s:%d: rank %d is too large", ranks_path, line_no, rank));
+    }
+    if (static_cast<int64_t>(tokens.size()) <= rank) tokens.resize(rank + 1);
+    if (!tokens[rank].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s:%d: rank %d appears twice", ranks_path, line_no, rank));
+    }
+    tokens[rank] = std::move(bytes);
+  }
+  if (tokens.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(ranks_path, " holds no tokens"));
+  }
+  auto t = BpeTokenizer::create("tiktoken", std::move(tokens), {kBosToken}, cl100k_pattern(), {},
+                                ranks_path);
+  if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat(ranks_path, ": ", t.status().message()));
+  return std::unique_ptr<Tokenizer>(std::move(t).value());
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& datadir_or_file) {
+  std::string path = datadir_or_file;
+  struct stat sb;
+  if (::stat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) path += std::string("/") + kTokenizerFile;
+  VT_ASSIGN_OR_RETURN(std::string text, read_file(path, "tokenizer file"));
+  auto bad = [&](const std::string& what) {
+    return absl::DataLossError(absl::StrCat(path, ": ", what,
+                                            "; the file is corrupt or not written by vtrain prepare"));
+  };
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return bad("not valid JSON");
+  if (j.value("format", "") != "vtrain-tokenizer") return bad("missing \"format\": \"vtrain-tokenizer\"");
+  if (j.value("version", 0) != 1) return bad("unsupported version (expected 1)");
+  try {
+    const std::string kind = j.at("kind").get<std::string>();
+    std::vector<std::string> tokens;
+    for (const auto& b64 : j.at("tokens")) {
+      std::string bytes;
+      if (!absl::Base64Unescape(b64.get<std::string>(), &bytes)) return bad("a token is not base64");
+      tokens.push_back(std::move(bytes));
+    }
+    // Specials sorted by id; they must directly follow the regular tokens.
+    std::vector<std::string> specials(j.at("specials").size());
+    for (const auto& [name, id] : j.at("specials").items()) {
+      int64_t k = id.get<int64_t>() - static_cast<int64_t>(tokens.size());
+      if (k < 0 || k >= static_cast<int64_t>(specials.size())) return bad("special id out of range");
+      specials[k] = name;
+    }
+    std::unique_ptr<Tokenizer> tok;
+    if (kind == "bytes") {
+      tok = make_byte_tokenizer();
+      if (tok->num_regular() != static_cast<int32_t>(tokens.size()) || tok->special_names() != specials) {
+        return bad("a bytes tokenizer must have 256 tokens and the <|bos|> special");
+      }
+      return tok;
+    }
+    if (kind != "bpe" && kind != "tiktoken") return bad("unknown kind '" + kind + "'");
+    std::vector<BpeMerge> merges;
+    if (j.contains("merges")) {
+      for (const auto& m : j.at("merges")) merges.push_back({m.at(0), m.at(1), m.at(2)});
+    }
+    auto t = BpeTokenizer::create(kind, std::move(tokens), std::move(specials),
+                                  j.at("pattern").get<std::string>(), std::move(merges),
+                                  j.value("source", ""));
+    if (!t.ok()) return bad(std::string(t.status().message()));
+    return std::unique_ptr<Tokenizer>(std::move(t).value());
+  } catch (const nlohmann::json::exception& e) {
+    return bad(std::string("unexpected structure (") + e.what() + ")");
+  }
+}
+
+std::vector<int32_t> token_bytes_table(const Tokenizer& tok) {
+  std::vector<int32_t> out(tok.vocab_size());
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) out[id] = tok.token_bytes(id);
+  return out;
+}
+
+}  // namespace vt::data
