@@ -18,8 +18,9 @@ int64_t rows_of(const Tensor& t) { return t.numel() / t.dim(-1); }
 
 void matmul(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate) {
   require_cpu(x, "matmul");
-  const int64_t M = rows_of(x), K = x.dim(-1), N = w.dim(-1);
-  VT_CHECK_MSG(w.numel() == K * N && y.numel() == M * N,
+  VT_CHECK(w.ndim() == 2);
+  const int64_t K = w.dim(0), N = w.dim(1), M = x.numel() / K;
+  VT_CHECK_MSG(x.numel() == M * K && y.numel() == M * N,
                "matmul shapes x" << shape_str(x.shape()) << " w" << shape_str(w.shape()) << " y"
                                  << shape_str(y.shape()));
   cpu::gemm<float>(false, false, M, N, K, 1.0f, x.f32(), K, w.f32(), N, accumulate ? 1.0f : 0.0f,
@@ -28,8 +29,9 @@ void matmul(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate) 
 
 void matmul_dx(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate) {
   require_cpu(dy, "matmul_dx");
-  const int64_t M = rows_of(dy), N = dy.dim(-1), K = dx.dim(-1);
-  VT_CHECK_MSG(w.numel() == K * N && dx.numel() == M * K,
+  VT_CHECK(w.ndim() == 2);
+  const int64_t K = w.dim(0), N = w.dim(1), M = dy.numel() / N;
+  VT_CHECK_MSG(dy.numel() == M * N && dx.numel() == M * K,
                "matmul_dx shapes dy" << shape_str(dy.shape()) << " w" << shape_str(w.shape())
                                      << " dx" << shape_str(dx.shape()));
   cpu::gemm<float>(false, true, M, K, N, 1.0f, dy.f32(), N, w.f32(), N, accumulate ? 1.0f : 0.0f,
@@ -38,8 +40,9 @@ void matmul_dx(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumul
 
 void matmul_dw(const Tensor& x, const Tensor& dy, const Tensor& dw) {
   require_cpu(x, "matmul_dw");
-  const int64_t M = rows_of(x), K = x.dim(-1), N = dy.dim(-1);
-  VT_CHECK_MSG(rows_of(dy) == M && dw.numel() == K * N,
+  VT_CHECK(dw.ndim() == 2);
+  const int64_t K = dw.dim(0), N = dw.dim(1), M = x.numel() / K;
+  VT_CHECK_MSG(x.numel() == M * K && dy.numel() == M * N,
                "matmul_dw shapes x" << shape_str(x.shape()) << " dy" << shape_str(dy.shape())
                                     << " dw" << shape_str(dw.shape()));
   cpu::gemm<float>(true, false, K, N, M, 1.0f, x.f32(), K, dy.f32(), N, 1.0f, dw.f32(), N);

@@ -1,6 +1,6 @@
 // The op interface the model calls: tensor-level wrappers that check shapes and dispatch on the
 // tensor's device to a backend (today the CPU kernels of cpu_kernels.h; the CUDA backend plugs
-// in here). Matrices are the tensor viewed as (numel / last dim, last dim).
+// in here). Weights are 2-D (K, N); activations are any tensor viewed as (numel / K, K) rows.
 #pragma once
 #include "core/tensor.h"
 

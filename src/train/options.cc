@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "data/tokenizer.h"
 
 namespace vt {
