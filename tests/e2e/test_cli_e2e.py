@@ -1,0 +1,129 @@
+"""End to end through the vtrain CLI: prepare -> train -> eval -> generate on a small corpus,
+the loss falls, the KV cache follows the value mode, and user errors give clear messages and a
+non-zero exit instead of crashes."""
+import json
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+BUILD = os.environ.get("VTRAIN_BUILD", "build")
+VTRAIN = os.path.join(BUILD, "vtrain")
+TINY = ["--layers", "2", "--dim", "64", "--heads", "2", "--seq-len", "64", "--window", "32"]
+
+
+def run(*args, ok=True, timeout=600):
+    r = subprocess.run([VTRAIN, *map(str, args)], capture_output=True, text=True, errors="replace", timeout=timeout)
+    if ok:
+        assert r.returncode == 0, f"vtrain {' '.join(map(str, args))} failed:\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    text = subprocess.run(["bible", "Gen1:1-Gen20:18"], capture_output=True, text=True).stdout
+    assert len(text) > 50_000, "the bible-kjv package is needed (scripts/setup.sh installs it)"
+    (d / "genesis.txt").write_text(text)
+    return d
+
+
+@pytest.fixture(scope="module")
+def datadir(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("data") / "gen"
+    run("prepare", "--input", corpus / "genesis.txt", "--out", out, "--tokenizer", "bpe:512",
+        "--val-fraction", "0.1")
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(datadir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    r = run("train", "--data", datadir, *TINY, "--value", "bov", "--micro-batch", "4",
+            "--steps", "60", "--eval-every", "30", "--eval-tokens", "4096", "--ckpt-dir",
+            out / "ckpt", "--metrics", out / "m.jsonl", "--log-every", "10", "--seed", "3")
+    return out, r
+
+
+def test_training_loss_falls(trained):
+    out, r = trained
+    rows = [json.loads(l) for l in open(out / "m.jsonl")]
+    train = [x for x in rows if "loss" in x]
+    evals = [x for x in rows if "val_bpb" in x]
+    assert len(train) == 60 and [x["step"] for x in train] == list(range(1, 61))
+    first, last = train[0]["loss"], np.mean([x["loss"] for x in train[-5:]])
+    assert first == pytest.approx(np.log(512), abs=0.3)  # uniform at init
+    assert last < first - 1.5, (first, last)
+    assert evals[-1]["val_bpb"] < evals[0]["val_bpb"] - 0.3
+    for x in train:
+        assert set(x) >= {"step", "loss", "lr", "tokens", "tok_per_s", "mfu"}
+    assert re.search(r"step 60/60 \| loss [0-9.]+ \| lr .* tok/s \| mfu .* \| eta", r.stdout)
+
+
+def test_eval_matches_training_eval(trained, datadir):
+    out, _ = trained
+    ckpt = out / "ckpt" / (out / "ckpt" / "latest").read_text().strip()
+    r = run("eval", "--ckpt", ckpt, "--data", datadir, "--tokens", "4096")
+    m = re.search(r"val loss ([0-9.]+) \| val bpb ([0-9.]+)", r.stdout)
+    evals = [json.loads(l) for l in open(out / "m.jsonl") if "val_bpb" in l]
+    assert float(m.group(2)) == pytest.approx(evals[-1]["val_bpb"], abs=1e-3)
+    assert float(m.group(1)) == pytest.approx(evals[-1]["val_loss"], abs=1e-3)
+
+
+def test_generate_and_kv_cache(trained, datadir, tmp_path):
+    out, _ = trained
+    ckpt = out / "ckpt" / (out / "ckpt" / "latest").read_text().strip()
+    r = run("generate", "--ckpt", ckpt, "--prompt", "And God said", "--max-tokens", "20", "--seed", "1")
+    assert r.stdout.startswith("And God said") and len(r.stdout) > len("And God said") + 5
+    bov = int(re.search(r"kv-cache: (\d+) bytes/token \(a standard K\+V cache: (\d+)", r.stderr).group(1))
+    std = int(re.search(r"standard K\+V cache: (\d+)", r.stderr).group(1))
+    # 2 layers, last third = layer 1 holds keys only, plus one token id.
+    kv = 2 * 32 * 4  # kv heads x hd x fp32
+    assert std == 2 * 2 * kv and bov == 2 * kv + kv + 4
+    # A baseline model keeps the full cache.
+    run("train", "--data", datadir, *TINY, "--value", "baseline", "--steps", "1",
+        "--micro-batch", "1", "--ckpt-dir", tmp_path / "b")
+    r = run("generate", "--ckpt", tmp_path / "b" / "step_00000001.h5", "--prompt", "In", "--max-tokens", "2")
+    assert "kv-cache: %d bytes/token" % std in r.stderr
+
+
+def expect_error(args, pattern):
+    r = run(*args, ok=False)
+    assert r.returncode != 0 and r.returncode < 128, (r.returncode, r.stderr)
+    assert re.search(pattern, r.stderr), r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+
+
+def test_user_errors_are_clear(datadir, tmp_path):
+    expect_error(["train", "--data", datadir, "--layers", "2", "--dim", "64", "--heads", "3"],
+                 r"heads|divide")
+    expect_error(["train", "--data", datadir, *TINY, "--value", "resformer"], r"unknown value mode 'resformer'")
+    expect_error(["train", "--data", datadir, *TINY, "--value", "v1", "--value-layers", "1,7"],
+                 r"layer 7 is out of range")
+    expect_error(["train", "--data", tmp_path / "nope"], r"not a directory")
+    expect_error(["train", "--data", datadir, "--bogus", "1"], r"unknown flag --bogus")
+    expect_error(["train", "--data", datadir, *TINY, "--global-batch", "100"], r"not a multiple")
+    expect_error(["prepare", "--input", tmp_path / "missing.txt", "--out", tmp_path / "d",
+                  "--tokenizer", "bytes"], r"missing\.txt")
+    expect_error(["eval", "--ckpt", tmp_path / "none.h5", "--data", datadir], r"none\.h5")
+    expect_error(["frobnicate"], r"unknown command")
+
+
+def test_corrupt_data_is_refused(datadir, tmp_path):
+    import shutil
+    bad = tmp_path / "bad"
+    shutil.copytree(datadir, bad)
+    shard = bad / "train_000000.bin"
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) - 10])  # truncated
+    expect_error(["train", "--data", bad, *TINY, "--steps", "1"], r"train_000000\.bin")
+    # A token id outside the vocabulary.
+    shard.write_bytes(data)
+    arr = np.frombuffer(data, dtype=np.uint8).copy()
+    tokens = arr[1024:].view(np.uint16)
+    tokens[5] = 60000
+    shard.write_bytes(arr.tobytes())
+    expect_error(["train", "--data", bad, *TINY, "--steps", "2", "--micro-batch", "1"],
+                 r"60000|vocabulary")
