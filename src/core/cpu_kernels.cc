@@ -1,0 +1,316 @@
+// CPU reference kernels declared in cpu_kernels.h, except attention (cpu_attention.cc):
+// GEMM through OpenBLAS, RMSNorm, RoPE, relu^2, vocab-sliced soft-capped cross-entropy and the
+// row-sharded embedding gather / scatter-add. All kernels are deterministic: OpenMP splits
+// independent rows (or column chunks), every output element is written by exactly one thread,
+// and every reduction runs in a fixed order (accumulated in double for float inputs).
+#include "core/cpu_kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+
+namespace vt::cpu {
+namespace {
+
+// Below this many elements a kernel runs on the calling thread (OpenMP start-up costs more).
+constexpr int64_t kParallelMin = 1 << 14;
+
+inline CBLAS_TRANSPOSE blas_trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
+
+inline void blas_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                      const float* B, int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, blas_trans(ta), blas_trans(tb), M, N, K, alpha, A, lda, B, ldb, beta,
+              C, ldc);
+}
+inline void blas_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A,
+                      int lda, const double* B, int ldb, double beta, double* C, int ldc) {
+  cblas_dgemm(CblasRowMajor, blas_trans(ta), blas_trans(tb), M, N, K, alpha, A, lda, B, ldb, beta,
+              C, ldc);
+}
+
+inline bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// GEMM
+
+template <class T>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  VT_CHECK(fits_int(M) && fits_int(N) && fits_int(K) && fits_int(lda) && fits_int(ldb) &&
+           fits_int(ldc));
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // C = beta * C; BLAS implementations disagree on this corner
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
+    return;
+  }
+  VT_CHECK(lda >= std::max<int64_t>(1, trans_a ? M : K));
+  VT_CHECK(ldb >= std::max<int64_t>(1, trans_b ? K : N));
+  VT_CHECK(ldc >= std::max<int64_t>(1, N));
+  blas_gemm(trans_a, trans_b, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+            int(ldc));
+}
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm (no weight)
+
+template <class T>
+void rmsnorm_forward(const T* x, T* y, T* rstd, int64_t rows, int64_t C, T scale, double eps) {
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * C;
+    T* yr = y + r * C;
+    double ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t c = 0; c < C; ++c) ss += double(xr[c]) * double(xr[c]);
+    const double rs = 1.0 / std::sqrt(ss / double(C) + eps);
+    rstd[r] = T(rs);
+    const T f = T(double(scale) * rs);
+    for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * f;
+  }
+}
+
+template <class T>
+void rmsnorm_backward(const T* x, const T* rstd, const T* dy, T* dx, int64_t rows, int64_t C,
+                      T scale, bool accumulate) {
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * C;
+    const T* dyr = dy + r * C;
+    T* dxr = dx + r * C;
+    double dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t c = 0; c < C; ++c) dot += double(dyr[c]) * double(xr[c]);
+    const double rs = double(rstd[r]);
+    const T a = T(double(scale) * rs);
+    const T b = T(rs * rs * dot / double(C));
+    if (accumulate) {
+      for (int64_t c = 0; c < C; ++c) dxr[c] += a * (dyr[c] - xr[c] * b);
+    } else {
+      for (int64_t c = 0; c < C; ++c) dxr[c] = a * (dyr[c] - xr[c] * b);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RoPE (rotate-half pairing)
+
+namespace {
+
+// cos / sin tables (Tn, hd/2), angles computed in double.
+template <class T>
+void rope_tables(int64_t Tn, int64_t hd, double base, int64_t pos_offset, std::vector<T>& cs,
+                 std::vector<T>& sn) {
+  const int64_t half = hd / 2;
+  std::vector<double> inv_freq(half);
+  for (int64_t j = 0; j < half; ++j) inv_freq[j] = std::pow(base, -2.0 * double(j) / double(hd));
+  cs.resize(Tn * half);
+  sn.resize(Tn * half);
+  for (int64_t t = 0; t < Tn; ++t) {
+    for (int64_t j = 0; j < half; ++j) {
+      const double a = double(t + pos_offset) * inv_freq[j];
+      cs[t * half + j] = T(std::cos(a));
+      sn[t * half + j] = T(std::sin(a));
+    }
+  }
+}
+
+// sign = +1: forward rotation; sign = -1: the transpose (inverse rotation).
+template <class T>
+void rope_apply(const T* x, T* y, int64_t B, int64_t Tn, int64_t heads, int64_t hd, double base,
+                int64_t pos_offset, T sign) {
+  VT_CHECK_MSG(hd % 2 == 0, "rope needs an even head dim, got " << hd);
+  const int64_t half = hd / 2;
+  std::vector<T> cs, sn;
+  rope_tables(Tn, hd, base, pos_offset, cs, sn);
+  const int64_t rows = B * Tn;
+#pragma omp parallel for schedule(static) if (rows * heads * hd >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r % Tn;
+    const T* c = cs.data() + t * half;
+    const T* s = sn.data() + t * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      const T* xh = x + (r * heads + h) * hd;
+      T* yh = y + (r * heads + h) * hd;
+      for (int64_t j = 0; j < half; ++j) {
+        const T a = xh[j], b = xh[j + half], sj = sign * s[j];
+        yh[j] = a * c[j] - b * sj;
+        yh[j + half] = b * c[j] + a * sj;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void rope_forward(const T* x, T* y, int64_t B, int64_t Tn, int64_t heads, int64_t hd, double base,
+                  int64_t pos_offset) {
+  rope_apply(x, y, B, Tn, heads, hd, base, pos_offset, T(1));
+}
+
+template <class T>
+void rope_backward(const T* dy, T* dx, int64_t B, int64_t Tn, int64_t heads, int64_t hd,
+                   double base, int64_t pos_offset) {
+  rope_apply(dy, dx, B, Tn, heads, hd, base, pos_offset, T(-1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// relu^2
+
+template <class T>
+void relu2_forward(const T* x, T* y, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const T r = x[i] > T(0) ? x[i] : T(0);
+    y[i] = r * r;
+  }
+}
+
+template <class T>
+void relu2_backward(const T* x, const T* dy, T* dx, int64_t n, bool accumulate) {
+  if (accumulate) {
+#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      const T r = x[i] > T(0) ? x[i] : T(0);
+      dx[i] += T(2) * r * dy[i];
+    }
+  } else {
+#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      const T r = x[i] > T(0) ? x[i] : T(0);
+      dx[i] = T(2) * r * dy[i];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Soft-capped, vocabulary-sliced cross-entropy
+
+template <class T>
+void xent_partial_forward(const T* logits, int64_t N, int64_t ld, int64_t n_valid,
+                          int64_t col_offset, const int32_t* targets, T cap, T* row_max,
+                          T* row_sumexp, T* target_z) {
+  VT_CHECK(n_valid >= 0 && n_valid <= ld);
+  VT_CHECK(cap > T(0));
+  const T inv_cap = T(1) / cap;
+#pragma omp parallel if (N * n_valid >= kParallelMin)
+  {
+    std::vector<T> z(n_valid);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* l = logits + n * ld;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t c = 0; c < n_valid; ++c) {
+        z[c] = cap * std::tanh(l[c] * inv_cap);
+        mx = std::max(mx, z[c]);
+      }
+      double sum = 0;
+      for (int64_t c = 0; c < n_valid; ++c) sum += double(std::exp(z[c] - mx));
+      row_max[n] = mx;
+      row_sumexp[n] = T(sum);
+      const int64_t tc = int64_t(targets[n]) - col_offset;
+      target_z[n] = (tc >= 0 && tc < n_valid) ? z[tc] : T(0);
+    }
+  }
+}
+
+template <class T>
+void xent_backward(const T* logits, int64_t N, int64_t ld, int64_t n_valid, int64_t col_offset,
+                   const int32_t* targets, T cap, const T* lse, const T* dloss, T* dlogits) {
+  VT_CHECK(n_valid >= 0 && n_valid <= ld);
+  VT_CHECK(cap > T(0));
+  const T inv_cap = T(1) / cap;
+#pragma omp parallel for schedule(static) if (N * n_valid >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* l = logits + n * ld;
+    T* d = dlogits + n * ld;
+    const T g = dloss[n], m = lse[n];
+    for (int64_t c = 0; c < n_valid; ++c) {
+      const T th = std::tanh(l[c] * inv_cap);
+      const T p = std::exp(cap * th - m);
+      d[c] = g * p * (T(1) - th * th);
+    }
+    const int64_t tc = int64_t(targets[n]) - col_offset;
+    if (tc >= 0 && tc < n_valid) {
+      const T th = std::tanh(l[tc] * inv_cap);
+      d[tc] -= g * (T(1) - th * th);
+    }
+    for (int64_t c = n_valid; c < ld; ++c) d[c] = T(0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row-sharded embedding
+
+template <class T>
+void embedding_forward(const T* table, int64_t row_begin, int64_t rows, int64_t C,
+                       const int32_t* ids, int64_t N, T* out) {
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t r = int64_t(ids[n]) - row_begin;
+    if (r >= 0 && r < rows) {
+      std::memcpy(out + n * C, table + r * C, sizeof(T) * C);
+    } else {
+      std::fill(out + n * C, out + (n + 1) * C, T(0));
+    }
+  }
+}
+
+// Threads own disjoint column chunks and each walks the ids in order n = 0..N-1, so every
+// element of dtable receives its contributions in the same order whatever the thread count.
+template <class T>
+void embedding_backward(const T* dout, const int32_t* ids, int64_t N, int64_t row_begin,
+                        int64_t rows, int64_t C, T* dtable) {
+  constexpr int64_t kChunk = 64;
+  const int64_t chunks = (C + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin && chunks > 1)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t c0 = ch * kChunk, c1 = std::min(C, c0 + kChunk);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t r = int64_t(ids[n]) - row_begin;
+      if (r < 0 || r >= rows) continue;
+      T* dst = dtable + r * C;
+      const T* src = dout + n * C;
+      for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Explicit instantiations
+
+#define VT_INSTANTIATE_CPU_KERNELS(T)                                                            \
+  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*,   \
+                        int64_t, T, T*, int64_t);                                                \
+  template void rmsnorm_forward<T>(const T*, T*, T*, int64_t, int64_t, T, double);               \
+  template void rmsnorm_backward<T>(const T*, const T*, const T*, T*, int64_t, int64_t, T, bool); \
+  template void rope_forward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, double,        \
+                                int64_t);                                                        \
+  template void rope_backward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, double,       \
+                                 int64_t);                                                       \
+  template void relu2_forward<T>(const T*, T*, int64_t);                                         \
+  template void relu2_backward<T>(const T*, const T*, T*, int64_t, bool);                        \
+  template void xent_partial_forward<T>(const T*, int64_t, int64_t, int64_t, int64_t,            \
+                                        const int32_t*, T, T*, T*, T*);                          \
+  template void xent_backward<T>(const T*, int64_t, int64_t, int64_t, int64_t, const int32_t*,  \
+                                 T, const T*, const T*, T*);                                     \
+  template void embedding_forward<T>(const T*, int64_t, int64_t, int64_t, const int32_t*,        \
+                                     int64_t, T*);                                               \
+  template void embedding_backward<T>(const T*, const int32_t*, int64_t, int64_t, int64_t,       \
+                                      int64_t, T*);
+
+VT_INSTANTIATE_CPU_KERNELS(float)
+VT_INSTANTIATE_CPU_KERNELS(double)
+#undef VT_INSTANTIATE_CPU_KERNELS
+
+}  // namespace vt::cpu
