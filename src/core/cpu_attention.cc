@@ -19,10 +19,13 @@
 // to one thread for the duration of the call and restores it afterwards (the blocks' GEMMs are
 // too small to gain from BLAS threads, and serial BLAS keeps results independent of the thread
 // count). The OpenMP build of OpenBLAS already runs serially inside a parallel region.
+// Note the setting is process-wide: no other thread should call BLAS during attention.
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -77,6 +80,89 @@ struct Block {
   int64_t hi(int64_t t) const { return t - s0; }
 };
 
+// Row kernels of the softmax: max, x = exp(x - shift) (+ its sum). The double versions are
+// plain loops with std::exp (reference precision, used by the float64 tests). The float
+// versions use GCC/Clang vector extensions (the compiler will not vectorize an exp loop by
+// itself): a Cephes-style range reduction + degree-6 polynomial, about 1 ulp, inputs below -87
+// clamped (exp(-87) ~ 1.6e-38). Sums and maxima use two 4-lane accumulators combined in a fixed
+// order, so results are deterministic.
+template <class T>
+T row_max(const T* x, int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+template <class T>
+T exp_shift_sum(T* x, int64_t n, T shift) {
+  T sum = 0;
+  for (int64_t j = 0; j < n; ++j) sum += (x[j] = std::exp(x[j] - shift));
+  return sum;
+}
+
+using v4f = float __attribute__((vector_size(16)));
+using v4i = int32_t __attribute__((vector_size(16)));
+inline v4f splat(float a) { return v4f{a, a, a, a}; }
+inline v4f load4(const float* p) {
+  v4f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store4(float* p, v4f v) { std::memcpy(p, &v, sizeof v); }
+
+inline v4f exp4(v4f x) {
+  x = x < splat(-87.0f) ? splat(-87.0f) : x;
+  const v4f n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln 2)
+  const v4f r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  v4f p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const v4f e = p * r * r + r + 1.0f;
+  const v4i two_n = (__builtin_convertvector(n, v4i) + 127) << 23;
+  return e * std::bit_cast<v4f>(two_n);
+}
+
+template <>
+float row_max<float>(const float* x, int64_t n) {
+  v4f a = splat(-std::numeric_limits<float>::infinity()), b = a;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const v4f u = load4(x + j), w = load4(x + j + 4);
+    a = u > a ? u : a;
+    b = w > b ? w : b;
+  }
+  a = b > a ? b : a;
+  float m = std::max(std::max(a[0], a[1]), std::max(a[2], a[3]));
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+template <>
+float exp_shift_sum<float>(float* x, int64_t n, float shift) {
+  v4f a = splat(0.0f), b = a;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const v4f u = exp4(load4(x + j) - shift), w = exp4(load4(x + j + 4) - shift);
+    store4(x + j, u);
+    store4(x + j + 4, w);
+    a += u;
+    b += w;
+  }
+  a += b;
+  float sum = (a[0] + a[1]) + (a[2] + a[3]);
+  for (; j < n; j += 4) {  // tail: up to 7 values, padded to whole vectors
+    const int64_t m = std::min<int64_t>(4, n - j);
+    v4f u = splat(0.0f);
+    std::memcpy(&u, x + j, sizeof(float) * m);
+    u = exp4(u - shift);
+    std::memcpy(x + j, &u, sizeof(float) * m);
+    for (int64_t l = 0; l < m; ++l) sum += u[l];
+  }
+  return sum;
+}
+
 // Zero the columns of a scratch row outside [lo, hi].
 template <class T>
 inline void zero_outside(T* row, int64_t lo, int64_t hi, int64_t span) {
@@ -90,7 +176,8 @@ template <class T>
 void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse, const AttnShape& s,
                        T scale) {
   check_shape(s);
-  const int64_t B = s.B, Tn = s.T, H = s.H, Hkv = s.Hkv, hd = s.hd, W = s.window;
+  const int64_t B = s.B, Tn = s.T, H = s.H, Hkv = s.Hkv, hd = s.hd;
+  const int64_t W = std::min(s.window, Tn);  // any window >= T is full causal
   const int64_t group = H / Hkv, ldq = H * hd, ldk = Hkv * hd;
   const int64_t nblk = (Tn + kBlock - 1) / kBlock;
   const int64_t max_span = std::min(Tn, kBlock + W - 1);
@@ -115,15 +202,10 @@ void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse, const
       for (int64_t i = 0; i < bq; ++i) {
         const int64_t t = bl.t0 + i, lo = bl.lo(t, W), hi = bl.hi(t);
         T* row = P + i * span;
-        T mx = -std::numeric_limits<T>::infinity();
-        for (int64_t j = lo; j <= hi; ++j) mx = std::max(mx, row[j]);
-        T sum = 0;
-        for (int64_t j = lo; j <= hi; ++j) {
-          const T e = std::exp(row[j] - mx);
-          row[j] = e;
-          sum += e;
-        }
+        const T mx = row_max(row + lo, hi - lo + 1);
+        const T sum = exp_shift_sum(row + lo, hi - lo + 1, mx);
         const T inv = T(1) / sum;
+#pragma omp simd
         for (int64_t j = lo; j <= hi; ++j) row[j] *= inv;
         zero_outside(row, lo, hi, span);
         lse_bh[t] = mx + std::log(sum);
@@ -138,7 +220,8 @@ template <class T>
 void attention_backward(const T* q, const T* k, const T* v, const T* out, const T* lse,
                         const T* dout, T* dq, T* dk, T* dv, const AttnShape& s, T scale) {
   check_shape(s);
-  const int64_t B = s.B, Tn = s.T, H = s.H, Hkv = s.Hkv, hd = s.hd, W = s.window;
+  const int64_t B = s.B, Tn = s.T, H = s.H, Hkv = s.Hkv, hd = s.hd;
+  const int64_t W = std::min(s.window, Tn);  // any window >= T is full causal
   const int64_t group = H / Hkv, ldq = H * hd, ldk = Hkv * hd;
   const int64_t nblk = (Tn + kBlock - 1) / kBlock;
   const int64_t max_span = std::min(Tn, kBlock + W - 1);
@@ -169,7 +252,7 @@ void attention_backward(const T* q, const T* k, const T* v, const T* out, const 
             const int64_t t = bl.t0 + i, lo = bl.lo(t, W), hi = bl.hi(t);
             T* row = P + i * span;
             const T m = lse_bh[t];
-            for (int64_t j = lo; j <= hi; ++j) row[j] = std::exp(row[j] - m);
+            exp_shift_sum(row + lo, hi - lo + 1, m);
             zero_outside(row, lo, hi, span);
             const T* o = out + qoff + i * ldq;
             const T* d_o = dout + qoff + i * ldq;
@@ -185,6 +268,7 @@ void attention_backward(const T* q, const T* k, const T* v, const T* out, const 
             const T* prow = P + i * span;
             T* row = dS + i * span;
             const T di = D[i];
+#pragma omp simd
             for (int64_t j = lo; j <= hi; ++j) row[j] = prow[j] * (row[j] - di) * scale;
             zero_outside(row, lo, hi, span);
           }
