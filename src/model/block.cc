@@ -70,14 +70,9 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts) const {
   if (bundle.values.empty()) bundle.values.resize(cfg_.n_layer);
   acts.x0 = bundle.x0;
   if (plus_logits_ >= 0) {
-    // coef_k = s * softmax(logits)_k with s = L (fixed).
     const Tensor logits = P(plus_logits_);
     const int64_t n = logits.numel();
-    double mx = -1e300, sum = 0.0;
-    for (int64_t k = 0; k < n; ++k) mx = std::max(mx, static_cast<double>(logits.f32()[k]));
-    acts.plus_coef.assign(n, 0.0);
-    for (int64_t k = 0; k < n; ++k) sum += (acts.plus_coef[k] = std::exp(logits.f32()[k] - mx));
-    for (auto& c : acts.plus_coef) c = cfg_.n_layer * c / sum;
+    acts.plus_coef = resformer_plus_coefficients(cfg_, logits.f32(), n);
     acts.plus_dcoef.assign(n, 0.0);
   }
   for (int i = begin_; i < end_; ++i) block_forward(i, bundle, acts, acts.blocks[i - begin_]);

@@ -21,11 +21,7 @@ Decoder::Decoder(const GPT& model, int max_len)
   keeps_ids_ = cfg_.value_mode == ValueMode::kBov && !cfg_.target_layers.empty();
   if (cfg_.value_mode == ValueMode::kResformerPlus) {
     const Tensor logits = model_.store()->param("value_plus.logits");
-    double mx = -1e300, sum = 0;
-    for (int64_t k = 0; k < logits.numel(); ++k) mx = std::max<double>(mx, logits.f32()[k]);
-    for (int64_t k = 0; k < logits.numel(); ++k)
-      plus_coef_.push_back(std::exp(logits.f32()[k] - mx)), sum += plus_coef_.back();
-    for (auto& c : plus_coef_) c = cfg_.n_layer * c / sum;
+    plus_coef_ = resformer_plus_coefficients(cfg_, logits.f32(), logits.numel());
   }
 }
 

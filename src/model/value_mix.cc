@@ -1,11 +1,22 @@
 // Forward value mixing per mode (see value_mix.h).
 #include "model/value_mix.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/cpu_kernels.h"
 
 namespace vt {
+
+std::vector<double> resformer_plus_coefficients(const ModelConfig& cfg, const float* logits,
+                                                int64_t n) {
+  double mx = -1e300, sum = 0.0;
+  for (int64_t k = 0; k < n; ++k) mx = std::max(mx, static_cast<double>(logits[k]));
+  std::vector<double> coef(n);
+  for (int64_t k = 0; k < n; ++k) sum += (coef[k] = std::exp(logits[k] - mx));
+  for (auto& c : coef) c = cfg.n_layer * c / sum;
+  return coef;
+}
 
 void value_mix_forward(const ModelConfig& cfg, const LayerParams& lp, const ParamStore& store,
                        int layer, const ValueSources& src, int64_t N, int kv_heads, float* v,

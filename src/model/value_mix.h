@@ -22,6 +22,10 @@ struct ValueSources {
   double plus_coef = 0.0;           // resformer-plus: s * softmax(logits)[k]
 };
 
+// resformer-plus: coef_k = s * softmax(logits)_k with the fixed scale s = L.
+std::vector<double> resformer_plus_coefficients(const ModelConfig& cfg, const float* logits,
+                                                int64_t n);
+
 // v (N, K) for layer `layer` (which must be a target). K = kv_heads * hd. For value-embed,
 // gate_out (N, kv_heads) receives the gate values 3*sigmoid(z).
 void value_mix_forward(const ModelConfig& cfg, const LayerParams& lp, const ParamStore& store,

@@ -9,24 +9,12 @@
 #include "core/rng.h"
 #include "model/decode.h"
 #include "model/gpt.h"
+#include "model_test_util.h"
 
 namespace vt {
 namespace {
 
-ModelConfig tiny(ValueMode mode) {
-  ModelConfig c;
-  c.n_layer = 6;
-  c.n_embd = 64;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.head_dim = 16;
-  c.vocab_size = 251;
-  c.seq_len = 24;
-  c.short_window = 8;
-  c.value_mode = mode;
-  EXPECT_TRUE(c.finalize().ok());
-  return c;
-}
+ModelConfig tiny(ValueMode mode) { return testing::tiny_config(mode, 24); }
 
 class DecodeModes : public ::testing::TestWithParam<ValueMode> {};
 

@@ -7,25 +7,13 @@
 #include "core/arena.h"
 #include "core/rng.h"
 #include "model/gpt.h"
+#include "model_test_util.h"
 #include "model/init.h"
 
 namespace vt {
 namespace {
 
-ModelConfig tiny(ValueMode mode) {
-  ModelConfig c;
-  c.n_layer = 6;
-  c.n_embd = 64;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.head_dim = 16;
-  c.vocab_size = 251;
-  c.seq_len = 32;
-  c.short_window = 8;
-  c.value_mode = mode;
-  EXPECT_TRUE(c.finalize().ok());
-  return c;
-}
+ModelConfig tiny(ValueMode mode) { return testing::tiny_config(mode); }
 
 struct Built {
   ParamStore store;
