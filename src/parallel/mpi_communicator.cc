@@ -1,0 +1,136 @@
+// MPI implementation of the Communicator interface.
+#include "parallel/mpi_communicator.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <vector>
+
+#include "core/check.h"
+
+namespace vt {
+
+namespace {
+// MPI counts are int: split large transfers into chunks.
+constexpr int64_t kChunk = INT_MAX / 8;
+
+int world_rank_or_zero() {
+  int init = 0;
+  MPI_Initialized(&init);
+  int r = 0;
+  if (init) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+}  // namespace
+
+void abort_job(const std::string& message, int code) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "vtrain: rank %d: %s\n", world_rank_or_zero(), message.c_str());
+  std::fflush(stderr);
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
+    : comm_(comm), name_(std::move(name)) {
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_size(comm_, &size_);
+  MPI_Comm_rank(comm_, &rank_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::check(int err, const char* op) const {
+  if (err == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(err, msg, &len);
+  abort_job(std::string("MPI ") + op + " on the " + name_ + " group failed: " +
+            std::string(msg, len));
+}
+
+void MpiCommunicator::all_reduce_sum(float* data, int64_t n) {
+  for (int64_t o = 0; o < n; o += kChunk)
+    check(MPI_Allreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
+                        MPI_FLOAT, MPI_SUM, comm_),
+          "all-reduce");
+}
+
+void MpiCommunicator::all_reduce_sum(double* data, int64_t n) {
+  for (int64_t o = 0; o < n; o += kChunk)
+    check(MPI_Allreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
+                        MPI_DOUBLE, MPI_SUM, comm_),
+          "all-reduce");
+}
+
+void MpiCommunicator::all_reduce_max(float* data, int64_t n) {
+  for (int64_t o = 0; o < n; o += kChunk)
+    check(MPI_Allreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
+                        MPI_FLOAT, MPI_MAX, comm_),
+          "all-reduce(max)");
+}
+
+void MpiCommunicator::all_gather(const float* in, float* out, int64_t n) {
+  VT_CHECK_MSG(n <= kChunk, "all_gather of " << n << " elements is too large for one call");
+  check(MPI_Allgather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT,
+                      comm_),
+        "all-gather");
+}
+
+void MpiCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
+  VT_CHECK_MSG(n <= kChunk, "reduce_scatter of " << n << " elements is too large for one call");
+  check(MPI_Reduce_scatter_block(in, out, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_),
+        "reduce-scatter");
+}
+
+void MpiCommunicator::broadcast(float* data, int64_t n, int root) {
+  for (int64_t o = 0; o < n; o += kChunk)
+    check(MPI_Bcast(data + o, static_cast<int>(std::min(kChunk, n - o)), MPI_FLOAT, root, comm_),
+          "broadcast");
+}
+
+void MpiCommunicator::send(const float* data, int64_t n, int peer, int tag) {
+  for (int64_t o = 0; o < n; o += kChunk)
+    check(MPI_Send(data + o, static_cast<int>(std::min(kChunk, n - o)), MPI_FLOAT, peer, tag,
+                   comm_),
+          "send");
+}
+
+void MpiCommunicator::recv(float* data, int64_t n, int peer, int tag) {
+  for (int64_t o = 0; o < n; o += kChunk)
+    check(MPI_Recv(data + o, static_cast<int>(std::min(kChunk, n - o)), MPI_FLOAT, peer, tag,
+                   comm_, MPI_STATUS_IGNORE),
+          "recv");
+}
+
+void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "barrier"); }
+
+MpiCommunicator* MpiCommunicator::split(int color, int key, const std::string& name) const {
+  MPI_Comm out;
+  check(MPI_Comm_split(comm_, color, key, &out), "comm split");
+  return new MpiCommunicator(out, name);
+}
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) MPI_Init(argc, argv);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiSession::~MpiSession() {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin) MPI_Finalize();
+}
+
+}  // namespace vt

@@ -1,0 +1,61 @@
+// MpiCommunicator: the Communicator interface over an MPI communicator (CPU buffers). Every
+// call checks MPI's return code and aborts the whole job with a message naming this rank and
+// the operation, so a failing collective never leaves the job hanging. Also owns MPI start-up
+// and shut-down (MpiSession) for the vtrain binary and tests.
+#pragma once
+#include <mpi.h>
+
+#include <string>
+
+#include "parallel/communicator.h"
+
+namespace vt {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm` (freed in the destructor unless it is MPI_COMM_WORLD).
+  explicit MpiCommunicator(MPI_Comm comm, std::string name = "world");
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int size() const override { return size_; }
+  int rank() const override { return rank_; }
+  void all_reduce_sum(float* data, int64_t n) override;
+  void all_reduce_sum(double* data, int64_t n) override;
+  void all_reduce_max(float* data, int64_t n) override;
+  void all_gather(const float* in, float* out, int64_t n) override;
+  void reduce_scatter_sum(const float* in, float* out, int64_t n) override;
+  void broadcast(float* data, int64_t n, int root) override;
+  void send(const float* data, int64_t n, int peer, int tag) override;
+  void recv(float* data, int64_t n, int peer, int tag) override;
+  void barrier() override;
+
+  MPI_Comm comm() const { return comm_; }
+  const std::string& name() const { return name_; }
+  // Splits this group by `color`, ordering by `key`.
+  MpiCommunicator* split(int color, int key, const std::string& name) const;
+
+ private:
+  void check(int err, const char* op) const;
+  MPI_Comm comm_;
+  std::string name_;
+  int size_ = 1, rank_ = 0;
+};
+
+// MPI_Init / MPI_Finalize for a process; `world_rank()` works once constructed.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  int world_rank() const { return rank_; }
+  int world_size() const { return size_; }
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+// Ends every rank of the job with `message` (prefixed by this rank), exit code `code`.
+[[noreturn]] void abort_job(const std::string& message, int code = 2);
+
+}  // namespace vt

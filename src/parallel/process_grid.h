@@ -1,0 +1,57 @@
+// ProcessGrid: the dp x tp x pp layout of the job's ranks (DESIGN.md): tp varies fastest (TP
+// neighbours share a node), then dp, then pp (outermost). It validates the layout against the
+// world size and the model, and owns one communicator per axis plus the `stage` group (all
+// tp x dp ranks of one pipeline stage) used by the distributed optimizer.
+#pragma once
+#include <memory>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+#include "parallel/communicator.h"
+
+namespace vt {
+
+struct GridShape {
+  int tp = 1, dp = 1, pp = 1;
+  int world() const { return tp * dp * pp; }
+};
+
+struct GridCoords {
+  int tp = 0, dp = 0, pp = 0;
+};
+
+// Checks that tp * pp divides the world and that the model splits: heads, KV heads, MLP width and
+// padded vocabulary by tp, layers by pp (at least one layer per stage).
+absl::StatusOr<GridShape> make_grid_shape(int world_size, int tp, int pp, const ModelConfig& cfg);
+GridCoords grid_coords(const GridShape& g, int world_rank);
+int grid_rank(const GridShape& g, const GridCoords& c);
+// Contiguous layers [begin, end) of pipeline stage `stage`, as even as possible (earlier stages
+// take the remainder).
+std::pair<int, int> stage_layers(int n_layer, int pp, int stage);
+
+class ProcessGrid {
+ public:
+  // Splits `world` (which must outlive the grid) into the axis groups.
+  ProcessGrid(Communicator* world, const GridShape& shape);
+  ~ProcessGrid();
+
+  const GridShape& shape() const { return shape_; }
+  const GridCoords& coords() const { return coords_; }
+  Communicator* world() const { return world_; }
+  Communicator* tp() const { return tp_; }
+  Communicator* dp() const { return dp_; }
+  Communicator* pp() const { return pp_; }
+  Communicator* stage() const { return stage_; }
+  bool is_first_stage() const { return coords_.pp == 0; }
+  bool is_last_stage() const { return coords_.pp == shape_.pp - 1; }
+
+ private:
+  Communicator* world_;
+  GridShape shape_;
+  GridCoords coords_;
+  Communicator *tp_ = nullptr, *dp_ = nullptr, *pp_ = nullptr, *stage_ = nullptr;
+  std::vector<std::unique_ptr<Communicator>> owned_;
+};
+
+}  // namespace vt
