@@ -111,6 +111,9 @@ void GPT::register_params(ParamStore& store) {
     }
     layers_.push_back(lp);
   }
+  // Parameters shared by target layers of several stages live on every stage (replicated over
+  // the pipeline; the trainer sums their gradients over the pipeline group).
+  any_target = !cfg_.target_layers.empty();
   if (any_target && cfg_.value_mode == ValueMode::kResformerPlus)
     plus_logits_ = store.add("value_plus.logits", {static_cast<int64_t>(cfg_.target_layers.size())},
                              ParamGroup::kScalar);

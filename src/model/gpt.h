@@ -100,6 +100,10 @@ class GPT {
 
   // Which earlier layers' context values must be kept for later layers.
   bool keeps_value(int layer) const;
+  // Parameters replicated over pipeline stages (their gradients are summed over the pp group).
+  static bool is_pipeline_shared(const std::string& name) {
+    return name == "value_plus.logits" || name == "value.table";
+  }
   ParamStore* store() const { return store_; }
   const LayerParams& layer_params(int layer) const { return layers_.at(layer - begin_); }
 

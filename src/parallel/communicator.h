@@ -22,6 +22,12 @@ class Communicator {
   virtual void broadcast(float* data, int64_t n, int root) = 0;
   virtual void send(const float* data, int64_t n, int peer, int tag) = 0;
   virtual void recv(float* data, int64_t n, int peer, int tag) = 0;
+  // Starts a send of a copy of `data` and returns at once; wait_sends() completes all started
+  // sends. Messages to one peer with one tag arrive in order. Default: a blocking send.
+  virtual void send_async(const float* data, int64_t n, int peer, int tag) {
+    send(data, n, peer, tag);
+  }
+  virtual void wait_sends() {}
   virtual void barrier() = 0;
 };
 

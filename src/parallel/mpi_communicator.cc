@@ -110,6 +110,23 @@ void MpiCommunicator::recv(float* data, int64_t n, int peer, int tag) {
           "recv");
 }
 
+void MpiCommunicator::send_async(const float* data, int64_t n, int peer, int tag) {
+  VT_CHECK_MSG(n <= kChunk, "send_async of " << n << " elements is too large for one call");
+  pending_buf_.emplace_back(data, data + n);
+  pending_.emplace_back();
+  check(MPI_Isend(pending_buf_.back().data(), static_cast<int>(n), MPI_FLOAT, peer, tag, comm_,
+                  &pending_.back()),
+        "send");
+}
+
+void MpiCommunicator::wait_sends() {
+  if (pending_.empty()) return;
+  check(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE),
+        "send (wait)");
+  pending_.clear();
+  pending_buf_.clear();
+}
+
 void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "barrier"); }
 
 MpiCommunicator* MpiCommunicator::split(int color, int key, const std::string& name) const {

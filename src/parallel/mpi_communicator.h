@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 #include "parallel/communicator.h"
 
@@ -30,6 +31,8 @@ class MpiCommunicator final : public Communicator {
   void send(const float* data, int64_t n, int peer, int tag) override;
   void recv(float* data, int64_t n, int peer, int tag) override;
   void barrier() override;
+  void send_async(const float* data, int64_t n, int peer, int tag) override;
+  void wait_sends() override;
 
   MPI_Comm comm() const { return comm_; }
   const std::string& name() const { return name_; }
@@ -40,6 +43,8 @@ class MpiCommunicator final : public Communicator {
   void check(int err, const char* op) const;
   MPI_Comm comm_;
   std::string name_;
+  std::vector<MPI_Request> pending_;            // sends started by send_async
+  std::vector<std::vector<float>> pending_buf_; // their buffers, alive until wait_sends
   int size_ = 1, rank_ = 0;
 };
 

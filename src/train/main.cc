@@ -12,6 +12,7 @@
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
+#include "parallel/mpi_communicator.h"
 #include "train/evaluate.h"
 #include "train/options.h"
 #include "train/trainer.h"
@@ -70,8 +71,16 @@ absl::Status cmd_train(int argc, char** argv) {
       std::printf("%s", train_usage().c_str());
       return absl::OkStatus();
     }
-  VT_ASSIGN_OR_RETURN(TrainOptions o, parse_train_options(argc, argv, 2));
-  return run_train(o);
+  MpiSession mpi(&argc, &argv);
+  MpiCommunicator world(MPI_COMM_WORLD);
+  Communicator* comm = world.size() > 1 ? static_cast<Communicator*>(&world) : self_communicator();
+  absl::Status st = [&]() -> absl::Status {
+    VT_ASSIGN_OR_RETURN(TrainOptions o, parse_train_options(argc, argv, 2));
+    return run_train(o, comm);
+  }();
+  // On several ranks an error seen by one rank must end them all, not leave them waiting.
+  if (!st.ok() && world.size() > 1) abort_job(std::string(st.message()));
+  return st;
 }
 
 absl::Status cmd_eval(int argc, char** argv) {

@@ -17,6 +17,9 @@
 #include "model/flops.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/pipeline.h"
+#include "parallel/process_grid.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
 
@@ -58,7 +61,16 @@ absl::StatusOr<std::string> resume_path(const TrainOptions& o) {
   return p.string();
 }
 
-std::vector<NamedTensor> optimizer_tensors(const ParamStore& store, const optim::Optimizer& opt) {
+// The optimizer of a training run (single process for now; the distributed one slots in here).
+class TrainOptimizer : public optim::Optimizer {
+ public:
+  TrainOptimizer(ParamStore* store, optim::OptimizerConfig cfg, const ProcessGrid& grid)
+      : optim::Optimizer(store, std::move(cfg)) {
+    VT_CHECK_MSG(grid.shape().tp == 1, "the distributed optimizer is not in this build yet");
+  }
+};
+
+std::vector<NamedTensor> optimizer_tensors(const ParamStore& store, const TrainOptimizer& opt) {
   std::vector<NamedTensor> out;
   for (const ParamInfo& info : store.infos())
     for (const std::string& kind : opt.state_kinds(info.name))
@@ -66,19 +78,65 @@ std::vector<NamedTensor> optimizer_tensors(const ParamStore& store, const optim:
   return out;
 }
 
+// Gradients of parameters replicated over the pipeline are summed over it; then every
+// gradient is summed over the data-parallel replicas (grad_scale already divides by the
+// global batch).
+void sync_gradients(ParamStore& store, const ProcessGrid& grid) {
+  if (grid.shape().pp > 1)
+    for (int i = 0; i < store.size(); ++i)
+      if (GPT::is_pipeline_shared(store.info(i).name)) {
+        Tensor g = store.grad(i);
+        grid.pp()->all_reduce_sum(g.f32(), g.numel());
+      }
+  if (grid.shape().dp > 1) grid.dp()->all_reduce_sum(store.grad_data(), store.total_numel());
+}
+
+absl::Status save_training_state(const std::string& path, const ModelConfig& cfg,
+                                 const ParamStore& store, TrainOptimizer& opt,
+                                 const CheckpointMeta& meta, const ProcessGrid& grid) {
+  if (grid.world()->size() > 1)
+    return absl::UnimplementedError("multi-rank checkpoints are not available in this build yet");
+  return save_checkpoint(path, cfg, store, meta, optimizer_tensors(store, opt));
+}
+
+absl::StatusOr<CheckpointMeta> load_training_state(const std::string& path, const ModelConfig& cfg,
+                                                   ParamStore& store, TrainOptimizer& opt) {
+  VT_ASSIGN_OR_RETURN(ModelConfig saved, read_checkpoint_config(path));
+  if (saved.to_json() != cfg.to_json())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", path, " was trained with another model config:\n  saved: ",
+        saved.to_json().dump(), "\n  asked: ", cfg.to_json().dump()));
+  VT_RETURN_IF_ERROR(load_checkpoint_params(path, store));
+  VT_RETURN_IF_ERROR(load_checkpoint_tensors(path, optimizer_tensors(store, opt)));
+  VT_ASSIGN_OR_RETURN(CheckpointMeta meta, read_checkpoint_meta(path));
+  opt.set_step_count(meta.step);
+  return meta;
+}
+
 }  // namespace
 
-absl::Status run_train(const TrainOptions& o) {
-  if (o.tp != 1 || o.pp != 1)
-    return absl::UnimplementedError(
-        "--tp/--pp > 1 need the distributed engine, which this build does not have yet; "
-        "run with --tp 1 --pp 1");
+absl::Status run_train(const TrainOptions& o, Communicator* world) {
   const ModelConfig& cfg = o.model;
+  VT_ASSIGN_OR_RETURN(GridShape shape, make_grid_shape(world->size(), o.tp, o.pp, cfg));
+  const int64_t rows_per_micro = static_cast<int64_t>(o.micro_batch) * shape.dp;  // global rows
+  if (o.global_batch % (rows_per_micro * cfg.seq_len) != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--global-batch ", o.global_batch, " tokens is not a multiple of micro-batch ",
+        o.micro_batch, " x seq-len ", cfg.seq_len, " x data-parallel size ", shape.dp));
+  const int M = static_cast<int>(o.global_batch / (rows_per_micro * cfg.seq_len));
+  ProcessGrid grid(world, shape);
+  const bool rank0 = world->rank() == 0;
+  auto [layer_begin, layer_end] = stage_layers(cfg.n_layer, shape.pp, grid.coords().pp);
+  ModelParallel par;
+  par.tp = grid.tp();
+  par.layer_begin = layer_begin;
+  par.layer_end = layer_end;
   ParamStore store;
-  GPT model(cfg);
+  GPT model(cfg, par);
   model.register_params(store);
   store.finalize();
   model.init_params(o.seed);
+  PipelineEngine engine(model, grid);
 
   optim::OptimizerConfig oc = optim::OptimizerConfig::defaults(cfg.n_embd);
   oc.muon.lr = o.matrix_lr * o.lr_scale;
@@ -89,7 +147,7 @@ absl::Status run_train(const TrainOptions& o) {
   oc.schedule.warmdown_frac = o.warmdown_frac;
   oc.max_grad_norm = o.max_grad_norm;
   if (o.polar_express) oc.muon.ns = optim::NsKind::kPolarExpress;
-  optim::Optimizer opt(&store, oc);
+  TrainOptimizer opt(&store, oc, grid);
 
   data::LoaderOptions lo;
   lo.vocab_size = cfg.vocab_size;
@@ -101,42 +159,38 @@ absl::Status run_train(const TrainOptions& o) {
   int64_t start_step = 0, tokens_seen = 0;
   VT_ASSIGN_OR_RETURN(std::string resume_from, resume_path(o));
   if (!resume_from.empty()) {
-    VT_ASSIGN_OR_RETURN(ModelConfig saved, read_checkpoint_config(resume_from));
-    if (saved.to_json() != cfg.to_json())
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint ", resume_from, " was trained with another model config:\n  saved: ",
-          saved.to_json().dump(), "\n  asked: ", cfg.to_json().dump()));
-    VT_RETURN_IF_ERROR(load_checkpoint_params(resume_from, store));
-    VT_RETURN_IF_ERROR(load_checkpoint_tensors(resume_from, optimizer_tensors(store, opt)));
-    VT_ASSIGN_OR_RETURN(CheckpointMeta meta, read_checkpoint_meta(resume_from));
+    VT_ASSIGN_OR_RETURN(CheckpointMeta meta, load_training_state(resume_from, cfg, store, opt));
     start_step = meta.step;
     tokens_seen = meta.tokens;
-    opt.set_step_count(meta.step);
     VT_RETURN_IF_ERROR(train.load_state_json(meta.loader_state));
-    std::printf("resumed from %s at step %lld\n", resume_from.c_str(),
-                static_cast<long long>(start_step));
+    if (rank0)
+      std::printf("resumed from %s at step %lld\n", resume_from.c_str(),
+                  static_cast<long long>(start_step));
   }
-  if (!o.ckpt_dir.empty()) {
+  if (!o.ckpt_dir.empty() && rank0) {
     std::error_code ec;
     fs::create_directories(o.ckpt_dir, ec);
     if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create --ckpt-dir ", o.ckpt_dir, ": ", ec.message()));
     VT_RETURN_IF_ERROR(tokenizer->save((fs::path(o.ckpt_dir) / "tokenizer.json").string()));
   }
   MetricsLog metrics;
-  VT_RETURN_IF_ERROR(metrics.open(o.metrics_path, start_step > 0));
+  if (rank0) VT_RETURN_IF_ERROR(metrics.open(o.metrics_path, start_step > 0));
 
-  const int64_t params = store.total_numel();
+  double params_global = static_cast<double>(store.total_numel());
   const double fpt = flops_per_token(cfg);
-  const double peak = cpu_peak_flops();
-  std::printf("model: %s, %d layers, d=%d, %d heads (%d kv), T=%d, vocab %d | %.2fM params | "
-              "value mode %s\n",
-              cfg.value_mode == ValueMode::kBaseline ? "baseline" : "value-residual", cfg.n_layer,
-              cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.seq_len, cfg.vocab_size, params / 1e6,
-              value_mode_name(cfg.value_mode));
-  std::printf("batch: %lld tokens/step = %d rows x %d tokens x %lld accumulation steps; %lld steps\n",
-              static_cast<long long>(o.global_batch), o.micro_batch, cfg.seq_len,
-              static_cast<long long>(o.grad_accum()), static_cast<long long>(o.steps));
-  std::fflush(stdout);
+  const double peak = cpu_peak_flops() * world->size();
+  if (rank0) {
+    std::printf("model: %d layers, d=%d, %d heads (%d kv), T=%d, vocab %d | value mode %s\n",
+                cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.seq_len, cfg.vocab_size,
+                value_mode_name(cfg.value_mode));
+    std::printf("layout: %d ranks = dp %d x tp %d x pp %d | this stage: layers %d..%d, %.2fM params\n",
+                world->size(), shape.dp, shape.tp, shape.pp, layer_begin, layer_end - 1,
+                params_global / 1e6);
+    std::printf("batch: %lld tokens/step = %d rows x %d tokens x dp %d x %d micro-batches; %lld steps\n",
+                static_cast<long long>(o.global_batch), o.micro_batch, cfg.seq_len, shape.dp, M,
+                static_cast<long long>(o.steps));
+    std::fflush(stdout);
+  }
 
   auto save = [&](int64_t step) -> absl::Status {
     if (o.ckpt_dir.empty()) return absl::OkStatus();
@@ -146,39 +200,74 @@ absl::Status run_train(const TrainOptions& o) {
     meta.loader_state = train.state_json();
     meta.extra = o.to_json();
     const fs::path p = fs::path(o.ckpt_dir) / checkpoint_name(step);
-    VT_RETURN_IF_ERROR(save_checkpoint(p.string(), cfg, store, meta, optimizer_tensors(store, opt)));
-    const fs::path latest = fs::path(o.ckpt_dir) / "latest";
-    {
-      std::ofstream out(latest.string() + ".tmp");
-      out << checkpoint_name(step) << "\n";
+    VT_RETURN_IF_ERROR(save_training_state(p.string(), cfg, store, opt, meta, grid));
+    if (rank0) {
+      const fs::path latest = fs::path(o.ckpt_dir) / "latest";
+      {
+        std::ofstream out(latest.string() + ".tmp");
+        out << checkpoint_name(step) << "\n";
+      }
+      fs::rename(latest.string() + ".tmp", latest);
+      std::printf("saved checkpoint %s\n", p.c_str());
     }
-    fs::rename(latest.string() + ".tmp", latest);
-    std::printf("saved checkpoint %s\n", p.c_str());
     return absl::OkStatus();
   };
+  // Sums over the data-parallel replicas and the pipeline (only the last stage has losses).
+  auto reduce_replicas = [&](double* v, int n) {
+    grid.pp()->all_reduce_sum(v, n);
+    grid.dp()->all_reduce_sum(v, n);
+  };
   auto run_eval = [&](int64_t step) -> absl::Status {
-    VT_ASSIGN_OR_RETURN(EvalResult r, evaluate(model, o.data_dir, o.micro_batch, o.eval_tokens, token_bytes));
-    std::printf("eval step %lld | val loss %.4f | val bpb %.4f (%lld tokens)\n",
-                static_cast<long long>(step), r.loss, r.bpb, static_cast<long long>(r.tokens));
-    metrics.write({{"step", step}, {"val_loss", r.loss}, {"val_bpb", r.bpb}});
-    std::fflush(stdout);
+    data::LoaderOptions vo = lo;
+    VT_ASSIGN_OR_RETURN(data::DataLoader val, data::DataLoader::open(o.data_dir, "val", vo));
+    const int64_t T = cfg.seq_len;
+    const int64_t avail_rows = (val.tokens_per_epoch() - 1) / T;
+    const int64_t rows = std::min<int64_t>(o.eval_tokens / T, avail_rows);
+    const int eval_micro = static_cast<int>(rows / rows_per_micro);
+    if (eval_micro < 1)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the validation split has ", val.tokens_per_epoch(), " tokens, fewer than one batch of ",
+          rows_per_micro, " x ", T + 1, "; use a larger --val-fraction or a smaller --micro-batch"));
+    double sums[4] = {0, 0, 0, 0};  // nats, nats on byte tokens, bytes, tokens
+    auto fetch = [&](int, int32_t* in, int32_t* tg) {
+      absl::Status st = val.next_batch_into(rows_per_micro, T, grid.coords().dp, shape.dp, in, tg);
+      if (!st.ok()) abort_job(std::string(st.message()));
+    };
+    engine.forward_only(eval_micro, o.micro_batch, fetch, [&](const Activations& acts) {
+      for (size_t n = 0; n < acts.targets.size(); ++n) {
+        const double l = acts.token_loss[n];
+        sums[0] += l;
+        const int32_t nb = token_bytes.at(acts.targets[n]);
+        if (nb > 0) sums[1] += l, sums[2] += nb;
+        sums[3] += 1;
+      }
+    });
+    reduce_replicas(sums, 4);
+    const double loss = sums[0] / sums[3];
+    const double bpb = sums[2] > 0 ? sums[1] / (std::log(2.0) * sums[2]) : 0.0;
+    if (rank0) {
+      std::printf("eval step %lld | val loss %.4f | val bpb %.4f (%lld tokens)\n",
+                  static_cast<long long>(step), loss, bpb, static_cast<long long>(sums[3]));
+      metrics.write({{"step", step}, {"val_loss", loss}, {"val_bpb", bpb}});
+      std::fflush(stdout);
+    }
     return absl::OkStatus();
   };
 
-  const int64_t B = o.micro_batch, T = cfg.seq_len, accum = o.grad_accum();
-  std::vector<int32_t> in(B * T), tg(B * T);
+  const int64_t B = o.micro_batch, T = cfg.seq_len;
+  auto fetch_train = [&](int, int32_t* in, int32_t* tg) {
+    absl::Status st = train.next_batch_into(rows_per_micro, T, grid.coords().dp, shape.dp, in, tg);
+    if (!st.ok()) abort_job(std::string(st.message()));
+  };
   const double t_start = now_seconds();
   double t_last = t_start;
-  int64_t tokens_since = 0;
   if (start_step == 0 && o.eval_every > 0) VT_RETURN_IF_ERROR(run_eval(0));
   for (int64_t step = start_step; step < o.steps; ++step) {
     store.zero_grads();
-    double loss_sum = 0;
     const float grad_scale = 1.0f / static_cast<float>(o.global_batch);
-    for (int64_t m = 0; m < accum; ++m) {
-      VT_RETURN_IF_ERROR(train.next_batch_into(B, T, 0, 1, in.data(), tg.data()));
-      loss_sum += model.forward_backward(in.data(), tg.data(), static_cast<int>(B), grad_scale);
-    }
+    double loss_sum = engine.train_step(M, static_cast<int>(B), grad_scale, fetch_train);
+    sync_gradients(store, grid);
+    reduce_replicas(&loss_sum, 1);
     const double loss = loss_sum / static_cast<double>(o.global_batch);
     if (!std::isfinite(loss))
       return absl::InternalError(absl::StrCat("loss became ", loss, " at step ", step + 1,
@@ -186,29 +275,29 @@ absl::Status run_train(const TrainOptions& o) {
                                               "--max-grad-norm"));
     optim::StepStats st = opt.step(step, o.steps);
     tokens_seen += o.global_batch;
-    tokens_since += o.global_batch;
     const int64_t done = step + 1;
     const double t = now_seconds();
-    const double tok_per_s = tokens_since / std::max(1e-9, t - t_last);
+    const double tok_per_s = o.global_batch / std::max(1e-9, t - t_last);
     const double mfu = fpt * tok_per_s / peak;
-    metrics.write({{"step", done},
-                   {"loss", loss},
-                   {"lr", st.matrix_lr},
-                   {"tokens", tokens_seen},
-                   {"tok_per_s", tok_per_s},
-                   {"mfu", mfu},
-                   {"grad_norm", st.grad_norm}});
-    if (done % o.log_every == 0 || done == o.steps || done == start_step + 1) {
-      const double elapsed = t - t_start;
-      const double eta = elapsed / (done - start_step) * (o.steps - done);
-      std::printf("%s\n", progress_line(done, o.steps, loss, st.matrix_lr, tok_per_s, mfu, eta).c_str());
-      std::fflush(stdout);
-    }
     t_last = t;
-    tokens_since = 0;
+    if (rank0) {
+      metrics.write({{"step", done},
+                     {"loss", loss},
+                     {"lr", st.matrix_lr},
+                     {"tokens", tokens_seen},
+                     {"tok_per_s", tok_per_s},
+                     {"mfu", mfu},
+                     {"grad_norm", st.grad_norm}});
+      if (done % o.log_every == 0 || done == o.steps || done == start_step + 1) {
+        const double elapsed = t - t_start;
+        const double eta = elapsed / (done - start_step) * (o.steps - done);
+        std::printf("%s\n", progress_line(done, o.steps, loss, st.matrix_lr, tok_per_s, mfu, eta).c_str());
+        std::fflush(stdout);
+      }
+    }
     if (o.eval_every > 0 && done % o.eval_every == 0 && done != o.steps)
       VT_RETURN_IF_ERROR(run_eval(done));
-    if (o.sample_every > 0 && done % o.sample_every == 0) {
+    if (o.sample_every > 0 && done % o.sample_every == 0 && world->size() == 1) {
       SampleOptions so;
       so.max_tokens = 48;
       so.temperature = 0;

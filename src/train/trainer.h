@@ -4,10 +4,12 @@
 // slots in through the model's parallel context.
 #pragma once
 #include "absl/status/status.h"
+#include "parallel/communicator.h"
 #include "train/options.h"
 
 namespace vt {
 
-absl::Status run_train(const TrainOptions& opts);
+// Runs on every rank of `world` (a SelfCommunicator for one process).
+absl::Status run_train(const TrainOptions& opts, Communicator* world);
 
 }  // namespace vt

@@ -1,0 +1,137 @@
+// 1F1B pipeline schedule and bundle exchange (see pipeline.h).
+#include "parallel/pipeline.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace vt {
+
+namespace {
+constexpr int kTagForward = 11;
+constexpr int kTagBackward = 12;
+}  // namespace
+
+PipelineEngine::PipelineEngine(GPT& model, const ProcessGrid& grid) : model_(model), grid_(grid) {}
+
+std::vector<PipelineEngine::Slot> PipelineEngine::boundary_slots(int boundary) const {
+  const ModelConfig& cfg = model_.config();
+  std::vector<Slot> slots = {{Slot::kX, -1}};
+  if (mode_reads_x0(cfg.value_mode)) slots.push_back({Slot::kX0, -1});
+  const bool later_targets = !cfg.target_layers.empty() && cfg.target_layers.back() >= boundary;
+  for (int j = 0; j < boundary && later_targets; ++j)
+    if (model_.keeps_value(j)) slots.push_back({Slot::kValue, j});
+  return slots;
+}
+
+int64_t PipelineEngine::slot_numel(const Slot& s, int B) const {
+  const ModelConfig& cfg = model_.config();
+  const int64_t N = static_cast<int64_t>(B) * cfg.seq_len;
+  if (s.kind == Slot::kValue)
+    return N * (cfg.n_kv_head / model_.parallel().tp_size()) * cfg.head_dim;
+  return N * cfg.n_embd;
+}
+
+void PipelineEngine::send_bundle(const Bundle& b, int boundary, int B, int peer, int tag) {
+  std::vector<float> buf;
+  for (const Slot& s : boundary_slots(boundary)) {
+    const int64_t n = slot_numel(s, B);
+    const Tensor* t = s.kind == Slot::kX ? &b.x : s.kind == Slot::kX0 ? &b.x0 : &b.values[s.layer];
+    if (t->defined()) {
+      VT_CHECK(t->numel() == n);
+      buf.insert(buf.end(), t->f32(), t->f32() + n);
+    } else {
+      buf.insert(buf.end(), n, 0.0f);  // e.g. no gradient reached a detached V1
+    }
+  }
+  grid_.pp()->send_async(buf.data(), static_cast<int64_t>(buf.size()), peer, tag);
+}
+
+Bundle PipelineEngine::recv_bundle(int boundary, int B, int peer, int tag) {
+  const ModelConfig& cfg = model_.config();
+  const std::vector<Slot> slots = boundary_slots(boundary);
+  int64_t total = 0;
+  for (const Slot& s : slots) total += slot_numel(s, B);
+  std::vector<float> buf(total);
+  grid_.pp()->recv(buf.data(), total, peer, tag);
+  Bundle b;
+  b.values.resize(cfg.n_layer);
+  const int kvl = cfg.n_kv_head / model_.parallel().tp_size();
+  int64_t off = 0;
+  for (const Slot& s : slots) {
+    Tensor t = s.kind == Slot::kValue ? Tensor::zeros({B, cfg.seq_len, kvl, cfg.head_dim})
+                                      : Tensor::zeros({B, cfg.seq_len, cfg.n_embd});
+    std::copy(buf.begin() + off, buf.begin() + off + t.numel(), t.f32());
+    off += t.numel();
+    if (s.kind == Slot::kX) b.x = t;
+    else if (s.kind == Slot::kX0) b.x0 = t;
+    else b.values[s.layer] = t;
+  }
+  return b;
+}
+
+void PipelineEngine::forward_micro(int i, int B, const FetchBatch& fetch, const OnLoss& on_loss,
+                                   bool keep, double& loss_sum) {
+  const int64_t N = static_cast<int64_t>(B) * model_.config().seq_len;
+  in_.resize(N);
+  tg_.resize(N);
+  fetch(i, in_.data(), tg_.data());
+  Activations acts;
+  model_.start_activations(acts, in_.data(), tg_.data(), B);
+  Bundle bundle = grid_.is_first_stage()
+                      ? model_.embed_forward(acts)
+                      : recv_bundle(model_.layer_begin(), B, grid_.coords().pp - 1, kTagForward);
+  model_.blocks_forward(bundle, acts);
+  if (grid_.is_last_stage()) {
+    loss_sum += model_.head_forward(bundle, acts);
+    if (on_loss) on_loss(acts);
+  } else {
+    send_bundle(bundle, model_.layer_end(), B, grid_.coords().pp + 1, kTagForward);
+  }
+  if (keep) {
+    inflight_.push_back(std::move(acts));
+    max_inflight_ = std::max(max_inflight_, inflight_.size());
+  }
+}
+
+void PipelineEngine::backward_micro(float grad_scale) {
+  VT_CHECK(!inflight_.empty());
+  Activations acts = std::move(inflight_.front());
+  inflight_.erase(inflight_.begin());
+  const int B = acts.B;
+  Bundle grad = grid_.is_last_stage()
+                    ? model_.head_backward(acts, grad_scale)
+                    : recv_bundle(model_.layer_end(), B, grid_.coords().pp + 1, kTagBackward);
+  model_.blocks_backward(grad, acts);
+  if (grid_.is_first_stage())
+    model_.embed_backward(grad, acts);
+  else
+    send_bundle(grad, model_.layer_begin(), B, grid_.coords().pp - 1, kTagBackward);
+}
+
+double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBatch& fetch) {
+  const int P = grid_.shape().pp, s = grid_.coords().pp;
+  const int warmup = std::min(P - s - 1, M);
+  double loss_sum = 0.0;
+  inflight_.clear();
+  for (int i = 0; i < warmup; ++i) forward_micro(i, B, fetch, {}, true, loss_sum);
+  for (int i = 0; i < M - warmup; ++i) {
+    forward_micro(warmup + i, B, fetch, {}, true, loss_sum);
+    backward_micro(grad_scale);
+  }
+  for (int i = 0; i < warmup; ++i) backward_micro(grad_scale);
+  grid_.pp()->wait_sends();
+  VT_CHECK(inflight_.empty());
+  VT_CHECK_MSG(max_inflight_ <= static_cast<size_t>(P - s),
+               "1F1B kept " << max_inflight_ << " micro-batches on stage " << s);
+  return loss_sum;
+}
+
+double PipelineEngine::forward_only(int M, int B, const FetchBatch& fetch, const OnLoss& on_loss) {
+  double loss_sum = 0.0;
+  for (int i = 0; i < M; ++i) forward_micro(i, B, fetch, on_loss, false, loss_sum);
+  grid_.pp()->wait_sends();
+  return loss_sum;
+}
+
+}  // namespace vt

@@ -1,0 +1,85 @@
+"""The contract of the distributed engine: every dp x tp x pp layout trains exactly like one
+process. For each value mode, a few steps on {dp,tp,pp} in {1,2}^3, pp=4, and tp=2,pp=2 with 4
+micro-batches must give the single-process per-step losses (1e-5 relative) and parameters after
+the last step (1e-4 relative, read from the checkpoint every layout writes with global shapes)."""
+import json
+import os
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+BUILD = os.environ.get("VTRAIN_BUILD", "build")
+VTRAIN = os.path.join(BUILD, "vtrain")
+MODES = ["baseline", "resformer-plus", "resformer-dense", "svformer", "x0v", "bov", "value-embed"]
+# (dp, tp, pp, micro-batches per step)
+LAYOUTS = [(dp, tp, pp, None) for dp in (1, 2) for tp in (1, 2) for pp in (1, 2)
+           if (dp, tp, pp) != (1, 1, 1)] + [(1, 1, 4, None), (1, 2, 2, 4)]
+STEPS = 5
+SEQ = 32
+MICRO = 2
+MODEL = ["--layers", "4", "--dim", "64", "--heads", "4", "--kv-heads", "2", "--seq-len", str(SEQ),
+         "--window", "8"]
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+@pytest.fixture(scope="module")
+def datadir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("layouts")
+    rng = np.random.default_rng(0)
+    words = ["the", "lord", "said", "unto", "moses", "and", "in", "beginning", "god", "light"]
+    text = " ".join(rng.choice(words, size=20000)) + "\n"
+    (d / "corpus.txt").write_text(text)
+    out = d / "data"
+    r = subprocess.run([VTRAIN, "prepare", "--input", str(d / "corpus.txt"), "--out", str(out),
+                        "--tokenizer", "bpe:300", "--val-fraction", "0.1", "--quiet"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def train(datadir, out, mode, dp, tp, pp, micro):
+    micro = micro or 4 // dp  # 4 micro-batches at dp=1, 2 at dp=2: same global batch
+    global_batch = micro * MICRO * SEQ * dp
+    assert global_batch == 4 * MICRO * SEQ or micro == 4
+    cmd = [VTRAIN, "train", "--data", str(datadir), *MODEL, "--value", mode,
+           "--micro-batch", str(MICRO), "--global-batch", str(global_batch), "--steps", str(STEPS),
+           "--tp", str(tp), "--pp", str(pp), "--eval-tokens", "2048", "--seed", "5",
+           "--metrics", str(out / "m.jsonl"), "--ckpt-dir", str(out / "ckpt")]
+    n = dp * tp * pp
+    if n > 1:
+        cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n)] + cmd
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    losses = [json.loads(l)["loss"] for l in open(out / "m.jsonl") if '"loss"' in l]
+    with h5py.File(out / "ckpt" / f"step_{STEPS:08d}.h5", "r") as f:
+        params = {k: f["model"][k][()] for k in f["model"]} if "model" in f else {}
+        if not params:
+            def walk(name, obj):
+                if isinstance(obj, h5py.Dataset) and name.startswith("model/"):
+                    params[name[len("model/"):]] = obj[()]
+            f.visititems(walk)
+    return np.array(losses), params
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_layouts_match_one_process(mode, datadir, tmp_path):
+    ref_losses, ref_params = train(datadir, tmp_path / "ref", mode, 1, 1, 1, 4)
+    assert len(ref_losses) == STEPS and ref_losses[-1] < ref_losses[0]
+    failures = []
+    for dp, tp, pp, micro in LAYOUTS:
+        tag = f"dp{dp}_tp{tp}_pp{pp}" + (f"_m{micro}" if micro else "")
+        losses, params = train(datadir, tmp_path / tag, mode, dp, tp, pp, micro)
+        rel = np.max(np.abs(losses - ref_losses) / np.abs(ref_losses))
+        if not rel <= 1e-5:
+            failures.append(f"{tag}: losses {losses} vs {ref_losses} (rel {rel:.2e})")
+        if set(params) != set(ref_params):
+            failures.append(f"{tag}: parameter names differ: {sorted(set(params) ^ set(ref_params))}")
+            continue
+        for name, ref in ref_params.items():
+            err = np.max(np.abs(params[name] - ref)) / max(np.max(np.abs(ref)), 1e-30)
+            if not err <= 1e-4:
+                failures.append(f"{tag}: {name} differs (rel {err:.2e})")
+    assert not failures, "\n".join(failures)
