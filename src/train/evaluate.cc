@@ -19,11 +19,13 @@ absl::StatusOr<EvalResult> evaluate(GPT& model, const std::string& data_dir, int
   const int T = cfg.seq_len;
   // Never wrap around the split: evaluate distinct tokens only.
   const int64_t available = loader.tokens_per_epoch() - 1;
-  int64_t rows = std::min<int64_t>(max_tokens, available) / T;
+  // Whole batches of B rows only, as the trainer's evaluation reads them.
+  int64_t rows = std::min<int64_t>(max_tokens, available) / T / B * B;
   if (rows < 1)
     return absl::FailedPreconditionError(absl::StrCat(
         "the validation split of ", data_dir, " has ", loader.tokens_per_epoch(),
-        " tokens, fewer than one sequence of ", T + 1, "; prepare with a larger --val-fraction"));
+        " tokens, fewer than one batch of ", B, " x ", T + 1,
+        "; prepare with a larger --val-fraction or use a smaller --micro-batch"));
   double nats = 0, nats_bytes = 0;
   int64_t tokens = 0, bytes = 0;
   std::vector<int32_t> in, tg;
