@@ -178,6 +178,7 @@ int run(int argc, char** argv) {
   else if (cmd == "generate") st = cmd_generate(argc, argv);
   else if (cmd == "ckpt") st = cmd_ckpt(argc, argv);
   else st = absl::InvalidArgumentError(absl::StrCat("unknown command '", cmd, "'\n", kUsage));
+  if (absl::IsAborted(st)) return kExitRequeue;  // a stop signal: checkpoint saved, resumable
   if (!st.ok()) {
     std::fflush(stdout);
     std::fprintf(stderr, "vtrain %s: error: %s\n", cmd.c_str(), std::string(st.message()).c_str());

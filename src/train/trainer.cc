@@ -2,6 +2,7 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -28,6 +29,11 @@ namespace vt {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Set by SIGUSR1/SIGTERM (Slurm's warning before the time limit, or scancel): the loop saves a
+// checkpoint at the next step boundary and stops with kExitRequeue.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 double now_seconds() {
   using clock = std::chrono::steady_clock;
@@ -259,6 +265,8 @@ absl::Status run_train(const TrainOptions& o, Communicator* world) {
     absl::Status st = train.next_batch_into(rows_per_micro, T, grid.coords().dp, shape.dp, in, tg);
     if (!st.ok()) abort_job(std::string(st.message()));
   };
+  std::signal(SIGUSR1, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
   const double t_start = now_seconds();
   double t_last = t_start;
   if (start_step == 0 && o.eval_every > 0) VT_RETURN_IF_ERROR(run_eval(0));
@@ -306,6 +314,18 @@ absl::Status run_train(const TrainOptions& o, Communicator* world) {
       std::printf("sample: %s\n", text.ok() ? text->c_str() : "<undecodable>");
     }
     if (o.ckpt_every > 0 && done % o.ckpt_every == 0 && done != o.steps) VT_RETURN_IF_ERROR(save(done));
+    // Every rank must agree to stop at the same step, whichever received the signal.
+    double stop = g_stop_signal;
+    world->all_reduce_sum(&stop, 1);
+    if (stop > 0 && done != o.steps) {
+      if (!(o.ckpt_every > 0 && done % o.ckpt_every == 0)) VT_RETURN_IF_ERROR(save(done));
+      if (rank0)
+        std::printf("stop signal received: checkpoint of step %lld saved, exiting with code %d "
+                    "so the job can be requeued and resumed\n",
+                    static_cast<long long>(done), kExitRequeue);
+      std::fflush(stdout);
+      return absl::AbortedError("stopped by signal after saving a checkpoint");
+    }
   }
   VT_RETURN_IF_ERROR(run_eval(o.steps));
   VT_RETURN_IF_ERROR(save(o.steps));

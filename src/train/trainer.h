@@ -9,6 +9,10 @@
 
 namespace vt {
 
+// Exit code of `vtrain train` after a stop signal (SIGUSR1/SIGTERM) made it save a checkpoint and
+// stop early: the run is incomplete and resumes with --resume auto.
+inline constexpr int kExitRequeue = 75;
+
 // Runs on every rank of `world` (a SelfCommunicator for one process).
 absl::Status run_train(const TrainOptions& opts, Communicator* world);
 
