@@ -1,0 +1,109 @@
+// DistributedOptimizer: the optimizer of a dp x tp x pp layout (DESIGN.md "Data parallel" and
+// "Distributed Muon"), giving the same updates as the single-process Optimizer to fp32
+// round-off. Each rank holds its stage's parameters, TP-sliced; gradients are already complete
+// (summed over DP by all_reduce_grads, over PP for PP-replicated parameters by the trainer).
+//
+// Global grad norm: every element of the model counted once (grad_sync.h), so clipping matches.
+//
+// Muon (kMatrix): the momentum buffer lives on the local TP shard (elementwise, identical on DP
+// replicas). Each matrix of the stage is orthogonalized as a whole exactly once per step: matrix
+// k (k-th kMatrix parameter in ParamStore order) is owned by stage rank k % stage()->size(), i.e.
+// TP coordinate owner % tp and DP coordinate owner / tp. The TP group of the owner's DP replica
+// all-gathers the momentum-updated shards (columns reordered for column splits), the owner runs
+// newton_schulz on the whole matrix (owners work in parallel: all gathers first, then all
+// orthogonalizations, then the broadcasts), broadcasts the result over the stage group in matrix
+// order, and every rank applies its own slice with the scale of the GLOBAL shape.
+//
+// AdamW (everything else) with ZeRO-1: a parameter's local shard of n elements is cut into dp
+// contiguous chunks of ceil(n / dp) elements (the last ones shorter or empty); DP rank d keeps
+// exp_avg / exp_avg_sq for chunk d only, updates that chunk of the parameter, and the updated
+// chunks are all-gathered over DP (padded to equal size, in buckets) so every replica ends with
+// the whole updated shard.
+//
+// Collectives: step() on every rank of the grid; gather_state() of an AdamW parameter on every
+// rank of the DP group, in the same order. scatter_state() is local.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/tensor.h"
+#include "optim/muon.h"
+#include "optim/optimizer.h"
+#include "parallel/process_grid.h"
+
+namespace vt::optim {
+
+class DistributedOptimizer {
+ public:
+  // The store must be finalized and, with the grid, outlive the optimizer. Collective over the
+  // grid (checks that the stage's ranks hold the same matrices; finds PP-replicated parameters).
+  // Block matrices must be 2-D and split evenly over TP with TP rank r holding slice r.
+  DistributedOptimizer(ParamStore* store, OptimizerConfig config, const ProcessGrid& grid);
+
+  // One update at 0-based step `step_index` of `total_steps` (same schedules, clipping and
+  // stats as Optimizer::step). Gradients must already be summed over DP. Clipping scales the
+  // store's grads in place; grads are not zeroed.
+  StepStats step(int64_t step_index, int64_t total_steps);
+
+  // Checkpoint access by parameter name (local shapes, as on one process for this TP slice):
+  // AdamW parameters have "exp_avg", "exp_avg_sq"; Muon parameters "momentum_buffer".
+  const std::vector<std::string>& state_kinds(const std::string& name) const;
+  // A fresh tensor with the parameter's local shape; AdamW states are assembled from the ZeRO
+  // chunks (collective over DP).
+  Tensor gather_state(const std::string& name, const std::string& kind);
+  // Sets a state from its whole local tensor, keeping only what this rank stores.
+  void scatter_state(const std::string& name, const std::string& kind, const Tensor& local_full);
+
+  int64_t step_count() const { return step_count_; }
+  void set_step_count(int64_t t);
+  const OptimizerConfig& config() const { return config_; }
+
+  // Floats of optimizer state held by this rank: AdamW exp_avg + exp_avg_sq (only the owned
+  // ZeRO chunks, about 2 * numel / dp) and Muon momentum (the local shards).
+  int64_t adamw_state_numel() const { return 2 * static_cast<int64_t>(exp_avg_.size()); }
+  int64_t muon_state_numel() const { return static_cast<int64_t>(momentum_.size()); }
+  // Stage rank that orthogonalizes a Muon parameter (diagnostics and tests).
+  int muon_owner(const std::string& name) const;
+
+ private:
+  struct MatrixPlan {
+    int param = 0;          // ParamStore index
+    int owner = 0;          // stage rank running newton_schulz
+    int64_t rows = 0, cols = 0;  // global shape
+    int64_t state = 0;      // offset in momentum_ / the local update buffer
+  };
+  struct AdamPlan {
+    int param = 0;
+    int64_t chunk = 0;      // ceil(numel / dp)
+    int64_t lo = 0, hi = 0; // owned element range of the local shard
+    int64_t state = 0;      // offset in exp_avg_ / exp_avg_sq_
+    int64_t pack = 0;       // offset of this parameter's chunk in its gather bucket
+  };
+  struct Bucket {
+    int begin = 0, end = 0; // range of adam_ entries
+    int64_t size = 0;       // per-rank chunk floats of the bucket
+  };
+
+  void adamw_step(double lr_multiplier);
+  void muon_step(double lr_multiplier, double momentum);
+  const AdamPlan& adam_plan(int param, const std::string& who) const;
+  const MatrixPlan& matrix_plan(int param, const std::string& who) const;
+
+  ParamStore* store_;
+  OptimizerConfig config_;
+  const ProcessGrid& grid_;
+  NsCoefficients coeffs_;
+  int64_t step_count_ = 0;
+  std::vector<uint8_t> norm_mask_;
+
+  std::vector<MatrixPlan> matrices_;
+  std::vector<AdamPlan> adam_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> plan_of_;  // ParamStore index -> index in matrices_ or adam_
+  std::vector<float> momentum_;
+  std::vector<float> exp_avg_, exp_avg_sq_;
+};
+
+}  // namespace vt::optim

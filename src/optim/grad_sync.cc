@@ -1,0 +1,74 @@
+// Data-parallel gradient all-reduce in buckets, and the layout-independent global grad norm.
+#include "optim/grad_sync.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "optim/clip.h"
+
+namespace vt::optim {
+
+void all_reduce_grads(ParamStore& store, Communicator* dp, int64_t bucket_elems) {
+  VT_CHECK(dp != nullptr);
+  VT_CHECK_MSG(store.finalized(), "all_reduce_grads needs a finalized ParamStore");
+  VT_CHECK_MSG(bucket_elems > 0, "bucket_elems must be positive, got " << bucket_elems);
+  if (dp->size() == 1) return;
+  // The padding between parameters is zero on every rank, so the whole arena can be summed.
+  float* g = store.grad_data();
+  const int64_t total = store.total_numel();
+  for (int64_t lo = 0; lo < total; lo += bucket_elems) {
+    dp->all_reduce_sum(g + lo, std::min(bucket_elems, total - lo));
+  }
+}
+
+bool is_pp_replicated(const std::string& name) {
+  return name == "value_plus.logits" || name == "value.table";
+}
+
+std::vector<uint8_t> grad_norm_mask(const ParamStore& store, const ProcessGrid& grid) {
+  const int n = store.size();
+  const int pp = grid.shape().pp;
+  const int stage = grid.coords().pp;
+  const bool tp_rank0 = grid.coords().tp == 0;
+  // Which stages hold each PP-replicated name: one slot per (name, stage), summed over pp.
+  static const std::vector<std::string> kShared = {"value_plus.logits", "value.table"};
+  std::vector<double> held(kShared.size() * pp, 0.0);
+  for (size_t k = 0; k < kShared.size(); ++k) {
+    if (store.find(kShared[k]) >= 0) held[k * pp + stage] = 1.0;
+  }
+  grid.pp()->all_reduce_sum(held.data(), static_cast<int64_t>(held.size()));
+
+  std::vector<uint8_t> mask(n, 0);
+  for (int i = 0; i < n; ++i) {
+    const ParamInfo& info = store.info(i);
+    bool counted = info.split.axis >= 0 || tp_rank0;
+    if (is_pp_replicated(info.name)) {
+      const size_t k = std::find(kShared.begin(), kShared.end(), info.name) - kShared.begin();
+      int lowest = -1;
+      for (int s = 0; s < pp && lowest < 0; ++s)
+        if (held[k * pp + s] > 0.5) lowest = s;
+      VT_CHECK(lowest >= 0);
+      counted = counted && lowest == stage;
+    }
+    mask[i] = counted ? 1 : 0;
+  }
+  return mask;
+}
+
+double global_grad_norm(const ParamStore& store, const ProcessGrid& grid,
+                        const std::vector<uint8_t>& mask) {
+  VT_CHECK(static_cast<int>(mask.size()) == store.size());
+  double s = 0.0;
+  const float* g = store.grad_data();
+  for (int i = 0; i < store.size(); ++i) {
+    if (!mask[i]) continue;
+    const ParamInfo& info = store.info(i);
+    s += sum_squares(g + info.offset, info.numel());
+  }
+  grid.tp()->all_reduce_sum(&s, 1);
+  grid.pp()->all_reduce_sum(&s, 1);
+  return std::sqrt(s);
+}
+
+}  // namespace vt::optim

@@ -1,0 +1,39 @@
+// Gradient synchronization and the global gradient norm on a dp x tp x pp layout (DESIGN.md
+// "Data parallel"). all_reduce_grads sums the flat grad arena over the data-parallel group in
+// fixed contiguous buckets; the grad-norm helpers count every element of the whole model exactly
+// once whatever the layout, so the norm (and clipping) equals the single-process one.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "parallel/communicator.h"
+#include "parallel/process_grid.h"
+
+namespace vt::optim {
+
+// Sums the whole grad arena over `dp` (in place), in contiguous buckets of at most bucket_elems
+// floats issued in arena order. The trainer scales gradients by 1 / global-batch-tokens, so the
+// sum over DP ranks is the full gradient. No-op for a group of size 1. Collective over `dp`.
+void all_reduce_grads(ParamStore& store, Communicator* dp, int64_t bucket_elems = 4 << 20);
+
+// Parameters that several pipeline stages hold as replicas (the trainer all-reduces their grads
+// over pp): the shared `value_plus.logits` of resformer-plus and the shared `value.table` of bov.
+// Matched by exact name (per-layer `blocks.i.value.table` are not shared).
+bool is_pp_replicated(const std::string& name);
+
+// For each parameter of the store: does this rank count its squared gradient in the global norm?
+//   - split across TP (split.axis >= 0): every TP rank counts its own shard;
+//   - replicated across TP: TP rank 0 only;
+//   - PP-replicated (is_pp_replicated): only the lowest pipeline stage that holds it.
+// Collective over grid.pp() (finds which stages hold the PP-replicated parameters).
+std::vector<uint8_t> grad_norm_mask(const ParamStore& store, const ProcessGrid& grid);
+
+// sqrt of the sum over the whole model of squared gradients: masked local sum (double), summed
+// over tp, then over pp. DP replicas hold identical gradients after all_reduce_grads and all get
+// the same value. Collective over grid.tp() and grid.pp().
+double global_grad_norm(const ParamStore& store, const ProcessGrid& grid,
+                        const std::vector<uint8_t>& mask);
+
+}  // namespace vt::optim
