@@ -17,6 +17,8 @@
 #include "data/tokenizer.h"
 #include "model/flops.h"
 #include "model/gpt.h"
+#include "optim/distributed_optimizer.h"
+#include "optim/grad_sync.h"
 #include "optim/optimizer.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/pipeline.h"
@@ -67,20 +69,15 @@ absl::StatusOr<std::string> resume_path(const TrainOptions& o) {
   return p.string();
 }
 
-// The optimizer of a training run (single process for now; the distributed one slots in here).
-class TrainOptimizer : public optim::Optimizer {
- public:
-  TrainOptimizer(ParamStore* store, optim::OptimizerConfig cfg, const ProcessGrid& grid)
-      : optim::Optimizer(store, std::move(cfg)) {
-    VT_CHECK_MSG(grid.shape().tp == 1, "the distributed optimizer is not in this build yet");
-  }
-};
+using TrainOptimizer = optim::DistributedOptimizer;
 
-std::vector<NamedTensor> optimizer_tensors(const ParamStore& store, const TrainOptimizer& opt) {
+// Optimizer states as tensors of each parameter's local shape (ZeRO shards gathered over DP:
+// a collective, called by every rank in the same order).
+std::vector<NamedTensor> gather_optimizer_states(const ParamStore& store, TrainOptimizer& opt) {
   std::vector<NamedTensor> out;
   for (const ParamInfo& info : store.infos())
     for (const std::string& kind : opt.state_kinds(info.name))
-      out.push_back({"/optim/" + info.name + "/" + kind, opt.state(info.name, kind)});
+      out.push_back({"/optim/" + info.name + "/" + kind, opt.gather_state(info.name, kind)});
   return out;
 }
 
@@ -94,7 +91,7 @@ void sync_gradients(ParamStore& store, const ProcessGrid& grid) {
         Tensor g = store.grad(i);
         grid.pp()->all_reduce_sum(g.f32(), g.numel());
       }
-  if (grid.shape().dp > 1) grid.dp()->all_reduce_sum(store.grad_data(), store.total_numel());
+  optim::all_reduce_grads(store, grid.dp());
 }
 
 absl::Status save_training_state(const std::string& path, const ModelConfig& cfg,
@@ -102,7 +99,7 @@ absl::Status save_training_state(const std::string& path, const ModelConfig& cfg
                                  const CheckpointMeta& meta, const ProcessGrid& grid) {
   if (grid.world()->size() > 1)
     return absl::UnimplementedError("multi-rank checkpoints are not available in this build yet");
-  return save_checkpoint(path, cfg, store, meta, optimizer_tensors(store, opt));
+  return save_checkpoint(path, cfg, store, meta, gather_optimizer_states(store, opt));
 }
 
 absl::StatusOr<CheckpointMeta> load_training_state(const std::string& path, const ModelConfig& cfg,
@@ -113,7 +110,12 @@ absl::StatusOr<CheckpointMeta> load_training_state(const std::string& path, cons
         "checkpoint ", path, " was trained with another model config:\n  saved: ",
         saved.to_json().dump(), "\n  asked: ", cfg.to_json().dump()));
   VT_RETURN_IF_ERROR(load_checkpoint_params(path, store));
-  VT_RETURN_IF_ERROR(load_checkpoint_tensors(path, optimizer_tensors(store, opt)));
+  std::vector<NamedTensor> states = gather_optimizer_states(store, opt);  // shapes to fill
+  VT_RETURN_IF_ERROR(load_checkpoint_tensors(path, states));
+  for (const NamedTensor& t : states) {
+    const size_t a = t.path.find('/', 1), b = t.path.rfind('/');
+    opt.scatter_state(t.path.substr(a + 1, b - a - 1), t.path.substr(b + 1), t.tensor);
+  }
   VT_ASSIGN_OR_RETURN(CheckpointMeta meta, read_checkpoint_meta(path));
   opt.set_step_count(meta.step);
   return meta;
