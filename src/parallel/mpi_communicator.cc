@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "parallel/comm_watchdog.h"
 
 namespace vt {
 
@@ -35,7 +36,7 @@ void abort_job(const std::string& message, int code) {
 }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
-    : comm_(comm), name_(std::move(name)) {
+    : comm_(comm), name_(std::move(name)), watch_name_(intern_group_name(name_)) {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_rank(comm_, &rank_);
@@ -57,6 +58,7 @@ void MpiCommunicator::check(int err, const char* op) const {
 }
 
 void MpiCommunicator::all_reduce_sum(float* data, int64_t n) {
+  CommOpScope watch("all-reduce", watch_name_);
   for (int64_t o = 0; o < n; o += kChunk)
     check(MPI_Allreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
                         MPI_FLOAT, MPI_SUM, comm_),
@@ -64,6 +66,7 @@ void MpiCommunicator::all_reduce_sum(float* data, int64_t n) {
 }
 
 void MpiCommunicator::all_reduce_sum(double* data, int64_t n) {
+  CommOpScope watch("all-reduce", watch_name_);
   for (int64_t o = 0; o < n; o += kChunk)
     check(MPI_Allreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
                         MPI_DOUBLE, MPI_SUM, comm_),
@@ -71,6 +74,7 @@ void MpiCommunicator::all_reduce_sum(double* data, int64_t n) {
 }
 
 void MpiCommunicator::all_reduce_max(float* data, int64_t n) {
+  CommOpScope watch("all-reduce(max)", watch_name_);
   for (int64_t o = 0; o < n; o += kChunk)
     check(MPI_Allreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
                         MPI_FLOAT, MPI_MAX, comm_),
@@ -78,6 +82,7 @@ void MpiCommunicator::all_reduce_max(float* data, int64_t n) {
 }
 
 void MpiCommunicator::all_gather(const float* in, float* out, int64_t n) {
+  CommOpScope watch("all-gather", watch_name_);
   VT_CHECK_MSG(n <= kChunk, "all_gather of " << n << " elements is too large for one call");
   check(MPI_Allgather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT,
                       comm_),
@@ -85,18 +90,21 @@ void MpiCommunicator::all_gather(const float* in, float* out, int64_t n) {
 }
 
 void MpiCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
+  CommOpScope watch("reduce-scatter", watch_name_);
   VT_CHECK_MSG(n <= kChunk, "reduce_scatter of " << n << " elements is too large for one call");
   check(MPI_Reduce_scatter_block(in, out, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_),
         "reduce-scatter");
 }
 
 void MpiCommunicator::broadcast(float* data, int64_t n, int root) {
+  CommOpScope watch("broadcast", watch_name_);
   for (int64_t o = 0; o < n; o += kChunk)
     check(MPI_Bcast(data + o, static_cast<int>(std::min(kChunk, n - o)), MPI_FLOAT, root, comm_),
           "broadcast");
 }
 
 void MpiCommunicator::send(const float* data, int64_t n, int peer, int tag) {
+  CommOpScope watch("send", watch_name_, peer);
   for (int64_t o = 0; o < n; o += kChunk)
     check(MPI_Send(data + o, static_cast<int>(std::min(kChunk, n - o)), MPI_FLOAT, peer, tag,
                    comm_),
@@ -104,6 +112,7 @@ void MpiCommunicator::send(const float* data, int64_t n, int peer, int tag) {
 }
 
 void MpiCommunicator::recv(float* data, int64_t n, int peer, int tag) {
+  CommOpScope watch("recv", watch_name_, peer);
   for (int64_t o = 0; o < n; o += kChunk)
     check(MPI_Recv(data + o, static_cast<int>(std::min(kChunk, n - o)), MPI_FLOAT, peer, tag,
                    comm_, MPI_STATUS_IGNORE),
@@ -121,15 +130,20 @@ void MpiCommunicator::send_async(const float* data, int64_t n, int peer, int tag
 
 void MpiCommunicator::wait_sends() {
   if (pending_.empty()) return;
+  CommOpScope watch("send (wait)", watch_name_);
   check(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE),
         "send (wait)");
   pending_.clear();
   pending_buf_.clear();
 }
 
-void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "barrier"); }
+void MpiCommunicator::barrier() {
+  CommOpScope watch("barrier", watch_name_);
+  check(MPI_Barrier(comm_), "barrier");
+}
 
 MpiCommunicator* MpiCommunicator::split(int color, int key, const std::string& name) const {
+  CommOpScope watch("comm split", watch_name_);
   MPI_Comm out;
   check(MPI_Comm_split(comm_, color, key, &out), "comm split");
   return new MpiCommunicator(out, name);
@@ -147,7 +161,10 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 MpiSession::~MpiSession() {
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin) MPI_Finalize();
+  if (fin) return;
+  // MPI_Finalize waits for every rank: watched, so one that never gets here cannot hang the rest.
+  CommOpScope watch("finalize", intern_group_name("world"));
+  MPI_Finalize();
 }
 
 }  // namespace vt

@@ -1,7 +1,8 @@
 // MpiCommunicator: the Communicator interface over an MPI communicator (CPU buffers). Every
 // call checks MPI's return code and aborts the whole job with a message naming this rank and
-// the operation, so a failing collective never leaves the job hanging. Also owns MPI start-up
-// and shut-down (MpiSession) for the vtrain binary and tests.
+// the operation, so a failing collective never leaves the job hanging; every call is marked for
+// the communication watchdog (comm_watchdog.h), which aborts the job when one never returns.
+// Also owns MPI start-up and shut-down (MpiSession) for the vtrain binary and tests.
 #pragma once
 #include <mpi.h>
 
@@ -45,6 +46,7 @@ class MpiCommunicator final : public Communicator {
   std::string name_;
   std::vector<MPI_Request> pending_;            // sends started by send_async
   std::vector<std::vector<float>> pending_buf_; // their buffers, alive until wait_sends
+  const char* watch_name_;  // name_ interned for the watchdog
   int size_ = 1, rank_ = 0;
 };
 

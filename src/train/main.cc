@@ -12,6 +12,7 @@
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
+#include "parallel/failure.h"
 #include "parallel/mpi_communicator.h"
 #include "train/evaluate.h"
 #include "train/options.h"
@@ -65,22 +66,29 @@ absl::Status cmd_prepare(int argc, char** argv) {
   return data::prepare_data(po);
 }
 
-absl::Status cmd_train(int argc, char** argv) {
+// `vtrain train` on one rank or under mpirun. Errors end every rank (failure.h: run_guarded);
+// a stop signal that saved a checkpoint exits with kExitRequeue.
+int cmd_train(int argc, char** argv) {
   for (int i = 2; i < argc; ++i)
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
       std::printf("%s", train_usage().c_str());
-      return absl::OkStatus();
+      return 0;
     }
   MpiSession mpi(&argc, &argv);
   MpiCommunicator world(MPI_COMM_WORLD);
   Communicator* comm = world.size() > 1 ? static_cast<Communicator*>(&world) : self_communicator();
-  absl::Status st = [&]() -> absl::Status {
-    VT_ASSIGN_OR_RETURN(TrainOptions o, parse_train_options(argc, argv, 2));
-    return run_train(o, comm);
-  }();
-  // On several ranks an error seen by one rank must end them all, not leave them waiting.
-  if (!st.ok() && world.size() > 1) abort_job(std::string(st.message()));
-  return st;
+  bool requeue = false;
+  const int code = run_guarded([&]() -> absl::Status {
+    auto o = parse_train_options(argc, argv, 2);
+    if (!o.ok()) return agreed(o.status());  // every rank parses the same flags
+    absl::Status st = run_train(*o, comm);
+    if (absl::IsAborted(st)) {  // stopped by a signal after saving: resumable
+      requeue = true;
+      return absl::OkStatus();
+    }
+    return st;
+  });
+  return code == 0 && requeue ? kExitRequeue : code;
 }
 
 absl::Status cmd_eval(int argc, char** argv) {
@@ -172,13 +180,12 @@ int run(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   absl::Status st;
+  if (cmd == "train") return cmd_train(argc, argv);
   if (cmd == "prepare") st = cmd_prepare(argc, argv);
-  else if (cmd == "train") st = cmd_train(argc, argv);
   else if (cmd == "eval") st = cmd_eval(argc, argv);
   else if (cmd == "generate") st = cmd_generate(argc, argv);
   else if (cmd == "ckpt") st = cmd_ckpt(argc, argv);
   else st = absl::InvalidArgumentError(absl::StrCat("unknown command '", cmd, "'\n", kUsage));
-  if (absl::IsAborted(st)) return kExitRequeue;  // a stop signal: checkpoint saved, resumable
   if (!st.ok()) {
     std::fflush(stdout);
     std::fprintf(stderr, "vtrain %s: error: %s\n", cmd.c_str(), std::string(st.message()).c_str());
