@@ -20,6 +20,7 @@
 #include "optim/distributed_optimizer.h"
 #include "optim/grad_sync.h"
 #include "optim/optimizer.h"
+#include "parallel/comm_watchdog.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/pipeline.h"
 #include "parallel/process_grid.h"
@@ -273,6 +274,7 @@ absl::Status run_train(const TrainOptions& o, Communicator* world) {
   double t_last = t_start;
   if (start_step == 0 && o.eval_every > 0) VT_RETURN_IF_ERROR(run_eval(0));
   for (int64_t step = start_step; step < o.steps; ++step) {
+    const double comm_before = comm_seconds_total();
     store.zero_grads();
     const float grad_scale = 1.0f / static_cast<float>(o.global_batch);
     double loss_sum = engine.train_step(M, static_cast<int>(B), grad_scale, fetch_train);
@@ -297,7 +299,8 @@ absl::Status run_train(const TrainOptions& o, Communicator* world) {
                      {"tokens", tokens_seen},
                      {"tok_per_s", tok_per_s},
                      {"mfu", mfu},
-                     {"grad_norm", st.grad_norm}});
+                     {"grad_norm", st.grad_norm},
+                     {"comm_s", comm_seconds_total() - comm_before}});
       if (done % o.log_every == 0 || done == o.steps || done == start_step + 1) {
         const double elapsed = t - t_start;
         const double eta = elapsed / (done - start_step) * (o.steps - done);
