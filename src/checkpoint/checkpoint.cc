@@ -1,115 +1,344 @@
-// Single-process HDF5 checkpoints.
+// Parallel HDF5 checkpoints: save (collective, atomic, verified) and load on any layout.
 #include "checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "checkpoint/h5_file.h"
+#include "checkpoint/checkpoint_plan.h"
+#include "checkpoint/checkpoint_verify.h"
+#include "checkpoint/checksum.h"
+#include "checkpoint/ckpt_comm.h"
 #include "core/check.h"
+#include "model/gpt.h"
+#include "parallel/process_grid.h"
 
 namespace vt {
 
-absl::Status save_checkpoint(const std::string& path, const ModelConfig& cfg,
-                             const ParamStore& store, const CheckpointMeta& meta,
-                             const std::vector<NamedTensor>& extra) {
-  const std::string tmp = path + ".tmp";
-  {
-    VT_ASSIGN_OR_RETURN(h5::File f, h5::File::create(tmp));
-    VT_RETURN_IF_ERROR(f.set_attr("format", "vtrain-checkpoint"));
-    VT_RETURN_IF_ERROR(f.set_attr("format_version", std::to_string(kCheckpointFormatVersion)));
-    VT_RETURN_IF_ERROR(f.set_attr("config", cfg.to_json().dump()));
-    nlohmann::json m = {{"step", meta.step},
-                        {"tokens", meta.tokens},
-                        {"loader_state", meta.loader_state},
-                        {"extra", meta.extra}};
-    VT_RETURN_IF_ERROR(f.set_attr("meta", m.dump()));
-    for (const ParamInfo& info : store.infos()) {
-      if (info.shape != info.global_shape)
-        return absl::UnimplementedError(
-            absl::StrCat("parameter ", info.name, " is sharded; the single-process writer needs whole parameters"));
-      VT_RETURN_IF_ERROR(f.write_f32("/model/" + info.name, info.global_shape,
-                                     store.param(store.find(info.name)).f32()));
-    }
-    for (const NamedTensor& t : extra)
-      VT_RETURN_IF_ERROR(f.write_f32(t.path, t.tensor.shape(), t.tensor.f32()));
-    if (H5Fflush(f.id(), H5F_SCOPE_GLOBAL) < 0)
-      return absl::InternalError(absl::StrCat("cannot flush ", tmp));
+using ckpt::CkptComm;
+using ckpt::DatasetPlan;
+using ckpt::Piece;
+
+std::string optim_state_path(const std::string& param, const std::string& kind) {
+  return absl::StrCat("/optim/", param, "/", kind);
+}
+
+NamedTensor state_tensor(const ParamInfo& param, const std::string& kind, Tensor local) {
+  return {optim_state_path(param.name, kind), std::move(local), param.global_shape, param.split};
+}
+
+std::vector<std::pair<std::string, Shape>> model_datasets(const ModelConfig& config) {
+  ModelConfig cfg = config;
+  if (cfg.vocab_padded == 0 && !cfg.finalize().ok()) return {};
+  ParamStore store;  // registration only: no memory
+  GPT model(cfg);
+  model.register_params(store);
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const ParamInfo& p : store.infos()) out.push_back({"/model/" + p.name, p.global_shape});
+  return out;
+}
+
+std::vector<std::string> config_differences(const ModelConfig& checkpoint, const ModelConfig& model) {
+  const nlohmann::json a = checkpoint.to_json(), b = model.to_json();
+  std::set<std::string> keys;
+  for (auto it = a.begin(); it != a.end(); ++it) keys.insert(it.key());
+  for (auto it = b.begin(); it != b.end(); ++it) keys.insert(it.key());
+  std::vector<std::string> out;
+  for (const std::string& k : keys) {
+    const nlohmann::json va = a.value(k, nlohmann::json()), vb = b.value(k, nlohmann::json());
+    if (va != vb) out.push_back(absl::StrCat(k, ": checkpoint ", va.dump(), ", model ", vb.dump()));
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
+  return out;
+}
+
+namespace {
+
+// `cfg` with its derived fields filled (callers may pass a config before finalize()).
+absl::StatusOr<ModelConfig> finalized(const ModelConfig& cfg) {
+  ModelConfig c = cfg;
+  if (c.vocab_padded == 0) VT_RETURN_IF_ERROR(c.finalize());
+  return c;
+}
+
+// fsync of a file or directory (best effort durability before the rename / after it).
+void fsync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+nlohmann::json layout_json(const ProcessGrid* grid) {
+  if (!grid) return {{"tp", 1}, {"dp", 1}, {"pp", 1}, {"world", 1}};
+  const GridShape& g = grid->shape();
+  return {{"tp", g.tp}, {"dp", g.dp}, {"pp", g.pp}, {"world", g.world()}};
+}
+
+absl::Status write_header(h5::File& f, const ModelConfig& cfg, const nlohmann::json& meta) {
+  VT_RETURN_IF_ERROR(f.set_attr("format", kCheckpointFormat));
+  VT_RETURN_IF_ERROR(f.set_attr("format_version", std::to_string(kCheckpointFormatVersion)));
+  VT_RETURN_IF_ERROR(f.set_attr("library_version", kVtrainLibraryVersion));
+  VT_RETURN_IF_ERROR(f.set_attr("checksum_algorithm", ckpt::kChecksumAlgorithm));
+  VT_RETURN_IF_ERROR(f.set_attr("config", cfg.to_json().dump()));
+  VT_RETURN_IF_ERROR(f.set_attr_i64("step", meta.at("step").get<int64_t>()));
+  VT_RETURN_IF_ERROR(f.set_attr_i64("tokens", meta.at("tokens").get<int64_t>()));
+  for (const char* k : {"loader_state", "rng_state", "extra", "layout"})
+    VT_RETURN_IF_ERROR(f.set_attr(k, meta.at(k).dump()));
   return absl::OkStatus();
 }
 
-static absl::StatusOr<h5::File> open_checkpoint(const std::string& path) {
-  VT_ASSIGN_OR_RETURN(h5::File f, h5::File::open_read(path));
-  auto fmt = f.get_attr("format");
-  if (!fmt.ok() || *fmt != "vtrain-checkpoint")
-    return absl::InvalidArgumentError(absl::StrCat(path, " is an HDF5 file but not a vtrain checkpoint"));
-  return f;
+// Writes every dataset of `plan` (owners write their box, the others select nothing).
+absl::Status write_datasets(const CkptComm& comm, h5::File& f, const std::vector<DatasetPlan>& plan,
+                            const std::vector<Piece>& pieces, const std::vector<uint64_t>& sums) {
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const DatasetPlan& d = plan[i];
+    absl::Status st;
+    absl::StatusOr<h5::Dataset> ds = f.create_f32(d.path, d.global);
+    st = ds.status();
+    if (st.ok()) st = ds->set_attr("checksum", ckpt::checksum_hex(sums[i]));
+    if (st.ok()) {
+      const Piece* p = d.owner ? &pieces[d.piece] : nullptr;
+      st = ds->write_slab(p ? &p->box : nullptr, p ? p->data : nullptr, h5::Transfer::kCollective);
+    }
+    VT_RETURN_IF_ERROR(comm.agree(st));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status save_impl(const CkptComm& comm, const std::string& path, const ModelConfig& model_cfg,
+                       const ParamStore& store, const CheckpointMeta& meta,
+                       const std::vector<NamedTensor>& extra, const ProcessGrid* grid) {
+  VT_ASSIGN_OR_RETURN(const ModelConfig cfg, finalized(model_cfg));
+  // Local pieces, checked against the model's parameter list.
+  const std::vector<std::pair<std::string, Shape>> model = model_datasets(cfg);
+  absl::StatusOr<std::vector<Piece>> pieces = ckpt::local_pieces(&store, true, extra);
+  absl::Status local = pieces.status();
+  if (local.ok()) {
+    std::map<std::string, Shape> want(model.begin(), model.end());
+    for (const Piece& p : *pieces) {
+      if (p.path.rfind("/model/", 0) != 0) continue;
+      auto it = want.find(p.path);
+      if (it == want.end())
+        local = absl::InvalidArgumentError(absl::StrCat(
+            "rank ", comm.rank(), " holds parameter ", p.path.substr(7),
+            ", which the model of this config does not have"));
+      else if (it->second != p.global)
+        local = absl::InvalidArgumentError(absl::StrCat(
+            p.path, " has global shape ", shape_str(p.global), " on rank ", comm.rank(),
+            ", the model of this config says ", shape_str(it->second)));
+    }
+  } else {
+    local = absl::InvalidArgumentError(absl::StrCat("rank ", comm.rank(), ": ", local.message()));
+  }
+  VT_RETURN_IF_ERROR(comm.agree(local));
+  VT_ASSIGN_OR_RETURN(std::vector<DatasetPlan> plan, ckpt::plan_datasets(comm, *pieces, model));
+  std::vector<std::string> gaps;
+  for (const DatasetPlan& d : plan)
+    if (!d.covered)
+      gaps.push_back(absl::StrCat(d.path, " (", d.held, " of ", shape_numel(d.global),
+                                  " elements held)"));
+  if (!gaps.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot save ", path, ": the ranks together do not hold all of ", absl::StrJoin(gaps, ", ")));
+
+  // Checksums of the global tensors from the owners' shards.
+  std::vector<uint64_t> sums(plan.size(), 0);
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (plan[i].owner) {
+      const Piece& p = (*pieces)[plan[i].piece];
+      sums[i] = ckpt::checksum_box(p.data, p.global, p.box.start, p.box.count);
+    }
+  comm.sum(sums);
+
+  // Rank 0's training state, identical on every rank (HDF5 metadata writes are collective).
+  const nlohmann::json meta_json = nlohmann::json::parse(comm.broadcast(
+      nlohmann::json{{"step", meta.step},
+                     {"tokens", meta.tokens},
+                     {"loader_state", meta.loader_state},
+                     {"rng_state", meta.rng_state},
+                     {"extra", meta.extra},
+                     {"layout", layout_json(grid)}}
+          .dump()));
+
+  const std::string tmp = path + ".tmp";
+  {
+    absl::StatusOr<h5::File> f = h5::File::create(tmp, comm.comm(), /*dense_attributes=*/true);
+    VT_RETURN_IF_ERROR(comm.agree(f.status()));
+    VT_RETURN_IF_ERROR(comm.agree(write_header(*f, cfg, meta_json)));
+    VT_RETURN_IF_ERROR(write_datasets(comm, *f, plan, *pieces, sums));
+    VT_RETURN_IF_ERROR(comm.agree(f->close()));
+  }
+  if (comm.rank() == 0) fsync_path(tmp);
+  comm.barrier();
+  // Reopen and recompute every checksum from what is on disk.
+  {
+    absl::StatusOr<ckpt::Opened> ck = ckpt::open_checkpoint(tmp, comm);
+    VT_RETURN_IF_ERROR(comm.agree(ck.status()));
+    VT_RETURN_IF_ERROR(ckpt::verify_file(comm, *ck, tmp));
+  }
+  absl::Status renamed;
+  if (comm.rank() == 0) {
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec)
+      renamed = absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
+    else
+      fsync_path(std::filesystem::absolute(path).parent_path().string());
+  }
+  return comm.agree(renamed);
+}
+
+}  // namespace
+
+absl::Status save_checkpoint(const std::string& path, const ModelConfig& cfg,
+                             const ParamStore& store, const CheckpointMeta& meta,
+                             const std::vector<NamedTensor>& extra, const ProcessGrid* grid) {
+  VT_ASSIGN_OR_RETURN(CkptComm comm, CkptComm::from_grid(grid));
+  absl::Status st = save_impl(comm, path, cfg, store, meta, extra, grid);
+  if (!st.ok() && comm.rank() == 0) {
+    std::error_code ec;
+    std::filesystem::remove(path + ".tmp", ec);  // a failed save leaves nothing behind
+  }
+  return st;
+}
+
+namespace {
+
+// Fills the pieces from the file (collective reads over the union of what the ranks ask for),
+// then verifies the checksum of every dataset the ranks read whole between them.
+absl::Status read_pieces(const CkptComm& comm, const ckpt::Opened& ck, const std::string& path,
+                         const std::vector<Piece>& pieces) {
+  // Every requested dataset must exist with the requested global shape.
+  std::vector<std::string> problems;
+  for (const Piece& p : pieces) {
+    absl::StatusOr<h5::Dataset> ds = ck.file.open_dataset(p.path);
+    if (!ds.ok()) {
+      problems.push_back(absl::StrCat(p.path, " is missing"));
+      continue;
+    }
+    absl::StatusOr<Shape> shape = ds->shape();
+    if (!shape.ok() || !ds->is_f32())
+      problems.push_back(absl::StrCat(p.path, " is not a float32 dataset"));
+    else if (*shape != p.global)
+      problems.push_back(absl::StrCat(p.path, " has shape ", shape_str(*shape),
+                                      " in the checkpoint, the model wants ", shape_str(p.global)));
+  }
+  VT_RETURN_IF_ERROR(comm.agree(
+      problems.empty() ? absl::OkStatus()
+                       : absl::InvalidArgumentError(absl::StrCat(
+                             path, " does not match the model: ", absl::StrJoin(problems, "; ")))));
+  VT_ASSIGN_OR_RETURN(std::vector<DatasetPlan> plan, ckpt::plan_datasets(comm, pieces, {}));
+  std::vector<uint64_t> sums(plan.size(), 0);
+  std::vector<std::string> stored(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const DatasetPlan& d = plan[i];
+    absl::StatusOr<h5::Dataset> ds = ck.file.open_dataset(d.path);
+    absl::Status st = ds.status();
+    if (st.ok()) {
+      stored[i] = ds->get_attr("checksum").value_or("");
+      const Piece* p = d.piece >= 0 ? &pieces[d.piece] : nullptr;
+      st = ds->read_slab(p ? &p->box : nullptr, p ? p->data : nullptr, h5::Transfer::kCollective);
+      if (st.ok() && d.owner) sums[i] = ckpt::checksum_box(p->data, p->global, p->box.start, p->box.count);
+    }
+    VT_RETURN_IF_ERROR(comm.agree(st));
+  }
+  comm.sum(sums);
+  std::vector<std::string> bad;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (!plan[i].covered || ck.format_version < 2) continue;  // format 1 has no checksums
+    if (stored[i] != ckpt::checksum_hex(sums[i]))
+      bad.push_back(absl::StrCat(plan[i].path, " (stored ", stored[i].empty() ? "none" : stored[i],
+                                 ", data ", ckpt::checksum_hex(sums[i]), ")"));
+  }
+  if (!bad.empty())
+    return absl::DataLossError(absl::StrCat("checkpoint ", path,
+                                            " is corrupt: checksum mismatch in ", absl::StrJoin(bad, ", ")));
+  return absl::OkStatus();
+}
+
+absl::Status architecture_check(const ckpt::Opened& ck, const ModelConfig& cfg,
+                                const std::string& path) {
+  std::vector<std::string> diffs = config_differences(ck.config, cfg);
+  std::vector<std::string> missing, unexpected;
+  std::set<std::string> want;
+  for (const auto& [name, shape] : model_datasets(cfg)) {
+    want.insert(name);
+    if (!ck.file.exists(name)) missing.push_back(name.substr(7));
+  }
+  VT_ASSIGN_OR_RETURN(std::vector<std::string> names, ck.file.list_datasets());
+  for (const std::string& n : names)
+    if (n.rfind("/model/", 0) == 0 && !want.count(n)) unexpected.push_back(n.substr(7));
+  if (diffs.empty() && missing.empty() && unexpected.empty()) return absl::OkStatus();
+  std::string msg = absl::StrCat("checkpoint ", path, " is of another architecture than the model");
+  if (!diffs.empty()) absl::StrAppend(&msg, "; config differs: ", absl::StrJoin(diffs, "; "));
+  // At most 12 names per list.
+  auto names_of = [](const std::vector<std::string>& v) {
+    std::vector<std::string> head(v.begin(), v.begin() + std::min<size_t>(v.size(), 12));
+    std::string s = absl::StrJoin(head, ", ");
+    if (v.size() > head.size()) absl::StrAppend(&s, " and ", v.size() - head.size(), " more");
+    return s;
+  };
+  if (!missing.empty())
+    absl::StrAppend(&msg, "; missing from the checkpoint (", missing.size(), "): ", names_of(missing));
+  if (!unexpected.empty())
+    absl::StrAppend(&msg, "; in the checkpoint but not in the model (", unexpected.size(),
+                    "): ", names_of(unexpected));
+  return absl::InvalidArgumentError(msg);
+}
+
+absl::StatusOr<CheckpointMeta> load_impl(const std::string& path, const ModelConfig* cfg,
+                                         const ParamStore* store, bool params,
+                                         const std::vector<NamedTensor>& extra,
+                                         const ProcessGrid* grid) {
+  VT_ASSIGN_OR_RETURN(CkptComm comm, CkptComm::from_grid(grid));
+  absl::StatusOr<ckpt::Opened> ck = ckpt::open_checkpoint(path, comm);
+  VT_RETURN_IF_ERROR(comm.agree(ck.status()));
+  if (cfg) {
+    VT_ASSIGN_OR_RETURN(const ModelConfig c, finalized(*cfg));
+    VT_RETURN_IF_ERROR(comm.agree(architecture_check(*ck, c, path)));
+  }
+  absl::StatusOr<std::vector<Piece>> pieces = ckpt::local_pieces(store, params, extra);
+  VT_RETURN_IF_ERROR(comm.agree(pieces.status()));
+  VT_RETURN_IF_ERROR(read_pieces(comm, *ck, path, *pieces));
+  absl::StatusOr<CheckpointMeta> meta = ckpt::read_meta(ck->file, ck->format_version);
+  VT_RETURN_IF_ERROR(comm.agree(meta.status()));
+  return meta;
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointMeta> load_checkpoint(const std::string& path, const ModelConfig& cfg,
+                                               const ParamStore& store,
+                                               const std::vector<NamedTensor>& extra,
+                                               const ProcessGrid* grid) {
+  return load_impl(path, &cfg, &store, true, extra, grid);
+}
+
+absl::Status load_checkpoint_params(const std::string& path, const ParamStore& store,
+                                    const ProcessGrid* grid) {
+  return load_impl(path, nullptr, &store, true, {}, grid).status();
+}
+
+absl::Status load_checkpoint_tensors(const std::string& path, const std::vector<NamedTensor>& extra,
+                                     const ProcessGrid* grid, const ParamStore* store) {
+  // The store only supplies shapes and splits here: its parameters are not read.
+  return load_impl(path, nullptr, store, false, extra, grid).status();
 }
 
 absl::StatusOr<ModelConfig> read_checkpoint_config(const std::string& path) {
-  VT_ASSIGN_OR_RETURN(h5::File f, open_checkpoint(path));
-  VT_ASSIGN_OR_RETURN(std::string js, f.get_attr("config"));
-  nlohmann::json j = nlohmann::json::parse(js, nullptr, false);
-  if (j.is_discarded()) return absl::DataLossError(absl::StrCat(path, ": config attribute is not JSON"));
-  return ModelConfig::from_json(j);
+  VT_ASSIGN_OR_RETURN(ckpt::Opened ck, ckpt::open_checkpoint(path, CkptComm()));
+  return ck.config;
 }
 
 absl::StatusOr<CheckpointMeta> read_checkpoint_meta(const std::string& path) {
-  VT_ASSIGN_OR_RETURN(h5::File f, open_checkpoint(path));
-  VT_ASSIGN_OR_RETURN(std::string js, f.get_attr("meta"));
-  nlohmann::json j = nlohmann::json::parse(js, nullptr, false);
-  if (j.is_discarded()) return absl::DataLossError(absl::StrCat(path, ": meta attribute is not JSON"));
-  CheckpointMeta m;
-  m.step = j.value("step", 0);
-  m.tokens = j.value("tokens", 0);
-  m.loader_state = j.value("loader_state", nlohmann::json());
-  m.extra = j.value("extra", nlohmann::json());
-  return m;
-}
-
-absl::Status load_checkpoint_params(const std::string& path, const ParamStore& store) {
-  VT_ASSIGN_OR_RETURN(h5::File f, open_checkpoint(path));
-  std::vector<std::string> problems;
-  for (const ParamInfo& info : store.infos()) {
-    const std::string ds = "/model/" + info.name;
-    auto shape = f.shape_of(ds);
-    if (!shape.ok()) {
-      problems.push_back(absl::StrCat(info.name, " is missing"));
-      continue;
-    }
-    if (*shape != info.global_shape) {
-      problems.push_back(absl::StrCat(info.name, " has shape (", absl::StrJoin(*shape, ","),
-                                      ") in the checkpoint, the model wants (",
-                                      absl::StrJoin(info.global_shape, ","), ")"));
-      continue;
-    }
-    VT_ASSIGN_OR_RETURN(std::vector<float> data, f.read_f32(ds));
-    VT_CHECK(info.shape == info.global_shape);
-    std::copy(data.begin(), data.end(), store.param(store.find(info.name)).f32());
-  }
-  if (!problems.empty())
-    return absl::InvalidArgumentError(absl::StrCat(path, " does not match the model: ",
-                                                   absl::StrJoin(problems, "; ")));
-  return absl::OkStatus();
-}
-
-absl::Status load_checkpoint_tensors(const std::string& path,
-                                     const std::vector<NamedTensor>& extra) {
-  VT_ASSIGN_OR_RETURN(h5::File f, open_checkpoint(path));
-  for (const NamedTensor& t : extra) {
-    auto shape = f.shape_of(t.path);
-    if (!shape.ok() || *shape != t.tensor.shape())
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": ", t.path, " is missing or has another shape"));
-    VT_ASSIGN_OR_RETURN(std::vector<float> data, f.read_f32(t.path));
-    std::copy(data.begin(), data.end(), t.tensor.f32());
-  }
-  return absl::OkStatus();
+  VT_ASSIGN_OR_RETURN(ckpt::Opened ck, ckpt::open_checkpoint(path, CkptComm()));
+  return ckpt::read_meta(ck.file, ck.format_version);
 }
 
 }  // namespace vt

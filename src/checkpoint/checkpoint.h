@@ -1,9 +1,19 @@
-// Checkpoints (HDF5): the model config (JSON attribute), every parameter under /model/<name>
-// with its global shape, and training state attributes (step, tokens, loader state). Written to
-// `<path>.tmp` and renamed, so a crash never leaves a half-written file under the final name.
-// This is the single-process writer; every parameter must be whole on this process.
+// Checkpoints (HDF5, DESIGN.md "Checkpoints"): one file per checkpoint, written collectively by
+// every rank of the grid with the MPI-IO driver (or by one process with a null grid). Every
+// parameter (/model/<name>) and optimizer state (/optim/<param>/<kind>) is stored with its
+// GLOBAL shape; each rank writes the box of its local shard, one owner per replicated box
+// (checkpoint_plan.h), so a checkpoint loads on any dp x tp x pp layout. Root attributes:
+//   format "vtrain-checkpoint", format_version, library_version, checksum_algorithm,
+//   config (JSON), step, tokens (int64), loader_state, rng_state, extra, layout (JSON; layout is
+//   informational only). Each dataset has a "checksum" attribute (checksum.h: layout-independent).
+// Saving writes `<path>.tmp`, flushes, closes, reopens and verifies every checksum, then renames
+// (checkpoint_dir.h adds `latest`, keep-last-K and find_latest_good). Loading checks the format,
+// the architecture (config field by field, missing/unexpected parameters) and the checksums of
+// what it reads.
 #pragma once
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/arena.h"
@@ -12,33 +22,74 @@
 
 namespace vt {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+class ProcessGrid;
+
+inline constexpr const char* kCheckpointFormat = "vtrain-checkpoint";
+// 1: single-process writer, no checksums (still readable). 2: parallel writer, checksums.
+inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr const char* kVtrainLibraryVersion = "vtrain 0.2.0";
 
 struct CheckpointMeta {
   int64_t step = 0;
   int64_t tokens = 0;
   nlohmann::json loader_state;  // train loader state (global)
+  nlohmann::json rng_state;     // optional (null when not given)
   nlohmann::json extra;         // anything else worth keeping (e.g. the train options)
+  // Filled when reading (ignored when saving; the writer sets them).
+  int format_version = 0;
+  std::string library_version;
+  nlohmann::json layout;  // {"tp","dp","pp","world"} the checkpoint was written with
 };
 
 // A tensor stored under an explicit dataset path (optimizer states: /optim/<param>/<kind>).
+// `tensor` is this rank's local shard. With `global_shape` empty the writer infers it: a path
+// /optim/<param>/<kind> takes that parameter's global shape and split from the store (so states
+// must have the parameter's local shape); any other path is a whole (replicated) tensor.
 struct NamedTensor {
   std::string path;
   Tensor tensor;
+  Shape global_shape = {};
+  ParamSplit split = {};
 };
 
+std::string optim_state_path(const std::string& param, const std::string& kind);
+// A state of `param` with the parameter's split, e.g. state_tensor(info, "exp_avg", t).
+NamedTensor state_tensor(const ParamInfo& param, const std::string& kind, Tensor local);
+
+// The datasets of the whole model of `cfg` ("/model/<name>", global shape) in registration
+// order (a registration-only GPT with the default layout).
+std::vector<std::pair<std::string, Shape>> model_datasets(const ModelConfig& cfg);
+// "field: checkpoint X, model Y" for every config field that differs.
+std::vector<std::string> config_differences(const ModelConfig& checkpoint, const ModelConfig& model);
+
+// Collective over grid->world() (nullptr: this process alone). Writes `path` atomically (see
+// above); `store` holds this rank's parameters, `extra` its optimizer states. Every parameter of
+// the model of `cfg` and every named tensor must be held, as a whole, by the ranks together.
+// `meta` is taken from world rank 0.
 absl::Status save_checkpoint(const std::string& path, const ModelConfig& cfg,
                              const ParamStore& store, const CheckpointMeta& meta,
-                             const std::vector<NamedTensor>& extra = {});
+                             const std::vector<NamedTensor>& extra = {},
+                             const ProcessGrid* grid = nullptr);
 
-// Reads the config and meta of a checkpoint without touching parameters.
+// Collective. Checks format, version and architecture against `cfg`, fills this rank's shard of
+// every parameter of `store` and of every `extra` tensor (any layout), verifies the checksum of
+// every dataset the ranks read whole between them, and returns the training state.
+absl::StatusOr<CheckpointMeta> load_checkpoint(const std::string& path, const ModelConfig& cfg,
+                                               const ParamStore& store,
+                                               const std::vector<NamedTensor>& extra = {},
+                                               const ProcessGrid* grid = nullptr);
+
+// Header reads (any process, no MPI): the config and the training state of a checkpoint.
 absl::StatusOr<ModelConfig> read_checkpoint_config(const std::string& path);
 absl::StatusOr<CheckpointMeta> read_checkpoint_meta(const std::string& path);
 
-// Fills every parameter of `store` from the checkpoint; names and shapes must match exactly
-// (the message lists what differs).
-absl::Status load_checkpoint_params(const std::string& path, const ParamStore& store);
-// Fills each extra tensor from its dataset path (shapes must match).
-absl::Status load_checkpoint_tensors(const std::string& path, const std::vector<NamedTensor>& extra);
+// Like load_checkpoint, without the architecture check against a config: names and global
+// shapes must match (the message lists what differs).
+absl::Status load_checkpoint_params(const std::string& path, const ParamStore& store,
+                                    const ProcessGrid* grid = nullptr);
+// Fills each extra tensor from its dataset (global shapes inferred as for saving from `store`).
+absl::Status load_checkpoint_tensors(const std::string& path, const std::vector<NamedTensor>& extra,
+                                     const ProcessGrid* grid = nullptr,
+                                     const ParamStore* store = nullptr);
 
 }  // namespace vt

@@ -1,0 +1,219 @@
+// Checkpoint header reading, whole-file verification and inspection (see checkpoint_verify.h).
+#include "checkpoint/checkpoint_verify.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/checksum.h"
+#include "core/check.h"
+
+namespace vt {
+namespace ckpt {
+
+absl::StatusOr<Opened> open_checkpoint(const std::string& path, const CkptComm& comm) {
+  absl::Status exists = std::filesystem::is_regular_file(path)
+                            ? absl::OkStatus()
+                            : absl::NotFoundError(absl::StrCat("no checkpoint file ", path));
+  VT_RETURN_IF_ERROR(comm.agree(exists));
+  absl::StatusOr<h5::File> f = h5::File::open_read(path, comm.comm());
+  VT_RETURN_IF_ERROR(comm.agree(f.status()));
+  Opened ck{*std::move(f), 0, {}};
+  auto fmt = ck.file.get_attr("format");
+  if (!fmt.ok() || *fmt != kCheckpointFormat)
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " is an HDF5 file but not a vtrain checkpoint (its 'format' attribute is ",
+        fmt.ok() ? "'" + *fmt + "'" : "missing", ", expected '", kCheckpointFormat, "')"));
+  auto ver = ck.file.get_attr("format_version");
+  if (!ver.ok() || !absl::SimpleAtoi(*ver, &ck.format_version) || ck.format_version < 1)
+    return absl::DataLossError(absl::StrCat(path, ": missing or malformed format_version attribute"));
+  if (ck.format_version > kCheckpointFormatVersion)
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " has checkpoint format version ", ck.format_version,
+        ", newer than this build of vtrain reads (up to ", kCheckpointFormatVersion,
+        "); load it with the newer vtrain that wrote it"));
+  auto js = ck.file.get_attr("config");
+  if (!js.ok()) return absl::DataLossError(absl::StrCat(path, ": no config attribute"));
+  nlohmann::json j = nlohmann::json::parse(*js, nullptr, false);
+  if (j.is_discarded()) return absl::DataLossError(absl::StrCat(path, ": config attribute is not JSON"));
+  absl::StatusOr<ModelConfig> cfg = ModelConfig::from_json(j);
+  if (!cfg.ok())
+    return absl::DataLossError(absl::StrCat(path, ": bad config attribute: ", cfg.status().message()));
+  ck.config = *std::move(cfg);
+  return ck;
+}
+
+absl::StatusOr<CheckpointMeta> read_meta(const h5::File& f, int format_version) {
+  CheckpointMeta m;
+  m.format_version = format_version;
+  auto json_attr = [&](const char* name) -> absl::StatusOr<nlohmann::json> {
+    auto s = f.get_attr(name);
+    if (!s.ok()) return nlohmann::json();
+    nlohmann::json j = nlohmann::json::parse(*s, nullptr, false);
+    if (j.is_discarded()) return absl::DataLossError(absl::StrCat("attribute ", name, " is not JSON"));
+    return j;
+  };
+  if (format_version == 1) {
+    VT_ASSIGN_OR_RETURN(nlohmann::json j, json_attr("meta"));
+    m.step = j.value("step", int64_t{0});
+    m.tokens = j.value("tokens", int64_t{0});
+    m.loader_state = j.value("loader_state", nlohmann::json());
+    m.extra = j.value("extra", nlohmann::json());
+    m.library_version = "vtrain (format 1)";
+    m.layout = {{"tp", 1}, {"dp", 1}, {"pp", 1}, {"world", 1}};
+    return m;
+  }
+  VT_ASSIGN_OR_RETURN(m.step, f.get_attr_i64("step"));
+  VT_ASSIGN_OR_RETURN(m.tokens, f.get_attr_i64("tokens"));
+  VT_ASSIGN_OR_RETURN(m.loader_state, json_attr("loader_state"));
+  VT_ASSIGN_OR_RETURN(m.rng_state, json_attr("rng_state"));
+  VT_ASSIGN_OR_RETURN(m.extra, json_attr("extra"));
+  VT_ASSIGN_OR_RETURN(m.layout, json_attr("layout"));
+  m.library_version = f.get_attr("library_version").value_or("");
+  return m;
+}
+
+absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::string& path) {
+  // Every return below is agreed on by all ranks (callers go on with collectives).
+  std::vector<std::string> problems;
+  absl::StatusOr<std::vector<std::string>> listed = ck.file.list_datasets();
+  VT_RETURN_IF_ERROR(comm.agree(listed.status()));
+  const std::vector<std::string>& names = *listed;
+  // Structure: /model against the config's parameter list.
+  std::set<std::string> present(names.begin(), names.end());
+  std::set<std::string> expected;
+  for (const auto& [name, shape] : model_datasets(ck.config)) {
+    expected.insert(name);
+    if (!present.count(name)) problems.push_back(absl::StrCat("missing parameter ", name));
+  }
+  for (const std::string& n : names)
+    if (n.rfind("/model/", 0) == 0 && !expected.count(n))
+      problems.push_back(absl::StrCat("unexpected parameter ", n));
+  // Checksums: rows of every dataset split evenly over the ranks; independent reads.
+  const int64_t kBlock = int64_t{1} << 22;  // floats per read
+  std::vector<uint64_t> sums(names.size(), 0);
+  std::vector<std::string> stored(names.size());
+  std::vector<float> buf;
+  absl::Status read_error;
+  for (size_t i = 0; i < names.size(); ++i) {
+    absl::StatusOr<h5::Dataset> opened = ck.file.open_dataset(names[i]);
+    absl::StatusOr<Shape> shaped = opened.ok() ? opened->shape() : opened.status();
+    if (!shaped.ok()) {
+      problems.push_back(absl::StrCat(names[i], ": ", shaped.status().message()));
+      continue;
+    }
+    h5::Dataset& ds = *opened;
+    const Shape& shape = *shaped;
+    if (!ds.is_f32()) {
+      problems.push_back(absl::StrCat(names[i], " is not a float32 dataset"));
+      continue;
+    }
+    if (ck.format_version >= 2) {
+      auto c = ds.get_attr("checksum");
+      if (!c.ok()) {
+        problems.push_back(absl::StrCat(names[i], " has no checksum attribute"));
+        continue;
+      }
+      stored[i] = *c;
+    }
+    if (!read_error.ok()) continue;
+    const int64_t rows = shape.empty() ? 1 : shape[0];
+    const int64_t row = shape.empty() ? 1 : shape_numel(shape) / std::max<int64_t>(rows, 1);
+    const int64_t r0 = rows * comm.rank() / comm.size(), r1 = rows * (comm.rank() + 1) / comm.size();
+    const int64_t step = std::max<int64_t>(1, kBlock / std::max<int64_t>(row, 1));
+    for (int64_t r = r0; r < r1 && read_error.ok(); r += step) {
+      const int64_t n = std::min(step, r1 - r);
+      h5::Slab box;
+      if (!shape.empty()) {
+        box.start.assign(shape.size(), 0);
+        box.count = shape;
+        box.start[0] = r;
+        box.count[0] = n;
+      }
+      buf.resize(n * row);
+      read_error = ds.read_slab(&box, buf.data(), h5::Transfer::kIndependent);
+      if (read_error.ok()) sums[i] += ckpt::checksum_run(buf.data(), r * row, n * row);
+    }
+  }
+  VT_RETURN_IF_ERROR(comm.agree(read_error.ok() ? read_error
+                                                : absl::DataLossError(absl::StrCat(
+                                                      path, " is unreadable: ", read_error.message()))));
+  comm.sum(sums);
+  if (ck.format_version >= 2) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (stored[i].empty()) continue;
+      if (stored[i] != checksum_hex(sums[i]))
+        problems.push_back(absl::StrCat(names[i], ": checksum mismatch (stored ", stored[i],
+                                        ", data ", checksum_hex(sums[i]), ")"));
+    }
+  }
+  return comm.agree(problems.empty() ? absl::OkStatus()
+                                     : absl::DataLossError(absl::StrCat(
+                                           "checkpoint ", path, " is corrupt: ",
+                                           absl::StrJoin(problems, "; "))));
+}
+
+}  // namespace ckpt
+
+absl::Status verify_checkpoint(const std::string& path, const ProcessGrid* grid) {
+  VT_ASSIGN_OR_RETURN(ckpt::CkptComm comm, ckpt::CkptComm::from_grid(grid));
+  absl::StatusOr<ckpt::Opened> ck = ckpt::open_checkpoint(path, comm);
+  VT_RETURN_IF_ERROR(comm.agree(ck.status()));
+  return ckpt::verify_file(comm, *ck, path);
+}
+
+absl::StatusOr<CheckpointInfo> inspect_checkpoint(const std::string& path) {
+  VT_ASSIGN_OR_RETURN(ckpt::Opened ck, ckpt::open_checkpoint(path, ckpt::CkptComm()));
+  CheckpointInfo info;
+  info.path = path;
+  info.format_version = ck.format_version;
+  info.config = ck.config;
+  VT_ASSIGN_OR_RETURN(info.meta, ckpt::read_meta(ck.file, ck.format_version));
+  for (const std::string& name : ck.file.attr_names()) {
+    auto s = ck.file.get_attr(name);
+    if (s.ok()) {
+      info.attributes.push_back({name, *s});
+      continue;
+    }
+    auto i = ck.file.get_attr_i64(name);
+    info.attributes.push_back({name, i.ok() ? std::to_string(*i) : std::string("<unreadable>")});
+  }
+  VT_ASSIGN_OR_RETURN(std::vector<std::string> names, ck.file.list_datasets());
+  for (const std::string& n : names) {
+    VT_ASSIGN_OR_RETURN(h5::Dataset ds, ck.file.open_dataset(n));
+    VT_ASSIGN_OR_RETURN(Shape shape, ds.shape());
+    info.datasets.push_back({n, shape, ds.get_attr("checksum").value_or("")});
+  }
+  return info;
+}
+
+std::string format_checkpoint_info(const CheckpointInfo& info) {
+  std::string out = absl::StrCat("checkpoint ", info.path, "\n");
+  const nlohmann::json& l = info.meta.layout;
+  absl::StrAppend(&out, "  format ", kCheckpointFormat, " v", info.format_version, ", written by ",
+                  info.meta.library_version, " on layout ",
+                  l.is_object() ? absl::StrCat("tp=", l.value("tp", 1), " dp=", l.value("dp", 1),
+                                               " pp=", l.value("pp", 1))
+                                : std::string("?"),
+                  "\n");
+  absl::StrAppend(&out, "  step ", info.meta.step, ", ", info.meta.tokens, " tokens\n");
+  for (const auto& [name, value] : info.attributes) {
+    if (name == "format" || name == "format_version" || name == "library_version" ||
+        name == "step" || name == "tokens" || name == "layout")
+      continue;
+    absl::StrAppend(&out, "  ", name, " ", value, "\n");
+  }
+  int64_t total = 0;
+  for (const auto& d : info.datasets) total += shape_numel(d.shape);
+  absl::StrAppend(&out, "  datasets: ", info.datasets.size(), " (", total, " floats)\n");
+  for (const auto& d : info.datasets)
+    absl::StrAppend(&out, "    ", d.path, "  ", shape_str(d.shape),
+                    d.checksum.empty() ? "" : "  checksum " + d.checksum, "\n");
+  return out;
+}
+
+}  // namespace vt

@@ -1,0 +1,56 @@
+// Reading a checkpoint's header and checking a whole file: open_checkpoint (exists, is HDF5, is
+// a vtrain checkpoint of a format this build reads, config parses), verify_checkpoint (for
+// `vtrain ckpt verify`: the structure against the config and every dataset's checksum
+// recomputed from the file, rows split over the ranks) and inspect_checkpoint (for `vtrain ckpt
+// inspect`: attributes, datasets, shapes, checksums).
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/ckpt_comm.h"
+#include "checkpoint/h5_file.h"
+
+namespace vt {
+
+// Collective over grid->world() (nullptr: this process). OK, or an error naming every problem:
+// each dataset whose checksum does not match, missing or unexpected parameters, a truncated or
+// foreign file, a future format version.
+absl::Status verify_checkpoint(const std::string& path, const ProcessGrid* grid = nullptr);
+
+struct CheckpointDatasetInfo {
+  std::string path;
+  Shape shape;
+  std::string checksum;  // "" when absent (format 1)
+};
+struct CheckpointInfo {
+  std::string path;
+  int format_version = 0;
+  ModelConfig config;
+  CheckpointMeta meta;
+  std::vector<std::pair<std::string, std::string>> attributes;  // every root attribute, as text
+  std::vector<CheckpointDatasetInfo> datasets;
+};
+// Header and dataset listing (no data is read).
+absl::StatusOr<CheckpointInfo> inspect_checkpoint(const std::string& path);
+// Human-readable form of `info` (what `vtrain ckpt inspect` prints).
+std::string format_checkpoint_info(const CheckpointInfo& info);
+
+namespace ckpt {
+
+struct Opened {
+  h5::File file;
+  int format_version = 0;
+  ModelConfig config;
+};
+// Opens (collectively when comm has MPI) and checks the header; errors say what the file is.
+absl::StatusOr<Opened> open_checkpoint(const std::string& path, const CkptComm& comm);
+absl::StatusOr<CheckpointMeta> read_meta(const h5::File& f, int format_version);
+// Recomputes every dataset's checksum from the file (rows split over the ranks) and compares it
+// with its attribute; also checks /model against the config's parameter list.
+absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::string& path);
+
+}  // namespace ckpt
+}  // namespace vt

@@ -1,0 +1,70 @@
+// CkptComm (see ckpt_comm.h).
+#include "checkpoint/ckpt_comm.h"
+
+#include "parallel/mpi_communicator.h"
+
+namespace vt::ckpt {
+
+absl::StatusOr<CkptComm> CkptComm::from_grid(const ProcessGrid* grid) {
+  CkptComm c;
+  if (grid == nullptr) return c;
+  Communicator* world = grid->world();
+  if (auto* mpi = dynamic_cast<MpiCommunicator*>(world)) {
+    c.comm_ = mpi->comm();
+    c.rank_ = mpi->rank();
+    c.size_ = mpi->size();
+    return c;
+  }
+  if (world->size() != 1)
+    return absl::InvalidArgumentError(
+        "parallel checkpoints need the grid's world to be an MpiCommunicator");
+  return c;
+}
+
+void CkptComm::sum(std::vector<uint64_t>& v) const {
+  if (comm_ == MPI_COMM_NULL || v.empty()) return;
+  MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T, MPI_SUM, comm_);
+}
+
+std::string CkptComm::broadcast(const std::string& s, int root) const {
+  if (comm_ == MPI_COMM_NULL) return s;
+  int64_t n = rank_ == root ? static_cast<int64_t>(s.size()) : 0;
+  MPI_Bcast(&n, 1, MPI_INT64_T, root, comm_);
+  std::string out = rank_ == root ? s : std::string(n, '\0');
+  if (n > 0) MPI_Bcast(out.data(), static_cast<int>(n), MPI_CHAR, root, comm_);
+  return out;
+}
+
+std::vector<std::string> CkptComm::all_gather(const std::string& s) const {
+  if (comm_ == MPI_COMM_NULL) return {s};
+  int n = static_cast<int>(s.size());
+  std::vector<int> sizes(size_), displs(size_);
+  MPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm_);
+  int total = 0;
+  for (int r = 0; r < size_; ++r) {
+    displs[r] = total;
+    total += sizes[r];
+  }
+  std::string all(total, '\0');
+  MPI_Allgatherv(s.data(), n, MPI_CHAR, all.data(), sizes.data(), displs.data(), MPI_CHAR, comm_);
+  std::vector<std::string> out(size_);
+  for (int r = 0; r < size_; ++r) out[r] = all.substr(displs[r], sizes[r]);
+  return out;
+}
+
+absl::Status CkptComm::agree(const absl::Status& local) const {
+  if (comm_ == MPI_COMM_NULL) return local;
+  int mine = local.ok() ? size_ : rank_, first = size_;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm_);
+  if (first == size_) return absl::OkStatus();
+  int code = static_cast<int>(local.code());
+  MPI_Bcast(&code, 1, MPI_INT, first, comm_);
+  const std::string msg = broadcast(std::string(local.message()), first);
+  return absl::Status(static_cast<absl::StatusCode>(code), msg);
+}
+
+void CkptComm::barrier() const {
+  if (comm_ != MPI_COMM_NULL) MPI_Barrier(comm_);
+}
+
+}  // namespace vt::ckpt
