@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_verify.h"
 #include "checkpoint/h5_file.h"
 #include "core/flags.h"
 #include "data/prepare.h"
@@ -147,29 +148,13 @@ absl::Status cmd_ckpt(int argc, char** argv) {
   if (argc < 4 || (std::string(argv[2]) != "inspect" && std::string(argv[2]) != "verify"))
     return absl::InvalidArgumentError("usage: vtrain ckpt inspect|verify PATH");
   const std::string path = argv[3];
-  VT_ASSIGN_OR_RETURN(ModelConfig cfg, read_checkpoint_config(path));
-  VT_ASSIGN_OR_RETURN(CheckpointMeta meta, read_checkpoint_meta(path));
-  ParamStore store;
-  GPT model(cfg);
-  model.register_params(store);
-  std::printf("checkpoint %s\n  step %lld, %lld tokens\n  config %s\n", path.c_str(),
-              static_cast<long long>(meta.step), static_cast<long long>(meta.tokens),
-              cfg.to_json().dump().c_str());
   if (std::string(argv[2]) == "inspect") {
-    for (const ParamInfo& p : store.infos())
-      std::printf("  %-32s %s %s\n", p.name.c_str(), shape_str(p.global_shape).c_str(),
-                  param_group_name(p.group));
+    VT_ASSIGN_OR_RETURN(CheckpointInfo info, inspect_checkpoint(path));
+    std::printf("%s", format_checkpoint_info(info).c_str());
     return absl::OkStatus();
   }
-  store.finalize();
-  VT_RETURN_IF_ERROR(load_checkpoint_params(path, store));
-  for (int i = 0; i < store.size(); ++i) {
-    const Tensor t = store.param(i);
-    for (int64_t j = 0; j < t.numel(); ++j)
-      if (!std::isfinite(t.f32()[j]))
-        return absl::DataLossError(absl::StrCat(store.info(i).name, " holds a non-finite value"));
-  }
-  std::printf("  ok: %d parameters readable, shapes match, all finite\n", store.size());
+  VT_RETURN_IF_ERROR(verify_checkpoint(path));
+  std::printf("%s: ok (every dataset matches its checksum)\n", path.c_str());
   return absl::OkStatus();
 }
 

@@ -23,7 +23,8 @@ batch:      --micro-batch B (rows of T tokens) --global-batch TOKENS (multiple o
 schedule:   --steps N --matrix-lr 0.02 --lr-scale 1.0 --warmup 40 --warmdown 0.65
             --max-grad-norm 0 (off) --polar-express
 eval:       --eval-every N --eval-tokens N --sample-every N
-output:     --ckpt-dir DIR --ckpt-every N --resume auto|PATH|none --metrics FILE.jsonl
+output:     --ckpt-dir DIR --ckpt-every N --keep-last K (3; 0 keeps all)
+            --resume auto|PATH|none --metrics FILE.jsonl
             --seed S --log-every N
 )";
 }
@@ -46,7 +47,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
                    {"data", "preset", "layers", "dim", "heads", "kv-heads", "head-dim", "seq-len",
                     "window", "window-pattern", "value", "value-layers", "tp", "pp",
                     "micro-batch", "global-batch", "steps", "eval-every", "eval-tokens",
-                    "ckpt-dir", "ckpt-every", "resume", "metrics", "seed", "matrix-lr",
+                    "ckpt-dir", "ckpt-every", "keep-last", "resume", "metrics", "seed", "matrix-lr",
                     "lr-scale", "warmup", "warmdown", "max-grad-norm", "log-every",
                     "sample-every"},
                    {"detach-v1", "shared-table", "bov-add-fixed", "polar-express"}));
@@ -101,6 +102,8 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   VT_ASSIGN_OR_RETURN(o.eval_tokens, f.get_int("eval-tokens", o.eval_tokens));
   o.ckpt_dir = f.get_string("ckpt-dir");
   VT_ASSIGN_OR_RETURN(o.ckpt_every, f.get_int("ckpt-every", 0));
+  VT_ASSIGN_OR_RETURN(int64_t keep_last, f.get_int("keep-last", o.keep_last));
+  o.keep_last = static_cast<int>(keep_last);
   o.resume = f.get_string("resume", "none");
   o.metrics_path = f.get_string("metrics");
   VT_ASSIGN_OR_RETURN(int64_t seed, f.get_int("seed", static_cast<int64_t>(o.seed)));

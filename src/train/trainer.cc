@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_dir.h"
 #include "core/arena.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
@@ -51,23 +52,15 @@ double cpu_peak_flops() {
   return cores * 32.0 * 2.5e9;
 }
 
-std::string checkpoint_name(int64_t step) { return absl::StrFormat("step_%08d.h5", step); }
 
-// Resolves --resume to a checkpoint path, or "" to start fresh.
-absl::StatusOr<std::string> resume_path(const TrainOptions& o) {
+// Resolves --resume to a checkpoint path, or "" to start fresh. `auto` takes the newest
+// checkpoint of --ckpt-dir that verifies (a corrupt newest one falls back to the previous).
+absl::StatusOr<std::string> resume_path(const TrainOptions& o, const ProcessGrid& grid) {
   if (o.resume == "none") return std::string();
   if (o.resume != "auto") return o.resume;
   if (o.ckpt_dir.empty()) return absl::InvalidArgumentError("--resume auto needs --ckpt-dir");
-  const fs::path latest = fs::path(o.ckpt_dir) / "latest";
-  if (!fs::exists(latest)) return std::string();
-  std::ifstream in(latest);
-  std::string name;
-  std::getline(in, name);
-  const fs::path p = fs::path(o.ckpt_dir) / name;
-  if (name.empty() || !fs::exists(p))
-    return absl::DataLossError(absl::StrCat(latest.string(), " names '", name,
-                                            "', which does not exist"));
-  return p.string();
+  if (!fs::exists(o.ckpt_dir)) return std::string();
+  return find_latest_good(o.ckpt_dir, &grid);
 }
 
 using TrainOptimizer = optim::DistributedOptimizer;
@@ -95,29 +88,15 @@ void sync_gradients(ParamStore& store, const ProcessGrid& grid) {
   optim::all_reduce_grads(store, grid.dp());
 }
 
-absl::Status save_training_state(const std::string& path, const ModelConfig& cfg,
-                                 const ParamStore& store, TrainOptimizer& opt,
-                                 const CheckpointMeta& meta, const ProcessGrid& grid) {
-  if (grid.world()->size() > 1)
-    return absl::UnimplementedError("multi-rank checkpoints are not available in this build yet");
-  return save_checkpoint(path, cfg, store, meta, gather_optimizer_states(store, opt));
-}
-
 absl::StatusOr<CheckpointMeta> load_training_state(const std::string& path, const ModelConfig& cfg,
-                                                   ParamStore& store, TrainOptimizer& opt) {
-  VT_ASSIGN_OR_RETURN(ModelConfig saved, read_checkpoint_config(path));
-  if (saved.to_json() != cfg.to_json())
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint ", path, " was trained with another model config:\n  saved: ",
-        saved.to_json().dump(), "\n  asked: ", cfg.to_json().dump()));
-  VT_RETURN_IF_ERROR(load_checkpoint_params(path, store));
+                                                   ParamStore& store, TrainOptimizer& opt,
+                                                   const ProcessGrid& grid) {
   std::vector<NamedTensor> states = gather_optimizer_states(store, opt);  // shapes to fill
-  VT_RETURN_IF_ERROR(load_checkpoint_tensors(path, states));
+  VT_ASSIGN_OR_RETURN(CheckpointMeta meta, load_checkpoint(path, cfg, store, states, &grid));
   for (const NamedTensor& t : states) {
     const size_t a = t.path.find('/', 1), b = t.path.rfind('/');
     opt.scatter_state(t.path.substr(a + 1, b - a - 1), t.path.substr(b + 1), t.tensor);
   }
-  VT_ASSIGN_OR_RETURN(CheckpointMeta meta, read_checkpoint_meta(path));
   opt.set_step_count(meta.step);
   return meta;
 }
@@ -166,9 +145,9 @@ absl::Status run_train(const TrainOptions& o, Communicator* world) {
   const std::vector<int32_t> token_bytes = data::token_bytes_table(*tokenizer);
 
   int64_t start_step = 0, tokens_seen = 0;
-  VT_ASSIGN_OR_RETURN(std::string resume_from, resume_path(o));
+  VT_ASSIGN_OR_RETURN(std::string resume_from, resume_path(o, grid));
   if (!resume_from.empty()) {
-    VT_ASSIGN_OR_RETURN(CheckpointMeta meta, load_training_state(resume_from, cfg, store, opt));
+    VT_ASSIGN_OR_RETURN(CheckpointMeta meta, load_training_state(resume_from, cfg, store, opt, grid));
     start_step = meta.step;
     tokens_seen = meta.tokens;
     VT_RETURN_IF_ERROR(train.load_state_json(meta.loader_state));
@@ -208,17 +187,10 @@ absl::Status run_train(const TrainOptions& o, Communicator* world) {
     meta.tokens = tokens_seen;
     meta.loader_state = train.state_json();
     meta.extra = o.to_json();
-    const fs::path p = fs::path(o.ckpt_dir) / checkpoint_name(step);
-    VT_RETURN_IF_ERROR(save_training_state(p.string(), cfg, store, opt, meta, grid));
-    if (rank0) {
-      const fs::path latest = fs::path(o.ckpt_dir) / "latest";
-      {
-        std::ofstream out(latest.string() + ".tmp");
-        out << checkpoint_name(step) << "\n";
-      }
-      fs::rename(latest.string() + ".tmp", latest);
-      std::printf("saved checkpoint %s\n", p.c_str());
-    }
+    std::vector<NamedTensor> states = gather_optimizer_states(store, opt);
+    VT_ASSIGN_OR_RETURN(std::string path, save_checkpoint_in_dir(o.ckpt_dir, step, cfg, store, meta,
+                                                                 states, &grid, o.keep_last));
+    if (rank0) std::printf("saved checkpoint %s\n", path.c_str());
     return absl::OkStatus();
   };
   // Sums over the data-parallel replicas and the pipeline (only the last stage has losses).
