@@ -68,6 +68,7 @@ def train(datadir, out, mode, dp, tp, pp, micro):
 def test_layouts_match_one_process(mode, datadir, tmp_path):
     ref_losses, ref_params = train(datadir, tmp_path / "ref", mode, 1, 1, 1, 4)
     assert len(ref_losses) == STEPS and ref_losses[-1] < ref_losses[0]
+    assert len(ref_params) >= 4 * 5 + 2, sorted(ref_params)  # wq wk wo fc proj per layer, wte, lm_head
     failures = []
     for dp, tp, pp, micro in LAYOUTS:
         tag = f"dp{dp}_tp{tp}_pp{pp}" + (f"_m{micro}" if micro else "")
