@@ -2,12 +2,18 @@
 # The README's main job: on a fresh machine, installs what is needed, builds, prepares the King
 # James Bible (Debian's bible-kjv) with a trained BPE tokenizer, trains a tiny Bank-of-Values
 # model for a few minutes on this machine, evaluates it, and prints samples.
-# Environment knobs: STEPS (default 300), VALUE (default bov), OUT (default runs/demo).
+# It runs on RANKS local MPI ranks (default 4: tensor parallel 2 x pipeline 2, set TP and PP;
+# RANKS=1 runs one process); eval and sampling then load the checkpoint on one process.
+# Environment knobs: STEPS (default 300), VALUE (default bov), OUT (default runs/demo),
+# RANKS, TP, PP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh >/dev/null
 STEPS=${STEPS:-300}
+RANKS=${RANKS:-4}
+TP=${TP:-2}
+PP=${PP:-2}
 VALUE=${VALUE:-bov}
 OUT=${OUT:-runs/demo}
 DATA=data/kjv
@@ -20,9 +26,17 @@ if [ ! -f "$DATA/meta.json" ]; then
   ./build/vtrain prepare --input data/raw/kjv.txt --out "$DATA" --tokenizer bpe:4096 --val-fraction 0.02
 fi
 rm -f "$OUT/metrics.jsonl"
-echo "[demo] training a tiny '$VALUE' model for $STEPS steps"
-./build/vtrain train --data "$DATA" --preset tiny --value "$VALUE" \
-  --micro-batch 8 --global-batch 2048 --steps "$STEPS" \
+LAUNCH=()
+if [ "$RANKS" -gt 1 ]; then
+  export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  LAUNCH=(mpirun --oversubscribe -np "$RANKS")
+else
+  TP=1 PP=1
+fi
+DP=$((RANKS / (TP * PP)))
+echo "[demo] training a tiny '$VALUE' model for $STEPS steps on $RANKS rank(s): dp $DP x tp $TP x pp $PP"
+"${LAUNCH[@]}" ./build/vtrain train --data "$DATA" --preset tiny --value "$VALUE" \
+  --tp "$TP" --pp "$PP" --micro-batch $((8 / DP)) --global-batch 2048 --steps "$STEPS" \
   --eval-every 50 --eval-tokens 16384 --log-every 10 \
   --ckpt-dir "$OUT/ckpt" --metrics "$OUT/metrics.jsonl" --seed 1337
 CKPT="$OUT/ckpt/$(cat "$OUT/ckpt/latest")"

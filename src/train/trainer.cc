@@ -1,6 +1,10 @@
 // The training loop (see trainer.h).
 #include "train/trainer.h"
 
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cmath>
@@ -14,6 +18,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "core/arena.h"
+#include "core/rng.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "model/flops.h"
@@ -44,14 +49,26 @@ double now_seconds() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
-// Peak fp32 FLOP/s used for MFU on the CPU backend: VTRAIN_PEAK_FLOPS, or cores x 2 AVX2 FMA
-// units x 8 lanes x 2 flops x 2.5 GHz (a nominal figure, stated in the README).
-double cpu_peak_flops() {
-  if (const char* env = std::getenv("VTRAIN_PEAK_FLOPS")) return std::atof(env);
+// Peak fp32 FLOP/s of the cores this job runs on, for MFU on the CPU backend: per core
+// VTRAIN_PEAK_FLOPS_PER_CORE, or 2 AVX2 FMA units x 8 lanes x 2 flops x 2.5 GHz = 80 GFLOP/s
+// (a nominal figure, stated in the README); cores = the threads the ranks use, at most the
+// cores of the nodes they share (ranks oversubscribing one machine do not add peak).
+double cpu_peak_flops(Communicator* world) {
+  double per_core = 32.0 * 2.5e9;
+  if (const char* env = std::getenv("VTRAIN_PEAK_FLOPS_PER_CORE")) per_core = std::atof(env);
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  // Ranks on this host, from a hash of its name summed over the job.
   const double cores = std::max(1u, std::thread::hardware_concurrency());
-  return cores * 32.0 * 2.5e9;
+  double my_host = static_cast<double>(fnv1a64(host) % 1000003);
+  std::vector<float> hosts(world->size());
+  float mine = static_cast<float>(my_host);
+  world->all_gather(&mine, hosts.data(), 1);
+  std::sort(hosts.begin(), hosts.end());
+  const double nodes = std::unique(hosts.begin(), hosts.end()) - hosts.begin();
+  const double threads = static_cast<double>(world->size()) * omp_get_max_threads();
+  return per_core * std::min(threads, nodes * cores);
 }
-
 
 // Resolves --resume to a checkpoint path, or "" to start fresh. `auto` takes the newest
 // checkpoint of --ckpt-dir that verifies (a corrupt newest one falls back to the previous).
@@ -166,7 +183,7 @@ absl::Status run_train(const TrainOptions& o, Communicator* world) {
 
   double params_global = static_cast<double>(store.total_numel());
   const double fpt = flops_per_token(cfg);
-  const double peak = cpu_peak_flops() * world->size();
+  const double peak = cpu_peak_flops(world);
   if (rank0) {
     std::printf("model: %d layers, d=%d, %d heads (%d kv), T=%d, vocab %d | value mode %s\n",
                 cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.seq_len, cfg.vocab_size,
