@@ -25,6 +25,7 @@ schedule:   --steps N --matrix-lr 0.02 --lr-scale 1.0 --warmup 40 --warmdown 0.6
 eval:       --eval-every N --eval-tokens N --sample-every N
 output:     --ckpt-dir DIR --ckpt-every N --keep-last K (3; 0 keeps all)
             --resume auto|PATH|none --metrics FILE.jsonl
+            --stop-at-step N (save and exit 75 after step N, as on SIGUSR1)
             --seed S --log-every N
 )";
 }
@@ -47,7 +48,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
                    {"data", "preset", "layers", "dim", "heads", "kv-heads", "head-dim", "seq-len",
                     "window", "window-pattern", "value", "value-layers", "tp", "pp",
                     "micro-batch", "global-batch", "steps", "eval-every", "eval-tokens",
-                    "ckpt-dir", "ckpt-every", "keep-last", "resume", "metrics", "seed", "matrix-lr",
+                    "ckpt-dir", "ckpt-every", "keep-last", "stop-at-step", "resume", "metrics", "seed", "matrix-lr",
                     "lr-scale", "warmup", "warmdown", "max-grad-norm", "log-every",
                     "sample-every"},
                    {"detach-v1", "shared-table", "bov-add-fixed", "polar-express"}));
@@ -104,6 +105,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   VT_ASSIGN_OR_RETURN(o.ckpt_every, f.get_int("ckpt-every", 0));
   VT_ASSIGN_OR_RETURN(int64_t keep_last, f.get_int("keep-last", o.keep_last));
   o.keep_last = static_cast<int>(keep_last);
+  VT_ASSIGN_OR_RETURN(o.stop_at_step, f.get_int("stop-at-step", 0));
   o.resume = f.get_string("resume", "none");
   o.metrics_path = f.get_string("metrics");
   VT_ASSIGN_OR_RETURN(int64_t seed, f.get_int("seed", static_cast<int64_t>(o.seed)));

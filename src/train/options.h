@@ -22,6 +22,7 @@ struct TrainOptions {
   int64_t eval_tokens = 65536;
   std::string ckpt_dir;
   int64_t ckpt_every = 0;   // 0: only at the end (when ckpt_dir is set)
+  int64_t stop_at_step = 0; // > 0: save and stop after this step, as on a stop signal
   int keep_last = 3;        // checkpoints kept in ckpt_dir (0: all)
   std::string resume = "none";  // auto | PATH | none
   std::string metrics_path;

@@ -309,7 +309,7 @@ absl::Status run_train(const TrainOptions& o, Communicator* world) {
     }
     if (o.ckpt_every > 0 && done % o.ckpt_every == 0 && done != o.steps) VT_RETURN_IF_ERROR(save(done));
     // Every rank must agree to stop at the same step, whichever received the signal.
-    double stop = g_stop_signal;
+    double stop = g_stop_signal + (done == o.stop_at_step ? 1 : 0);
     world->all_reduce_sum(&stop, 1);
     if (stop > 0 && done != o.steps) {
       if (!(o.ckpt_every > 0 && done % o.ckpt_every == 0)) VT_RETURN_IF_ERROR(save(done));

@@ -1,0 +1,135 @@
+"""Checkpoint/resume through the CLI: a run stopped and resumed on the same layout continues bit
+for bit; resumed on other layouts (tp=2, one process) it continues to fp32 round-off; a process
+killed in the middle of saving leaves the previous checkpoint loadable and `--resume auto`
+picks it; a corrupt newest checkpoint is skipped; a foreign or other-architecture file is
+refused with a message naming the problem."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+BUILD = os.environ.get("VTRAIN_BUILD", "build")
+VTRAIN = os.path.join(BUILD, "vtrain")
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+MODEL = ["--layers", "4", "--dim", "64", "--heads", "4", "--kv-heads", "2", "--seq-len", "32",
+         "--window", "8", "--value", "resformer-plus", "--micro-batch", "2",
+         "--global-batch", "256", "--eval-tokens", "1024", "--seed", "9"]
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def datadir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("resume")
+    text = subprocess.run(["bible", "Gen1:1-Gen30:43"], capture_output=True, text=True).stdout
+    (d / "c.txt").write_text(text)
+    r = subprocess.run([VTRAIN, "prepare", "--input", str(d / "c.txt"), "--out", str(d / "data"),
+                        "--tokenizer", "bpe:400", "--quiet"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return d / "data"
+
+
+def train(datadir, ckpt, metrics, ranks=1, tp=1, pp=1, extra=(), expect=0):
+    cmd = [VTRAIN, "train", "--data", str(datadir), *MODEL, "--steps", str(STEPS), "--tp", str(tp),
+           "--pp", str(pp), "--ckpt-dir", str(ckpt), "--metrics", str(metrics), *extra]
+    if ranks > 1:
+        cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(ranks)] + cmd
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    assert r.returncode == expect, f"{' '.join(cmd)}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    return r
+
+
+def losses(metrics):
+    return {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l}
+
+
+def test_resume_same_layout_is_exact_and_other_layouts_match(datadir, tmp_path):
+    full = tmp_path / "full"
+    train(datadir, full, tmp_path / "full.jsonl", ranks=4, pp=2)  # dp 2 x pp 2
+    ref = losses(tmp_path / "full.jsonl")
+    assert sorted(ref) == list(range(1, STEPS + 1))
+    part = tmp_path / "part"
+    r = train(datadir, part, tmp_path / "part.jsonl", ranks=4, pp=2,
+              extra=["--stop-at-step", "4"], expect=75)
+    assert "checkpoint of step 4 saved" in r.stdout
+    train(datadir, part, tmp_path / "part.jsonl", ranks=4, pp=2, extra=["--resume", "auto"])
+    got = losses(tmp_path / "part.jsonl")
+    for step in range(5, STEPS + 1):
+        assert got[step] == ref[step], f"step {step}: {got[step]!r} != {ref[step]!r} (must be exact)"
+    start = part / "step_00000004.h5"
+    for ranks, tp, pp in [(2, 2, 1), (1, 1, 1)]:
+        m = tmp_path / f"other_{ranks}{tp}{pp}.jsonl"
+        train(datadir, tmp_path / f"other_{ranks}{tp}{pp}", m, ranks=ranks, tp=tp, pp=pp,
+              extra=["--resume", str(start)])
+        other = losses(m)
+        assert sorted(other) == list(range(5, STEPS + 1))
+        for step in other:
+            assert other[step] == pytest.approx(ref[step], rel=1e-5), (ranks, tp, pp, step)
+
+
+def test_kill_during_save_keeps_previous_checkpoint(datadir, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    # Save every step; kill -9 the moment a .tmp file (a save in progress) appears.
+    cmd = [VTRAIN, "train", "--data", str(datadir), *MODEL, "--steps", "200", "--ckpt-dir",
+           str(ckpt), "--ckpt-every", "1", "--keep-last", "2"]
+    killed_during_save = 0
+    for attempt in range(3):
+        p = subprocess.Popen(cmd + (["--resume", "auto"] if attempt else []), env=ENV,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while time.time() < deadline and p.poll() is None:
+            tmps = list(ckpt.glob("*.tmp")) if ckpt.exists() else []
+            done = list(ckpt.glob("step_*.h5")) if ckpt.exists() else []
+            if tmps and len(done) >= 1:
+                p.send_signal(signal.SIGKILL)
+                killed_during_save += 1
+                break
+            time.sleep(0.001)
+        p.kill()
+        p.wait()
+        # Whatever the moment, auto-resume finds the newest complete checkpoint and continues.
+        steps = sorted(int(f.name[5:13]) for f in ckpt.glob("step_*.h5"))
+        assert steps, "no complete checkpoint survived"
+        r = subprocess.run([VTRAIN, "train", "--data", str(datadir), *MODEL, "--steps", "200",
+                            "--ckpt-dir", str(ckpt), "--resume", "auto",
+                            "--stop-at-step", str(steps[-1] + 1)],
+                           capture_output=True, text=True, env=ENV, timeout=300)
+        assert r.returncode == 75, r.stderr
+        assert f"resumed from {ckpt / f'step_{steps[-1]:08d}.h5'} at step {steps[-1]}" in r.stdout
+        latest = (ckpt / "latest").read_text().strip()
+        assert latest == f"step_{steps[-1] + 1:08d}.h5"
+        v = subprocess.run([VTRAIN, "ckpt", "verify", str(ckpt / latest)], capture_output=True, text=True)
+        assert v.returncode == 0, v.stderr
+    assert killed_during_save >= 1, "never caught a save in progress"
+
+
+def test_corrupt_newest_is_skipped_and_foreign_files_refused(datadir, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    train(datadir, ckpt, tmp_path / "m.jsonl", extra=["--ckpt-every", "2", "--keep-last", "0"])
+    newest = ckpt / f"step_{STEPS:08d}.h5"
+    import h5py
+    with h5py.File(newest, "r") as f:  # where the bytes of one parameter lie in the file
+        offset = f["model"]["blocks.1.mlp.fc"].id.get_offset()
+    data = bytearray(newest.read_bytes())
+    data[offset + 100: offset + 164] = b"\x7f" * 64  # corrupt that parameter's data
+    newest.write_bytes(bytes(data))
+    v = subprocess.run([VTRAIN, "ckpt", "verify", str(newest)], capture_output=True, text=True)
+    assert v.returncode != 0 and "checksum" in v.stderr.lower(), v.stderr
+    assert "blocks.1.mlp.fc" in v.stderr, v.stderr
+    r = train(datadir, ckpt, tmp_path / "m2.jsonl", extra=["--resume", "auto", "--stop-at-step", "7"],
+              expect=75)
+    assert f"resumed from {ckpt / 'step_00000006.h5'}" in r.stdout, r.stdout
+    # Foreign and other-architecture files.
+    (tmp_path / "junk.h5").write_bytes(b"not hdf5 at all" * 100)
+    r = subprocess.run([VTRAIN, "train", "--data", str(datadir), *MODEL, "--steps", "9",
+                        "--resume", str(tmp_path / "junk.h5")], capture_output=True, text=True, env=ENV)
+    assert r.returncode == 2 and "junk.h5" in r.stderr and "HDF5" in r.stderr, r.stderr
+    other = list(MODEL)
+    other[other.index("--layers") + 1] = "3"  # 3 layers instead of 4
+    r = subprocess.run([VTRAIN, "train", "--data", str(datadir), *other, "--steps", "9",
+                        "--resume", str(ckpt / "step_00000006.h5")], capture_output=True, text=True, env=ENV)
+    assert r.returncode == 2 and "n_layer: checkpoint 4, model 3" in r.stderr, r.stderr
