@@ -1,0 +1,101 @@
+# tests/launch/test_ablate.py owns the end-to-end check of launch/ablate.py: a tiny synthetic
+# corpus is prepared with `vtrain prepare`, two value modes are trained for a few steps, and the
+# table, the plot and the metrics files must exist and parse. Needs build/vtrain (VTRAIN_BUILD).
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(os.environ.get("VTRAIN_ROOT", Path(__file__).resolve().parents[2]))
+BUILD = Path(os.environ.get("VTRAIN_BUILD", ROOT / "build"))
+ABLATE = ROOT / "launch" / "ablate.py"
+TINY = ["--layers", "2", "--dim", "64", "--heads", "2", "--seq-len", "32", "--micro-batch", "2",
+        "--eval-tokens", "256"]
+
+
+def vtrain() -> Path:
+    p = BUILD / "vtrain"
+    if not p.exists():
+        pytest.fail(f"{p} not found; build the vtrain target first (VTRAIN_BUILD={BUILD})")
+    return p
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ablate_data")
+    rng = random.Random(7)
+    words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 6))) for _ in range(50)]
+    text = "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(4, 10))) + "."
+                     for _ in range(500))  # about 20 KB
+    (tmp / "corpus.txt").write_text(text)
+    out = tmp / "data"
+    r = subprocess.run([str(vtrain()), "prepare", "--input", str(tmp / "corpus.txt"), "--out",
+                        str(out), "--tokenizer", "bpe:300", "--val-fraction", "0.1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def run_ablate(*args, timeout=120):
+    env = dict(os.environ, VTRAIN_BUILD=str(BUILD), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    return subprocess.run([sys.executable, str(ABLATE), *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def test_two_modes_make_table_plot_and_metrics(data_dir, tmp_path):
+    out = tmp_path / "ablate"
+    r = run_ablate("--data", data_dir, "--modes", "baseline,bov", "--steps", 5, "--eval-every", 2,
+                   "--out", out, "--", *TINY)
+    assert r.returncode == 0, f"ablate.py failed:\n{r.stdout}\n{r.stderr}"
+    # Progress: one start and one done line per run.
+    for mode in ("baseline", "bov"):
+        assert f"{mode}: started" in r.stdout and f"{mode}: done" in r.stdout, r.stdout
+
+    md = (out / "ablate.md").read_text()
+    rows = [l for l in md.splitlines() if l.startswith("| ") and not l.startswith("| mode")]
+    assert [row.split("|")[1].strip() for row in rows] == ["baseline", "bov"], md
+    header = next(l for l in md.splitlines() if l.startswith("| mode"))
+    assert "final val bpb" in header and "delta bpb vs baseline" in header and "tok/s" in header
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1].endswith("M")                      # params
+        val_loss, val_bpb = float(cells[2]), float(cells[3])
+        assert 0 < val_bpb < 20 and 0 < val_loss < 20
+        float(cells[4])                                    # delta
+        assert float(cells[5].replace(",", "")) > 0        # tok/s
+    assert rows[0].split("|")[5].strip() == "+0.0000"      # baseline vs itself
+    # bov has value tables: more parameters than baseline.
+    assert float(rows[1].split("|")[2].strip()[:-1]) > float(rows[0].split("|")[2].strip()[:-1])
+    # The table printed to stdout is the same one.
+    assert rows[0] in r.stdout
+
+    png = (out / "ablate.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+    for mode in ("baseline", "bov"):
+        recs = [json.loads(l) for l in (out / f"{mode}.jsonl").read_text().splitlines() if l.strip()]
+        train = [x for x in recs if "loss" in x]
+        evals = [x for x in recs if "val_bpb" in x]
+        assert [x["step"] for x in train] == [1, 2, 3, 4, 5]
+        assert [x["step"] for x in evals] == [0, 2, 4, 5]
+        assert all(x["tok_per_s"] > 0 for x in train)
+        assert (out / f"{mode}.log").read_text().startswith("$ ")
+
+
+def test_failed_run_is_reported_with_its_error(data_dir, tmp_path):
+    r = run_ablate("--data", data_dir, "--modes", "baseline,no-such-mode", "--steps", 2,
+                   "--out", tmp_path / "bad", "--", *TINY)
+    assert r.returncode != 0
+    assert "run 'no-such-mode' failed" in r.stderr
+    assert "unknown value mode 'no-such-mode'" in r.stderr  # vtrain's own message, shown
+    assert not (tmp_path / "bad" / "ablate.md").exists()
+
+
+def test_reserved_flags_are_refused(data_dir, tmp_path):
+    r = run_ablate("--data", data_dir, "--modes", "baseline", "--steps", 2, "--out", tmp_path,
+                   "--", "--seed", "3")
+    assert r.returncode == 2 and "--seed after `--` is set by ablate.py" in r.stderr
