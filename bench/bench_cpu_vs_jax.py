@@ -30,7 +30,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 # What `vtrain train` prints about the model it built; the JAX side copies these shapes.
-MODEL_RE = re.compile(r"model: \S+, (\d+) layers, d=(\d+), (\d+) heads \((\d+) kv\), T=(\d+), "
+MODEL_RE = re.compile(r"model: (\d+) layers, d=(\d+), (\d+) heads \((\d+) kv\), T=(\d+), "
                       r"vocab (\d+) \| ([\d.]+)M params")
 PRESETS = {"tiny": dict(n_layer=4, n_embd=128, n_head=4, n_kv_head=4, head_dim=32, seq_len=256)}
 

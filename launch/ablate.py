@@ -231,8 +231,8 @@ def count_params(vtrain: str, ckpt_dir: Path | None) -> int | None:
     if r.returncode != 0:
         return None
     total, found = 0, False
-    for line in r.stdout.splitlines():  # "  blocks.0.attn.wq   (128, 128) matrix"
-        m = re.match(r"^\s+(\S+)\s+\(([\d, ]+)\)\s+\S+\s*$", line)
+    for line in r.stdout.splitlines():  # "    /model/blocks.0.attn.wq  (128, 128)  checksum ..."
+        m = re.match(r"^\s+/model/(\S+)\s+\(([\d, ]+)\)", line)
         if m:
             total += int(np.prod([int(d) for d in m.group(2).split(",")]))
             found = True

@@ -4,6 +4,7 @@
 // independent rows (or column chunks), every output element is written by exactly one thread,
 // and every reduction runs in a fixed order (accumulated in double for float inputs).
 #include "core/cpu_kernels.h"
+#include "core/cpu_simd.h"
 
 #include <cblas.h>
 
@@ -283,6 +284,86 @@ void embedding_backward(const T* dout, const int32_t* ids, int64_t N, int64_t ro
       const T* src = dout + n * C;
       for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// float cross-entropy: the same formulas with vectorized tanh/exp (cpu_simd.h). The soft cap
+// puts a tanh and an exp on every logit of the vocabulary, which dominates small models.
+
+template <>
+void xent_partial_forward<float>(const float* logits, int64_t N, int64_t ld, int64_t n_valid,
+                                 int64_t col_offset, const int32_t* targets, float cap,
+                                 float* row_max, float* row_sumexp, float* target_z) {
+  using namespace simd;
+  VT_CHECK(n_valid >= 0 && n_valid <= ld);
+  VT_CHECK(cap > 0.0f);
+  const float inv_cap = 1.0f / cap;
+#pragma omp parallel if (N * n_valid >= kParallelMin)
+  {
+    std::vector<float> z(n_valid + kLanes);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* l = logits + n * ld;
+      f8 vmx = splat(-std::numeric_limits<float>::infinity());
+      int64_t c = 0;
+      for (; c + kLanes <= n_valid; c += kLanes) {
+        const f8 v = simd::tanh(load(l + c) * inv_cap) * cap;
+        store(z.data() + c, v);
+        vmx = vmax(vmx, v);
+      }
+      float mx = hmax(vmx);
+      for (; c < n_valid; ++c) {
+        z[c] = cap * std::tanh(l[c] * inv_cap);
+        mx = std::max(mx, z[c]);
+      }
+      // Sum in float lanes over blocks of 64 columns, blocks in double.
+      double sum = 0;
+      c = 0;
+      while (c + kLanes <= n_valid) {
+        f8 acc = splat(0.0f);
+        const int64_t end = std::min(n_valid - (n_valid - c) % kLanes, c + 64);
+        for (; c < end; c += kLanes) acc += simd::exp(load(z.data() + c) - mx);
+        sum += hsum(acc);
+      }
+      for (; c < n_valid; ++c) sum += std::exp(double(z[c]) - mx);
+      row_max[n] = mx;
+      row_sumexp[n] = float(sum);
+      const int64_t tc = int64_t(targets[n]) - col_offset;
+      target_z[n] = (tc >= 0 && tc < n_valid) ? z[tc] : 0.0f;
+    }
+  }
+}
+
+template <>
+void xent_backward<float>(const float* logits, int64_t N, int64_t ld, int64_t n_valid,
+                          int64_t col_offset, const int32_t* targets, float cap, const float* lse,
+                          const float* dloss, float* dlogits) {
+  using namespace simd;
+  VT_CHECK(n_valid >= 0 && n_valid <= ld);
+  VT_CHECK(cap > 0.0f);
+  const float inv_cap = 1.0f / cap;
+#pragma omp parallel for schedule(static) if (N * n_valid >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* l = logits + n * ld;
+    float* d = dlogits + n * ld;
+    const float g = dloss[n], m = lse[n];
+    int64_t c = 0;
+    for (; c + kLanes <= n_valid; c += kLanes) {
+      const f8 th = simd::tanh(load(l + c) * inv_cap);
+      const f8 p = simd::exp(th * cap - m);
+      store(d + c, p * (1.0f - th * th) * g);
+    }
+    for (; c < n_valid; ++c) {
+      const float th = std::tanh(l[c] * inv_cap);
+      d[c] = g * std::exp(cap * th - m) * (1.0f - th * th);
+    }
+    const int64_t tc = int64_t(targets[n]) - col_offset;
+    if (tc >= 0 && tc < n_valid) {
+      const float th = std::tanh(l[tc] * inv_cap);
+      d[tc] -= g * (1.0f - th * th);
+    }
+    for (c = n_valid; c < ld; ++c) d[c] = 0.0f;
   }
 }
 

@@ -75,6 +75,7 @@ int cmd_train(int argc, char** argv) {
       std::printf("%s", train_usage().c_str());
       return 0;
     }
+  install_stop_signal_handlers();
   MpiSession mpi(&argc, &argv);
   MpiCommunicator world(MPI_COMM_WORLD);
   Communicator* comm = world.size() > 1 ? static_cast<Communicator*>(&world) : self_communicator();

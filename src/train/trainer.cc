@@ -120,6 +120,11 @@ absl::StatusOr<CheckpointMeta> load_training_state(const std::string& path, cons
 
 }  // namespace
 
+void install_stop_signal_handlers() {
+  std::signal(SIGUSR1, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
+
 absl::Status run_train(const TrainOptions& o, Communicator* world) {
   const ModelConfig& cfg = o.model;
   VT_ASSIGN_OR_RETURN(GridShape shape, make_grid_shape(world->size(), o.tp, o.pp, cfg));
@@ -185,9 +190,14 @@ absl::Status run_train(const TrainOptions& o, Communicator* world) {
   const double fpt = flops_per_token(cfg);
   const double peak = cpu_peak_flops(world);
   if (rank0) {
-    std::printf("model: %d layers, d=%d, %d heads (%d kv), T=%d, vocab %d | value mode %s\n",
+    ParamStore whole;  // registration only: the whole model's parameter count
+    GPT(cfg).register_params(whole);
+    double whole_params = 0;
+    for (const ParamInfo& p : whole.infos()) whole_params += static_cast<double>(p.numel());
+    std::printf("model: %d layers, d=%d, %d heads (%d kv), T=%d, vocab %d | %.2fM params | "
+                "value mode %s\n",
                 cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.seq_len, cfg.vocab_size,
-                value_mode_name(cfg.value_mode));
+                whole_params / 1e6, value_mode_name(cfg.value_mode));
     std::printf("layout: %d ranks = dp %d x tp %d x pp %d | this stage: layers %d..%d, %.2fM params\n",
                 world->size(), shape.dp, shape.tp, shape.pp, layer_begin, layer_end - 1,
                 params_global / 1e6);
@@ -257,8 +267,6 @@ absl::Status run_train(const TrainOptions& o, Communicator* world) {
     absl::Status st = train.next_batch_into(rows_per_micro, T, grid.coords().dp, shape.dp, in, tg);
     if (!st.ok()) abort_job(std::string(st.message()));
   };
-  std::signal(SIGUSR1, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
   const double t_start = now_seconds();
   double t_last = t_start;
   if (start_step == 0 && o.eval_every > 0) VT_RETURN_IF_ERROR(run_eval(0));
@@ -297,8 +305,10 @@ absl::Status run_train(const TrainOptions& o, Communicator* world) {
         std::fflush(stdout);
       }
     }
-    if (o.eval_every > 0 && done % o.eval_every == 0 && done != o.steps)
+    if (o.eval_every > 0 && done % o.eval_every == 0 && done != o.steps) {
       VT_RETURN_IF_ERROR(run_eval(done));
+      t_last = now_seconds();  // the next step's tok/s excludes the evaluation
+    }
     if (o.sample_every > 0 && done % o.sample_every == 0 && world->size() == 1) {
       SampleOptions so;
       so.max_tokens = 48;

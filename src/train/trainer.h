@@ -13,6 +13,10 @@ namespace vt {
 // stop early: the run is incomplete and resumes with --resume auto.
 inline constexpr int kExitRequeue = 75;
 
+// SIGUSR1/SIGTERM make a running training save at the next step boundary and stop (exit 75).
+// Installed first thing in `vtrain train`, before MPI starts, so an early signal is not fatal.
+void install_stop_signal_handlers();
+
 // Runs on every rank of `world` (a SelfCommunicator for one process).
 absl::Status run_train(const TrainOptions& opts, Communicator* world);
 

@@ -1,6 +1,7 @@
 // `prepare`: the token stream (BOS + bytes per document, files in order), the documented val split,
 // shard sizes, meta.json / token_bytes.bin / tokenizer.json, the overwrite rules, and input errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -16,7 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path root() {
-  fs::path d = fs::path(::testing::TempDir()) / "vt_prepare_test";
+  fs::path d = fs::path(::testing::TempDir()) / ("vt_prepare_test_" + std::to_string(::getpid()));
   fs::create_directories(d);
   return d;
 }

@@ -1,6 +1,7 @@
 // Token shards: round trips in both widths, the width rule, and every corruption the reader must
 // catch with an error naming the file.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -15,7 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_path(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / "vt_data_shards_test";
+  // One directory per process: ctest runs this binary's tests in parallel processes.
+  fs::path d = fs::path(::testing::TempDir()) / ("vt_data_shards_test_" + std::to_string(::getpid()));
   fs::create_directories(d);
   return (d / name).string();
 }

@@ -2,6 +2,7 @@
 // concatenate to the dp=1 batch, saved states resume the same stream under another DP size (with
 // and without per-epoch shard shuffling), and bad data / arguments / states give clear errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -45,7 +46,7 @@ std::vector<int32_t> make_dir(const fs::path& d, const std::vector<int64_t>& siz
   return all;
 }
 
-fs::path tmp(const std::string& name) { return fs::path(::testing::TempDir()) / ("vt_loader_" + name); }
+fs::path tmp(const std::string& name) { return fs::path(::testing::TempDir()) / ("vt_loader_" + std::to_string(::getpid()) + "_" + name); }
 
 struct Rows {
   std::vector<int32_t> in, tg;

@@ -2,6 +2,7 @@
 // byte, training is deterministic with the documented tie rule, merges compress English, and
 // decode(encode(x)) == x for arbitrary bytes (invalid UTF-8, NULs, whitespace runs, emoji).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -202,7 +203,7 @@ TEST(Bpe, SaveLoadRoundTrip) {
   o.vocab_size = 350;
   auto t = train_bpe_on_text(kEnglish, o);
   ASSERT_TRUE(t.ok());
-  const fs::path dir = fs::path(::testing::TempDir()) / "vt_tok_bpe_save";
+  const fs::path dir = fs::path(::testing::TempDir()) / ("vt_tok_bpe_save_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   ASSERT_TRUE((*t)->save((dir / kTokenizerFile).string()).ok());
   auto back = load_tokenizer(dir.string());

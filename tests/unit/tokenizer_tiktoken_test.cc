@@ -2,6 +2,7 @@
 // merges) checks the rank rule, ids = ranks, specials after the ranks, save/load, and the errors
 // for malformed files.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -15,7 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path dir() {
-  fs::path d = fs::path(::testing::TempDir()) / "vt_tiktoken_test";
+  fs::path d = fs::path(::testing::TempDir()) / ("vt_tiktoken_test_" + std::to_string(::getpid()));
   fs::create_directories(d);
   return d;
 }
