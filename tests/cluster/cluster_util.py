@@ -136,6 +136,13 @@ def check_checkpoint(ckpt_dir, step, kind):
             assert float(f.attrs["state"]) == standin_state(step)
 
 
+def stops(metrics):
+    """[(last step logged before a restart, step the restart resumed from)] from the step column
+    of a metrics file that restarts appended to (a restart from step r logs r+1 first)."""
+    got = train_steps(metrics)
+    return [(a, b - 1) for a, b in zip(got, got[1:]) if b <= a]
+
+
 def check_contiguous_steps(metrics, steps, resumed_at=()):
     """Every step 1..steps logged; a resume from step r may repeat steps after r (work lost since
     the checkpoint) but never skips one."""

@@ -219,6 +219,7 @@ def test_slurm_multinode_requeue_resumes(slurm_hosts, net, datadir, standin, tmp
     if kind == "standin":
         assert sorted(set(re.findall(r"rank \d+/3 on (h\d)", text))) == net.hosts, text[:3000]
     res = cu.resumes(text)
-    assert len(res) == 1 and signalled_at <= res[0][1] <= signalled_at + 2, (signalled_at, res)
-    cu.check_contiguous_steps(tmp_path / "metrics.jsonl", 40, resumed_at=[res[0][1]])
+    assert len(res) == 1 and res[0][1] >= signalled_at, (signalled_at, res)
+    assert cu.train_steps(tmp_path / "metrics.jsonl") == list(range(1, 41)), \
+        "a step was lost or redone across the requeue"
     cu.check_checkpoint(tmp_path / "ckpt", 40, kind)

@@ -85,8 +85,8 @@ def test_requeue_on_time_limit_signal_resumes(slurm, datadir, standin, tmp_path)
     path, step = res[0]
     assert Path(path).name == f"step_{step:08d}.h5"
     # The save on the signal happens at the end of the step in flight: nothing is lost.
-    assert signalled_at <= step <= signalled_at + 2, (signalled_at, step)
-    cu.check_contiguous_steps(run / "metrics.jsonl", 40, resumed_at=[step])
+    assert step >= signalled_at, (signalled_at, step)
+    assert cu.train_steps(run / "metrics.jsonl") == list(range(1, 41)), "a step was lost or redone"
     assert cu.latest_step(run / "ckpt") == 40
     cu.check_checkpoint(run / "ckpt", 40, kind)
 
@@ -96,17 +96,24 @@ def test_requeue_real_vtrain_resumes_from_latest(slurm, datadir, tmp_path):
     (default action); the script still requeues and the job resumes from the last periodic
     checkpoint, losing only the steps since it. With the handler, it resumes at the signal."""
     run = tmp_path / "requeue_vtrain"
-    knobs = vtrain_knobs(datadir, 80, 20, model_args=cu.SLOW_MODEL_ARGS, VTRAIN_BIN=cu.VTRAIN)
+    knobs = vtrain_knobs(datadir, 120, 20, model_args=cu.SLOW_MODEL_ARGS, VTRAIN_BIN=cu.VTRAIN)
     job, log = slurm.submit(run, 1, knobs)
     signalled_at, info = sc.signal_and_wait_requeue(slurm, job, log, run / "metrics.jsonl", 25)
     text = assert_completed(info, log)
     res = cu.resumes(text)
     assert len(res) == 1, text[-4000:]
     step = res[0][1]
-    assert 20 <= step <= signalled_at + 2, (signalled_at, step)
-    assert signalled_at - step < 20 + 3, "lost more than the steps since the last checkpoint"
-    cu.check_contiguous_steps(run / "metrics.jsonl", 80, resumed_at=[step])
-    cu.check_checkpoint(run / "ckpt", 80, "vtrain")
+    stopped = cu.stops(run / "metrics.jsonl")
+    if stopped:  # died of the signal: the steps since the last periodic checkpoint are redone
+        [(stopped_at, resumed)] = stopped
+        cu.progress(f"signalled at step {signalled_at}, died after {stopped_at}, resumed at {step}")
+        assert resumed == step and 20 <= step <= stopped_at and stopped_at >= signalled_at
+        assert stopped_at - step < 20, "lost more than the steps since the last checkpoint"
+        cu.check_contiguous_steps(run / "metrics.jsonl", 120, resumed_at=[step])
+    else:  # vtrain saved on the signal: every step exactly once
+        assert step >= signalled_at
+        assert cu.train_steps(run / "metrics.jsonl") == list(range(1, 121))
+    cu.check_checkpoint(run / "ckpt", 120, "vtrain")
 
 
 def test_time_limit_signal_requeues_and_resumes(slurm, datadir, standin, tmp_path):
