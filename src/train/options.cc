@@ -121,8 +121,10 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
 
   if (o.micro_batch < 1) return absl::InvalidArgumentError("--micro-batch must be >= 1");
   if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
-  if (o.global_batch == 0) o.global_batch = o.tokens_per_micro();
-  if (o.global_batch % o.tokens_per_micro() != 0)
+  // --global-batch 0 (the default) means one micro-batch per data-parallel rank; the trainer
+  // fills it in once it knows the layout.
+  if (o.global_batch < 0) return absl::InvalidArgumentError("--global-batch must be >= 0");
+  if (o.global_batch > 0 && o.global_batch % o.tokens_per_micro() != 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "--global-batch ", o.global_batch, " tokens is not a multiple of micro-batch x seq-len = ",
         o.tokens_per_micro()));

@@ -16,7 +16,7 @@ struct TrainOptions {
   ModelConfig model;        // finalized, vocabulary from the data
   int tp = 1, pp = 1;
   int micro_batch = 4;      // rows of seq_len tokens per forward/backward
-  int64_t global_batch = 0; // tokens per optimizer step (0: one micro-batch)
+  int64_t global_batch = 0; // tokens per optimizer step (0: one micro-batch per dp rank)
   int64_t steps = 100;
   int64_t eval_every = 0;   // 0: only at the end
   int64_t eval_tokens = 65536;
@@ -37,7 +37,6 @@ struct TrainOptions {
   int64_t sample_every = 0; // 0: never; prints a short greedy sample on rank 0
 
   int64_t tokens_per_micro() const { return static_cast<int64_t>(micro_batch) * model.seq_len; }
-  int64_t grad_accum() const { return global_batch / tokens_per_micro(); }
   nlohmann::json to_json() const;
 };
 

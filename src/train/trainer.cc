@@ -27,6 +27,7 @@
 #include "optim/grad_sync.h"
 #include "optim/optimizer.h"
 #include "parallel/comm_watchdog.h"
+#include "parallel/failure.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/pipeline.h"
 #include "parallel/process_grid.h"
@@ -76,7 +77,11 @@ absl::StatusOr<std::string> resume_path(const TrainOptions& o, const ProcessGrid
   if (o.resume == "none") return std::string();
   if (o.resume != "auto") return o.resume;
   if (o.ckpt_dir.empty()) return absl::InvalidArgumentError("--resume auto needs --ckpt-dir");
-  if (!fs::exists(o.ckpt_dir)) return std::string();
+  // Rank 0 decides, so every rank takes the same (collective) path even while rank 0 is
+  // already creating the directory.
+  float exists = grid.world()->rank() == 0 && fs::exists(o.ckpt_dir) ? 1.0f : 0.0f;
+  grid.world()->broadcast(&exists, 1, 0);
+  if (exists == 0.0f) return std::string();
   return find_latest_good(o.ckpt_dir, &grid);
 }
 
@@ -125,14 +130,19 @@ void install_stop_signal_handlers() {
   std::signal(SIGTERM, on_stop_signal);
 }
 
-absl::Status run_train(const TrainOptions& o, Communicator* world) {
+absl::Status run_train(const TrainOptions& options, Communicator* world) {
+  TrainOptions o = options;
   const ModelConfig& cfg = o.model;
-  VT_ASSIGN_OR_RETURN(GridShape shape, make_grid_shape(world->size(), o.tp, o.pp, cfg));
+  // Layout errors are the same on every rank: agreed, so each rank exits with one message.
+  auto shape_or = make_grid_shape(world->size(), o.tp, o.pp, cfg);
+  if (!shape_or.ok()) return agreed(shape_or.status());
+  const GridShape shape = *shape_or;
   const int64_t rows_per_micro = static_cast<int64_t>(o.micro_batch) * shape.dp;  // global rows
+  if (o.global_batch == 0) o.global_batch = rows_per_micro * cfg.seq_len;
   if (o.global_batch % (rows_per_micro * cfg.seq_len) != 0)
-    return absl::InvalidArgumentError(absl::StrCat(
+    return agreed(absl::InvalidArgumentError(absl::StrCat(
         "--global-batch ", o.global_batch, " tokens is not a multiple of micro-batch ",
-        o.micro_batch, " x seq-len ", cfg.seq_len, " x data-parallel size ", shape.dp));
+        o.micro_batch, " x seq-len ", cfg.seq_len, " x data-parallel size ", shape.dp)));
   const int M = static_cast<int>(o.global_batch / (rows_per_micro * cfg.seq_len));
   ProcessGrid grid(world, shape);
   const bool rank0 = world->rank() == 0;

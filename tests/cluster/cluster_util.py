@@ -20,7 +20,7 @@ HDF5_MPI_LIB = "/usr/lib/x86_64-linux-gnu/hdf5/openmpi"
 # THE SWITCH. Multi-rank runs launch the stand-in (tests/cluster/standin_train.c) until vtrain
 # runs multi-rank jobs (--tp/--pp > 1, parallel checkpoint) and saves + exits 75 on SIGUSR1;
 # then change "standin" to "vtrain" here (or set VTRAIN_CLUSTER_TRAIN=vtrain to try it).
-MULTIRANK_TRAIN = os.environ.get("VTRAIN_CLUSTER_TRAIN", "standin")
+MULTIRANK_TRAIN = os.environ.get("VTRAIN_CLUSTER_TRAIN", "vtrain")
 
 # A model small enough for a 2-core machine; the stand-in ignores the model flags.
 MODEL_ARGS = ["--layers", "2", "--dim", "64", "--heads", "2", "--seq-len", "64", "--window", "32",

@@ -57,7 +57,8 @@ def mpirun_argv(net, hosts, binary, args, ranks_per_host=1):
 
 def train_args(datadir, run, steps, ckpt_every):
     return ["train", "--data", datadir, *cu.MODEL_ARGS, "--tp", "1", "--pp", "1",
-            "--micro-batch", "2", "--steps", steps, "--ckpt-dir", run / "ckpt",
+            "--micro-batch", "1", "--global-batch", "384",  # 6 rows: 3 or 2 data-parallel hosts
+            "--steps", steps, "--ckpt-dir", run / "ckpt",
             "--ckpt-every", ckpt_every, "--resume", "auto", "--metrics", run / "metrics.jsonl",
             "--eval-tokens", "1024", "--log-every", "5"]
 
