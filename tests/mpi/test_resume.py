@@ -133,3 +133,31 @@ def test_corrupt_newest_is_skipped_and_foreign_files_refused(datadir, tmp_path):
     r = subprocess.run([VTRAIN, "train", "--data", str(datadir), *other, "--steps", "9",
                         "--resume", str(ckpt / "step_00000006.h5")], capture_output=True, text=True, env=ENV)
     assert r.returncode == 2 and "n_layer: checkpoint 4, model 3" in r.stderr, r.stderr
+
+
+def test_killed_and_resumed_run_ends_with_the_same_loss(datadir, tmp_path):
+    """kill -9 in the middle of training (no chance to save), resume from the last periodic
+    checkpoint: the redone steps and the final loss equal those of a run that never stopped."""
+    train(datadir, tmp_path / "ref", tmp_path / "ref.jsonl", ranks=2, pp=2)
+    ref = losses(tmp_path / "ref.jsonl")
+    ckpt, metrics = tmp_path / "killed", tmp_path / "killed.jsonl"
+    cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2", VTRAIN, "train",
+           "--data", str(datadir), *MODEL, "--steps", str(STEPS), "--pp", "2", "--ckpt-dir",
+           str(ckpt), "--ckpt-every", "2", "--metrics", str(metrics)]
+    p = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:
+        if (ckpt / "step_00000004.h5").exists():
+            os.killpg(p.pid, signal.SIGKILL)  # mpirun and both ranks, mid-run
+            break
+        time.sleep(0.002)
+    p.wait()
+    done = losses(metrics)
+    assert max(done) < STEPS, "the run finished before it could be killed; the test needs a slower run"
+    train(datadir, ckpt, metrics, ranks=2, pp=2, extra=["--resume", "auto"])
+    after = [json.loads(l) for l in open(metrics) if '"loss"' in l]
+    last = {r["step"]: r["loss"] for r in after}  # the resumed run's lines come last
+    assert last[STEPS] == ref[STEPS], (last[STEPS], ref[STEPS])
+    for step in range(1, STEPS + 1):
+        assert last[step] == ref[step], step
