@@ -33,6 +33,7 @@
 
 #include "core/check.h"
 #include "core/cpu_kernels.h"
+#include "core/cpu_simd.h"
 
 namespace vt::cpu {
 namespace {
@@ -109,20 +110,7 @@ inline v4f load4(const float* p) {
 }
 inline void store4(float* p, v4f v) { std::memcpy(p, &v, sizeof v); }
 
-inline v4f exp4(v4f x) {
-  x = x < splat(-87.0f) ? splat(-87.0f) : x;
-  const v4f n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln 2)
-  const v4f r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  v4f p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const v4f e = p * r * r + r + 1.0f;
-  const v4i two_n = (__builtin_convertvector(n, v4i) + 127) << 23;
-  return e * std::bit_cast<v4f>(two_n);
-}
+inline v4f exp4(v4f x) { return simd::vexp<v4f, v4i>(x); }
 
 template <>
 float row_max<float>(const float* x, int64_t n) {

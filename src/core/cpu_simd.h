@@ -32,21 +32,25 @@ inline float hmax(f8 v) {
 }
 inline f8 vmax(f8 a, f8 b) { return a > b ? a : b; }
 
-inline f8 exp(f8 x) {
-  x = vmax(x, splat(-87.0f));
-  x = x < splat(88.0f) ? x : splat(88.0f);
-  const f8 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln 2)
-  const f8 r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  f8 p = splat(1.9875691500e-4f);
+// exp on any float vector type V with its int32 vector type VI.
+template <class V, class VI>
+inline V vexp(V x) {
+  x = x > -87.0f ? x : V{} - 87.0f;
+  x = x < 88.0f ? x : V{} + 88.0f;
+  const V n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln 2)
+  const V r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  V p = V{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const f8 e = p * r * r + r + 1.0f;
-  const i8 two_n = (__builtin_convertvector(n, i8) + 127) << 23;
-  return e * std::bit_cast<f8>(two_n);
+  const V e = p * r * r + r + 1.0f;
+  const VI two_n = (__builtin_convertvector(n, VI) + 127) << 23;
+  return e * std::bit_cast<V>(two_n);
 }
+
+inline f8 exp(f8 x) { return vexp<f8, i8>(x); }
 
 // tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|).
 inline f8 tanh(f8 x) {
