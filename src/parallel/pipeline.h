@@ -22,6 +22,7 @@ using OnLoss = std::function<void(const Activations& acts)>;
 class PipelineEngine {
  public:
   PipelineEngine(GPT& model, const ProcessGrid& grid);
+  GPT& model() const { return model_; }
 
   // Forward and backward of M micro-batches of B rows; parameter gradients accumulate with
   // d loss_sum * grad_scale. Returns the sum of token losses on the last stage (0 elsewhere).

@@ -7,54 +7,48 @@
 #include "absl/strings/str_cat.h"
 #include "data/loader.h"
 #include "model/decode.h"
+#include "parallel/mpi_communicator.h"
 
 namespace vt {
 
-absl::StatusOr<EvalResult> evaluate(GPT& model, const std::string& data_dir, int B,
+absl::StatusOr<EvalResult> evaluate(PipelineEngine& engine, const ProcessGrid& grid,
+                                    const std::string& data_dir, int micro_batch,
                                     int64_t max_tokens, const std::vector<int32_t>& token_bytes) {
-  const ModelConfig& cfg = model.config();
+  const ModelConfig& cfg = engine.model().config();
   data::LoaderOptions lo;
   lo.vocab_size = cfg.vocab_size;
-  VT_ASSIGN_OR_RETURN(data::DataLoader loader, data::DataLoader::open(data_dir, "val", lo));
-  const int T = cfg.seq_len;
-  // Never wrap around the split: evaluate distinct tokens only.
-  const int64_t available = loader.tokens_per_epoch() - 1;
-  // Whole batches of B rows only, as the trainer's evaluation reads them.
-  int64_t rows = std::min<int64_t>(max_tokens, available) / T / B * B;
-  if (rows < 1)
+  VT_ASSIGN_OR_RETURN(data::DataLoader val, data::DataLoader::open(data_dir, "val", lo));
+  const int64_t T = cfg.seq_len, dp = grid.shape().dp;
+  const int64_t rows_per_micro = static_cast<int64_t>(micro_batch) * dp;
+  // Distinct tokens only (never wrap around the split), whole global batches.
+  const int64_t rows = std::min<int64_t>(max_tokens / T, (val.tokens_per_epoch() - 1) / T);
+  const int micro = static_cast<int>(rows / rows_per_micro);
+  if (micro < 1)
     return absl::FailedPreconditionError(absl::StrCat(
-        "the validation split of ", data_dir, " has ", loader.tokens_per_epoch(),
-        " tokens, fewer than one batch of ", B, " x ", T + 1,
+        "the validation split of ", data_dir, " has ", val.tokens_per_epoch(),
+        " tokens, fewer than one batch of ", rows_per_micro, " x ", T + 1,
         "; prepare with a larger --val-fraction or use a smaller --micro-batch"));
-  double nats = 0, nats_bytes = 0;
-  int64_t tokens = 0, bytes = 0;
-  std::vector<int32_t> in, tg;
-  while (rows > 0) {
-    const int b = static_cast<int>(std::min<int64_t>(B, rows));
-    in.resize(static_cast<size_t>(b) * T);
-    tg.resize(in.size());
-    VT_RETURN_IF_ERROR(loader.next_batch_into(b, T, 0, 1, in.data(), tg.data()));
-    Activations acts;
-    model.start_activations(acts, in.data(), tg.data(), b);
-    Bundle bundle = model.embed_forward(acts);
-    model.blocks_forward(bundle, acts);
-    model.head_forward(bundle, acts);
-    for (size_t n = 0; n < tg.size(); ++n) {
+  double sums[4] = {0, 0, 0, 0};  // nats, nats on byte tokens, bytes, tokens
+  auto fetch = [&](int, int32_t* in, int32_t* tg) {
+    absl::Status st = val.next_batch_into(rows_per_micro, T, grid.coords().dp, dp, in, tg);
+    if (!st.ok()) abort_job(std::string(st.message()));
+  };
+  engine.forward_only(micro, micro_batch, fetch, [&](const Activations& acts) {
+    for (size_t n = 0; n < acts.targets.size(); ++n) {
       const double l = acts.token_loss[n];
-      nats += l;
-      const int32_t nb = token_bytes.at(tg[n]);
-      if (nb > 0) {
-        nats_bytes += l;
-        bytes += nb;
-      }
+      sums[0] += l;
+      const int32_t nb = token_bytes.at(acts.targets[n]);
+      if (nb > 0) sums[1] += l, sums[2] += nb;
+      sums[3] += 1;
     }
-    tokens += static_cast<int64_t>(tg.size());
-    rows -= b;
-  }
+  });
+  // Only the last stage saw losses; data-parallel replicas saw different rows.
+  grid.pp()->all_reduce_sum(sums, 4);
+  grid.dp()->all_reduce_sum(sums, 4);
   EvalResult r;
-  r.tokens = tokens;
-  r.loss = nats / tokens;
-  r.bpb = bytes > 0 ? nats_bytes / (std::log(2.0) * bytes) : 0.0;
+  r.tokens = static_cast<int64_t>(sums[3]);
+  r.loss = sums[0] / sums[3];
+  r.bpb = sums[2] > 0 ? sums[1] / (std::log(2.0) * sums[2]) : 0.0;
   return r;
 }
 

@@ -7,6 +7,8 @@
 #include "absl/status/statusor.h"
 #include "core/rng.h"
 #include "model/gpt.h"
+#include "parallel/pipeline.h"
+#include "parallel/process_grid.h"
 
 namespace vt {
 
@@ -16,9 +18,12 @@ struct EvalResult {
   int64_t tokens = 0;
 };
 
-// Evaluates `model` on up to `max_tokens` tokens of the `val` split of `data_dir`, read from its
-// start in rows of (B, T). `token_bytes[id]` is the UTF-8 length of each token (0: special).
-absl::StatusOr<EvalResult> evaluate(GPT& model, const std::string& data_dir, int B,
+// Evaluates on up to `max_tokens` tokens of the `val` split of `data_dir`, read from its start
+// in whole global batches of micro_batch x dp rows, through the pipeline engine (any layout;
+// every rank calls it; the result is the same on every rank). `token_bytes[id]` is the UTF-8
+// length of each token (0: special).
+absl::StatusOr<EvalResult> evaluate(PipelineEngine& engine, const ProcessGrid& grid,
+                                    const std::string& data_dir, int micro_batch,
                                     int64_t max_tokens, const std::vector<int32_t>& token_bytes);
 
 struct SampleOptions {

@@ -15,6 +15,8 @@
 #include "model/gpt.h"
 #include "parallel/failure.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/pipeline.h"
+#include "parallel/process_grid.h"
 #include "train/evaluate.h"
 #include "train/options.h"
 #include "train/trainer.h"
@@ -104,7 +106,9 @@ absl::Status cmd_eval(int argc, char** argv) {
                                                    " tokens, the checkpoint's model ", m->cfg.vocab_size));
   VT_ASSIGN_OR_RETURN(int64_t tokens, f.get_int("tokens", 262144));
   VT_ASSIGN_OR_RETURN(int64_t B, f.get_int("micro-batch", 4));
-  VT_ASSIGN_OR_RETURN(EvalResult r, evaluate(*m->model, f.get_string("data"), static_cast<int>(B),
+  ProcessGrid grid(self_communicator(), GridShape{});
+  PipelineEngine engine(*m->model, grid);
+  VT_ASSIGN_OR_RETURN(EvalResult r, evaluate(engine, grid, f.get_string("data"), static_cast<int>(B),
                                              tokens, data::token_bytes_table(*tok)));
   std::printf("val loss %.4f | val bpb %.4f | %lld tokens | step %lld\n", r.loss, r.bpb,
               static_cast<long long>(r.tokens), static_cast<long long>(m->meta.step));

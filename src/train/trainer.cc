@@ -236,37 +236,12 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
     grid.dp()->all_reduce_sum(v, n);
   };
   auto run_eval = [&](int64_t step) -> absl::Status {
-    data::LoaderOptions vo = lo;
-    VT_ASSIGN_OR_RETURN(data::DataLoader val, data::DataLoader::open(o.data_dir, "val", vo));
-    const int64_t T = cfg.seq_len;
-    const int64_t avail_rows = (val.tokens_per_epoch() - 1) / T;
-    const int64_t rows = std::min<int64_t>(o.eval_tokens / T, avail_rows);
-    const int eval_micro = static_cast<int>(rows / rows_per_micro);
-    if (eval_micro < 1)
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the validation split has ", val.tokens_per_epoch(), " tokens, fewer than one batch of ",
-          rows_per_micro, " x ", T + 1, "; use a larger --val-fraction or a smaller --micro-batch"));
-    double sums[4] = {0, 0, 0, 0};  // nats, nats on byte tokens, bytes, tokens
-    auto fetch = [&](int, int32_t* in, int32_t* tg) {
-      absl::Status st = val.next_batch_into(rows_per_micro, T, grid.coords().dp, shape.dp, in, tg);
-      if (!st.ok()) abort_job(std::string(st.message()));
-    };
-    engine.forward_only(eval_micro, o.micro_batch, fetch, [&](const Activations& acts) {
-      for (size_t n = 0; n < acts.targets.size(); ++n) {
-        const double l = acts.token_loss[n];
-        sums[0] += l;
-        const int32_t nb = token_bytes.at(acts.targets[n]);
-        if (nb > 0) sums[1] += l, sums[2] += nb;
-        sums[3] += 1;
-      }
-    });
-    reduce_replicas(sums, 4);
-    const double loss = sums[0] / sums[3];
-    const double bpb = sums[2] > 0 ? sums[1] / (std::log(2.0) * sums[2]) : 0.0;
+    VT_ASSIGN_OR_RETURN(EvalResult r, evaluate(engine, grid, o.data_dir, o.micro_batch,
+                                               o.eval_tokens, token_bytes));
     if (rank0) {
       std::printf("eval step %lld | val loss %.4f | val bpb %.4f (%lld tokens)\n",
-                  static_cast<long long>(step), loss, bpb, static_cast<long long>(sums[3]));
-      metrics.write({{"step", step}, {"val_loss", loss}, {"val_bpb", bpb}});
+                  static_cast<long long>(step), r.loss, r.bpb, static_cast<long long>(r.tokens));
+      metrics.write({{"step", step}, {"val_loss", r.loss}, {"val_bpb", r.bpb}});
       std::fflush(stdout);
     }
     return absl::OkStatus();
