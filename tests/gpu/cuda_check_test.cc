@@ -12,7 +12,9 @@ TEST(GpuCudaCheck, DeviceCountIsNonNegativeAndLeavesNoError) {
   const int n = cuda_device_count();
   EXPECT_GE(n, 0);
   EXPECT_EQ(cuda_device_count(), n);  // stable across calls
-  if (n > 0) EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  if (n > 0) {
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  }
 }
 
 TEST(GpuCudaCheck, GridForCoversSmallAndHugeSizes) {
