@@ -1,0 +1,16 @@
+// AdamW on the GPU: the same update as vt::optim::adamw_update (formula in src/optim/adamw.h) on
+// n contiguous fp32 elements (fp32 master weights, fp32 states, fp32 grads). Device pointers.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace vt::cuda {
+
+// Step count t >= 1 (already incremented). lr is this step's learning rate; the bias
+// corrections and decay factor are formed in double on the host exactly as the CPU does.
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, double lr,
+                  double beta1, double beta2, double weight_decay, double eps, int64_t t,
+                  cudaStream_t stream);
+
+}  // namespace vt::cuda

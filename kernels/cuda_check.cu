@@ -1,0 +1,25 @@
+// Out-of-line parts of cuda_check.cuh: the failure report and the device-count probe.
+#include "kernels/cuda_check.cuh"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace vt::cuda {
+
+void cuda_fail(cudaError_t err, const char* expr, const char* file, int line) {
+  std::fprintf(stderr, "%s:%d: CUDA error %s: %s in %s\n", file, line, cudaGetErrorName(err),
+               cudaGetErrorString(err), expr);
+  std::abort();
+}
+
+int cuda_device_count() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the error so later calls do not see it
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace vt::cuda

@@ -1,0 +1,35 @@
+// CUDA error checking (VT_CUDA_CHECK names file:line and aborts) and the device-count probe that
+// decides at run time whether the CUDA backend can be used (0 when there is no driver or GPU).
+// Host-only header: safe to include from .cc files compiled by the host compiler.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace vt::cuda {
+
+// Prints "<file>:<line>: CUDA error <name>: <message> in <expr>" to stderr and aborts.
+[[noreturn]] void cuda_fail(cudaError_t err, const char* expr, const char* file, int line);
+
+// Number of usable CUDA devices; 0 (never an error) when no driver, no device or a driver too
+// old for this runtime. Clears the sticky runtime error such a probe leaves behind.
+int cuda_device_count();
+
+// Grid size for a grid-stride loop over n elements with `threads` threads per block.
+inline unsigned grid_for(int64_t n, int threads) {
+  const int64_t want = (n + threads - 1) / threads;
+  const int64_t cap = 65535LL * 16;  // enough blocks to fill any GPU; the loop covers the rest
+  return static_cast<unsigned>(want < 1 ? 1 : (want > cap ? cap : want));
+}
+
+}  // namespace vt::cuda
+
+#define VT_CUDA_CHECK(expr)                                                \
+  do {                                                                     \
+    const cudaError_t vt_cuda_err_ = (expr);                               \
+    if (vt_cuda_err_ != cudaSuccess)                                       \
+      ::vt::cuda::cuda_fail(vt_cuda_err_, #expr, __FILE__, __LINE__);      \
+  } while (0)
+
+// After a kernel launch: reports launch-configuration errors at the launch site.
+#define VT_CUDA_CHECK_LAUNCH() VT_CUDA_CHECK(cudaGetLastError())

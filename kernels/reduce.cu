@@ -1,0 +1,61 @@
+// Reduction kernels (see reduce.cuh): pass 1 has kReduceBlocks blocks each summing a
+// grid-stride slice in fp64 into partials[block]; pass 2 is one block summing the partials.
+#include "kernels/reduce.cuh"
+
+#include "kernels/block_reduce.cuh"
+#include "kernels/cuda_check.cuh"
+
+namespace vt::cuda {
+namespace {
+
+using detail::block_sum;
+using detail::to_f32;
+
+constexpr int kThreads = 256;
+
+// y == nullptr: sum of x^2; else sum of x*y.
+template <class T>
+__global__ void partial_kernel(const T* x, const T* y, int64_t n, double* partials) {
+  double acc = 0.0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double a = to_f32(x[i]);
+    acc += a * (y == nullptr ? a : static_cast<double>(to_f32(y[i])));
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+__global__ void final_kernel(const double* partials, int count, double* out, bool accumulate) {
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) *out = accumulate ? *out + acc : acc;
+}
+
+template <class T>
+void run(const T* x, const T* y, int64_t n, double* partials, double* out, bool accumulate,
+         cudaStream_t stream) {
+  // n == 0 still runs: the partials are zeros and *out is written (=) or left (+=0).
+  partial_kernel<T><<<kReduceBlocks, kThreads, 0, stream>>>(x, y, n, partials);
+  VT_CUDA_CHECK_LAUNCH();
+  final_kernel<<<1, kThreads, 0, stream>>>(partials, kReduceBlocks, out, accumulate);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void sum_squares(const float* x, int64_t n, double* partials, double* out, bool accumulate,
+                 cudaStream_t stream) {
+  run<float>(x, nullptr, n, partials, out, accumulate, stream);
+}
+void sum_squares(const __nv_bfloat16* x, int64_t n, double* partials, double* out,
+                 bool accumulate, cudaStream_t stream) {
+  run<__nv_bfloat16>(x, nullptr, n, partials, out, accumulate, stream);
+}
+void dot(const float* x, const float* y, int64_t n, double* partials, double* out,
+         bool accumulate, cudaStream_t stream) {
+  run<float>(x, y, n, partials, out, accumulate, stream);
+}
+
+}  // namespace vt::cuda

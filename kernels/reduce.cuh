@@ -1,0 +1,25 @@
+// Reductions on the GPU for the gradient norm: sum of squares (and dot products for scalar
+// gradients) accumulated in fp64, deterministic (fixed grid, fixed combine order). Device
+// pointers; the result stays on the device so no sync is forced.
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+namespace vt::cuda {
+
+// Blocks of the first pass; `partials` must hold this many doubles.
+inline constexpr int kReduceBlocks = 256;
+
+// *out (= or += when accumulate) = sum_i x[i]^2, in fp64. partials: kReduceBlocks doubles of
+// device scratch. Several calls with accumulate sum the squares of several tensors.
+void sum_squares(const float* x, int64_t n, double* partials, double* out, bool accumulate,
+                 cudaStream_t stream);
+void sum_squares(const __nv_bfloat16* x, int64_t n, double* partials, double* out,
+                 bool accumulate, cudaStream_t stream);
+// *out (= or +=) = sum_i x[i] * y[i], in fp64.
+void dot(const float* x, const float* y, int64_t n, double* partials, double* out,
+         bool accumulate, cudaStream_t stream);
+
+}  // namespace vt::cuda

@@ -1,0 +1,136 @@
+// Value-mixing kernels (see value_mix.cuh): elementwise grid-stride loops; the gated backward
+// uses one thread per (row, head) looping over hd for the gate gradient.
+#include "kernels/value_mix.cuh"
+
+#include "kernels/block_reduce.cuh"
+#include "kernels/cuda_check.cuh"
+
+namespace vt::cuda {
+namespace {
+
+using detail::from_f32;
+using detail::to_f32;
+
+constexpr int kThreads = 256;
+
+#define VT_GRID_STRIDE(i, n)                                                                 \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+template <class T>
+__global__ void mix2_kernel(float a, const T* x, float b, const T* y, T* v, int64_t n) {
+  VT_GRID_STRIDE(i, n) {
+    float r = a * to_f32(x[i]);
+    if (y != nullptr) r += b * to_f32(y[i]);
+    v[i] = from_f32<T>(r);
+  }
+}
+
+template <class T>
+__global__ void axpy_kernel(float a, const T* x, T* v, int64_t n) {
+  VT_GRID_STRIDE(i, n) { v[i] = from_f32<T>(to_f32(v[i]) + a * to_f32(x[i])); }
+}
+
+__global__ void gate_sigmoid_kernel(float* z, int64_t n, float gate_scale) {
+  VT_GRID_STRIDE(i, n) { z[i] = gate_scale / (1.0f + expf(-z[i])); }
+}
+
+template <class T>
+__global__ void gated_mix_kernel(const T* ctx, const T* emb, const float* gate, T* v, int64_t n,
+                                 int64_t hd) {
+  VT_GRID_STRIDE(i, n) { v[i] = from_f32<T>(to_f32(ctx[i]) + gate[i / hd] * to_f32(emb[i])); }
+}
+
+template <class T>
+__global__ void gated_mix_backward_kernel(const T* dv, const T* emb, const float* gate, T* demb,
+                                          float* dgate, int64_t NH, int64_t hd) {
+  VT_GRID_STRIDE(rh, NH) {
+    const float g = gate[rh];
+    float acc = 0.0f;
+    for (int64_t d = 0; d < hd; ++d) {
+      const int64_t o = rh * hd + d;
+      const float dvo = to_f32(dv[o]);
+      acc += dvo * to_f32(emb[o]);
+      demb[o] = from_f32<T>(g * dvo);
+    }
+    dgate[rh] = acc;
+  }
+}
+
+#undef VT_GRID_STRIDE
+
+template <class T>
+void mix2(float a, const T* x, float b, const T* y, T* v, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  mix2_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, x, b, y, v, n);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void axpy(float a, const T* x, T* v, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  axpy_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, x, v, n);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void gated(const T* ctx, const T* emb, const float* gate, T* v, int64_t N, int64_t heads,
+           int64_t hd, cudaStream_t stream) {
+  const int64_t n = N * heads * hd;
+  if (n == 0) return;
+  gated_mix_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(ctx, emb, gate, v, n, hd);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void gated_backward(const T* dv, const T* emb, const float* gate, T* demb, float* dgate,
+                    int64_t N, int64_t heads, int64_t hd, cudaStream_t stream) {
+  const int64_t NH = N * heads;
+  if (NH == 0) return;
+  gated_mix_backward_kernel<T><<<grid_for(NH, kThreads), kThreads, 0, stream>>>(
+      dv, emb, gate, demb, dgate, NH, hd);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void value_mix2(float a, const float* x, float b, const float* y, float* v, int64_t n,
+                cudaStream_t stream) {
+  mix2(a, x, b, y, v, n, stream);
+}
+void value_mix2(float a, const __nv_bfloat16* x, float b, const __nv_bfloat16* y,
+                __nv_bfloat16* v, int64_t n, cudaStream_t stream) {
+  mix2(a, x, b, y, v, n, stream);
+}
+void value_axpy(float a, const float* x, float* v, int64_t n, cudaStream_t stream) {
+  axpy(a, x, v, n, stream);
+}
+void value_axpy(float a, const __nv_bfloat16* x, __nv_bfloat16* v, int64_t n,
+                cudaStream_t stream) {
+  axpy(a, x, v, n, stream);
+}
+void value_gate_sigmoid(float* z, int64_t n, float gate_scale, cudaStream_t stream) {
+  if (n == 0) return;
+  gate_sigmoid_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(z, n, gate_scale);
+  VT_CUDA_CHECK_LAUNCH();
+}
+void value_gated_mix(const float* ctx, const float* emb, const float* gate, float* v, int64_t N,
+                     int64_t heads, int64_t hd, cudaStream_t stream) {
+  gated(ctx, emb, gate, v, N, heads, hd, stream);
+}
+void value_gated_mix(const __nv_bfloat16* ctx, const __nv_bfloat16* emb, const float* gate,
+                     __nv_bfloat16* v, int64_t N, int64_t heads, int64_t hd, cudaStream_t stream) {
+  gated(ctx, emb, gate, v, N, heads, hd, stream);
+}
+void value_gated_mix_backward(const float* dv, const float* emb, const float* gate, float* demb,
+                              float* dgate, int64_t N, int64_t heads, int64_t hd,
+                              cudaStream_t stream) {
+  gated_backward(dv, emb, gate, demb, dgate, N, heads, hd, stream);
+}
+void value_gated_mix_backward(const __nv_bfloat16* dv, const __nv_bfloat16* emb,
+                              const float* gate, __nv_bfloat16* demb, float* dgate, int64_t N,
+                              int64_t heads, int64_t hd, cudaStream_t stream) {
+  gated_backward(dv, emb, gate, demb, dgate, N, heads, hd, stream);
+}
+
+}  // namespace vt::cuda
