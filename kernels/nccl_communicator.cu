@@ -65,7 +65,8 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm) {
   if (rank_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
   check_mpi(MPI_Bcast(&id, int(sizeof(id)), MPI_BYTE, 0, comm), rank_, "MPI_Bcast(ncclUniqueId)");
   check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
-  check_cuda(cudaMalloc(&scratch_, sizeof(float)), rank_, "cudaMalloc(barrier scratch)");
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(float)), rank_,
+             "cudaMalloc(barrier scratch)");
 }
 
 NcclCommunicator::~NcclCommunicator() {
