@@ -334,8 +334,13 @@ void prepare_smem(Kernel kernel, size_t bytes) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-size_t fwd_smem(int hd) { return sizeof(float) * (4 * kTile * (hd + 1) + kTile * kTile + 3 * kTile); }
-size_t dq_smem(int hd) { return sizeof(float) * (5 * kTile * (hd + 1) + kTile * kTile + 2 * kTile); }
+// Dynamic shared memory of each kernel (see the layouts above the kernels).
+size_t fwd_smem(int hd) {
+  return sizeof(float) * (4 * kTile * (hd + 1) + kTile * kTile + 3 * kTile);
+}
+size_t dq_smem(int hd) {
+  return sizeof(float) * (5 * kTile * (hd + 1) + kTile * kTile + 2 * kTile);
+}
 size_t dkdv_smem(int hd) {
   return sizeof(float) * (6 * kTile * (hd + 1) + 2 * kTile * kTile + 2 * kTile);
 }
