@@ -1,0 +1,171 @@
+// cuBLASLt GEMM wrapper (kernels/gemm.cu) against vt::cpu::gemm (cblas) for the four transpose
+// combinations, with leading dimensions wider than the rows, alpha != 1 and beta != 0.
+// Skips without a CUDA device.
+//
+// Tolerances: the wrapper asks for CUBLAS_COMPUTE_32F (no TF32), so fp32 results differ from
+// cblas only by summation order: |err| <= 2 K eps32 * (|alpha| |A||B| + |beta| |C0|) elementwise
+// (the standard dot-product error bound, with a factor 2 for both sides' errors). bf16 inputs are
+// exact in fp32 products, so bf16 -> fp32 gets the same bound (times 8 for split/reordered
+// accumulation); bf16 -> bf16 adds the output rounding 2^-8 |ref|.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/cpu_kernels.h"
+#include "kernels/cuda_util_attn.cuh"
+#include "kernels/gemm.cuh"
+
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                            \
+  do {                                                                \
+    if (vt::attn_cuda_device_count() == 0)                            \
+      GTEST_SKIP() << "no CUDA device: GPU test skipped";             \
+  } while (0)
+
+template <class T>
+struct DeviceBuffer {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DeviceBuffer(const std::vector<T>& h) : n(h.size()) {
+    VT_ATTN_CUDA_CHECK(
+        cudaMalloc(reinterpret_cast<void**>(&p), sizeof(T) * std::max<size_t>(n, 1)));
+    VT_ATTN_CUDA_CHECK(cudaMemcpy(p, h.data(), sizeof(T) * n, cudaMemcpyHostToDevice));
+  }
+  ~DeviceBuffer() { cudaFree(p); }
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    VT_ATTN_CUDA_CHECK(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+std::vector<float> random_vec(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& v) {
+  std::vector<__nv_bfloat16> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = __float2bfloat16(v[i]);
+  return r;
+}
+std::vector<float> to_f32(const std::vector<__nv_bfloat16>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = __bfloat162float(v[i]);
+  return r;
+}
+
+struct Problem {
+  bool ta, tb;
+  int64_t M = 37, N = 53, K = 29;
+  int64_t lda, ldb, ldc;
+  float alpha = 0.7f, beta = 0.3f;
+  std::vector<float> A, B, C0;
+  Problem(bool ta_, bool tb_, uint32_t seed) : ta(ta_), tb(tb_) {
+    lda = (ta ? M : K) + 3;
+    ldb = (tb ? K : N) + 5;
+    ldc = N + 2;
+    A = random_vec(size_t((ta ? K : M) * lda), seed);
+    B = random_vec(size_t((tb ? N : K) * ldb), seed + 1);
+    C0 = random_vec(size_t(M * ldc), seed + 2);
+  }
+  void round_to_bf16() {
+    A = to_f32(to_bf16(A));
+    B = to_f32(to_bf16(B));
+    C0 = to_f32(to_bf16(C0));
+  }
+  std::vector<float> reference() const {
+    std::vector<float> C = C0;
+    vt::cpu::gemm<float>(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(),
+                         ldc);
+    return C;
+  }
+  // |alpha| |op(A)| |op(B)| + |beta| |C0|: the scale of the rounding error of each element.
+  std::vector<float> magnitude() const {
+    std::vector<float> a(A.size()), b(B.size()), c(C0.size());
+    for (size_t i = 0; i < A.size(); ++i) a[i] = std::fabs(A[i]);
+    for (size_t i = 0; i < B.size(); ++i) b[i] = std::fabs(B[i]);
+    for (size_t i = 0; i < C0.size(); ++i) c[i] = std::fabs(C0[i]);
+    vt::cpu::gemm<float>(ta, tb, M, N, K, std::fabs(alpha), a.data(), lda, b.data(), ldb,
+                         std::fabs(beta), c.data(), ldc);
+    return c;
+  }
+  // Columns past N of each C row (ldc padding) must stay as they were.
+  void expect_close(const std::vector<float>& got, double bound_factor, double out_rel) const {
+    const auto ref = reference(), mag = magnitude();
+    const double eps = std::numeric_limits<float>::epsilon();
+    int bad = 0;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < ldc; ++j) {
+        const size_t x = size_t(i * ldc + j);
+        const double want = j < N ? ref[x] : C0[x];
+        const double tol =
+            j < N ? bound_factor * 2 * K * eps * mag[x] + out_rel * std::fabs(want) : 0.0;
+        if (!(std::fabs(got[x] - want) <= tol) && ++bad <= 5)
+          ADD_FAILURE() << "C[" << i << "," << j << "] = " << got[x] << ", want " << want
+                        << " (tol " << tol << ")";
+      }
+    EXPECT_EQ(bad, 0);
+  }
+};
+
+TEST(GpuGemm, Fp32MatchesCblasAllTransposes) {
+  SKIP_WITHOUT_GPU();
+  vt::cuda::Gemm gemm;
+  uint32_t seed = 1;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "trans_a=" << ta << " trans_b=" << tb);
+      Problem pr(ta, tb, seed += 3);
+      DeviceBuffer<float> A(pr.A), B(pr.B), C(pr.C0);
+      gemm(ta, tb, pr.M, pr.N, pr.K, pr.alpha, A.p, pr.lda, B.p, pr.ldb, pr.beta, C.p, pr.ldc,
+           nullptr);
+      VT_ATTN_CUDA_CHECK(cudaDeviceSynchronize());
+      pr.expect_close(C.get(), 1.0, 0.0);
+    }
+}
+
+TEST(GpuGemm, Bf16ToFp32MatchesCblasAllTransposes) {
+  SKIP_WITHOUT_GPU();
+  vt::cuda::Gemm gemm;
+  uint32_t seed = 100;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "trans_a=" << ta << " trans_b=" << tb);
+      Problem pr(ta, tb, seed += 3);
+      pr.round_to_bf16();
+      DeviceBuffer<__nv_bfloat16> A(to_bf16(pr.A)), B(to_bf16(pr.B));
+      DeviceBuffer<float> C(pr.C0);
+      gemm(ta, tb, pr.M, pr.N, pr.K, pr.alpha, A.p, pr.lda, B.p, pr.ldb, pr.beta, C.p, pr.ldc,
+           nullptr);
+      VT_ATTN_CUDA_CHECK(cudaDeviceSynchronize());
+      pr.expect_close(C.get(), 8.0, 0.0);
+    }
+}
+
+TEST(GpuGemm, Bf16ToBf16MatchesCblasAllTransposes) {
+  SKIP_WITHOUT_GPU();
+  vt::cuda::Gemm gemm;
+  uint32_t seed = 200;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "trans_a=" << ta << " trans_b=" << tb);
+      Problem pr(ta, tb, seed += 3);
+      pr.round_to_bf16();
+      DeviceBuffer<__nv_bfloat16> A(to_bf16(pr.A)), B(to_bf16(pr.B)), C(to_bf16(pr.C0));
+      gemm(ta, tb, pr.M, pr.N, pr.K, pr.alpha, A.p, pr.lda, B.p, pr.ldb, pr.beta, C.p, pr.ldc,
+           nullptr);
+      VT_ATTN_CUDA_CHECK(cudaDeviceSynchronize());
+      pr.expect_close(to_f32(C.get()), 8.0, std::ldexp(1.0, -8));
+    }
+}
+
+}  // namespace

@@ -1,0 +1,104 @@
+// NcclCommunicator (kernels/nccl_communicator.cu) with one rank (MPI_COMM_SELF): every
+// collective is the identity (all_gather and reduce_scatter copy), barrier returns. Multi-rank
+// checks need mpirun and several GPUs and belong in tests/mpi once GPU runners exist.
+// Point-to-point is not tested here: a blocking send to oneself waits for a recv that is never
+// posted. Skips without a CUDA device (MPI is initialized only when a device is present).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cuda_util_attn.cuh"
+#include "kernels/nccl_communicator.cuh"
+
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                            \
+  do {                                                                \
+    if (vt::attn_cuda_device_count() == 0)                            \
+      GTEST_SKIP() << "no CUDA device: GPU test skipped";             \
+  } while (0)
+
+// MPI_Init (singleton, no mpirun needed) before the tests, MPI_Finalize after, only with a GPU.
+class MpiEnv : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (vt::attn_cuda_device_count() == 0) return;
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) {
+      MPI_Init(nullptr, nullptr);
+      owned_ = true;
+    }
+  }
+  void TearDown() override {
+    if (owned_) MPI_Finalize();
+  }
+
+ private:
+  bool owned_ = false;
+};
+::testing::Environment* const kMpiEnv = ::testing::AddGlobalTestEnvironment(new MpiEnv);
+
+template <class T>
+struct DeviceBuffer {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DeviceBuffer(const std::vector<T>& h) : n(h.size()) {
+    VT_ATTN_CUDA_CHECK(
+        cudaMalloc(reinterpret_cast<void**>(&p), sizeof(T) * std::max<size_t>(n, 1)));
+    VT_ATTN_CUDA_CHECK(cudaMemcpy(p, h.data(), sizeof(T) * n, cudaMemcpyHostToDevice));
+  }
+  ~DeviceBuffer() { cudaFree(p); }
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    VT_ATTN_CUDA_CHECK(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+template <class T>
+std::vector<T> iota_vec(size_t n, T start) {
+  std::vector<T> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = start + T(i) * T(0.5);
+  return v;
+}
+
+TEST(GpuNccl, OneRankCollectivesAreIdentity) {
+  SKIP_WITHOUT_GPU();
+  vt::NcclCommunicator comm(MPI_COMM_SELF);
+  EXPECT_EQ(comm.size(), 1);
+  EXPECT_EQ(comm.rank(), 0);
+  int dev = -1;
+  VT_ATTN_CUDA_CHECK(cudaGetDevice(&dev));
+  EXPECT_EQ(dev, comm.device());
+
+  const size_t n = 1000;
+  const auto f = iota_vec<float>(n, -3.0f);
+  const auto d = iota_vec<double>(n, 1e10);
+
+  DeviceBuffer<float> a(f);
+  comm.all_reduce_sum(a.p, int64_t(n));
+  EXPECT_EQ(a.get(), f);
+  comm.all_reduce_max(a.p, int64_t(n));
+  EXPECT_EQ(a.get(), f);
+  comm.broadcast(a.p, int64_t(n), 0);
+  EXPECT_EQ(a.get(), f);
+
+  DeviceBuffer<double> b(d);
+  comm.all_reduce_sum(b.p, int64_t(n));
+  EXPECT_EQ(b.get(), d);
+
+  DeviceBuffer<float> out(std::vector<float>(n, 0.0f));
+  comm.all_gather(a.p, out.p, int64_t(n));
+  EXPECT_EQ(out.get(), f);
+  DeviceBuffer<float> out2(std::vector<float>(n, 0.0f));
+  comm.reduce_scatter_sum(a.p, out2.p, int64_t(n));
+  EXPECT_EQ(out2.get(), f);
+
+  comm.barrier();
+}
+
+}  // namespace
