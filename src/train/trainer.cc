@@ -1,7 +1,9 @@
 // The training loop (see trainer.h).
 #include "train/trainer.h"
 
+#include <fcntl.h>
 #include <omp.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,6 +125,32 @@ absl::StatusOr<CheckpointMeta> load_training_state(const std::string& path, cons
   return meta;
 }
 
+// Rank 0 holds an exclusive flock on <ckpt_dir>/.vtrain.lock for the whole run, so two runs (a
+// resumed job and a leftover of the killed one, say) never write one checkpoint directory at
+// once. The kernel drops the lock when the process ends, however it ends.
+absl::Status lock_checkpoint_dir(const std::string& dir, const ProcessGrid& grid, int* fd_out) {
+  float ok = 1.0f;
+  std::string why;
+  if (grid.world()->rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const std::string lock = (fs::path(dir) / ".vtrain.lock").string();
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ok = 0.0f;
+      if (fd >= 0) ::close(fd);
+    } else {
+      *fd_out = fd;
+    }
+  }
+  grid.world()->broadcast(&ok, 1, 0);
+  if (ok == 0.0f)
+    return agreed(absl::FailedPreconditionError(absl::StrCat(
+        "another vtrain run is using --ckpt-dir ", dir,
+        " (it holds .vtrain.lock); stop that run or choose another directory")));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void install_stop_signal_handlers() {
@@ -177,6 +205,12 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
   const std::vector<int32_t> token_bytes = data::token_bytes_table(*tokenizer);
 
   int64_t start_step = 0, tokens_seen = 0;
+  int lock_fd = -1;
+  if (!o.ckpt_dir.empty()) VT_RETURN_IF_ERROR(lock_checkpoint_dir(o.ckpt_dir, grid, &lock_fd));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { if (fd >= 0) ::close(fd); }
+  } lock_closer{lock_fd};
   VT_ASSIGN_OR_RETURN(std::string resume_from, resume_path(o, grid));
   if (!resume_from.empty()) {
     VT_ASSIGN_OR_RETURN(CheckpointMeta meta, load_training_state(resume_from, cfg, store, opt, grid));

@@ -153,6 +153,13 @@ def test_killed_and_resumed_run_ends_with_the_same_loss(datadir, tmp_path):
             break
         time.sleep(0.002)
     p.wait()
+    # mpirun's ranks may outlive it for a moment: make sure nothing of the killed run still runs
+    # (it would keep writing into the same checkpoint directory).
+    subprocess.run(["pkill", "-9", "-f", str(ckpt)])
+    deadline = time.time() + 30
+    while time.time() < deadline and subprocess.run(["pgrep", "-f", str(ckpt)],
+                                                    capture_output=True).returncode == 0:
+        time.sleep(0.05)
     done = losses(metrics)
     assert max(done) < STEPS, "the run finished before it could be killed; the test needs a slower run"
     train(datadir, ckpt, metrics, ranks=2, pp=2, extra=["--resume", "auto"])
@@ -161,3 +168,22 @@ def test_killed_and_resumed_run_ends_with_the_same_loss(datadir, tmp_path):
     assert last[STEPS] == ref[STEPS], (last[STEPS], ref[STEPS])
     for step in range(1, STEPS + 1):
         assert last[step] == ref[step], step
+
+
+def test_two_runs_cannot_share_a_checkpoint_directory(datadir, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    cmd = [VTRAIN, "train", "--data", str(datadir), *MODEL, "--steps", "100000", "--ckpt-dir",
+           str(ckpt)]
+    first = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        first.stdout.readline()  # it is running (and holds the lock) once it prints
+        second = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=120)
+        assert second.returncode == 2, second.stderr
+        assert "another vtrain run is using --ckpt-dir" in second.stderr, second.stderr
+    finally:
+        first.kill()
+        first.wait()
+    # Once the first run is gone the directory is free again.
+    r = subprocess.run(cmd[:-4] + ["--steps", "1", "--ckpt-dir", str(ckpt)], capture_output=True,
+                       text=True, env=ENV, timeout=120)
+    assert r.returncode == 0, r.stderr
