@@ -57,28 +57,26 @@ void MpiCommunicator::check(int err, const char* op) const {
             std::string(msg, len));
 }
 
-void MpiCommunicator::all_reduce_sum(float* data, int64_t n) {
-  CommOpScope watch("all-reduce", watch_name_);
+void MpiCommunicator::all_reduce(void* data, int64_t n, MPI_Datatype type, size_t elem_bytes,
+                                 MPI_Op op, const char* what) {
+  CommOpScope watch(what, watch_name_);
+  char* bytes = static_cast<char*>(data);
   for (int64_t o = 0; o < n; o += kChunk)
-    check(MPI_Allreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
-                        MPI_FLOAT, MPI_SUM, comm_),
-          "all-reduce");
+    check(MPI_Allreduce(MPI_IN_PLACE, bytes + o * elem_bytes,
+                        static_cast<int>(std::min(kChunk, n - o)), type, op, comm_),
+          what);
+}
+
+void MpiCommunicator::all_reduce_sum(float* data, int64_t n) {
+  all_reduce(data, n, MPI_FLOAT, sizeof(float), MPI_SUM, "all-reduce");
 }
 
 void MpiCommunicator::all_reduce_sum(double* data, int64_t n) {
-  CommOpScope watch("all-reduce", watch_name_);
-  for (int64_t o = 0; o < n; o += kChunk)
-    check(MPI_Allreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
-                        MPI_DOUBLE, MPI_SUM, comm_),
-          "all-reduce");
+  all_reduce(data, n, MPI_DOUBLE, sizeof(double), MPI_SUM, "all-reduce");
 }
 
 void MpiCommunicator::all_reduce_max(float* data, int64_t n) {
-  CommOpScope watch("all-reduce(max)", watch_name_);
-  for (int64_t o = 0; o < n; o += kChunk)
-    check(MPI_Allreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
-                        MPI_FLOAT, MPI_MAX, comm_),
-          "all-reduce(max)");
+  all_reduce(data, n, MPI_FLOAT, sizeof(float), MPI_MAX, "all-reduce(max)");
 }
 
 void MpiCommunicator::all_gather(const float* in, float* out, int64_t n) {

@@ -42,6 +42,9 @@ class MpiCommunicator final : public Communicator {
 
  private:
   void check(int err, const char* op) const;
+  // In-place MPI_Allreduce of n elements in chunks that fit MPI's int counts.
+  void all_reduce(void* data, int64_t n, MPI_Datatype type, size_t elem_bytes, MPI_Op op,
+                  const char* what);
   MPI_Comm comm_;
   std::string name_;
   std::vector<MPI_Request> pending_;            // sends started by send_async
