@@ -1,6 +1,8 @@
 // ParamStore: registration and flat allocation of parameters and gradients.
 #include "core/arena.h"
 
+#include "core/ops.h"
+
 namespace vt {
 
 const char* param_group_name(ParamGroup g) {
@@ -32,11 +34,30 @@ int ParamStore::add(const std::string& name, Shape shape, ParamGroup group, Shap
   return static_cast<int>(infos_.size()) - 1;
 }
 
-void ParamStore::finalize() {
+void ParamStore::finalize(Device device, DType compute) {
   VT_CHECK(!finalized_);
-  params_ = Tensor::zeros({total_ > 0 ? total_ : 1});
-  grads_ = Tensor::zeros({total_ > 0 ? total_ : 1});
+  VT_CHECK_MSG(compute == DType::kF32 || compute == DType::kBF16,
+               "compute dtype must be f32 or bf16, got " << dtype_name(compute));
+  device_ = device;
+  compute_ = compute;
+  params_ = Tensor::zeros({total_ > 0 ? total_ : 1}, DType::kF32, device);
+  grads_ = Tensor::zeros({total_ > 0 ? total_ : 1}, DType::kF32, device);
+  if (compute == DType::kBF16)
+    compute_copy_ = Tensor::zeros({total_ > 0 ? total_ : 1}, DType::kBF16, device);
   finalized_ = true;
+}
+
+Tensor ParamStore::compute_param(int i) const {
+  VT_CHECK(finalized_);
+  if (compute_ == DType::kF32) return param(i);
+  const ParamInfo& p = infos_.at(i);
+  return compute_copy_.flat(p.offset, p.numel()).reshaped(p.shape);
+}
+
+void ParamStore::refresh_compute_copy() {
+  VT_CHECK(finalized_);
+  if (compute_ == DType::kF32 || total_ == 0) return;
+  ops::copy(compute_copy_.flat(0, total_), params_.flat(0, total_));
 }
 
 int ParamStore::find(const std::string& name) const {
@@ -47,13 +68,13 @@ int ParamStore::find(const std::string& name) const {
 Tensor ParamStore::param(int i) const {
   VT_CHECK(finalized_);
   const ParamInfo& p = infos_.at(i);
-  return Tensor::view(params_.f32() + p.offset, p.shape);
+  return params_.flat(p.offset, p.numel()).reshaped(p.shape);
 }
 
 Tensor ParamStore::grad(int i) const {
   VT_CHECK(finalized_);
   const ParamInfo& p = infos_.at(i);
-  return Tensor::view(grads_.f32() + p.offset, p.shape);
+  return grads_.flat(p.offset, p.numel()).reshaped(p.shape);
 }
 
 Tensor ParamStore::param(const std::string& name) const {

@@ -1,7 +1,9 @@
 // Flat arenas for parameters, gradients and optimizer states. Every parameter is registered
 // (name, local shape, global shape, optimizer group, how it is split), then the store allocates
-// one contiguous f32 buffer per kind and hands out views. Contiguity lets data-parallel sync and
-// checkpointing treat all parameters as one buffer.
+// one contiguous f32 buffer per kind, on the CPU or on the device, and hands out views.
+// Contiguity lets data-parallel sync and checkpointing treat all parameters as one buffer.
+// With a bf16 compute dtype the store also keeps a bf16 copy of the parameters (what the GEMMs
+// read); refresh_compute_copy() re-derives it from the fp32 master weights after they change.
 #pragma once
 #include <map>
 #include <string>
@@ -42,9 +44,12 @@ class ParamStore {
   // Registers a parameter; returns its index. Must be called before finalize().
   int add(const std::string& name, Shape shape, ParamGroup group, Shape global_shape = {},
           ParamSplit split = {});
-  // Allocates the param and grad arenas (zero-filled).
-  void finalize();
+  // Allocates the param and grad arenas (zero-filled) on `device`; with compute == kBF16 also
+  // the bf16 compute copy.
+  void finalize(Device device = Device::kCPU, DType compute = DType::kF32);
   bool finalized() const { return finalized_; }
+  Device device() const { return device_; }
+  DType compute_dtype() const { return compute_; }
 
   int size() const { return static_cast<int>(infos_.size()); }
   const ParamInfo& info(int i) const { return infos_.at(i); }
@@ -55,6 +60,14 @@ class ParamStore {
   Tensor grad(int i) const;
   Tensor param(const std::string& name) const;
   Tensor grad(const std::string& name) const;
+  // The weights a GEMM reads: the bf16 copy when the compute dtype is bf16, else param(i).
+  Tensor compute_param(int i) const;
+  // Re-derives the bf16 compute copy from the master weights (no-op for f32 compute). Call after
+  // init, checkpoint load and every optimizer step.
+  void refresh_compute_copy();
+  // Whole arenas (1-D, total_numel() elements).
+  Tensor params_tensor() const { return params_.flat(0, total_); }
+  Tensor grads_tensor() const { return grads_.flat(0, total_); }
 
   int64_t total_numel() const { return total_; }
   float* param_data() const { return params_.f32(); }
@@ -66,8 +79,11 @@ class ParamStore {
   std::map<std::string, int> by_name_;
   int64_t total_ = 0;
   bool finalized_ = false;
+  Device device_ = Device::kCPU;
+  DType compute_ = DType::kF32;
   Tensor params_;
   Tensor grads_;
+  Tensor compute_copy_;
 };
 
 }  // namespace vt

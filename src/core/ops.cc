@@ -1,180 +1,324 @@
-// Device dispatch for the tensor-level ops; CPU implementations call cpu_kernels.
+// Checks and device dispatch for the tensor-level ops (see ops.h).
 #include "core/ops.h"
 
-#include <cstring>
-
-#include "core/cpu_kernels.h"
+#include <initializer_list>
 
 namespace vt::ops {
 
 namespace {
-void require_cpu(const Tensor& t, const char* op) {
-  VT_CHECK_MSG(t.device() == Device::kCPU, op << ": no backend for this device yet");
-  VT_CHECK_MSG(t.dtype() == DType::kF32, op << ": expects f32, got " << dtype_name(t.dtype()));
+
+// The backend of a group of tensors, which must all be defined and on one device.
+Backend& on(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = *ts.begin();
+  for (const Tensor* t : ts) {
+    VT_CHECK_MSG(t->defined() || t->numel() == 0, op << ": undefined tensor argument");
+    VT_CHECK_MSG(t->device() == first->device(),
+                 op << ": tensors on different devices (copy them to one device first)");
+  }
+  return backend(first->device());
 }
+
+void need_f32(const char* op, const Tensor& t, const char* what) {
+  VT_CHECK_MSG(t.dtype() == DType::kF32,
+               op << ": " << what << " must be f32, got " << dtype_name(t.dtype()));
+}
+
+void need_float(const char* op, const Tensor& t) {
+  VT_CHECK_MSG(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16,
+               op << ": expects f32 or bf16, got " << dtype_name(t.dtype()));
+}
+
 }  // namespace
 
 int64_t rows_of(const Tensor& t) { return t.numel() / t.dim(-1); }
 
+void gemm(const GemmArgs& g) {
+  Backend& b = on("gemm", {&g.A, &g.B, &g.C});
+  if (g.M == 0 || g.N == 0) return;
+  b.gemm(g);
+}
+
 void matmul(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate) {
-  require_cpu(x, "matmul");
   VT_CHECK(w.ndim() == 2);
   const int64_t K = w.dim(0), N = w.dim(1), M = x.numel() / K;
   VT_CHECK_MSG(x.numel() == M * K && y.numel() == M * N,
                "matmul shapes x" << shape_str(x.shape()) << " w" << shape_str(w.shape()) << " y"
                                  << shape_str(y.shape()));
-  cpu::gemm<float>(false, false, M, N, K, 1.0f, x.f32(), K, w.f32(), N, accumulate ? 1.0f : 0.0f,
-                   y.f32(), N);
+  GemmArgs g;
+  g.M = M, g.N = N, g.K = K;
+  g.A = x, g.B = w, g.C = y;
+  g.lda = K, g.ldb = N, g.ldc = N;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  gemm(g);
 }
 
 void matmul_dx(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate) {
-  require_cpu(dy, "matmul_dx");
   VT_CHECK(w.ndim() == 2);
   const int64_t K = w.dim(0), N = w.dim(1), M = dy.numel() / N;
   VT_CHECK_MSG(dy.numel() == M * N && dx.numel() == M * K,
                "matmul_dx shapes dy" << shape_str(dy.shape()) << " w" << shape_str(w.shape())
                                      << " dx" << shape_str(dx.shape()));
-  cpu::gemm<float>(false, true, M, K, N, 1.0f, dy.f32(), N, w.f32(), N, accumulate ? 1.0f : 0.0f,
-                   dx.f32(), K);
+  GemmArgs g;
+  g.trans_b = true;
+  g.M = M, g.N = K, g.K = N;
+  g.A = dy, g.B = w, g.C = dx;
+  g.lda = N, g.ldb = N, g.ldc = K;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  gemm(g);
 }
 
 void matmul_dw(const Tensor& x, const Tensor& dy, const Tensor& dw) {
-  require_cpu(x, "matmul_dw");
   VT_CHECK(dw.ndim() == 2);
+  need_f32("matmul_dw", dw, "the weight gradient");
   const int64_t K = dw.dim(0), N = dw.dim(1), M = x.numel() / K;
   VT_CHECK_MSG(x.numel() == M * K && dy.numel() == M * N,
                "matmul_dw shapes x" << shape_str(x.shape()) << " dy" << shape_str(dy.shape())
                                     << " dw" << shape_str(dw.shape()));
-  cpu::gemm<float>(true, false, K, N, M, 1.0f, x.f32(), K, dy.f32(), N, 1.0f, dw.f32(), N);
+  GemmArgs g;
+  g.trans_a = true;
+  g.M = K, g.N = N, g.K = M;
+  g.A = x, g.B = dy, g.C = dw;
+  g.lda = K, g.ldb = N, g.ldc = N;
+  g.beta = 1.0f;
+  gemm(g);
 }
 
 void axpy(const Tensor& y, const Tensor& x, float alpha) {
-  require_cpu(y, "axpy");
-  VT_CHECK(y.numel() == x.numel());
-  float* yp = y.f32();
-  const float* xp = x.f32();
-  const int64_t n = y.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) yp[i] += alpha * xp[i];
+  VT_CHECK_MSG(y.numel() == x.numel(), "axpy: " << y.numel() << " vs " << x.numel() << " elements");
+  VT_CHECK_MSG(y.dtype() == x.dtype(), "axpy: dtypes differ");
+  need_float("axpy", y);
+  if (y.numel() == 0) return;
+  on("axpy", {&y, &x}).axpy(y, x, alpha);
 }
 
 void scale_copy(const Tensor& y, const Tensor& x, float alpha) {
-  require_cpu(y, "scale_copy");
-  VT_CHECK(y.numel() == x.numel());
-  float* yp = y.f32();
-  const float* xp = x.f32();
-  const int64_t n = y.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) yp[i] = alpha * xp[i];
+  VT_CHECK_MSG(y.numel() == x.numel(), "scale_copy: element counts differ");
+  VT_CHECK_MSG(y.dtype() == x.dtype(), "scale_copy: dtypes differ");
+  need_float("scale_copy", y);
+  if (y.numel() == 0) return;
+  on("scale_copy", {&y, &x}).scale_copy(y, x, alpha);
 }
 
 double dot(const Tensor& a, const Tensor& b) {
-  require_cpu(a, "dot");
   VT_CHECK(a.numel() == b.numel());
-  const float* ap = a.f32();
-  const float* bp = b.f32();
-  double s = 0.0;
-  const int64_t n = a.numel();
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(ap[i]) * bp[i];
-  return s;
+  need_float("dot", a);
+  need_float("dot", b);
+  return a.numel() == 0 ? 0.0 : on("dot", {&a, &b}).dot(a, b);
+}
+
+double sum_squares(const Tensor& x) {
+  need_float("sum_squares", x);
+  return x.numel() == 0 ? 0.0 : on("sum_squares", {&x}).sum_squares(x);
 }
 
 void copy(const Tensor& y, const Tensor& x) {
-  VT_CHECK(y.numel() == x.numel() && y.dtype() == x.dtype());
-  if (y.raw() != x.raw() && y.numel() > 0) std::memcpy(y.raw(), x.raw(), y.nbytes());
+  VT_CHECK_MSG(y.numel() == x.numel(), "copy: " << y.numel() << " vs " << x.numel() << " elements");
+  if (y.numel() == 0) return;
+  if (y.dtype() == x.dtype()) {
+    y.copy_from(x);
+    return;
+  }
+  if (y.device() == x.device()) {
+    on("copy", {&y, &x}).cast(y, x);
+    return;
+  }
+  y.copy_from(x.to(y.device(), y.dtype()));
 }
 
-}  // namespace vt::ops
+void add_scalar(const Tensor& t, int64_t index, double value) {
+  need_f32("add_scalar", t, "the tensor");
+  VT_CHECK(index >= 0 && index < t.numel());
+  on("add_scalar", {&t}).add_scalar(t, index, value);
+}
 
-namespace vt::ops {
+void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols) {
+  VT_CHECK(x.numel() == rows * cols && y.numel() == rows * cols && x.dtype() == y.dtype());
+  if (x.numel() == 0) return;
+  on("transpose", {&y, &x}).transpose(y, x, rows, cols);
+}
+
+void copy_2d(const Tensor& dst, int64_t dst_offset, int64_t dst_ld, const Tensor& src,
+             int64_t src_offset, int64_t src_ld, int64_t rows, int64_t cols) {
+  VT_CHECK_MSG(dst.dtype() == src.dtype(), "copy_2d: dtypes differ");
+  VT_CHECK(rows >= 0 && cols >= 0 && cols <= dst_ld && cols <= src_ld);
+  if (rows == 0 || cols == 0) return;
+  VT_CHECK_MSG(dst_offset + (rows - 1) * dst_ld + cols <= dst.numel() &&
+                   src_offset + (rows - 1) * src_ld + cols <= src.numel(),
+               "copy_2d out of bounds");
+  const size_t es = dtype_size(dst.dtype());
+  on("copy_2d", {&dst, &src})
+      .copy_2d(static_cast<char*>(dst.raw()) + dst_offset * es, dst_ld * es,
+               static_cast<const char*>(src.raw()) + src_offset * es, src_ld * es, cols * es,
+               rows);
+}
 
 void rmsnorm(const Tensor& x, const Tensor& y, const Tensor& rstd, float scale, double eps) {
-  require_cpu(x, "rmsnorm");
   const int64_t C = x.dim(-1), R = rows_of(x);
   VT_CHECK(y.numel() == x.numel() && rstd.numel() == R);
-  cpu::rmsnorm_forward<float>(x.f32(), y.f32(), rstd.f32(), R, C, scale, eps);
+  need_float("rmsnorm", x);
+  need_f32("rmsnorm", rstd, "rstd");
+  on("rmsnorm", {&x, &y, &rstd}).rmsnorm(x, y, rstd, R, C, scale, eps);
 }
 
 void rmsnorm_backward(const Tensor& x, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
                       float scale, bool accumulate) {
-  require_cpu(x, "rmsnorm_backward");
   const int64_t C = x.dim(-1), R = rows_of(x);
   VT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && rstd.numel() == R);
-  cpu::rmsnorm_backward<float>(x.f32(), rstd.f32(), dy.f32(), dx.f32(), R, C, scale, accumulate);
+  need_f32("rmsnorm_backward", rstd, "rstd");
+  on("rmsnorm_backward", {&x, &rstd, &dy, &dx})
+      .rmsnorm_backward(x, rstd, dy, dx, R, C, scale, accumulate);
 }
 
 void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset) {
-  require_cpu(x, "rope");
-  VT_CHECK(x.ndim() == 4 && y.numel() == x.numel());
-  cpu::rope_forward<float>(x.f32(), y.f32(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), base,
-                           pos_offset);
+  VT_CHECK(x.ndim() == 4 && y.numel() == x.numel() && x.dim(3) % 2 == 0);
+  on("rope", {&x, &y}).rope(x, y, base, pos_offset, false);
 }
 
 void rope_backward(const Tensor& dy, const Tensor& dx, double base, int64_t pos_offset) {
-  require_cpu(dy, "rope_backward");
-  VT_CHECK(dy.ndim() == 4 && dx.numel() == dy.numel());
-  cpu::rope_backward<float>(dy.f32(), dx.f32(), dy.dim(0), dy.dim(1), dy.dim(2), dy.dim(3), base,
-                            pos_offset);
+  VT_CHECK(dy.ndim() == 4 && dx.numel() == dy.numel() && dy.dim(3) % 2 == 0);
+  on("rope_backward", {&dy, &dx}).rope(dy, dx, base, pos_offset, true);
 }
 
-static cpu::AttnShape attn_shape(const Tensor& q, const Tensor& k, int64_t window) {
+static void check_attn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse) {
   VT_CHECK(q.ndim() == 4 && k.ndim() == 4);
-  cpu::AttnShape s;
-  s.B = q.dim(0);
-  s.T = q.dim(1);
-  s.H = q.dim(2);
-  s.hd = q.dim(3);
-  s.Hkv = k.dim(2);
-  s.window = window;
-  VT_CHECK(k.dim(0) == s.B && k.dim(1) == s.T && k.dim(3) == s.hd && s.H % s.Hkv == 0);
-  return s;
+  VT_CHECK(k.dim(0) == q.dim(0) && k.dim(1) == q.dim(1) && k.dim(3) == q.dim(3) &&
+           q.dim(2) % k.dim(2) == 0);
+  VT_CHECK(v.numel() == k.numel() && lse.numel() == q.dim(0) * q.dim(2) * q.dim(1));
+  need_f32("attention", lse, "lse");
 }
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                const Tensor& lse, int64_t window, float scale) {
-  require_cpu(q, "attention");
-  auto s = attn_shape(q, k, window);
-  VT_CHECK(v.numel() == k.numel() && out.numel() == q.numel() && lse.numel() == s.B * s.H * s.T);
-  cpu::attention_forward<float>(q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), s, scale);
+  check_attn(q, k, v, lse);
+  VT_CHECK(out.numel() == q.numel());
+  on("attention", {&q, &k, &v, &out, &lse}).attention(q, k, v, out, lse, window, scale);
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, int64_t window, float scale) {
-  require_cpu(q, "attention_backward");
-  auto s = attn_shape(q, k, window);
+  check_attn(q, k, v, lse);
   VT_CHECK(dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel());
-  cpu::attention_backward<float>(q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(), dout.f32(),
-                                 dq.f32(), dk.f32(), dv.f32(), s, scale);
+  on("attention_backward", {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv})
+      .attention_backward(q, k, v, out, lse, dout, dq, dk, dv, window, scale);
 }
 
 void relu2(const Tensor& x, const Tensor& y) {
-  require_cpu(x, "relu2");
   VT_CHECK(y.numel() == x.numel());
-  cpu::relu2_forward<float>(x.f32(), y.f32(), x.numel());
+  on("relu2", {&x, &y}).relu2(x, y);
 }
 
 void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate) {
-  require_cpu(x, "relu2_backward");
   VT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel());
-  cpu::relu2_backward<float>(x.f32(), dy.f32(), dx.f32(), x.numel(), accumulate);
+  on("relu2_backward", {&x, &dy, &dx}).relu2_backward(x, dy, dx, accumulate);
 }
 
-void embedding(const Tensor& table, int64_t row_begin, const int32_t* ids, const Tensor& out) {
-  require_cpu(table, "embedding");
-  const int64_t C = table.dim(-1);
-  VT_CHECK(out.dim(-1) == C);
-  cpu::embedding_forward<float>(table.f32(), row_begin, table.dim(0), C, ids, rows_of(out),
-                                out.f32());
+void embedding(const Tensor& table, int64_t row_begin, const Tensor& ids, const Tensor& out) {
+  need_f32("embedding", table, "the table");
+  VT_CHECK_MSG(ids.dtype() == DType::kI32, "embedding: ids must be i32");
+  VT_CHECK(out.dim(-1) == table.dim(-1) && rows_of(out) == ids.numel());
+  on("embedding", {&table, &ids, &out}).embedding(table, row_begin, ids, out);
 }
 
-void embedding_backward(const Tensor& dout, const int32_t* ids, int64_t row_begin,
+void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_begin,
                         const Tensor& dtable) {
-  require_cpu(dout, "embedding_backward");
-  const int64_t C = dtable.dim(-1);
-  VT_CHECK(dout.dim(-1) == C);
-  cpu::embedding_backward<float>(dout.f32(), ids, rows_of(dout), row_begin, dtable.dim(0), C,
-                                 dtable.f32());
+  need_f32("embedding_backward", dtable, "the table gradient");
+  VT_CHECK_MSG(ids.dtype() == DType::kI32, "embedding_backward: ids must be i32");
+  VT_CHECK(dout.dim(-1) == dtable.dim(-1) && rows_of(dout) == ids.numel());
+  on("embedding_backward", {&dout, &ids, &dtable}).embedding_backward(dout, ids, row_begin, dtable);
+}
+
+static void check_xent(const XentArgs& x) {
+  VT_CHECK_MSG(x.targets.dtype() == DType::kI32, "cross-entropy targets must be i32");
+  VT_CHECK(rows_of(x.logits) == x.targets.numel() && x.n_valid >= 0 &&
+           x.n_valid <= x.logits.dim(-1));
+}
+
+void xent_partial(const XentArgs& x, const Tensor& row_max, const Tensor& row_sumexp,
+                  const Tensor& target_z) {
+  check_xent(x);
+  const int64_t N = x.targets.numel();
+  VT_CHECK(row_max.numel() == N && row_sumexp.numel() == N && target_z.numel() == N);
+  on("xent_partial", {&x.logits, &x.targets, &row_max, &row_sumexp, &target_z})
+      .xent_partial(x, row_max, row_sumexp, target_z);
+}
+
+void xent_rescale(const Tensor& row_sumexp, const Tensor& row_max, const Tensor& global_max) {
+  VT_CHECK(row_max.numel() == row_sumexp.numel() && global_max.numel() == row_sumexp.numel());
+  on("xent_rescale", {&row_sumexp, &row_max, &global_max})
+      .xent_rescale(row_sumexp, row_max, global_max);
+}
+
+void xent_finish(const Tensor& row_max, const Tensor& row_sumexp, const Tensor& target_z,
+                 const Tensor& lse, const Tensor& loss) {
+  const int64_t N = lse.numel();
+  VT_CHECK(row_max.numel() == N && row_sumexp.numel() == N && target_z.numel() == N &&
+           loss.numel() == N);
+  on("xent_finish", {&row_max, &row_sumexp, &target_z, &lse, &loss})
+      .xent_finish(row_max, row_sumexp, target_z, lse, loss);
+}
+
+void xent_backward(const XentArgs& x, const Tensor& lse, float grad_scale, const Tensor& dlogits) {
+  check_xent(x);
+  VT_CHECK(dlogits.numel() == x.logits.numel() && lse.numel() == x.targets.numel());
+  on("xent_backward", {&x.logits, &x.targets, &lse, &dlogits})
+      .xent_backward(x, lse, grad_scale, dlogits);
+}
+
+void gate_sigmoid(const Tensor& z, float gate_scale) {
+  need_f32("gate_sigmoid", z, "z");
+  on("gate_sigmoid", {&z}).gate_sigmoid(z, gate_scale);
+}
+
+void gated_mix(const Tensor& ctx, const Tensor& emb, const Tensor& gate, const Tensor& v) {
+  need_f32("gated_mix", gate, "the gate");
+  VT_CHECK(ctx.numel() == v.numel() && emb.numel() == v.numel() && v.numel() % gate.numel() == 0);
+  on("gated_mix", {&ctx, &emb, &gate, &v}).gated_mix(ctx, emb, gate, v);
+}
+
+void gated_mix_backward(const Tensor& dv, const Tensor& emb, const Tensor& gate,
+                        const Tensor& demb, const Tensor& dgate) {
+  need_f32("gated_mix_backward", gate, "the gate");
+  need_f32("gated_mix_backward", dgate, "the gate gradient");
+  VT_CHECK(emb.numel() == dv.numel() && demb.numel() == dv.numel() &&
+           dgate.numel() == gate.numel() && dv.numel() % gate.numel() == 0);
+  on("gated_mix_backward", {&dv, &emb, &gate, &demb, &dgate})
+      .gated_mix_backward(dv, emb, gate, demb, dgate);
+}
+
+void gate_sigmoid_backward(const Tensor& gate, const Tensor& dgate, float gate_scale,
+                           const Tensor& dz) {
+  need_f32("gate_sigmoid_backward", gate, "the gate");
+  need_f32("gate_sigmoid_backward", dgate, "the gate gradient");
+  VT_CHECK(dgate.numel() == gate.numel() && dz.numel() == gate.numel());
+  on("gate_sigmoid_backward", {&gate, &dgate, &dz}).gate_sigmoid_backward(gate, dgate, gate_scale, dz);
+}
+
+void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                  const AdamWStepArgs& a) {
+  for (const Tensor* t : {&p, &g, &m, &v}) {
+    need_f32("adamw_update", *t, "every argument");
+    VT_CHECK(t->numel() == p.numel());
+  }
+  if (p.numel() == 0) return;
+  on("adamw_update", {&p, &g, &m, &v}).adamw_update(p, g, m, v, a);
+}
+
+void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double momentum) {
+  for (const Tensor* t : {&g, &buf, &u}) {
+    need_f32("muon_momentum", *t, "every argument");
+    VT_CHECK(t->numel() == g.numel());
+  }
+  if (g.numel() == 0) return;
+  on("muon_momentum", {&g, &buf, &u}).muon_momentum(g, buf, u, momentum);
+}
+
+void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale) {
+  need_f32("muon_apply", p, "p");
+  need_f32("muon_apply", x, "x");
+  VT_CHECK(p.numel() == x.numel());
+  if (p.numel() == 0) return;
+  on("muon_apply", {&p, &x}).muon_apply(p, x, lr, weight_decay, scale);
 }
 
 }  // namespace vt::ops

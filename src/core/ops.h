@@ -1,7 +1,10 @@
-// The op interface the model calls: tensor-level wrappers that check shapes and dispatch on the
-// tensor's device to a backend (today the CPU kernels of cpu_kernels.h; the CUDA backend plugs
-// in here). Weights are 2-D (K, N); activations are any tensor viewed as (numel / K, K) rows.
+// The op interface the model and optimizers call: tensor-level wrappers that check shapes,
+// dtypes and devices, then dispatch to the backend of the tensors' device (core/backend.h).
+// Weights are 2-D (K, N); activations are any tensor viewed as (numel / K, K) rows. Activations
+// may be f32 or bf16 (every op computes in fp32); parameters, gradients, optimizer states,
+// norms' rstd, attention's lse and the cross-entropy statistics are f32.
 #pragma once
+#include "core/backend.h"
 #include "core/tensor.h"
 
 namespace vt::ops {
@@ -12,15 +15,26 @@ void matmul(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate =
 void matmul_dx(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate);
 // dw (K,N) += x^T (K,M) @ dy (M,N).
 void matmul_dw(const Tensor& x, const Tensor& dy, const Tensor& dw);
+// The general GEMM (row-major, leading dimensions; see GemmArgs).
+void gemm(const GemmArgs& g);
 
 // y += alpha * x (same numel).
 void axpy(const Tensor& y, const Tensor& x, float alpha = 1.0f);
-// y = alpha * x.
+// y = alpha * x (y may be x).
 void scale_copy(const Tensor& y, const Tensor& x, float alpha);
-// sum(a * b) in double.
+// sum(a * b) and sum(x^2) in double (synchronizes with the device).
 double dot(const Tensor& a, const Tensor& b);
-// Copy x into y (same numel).
+double sum_squares(const Tensor& x);
+// Copy x into y (same numel; converts f32 <-> bf16 when the dtypes differ; any devices).
 void copy(const Tensor& y, const Tensor& x);
+// t.flat[index] += value (f32).
+void add_scalar(const Tensor& t, int64_t index, double value);
+// y (cols, rows) = x (rows, cols)^T.
+void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols);
+// Strided block copy on one device: rows x cols elements from src (starting at element
+// src_offset, row stride src_ld) to dst (dst_offset, dst_ld). Same dtype.
+void copy_2d(const Tensor& dst, int64_t dst_offset, int64_t dst_ld, const Tensor& src,
+             int64_t src_offset, int64_t src_ld, int64_t rows, int64_t cols);
 
 int64_t rows_of(const Tensor& t);  // numel / last dim
 
@@ -39,9 +53,32 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& dv, int64_t window, float scale);
 void relu2(const Tensor& x, const Tensor& y);
 void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate);
-// Rows [row_begin, row_begin + table.dim(0)) of a table; out (N, C) (zeros for rows not owned).
-void embedding(const Tensor& table, int64_t row_begin, const int32_t* ids, const Tensor& out);
-void embedding_backward(const Tensor& dout, const int32_t* ids, int64_t row_begin,
+// Rows [row_begin, row_begin + table.dim(0)) of an f32 table; ids i32 (N) on the table's device;
+// out (N, C) (zeros for rows not owned).
+void embedding(const Tensor& table, int64_t row_begin, const Tensor& ids, const Tensor& out);
+void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_begin,
                         const Tensor& dtable);
+
+// Soft-capped vocabulary-parallel cross-entropy in pieces (see Backend).
+void xent_partial(const XentArgs& x, const Tensor& row_max, const Tensor& row_sumexp,
+                  const Tensor& target_z);
+void xent_rescale(const Tensor& row_sumexp, const Tensor& row_max, const Tensor& global_max);
+void xent_finish(const Tensor& row_max, const Tensor& row_sumexp, const Tensor& target_z,
+                 const Tensor& lse, const Tensor& loss);
+void xent_backward(const XentArgs& x, const Tensor& lse, float grad_scale, const Tensor& dlogits);
+
+// Value-embed gate pieces (see Backend).
+void gate_sigmoid(const Tensor& z, float gate_scale);
+void gated_mix(const Tensor& ctx, const Tensor& emb, const Tensor& gate, const Tensor& v);
+void gated_mix_backward(const Tensor& dv, const Tensor& emb, const Tensor& gate,
+                        const Tensor& demb, const Tensor& dgate);
+void gate_sigmoid_backward(const Tensor& gate, const Tensor& dgate, float gate_scale,
+                           const Tensor& dz);
+
+// Optimizer updates on f32 tensors of equal numel.
+void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                  const AdamWStepArgs& a);
+void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double momentum);
+void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale);
 
 }  // namespace vt::ops

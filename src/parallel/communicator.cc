@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/ops.h"
 
 namespace vt {
 
@@ -21,6 +22,83 @@ void SelfCommunicator::send(const float*, int64_t, int, int) {
 
 void SelfCommunicator::recv(float*, int64_t, int, int) {
   VT_CHECK_MSG(false, "SelfCommunicator has no peer to receive from");
+}
+
+namespace {
+
+// A host f32 tensor holding t's values (t itself when it already is one).
+Tensor host_f32(const Tensor& t, bool load) {
+  if (t.on_host() && t.dtype() == DType::kF32) return t;
+  Tensor h = Tensor::zeros(t.shape(), DType::kF32, Device::kCPU);
+  if (load) ops::copy(h, t);
+  return h;
+}
+
+// Writes a staged host copy back into t (nothing when t was used directly).
+void store_back(const Tensor& t, const Tensor& h) {
+  if (h.raw() != t.raw()) ops::copy(t, h);
+}
+
+void check_pair(const Tensor& in, const Tensor& out, int64_t factor, const char* op) {
+  VT_CHECK_MSG(in.device() == out.device() && in.dtype() == out.dtype(),
+               op << ": in and out must share device and dtype");
+  VT_CHECK_MSG(in.numel() * (factor > 0 ? factor : 1) ==
+                   out.numel() * (factor < 0 ? -factor : 1),
+               op << ": sizes " << in.numel() << " and " << out.numel() << " do not match");
+}
+
+}  // namespace
+
+void Communicator::all_reduce_sum(const Tensor& t) {
+  if (size() == 1 || t.numel() == 0) return;
+  Tensor h = host_f32(t, true);
+  all_reduce_sum(h.f32(), h.numel());
+  store_back(t, h);
+}
+
+void Communicator::all_reduce_max(const Tensor& t) {
+  if (size() == 1 || t.numel() == 0) return;
+  Tensor h = host_f32(t, true);
+  all_reduce_max(h.f32(), h.numel());
+  store_back(t, h);
+}
+
+void Communicator::all_gather(const Tensor& in, const Tensor& out) {
+  check_pair(in, out, size(), "all_gather");
+  Tensor hi = host_f32(in, true), ho = host_f32(out, false);
+  all_gather(hi.f32(), ho.f32(), in.numel());
+  store_back(out, ho);
+}
+
+void Communicator::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
+  check_pair(in, out, -size(), "reduce_scatter_sum");
+  Tensor hi = host_f32(in, true), ho = host_f32(out, false);
+  reduce_scatter_sum(hi.f32(), ho.f32(), out.numel());
+  store_back(out, ho);
+}
+
+void Communicator::broadcast(const Tensor& t, int root) {
+  if (size() == 1 || t.numel() == 0) return;
+  Tensor h = host_f32(t, rank() == root);
+  broadcast(h.f32(), h.numel(), root);
+  if (rank() != root) store_back(t, h);
+}
+
+void Communicator::send(const Tensor& t, int peer, int tag) {
+  Tensor h = host_f32(t, true);
+  send(h.f32(), h.numel(), peer, tag);
+}
+
+void Communicator::send_async(const Tensor& t, int peer, int tag) {
+  // The host call copies the data before returning, so the staging buffer may go.
+  Tensor h = host_f32(t, true);
+  send_async(h.f32(), h.numel(), peer, tag);
+}
+
+void Communicator::recv(const Tensor& t, int peer, int tag) {
+  Tensor h = host_f32(t, false);
+  recv(h.f32(), h.numel(), peer, tag);
+  store_back(t, h);
 }
 
 Communicator* self_communicator() {

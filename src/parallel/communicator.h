@@ -1,8 +1,11 @@
 // Communicator: the small set of collectives and point-to-point calls the engine uses, behind
-// one interface so layers never see MPI or NCCL directly. SelfCommunicator is the size-1 group
+// one interface so layers never see MPI or NCCL directly. The float*/double* calls work on host
+// memory; the Tensor calls take tensors on any device in f32 or bf16 (the model's activations). SelfCommunicator is the size-1 group
 // (every collective is the identity); the MPI and NCCL implementations live beside it.
 #pragma once
 #include <cstdint>
+
+#include "core/tensor.h"
 
 namespace vt {
 
@@ -29,11 +32,36 @@ class Communicator {
   }
   virtual void wait_sends() {}
   virtual void barrier() = 0;
+
+  // Tensor calls (same semantics; in and out share device and dtype). The default runs the
+  // host calls above, staging device tensors and bf16 values through a host f32 copy: the MPI
+  // fallback for GPU tensors. NcclCommunicator overrides them with native device collectives.
+  virtual void all_reduce_sum(const Tensor& t);
+  virtual void all_reduce_max(const Tensor& t);
+  virtual void all_gather(const Tensor& in, const Tensor& out);
+  virtual void reduce_scatter_sum(const Tensor& in, const Tensor& out);
+  virtual void broadcast(const Tensor& t, int root);
+  virtual void send(const Tensor& t, int peer, int tag);
+  virtual void send_async(const Tensor& t, int peer, int tag);
+  virtual void recv(const Tensor& t, int peer, int tag);
 };
+
+// Derived communicators pull the Tensor overloads into scope with this (they override the
+// host overloads by name, which would otherwise hide them).
+#define VT_COMMUNICATOR_TENSOR_CALLS           \
+  using Communicator::all_reduce_sum;          \
+  using Communicator::all_reduce_max;          \
+  using Communicator::all_gather;              \
+  using Communicator::reduce_scatter_sum;      \
+  using Communicator::broadcast;               \
+  using Communicator::send;                    \
+  using Communicator::send_async;              \
+  using Communicator::recv
 
 // The group of one process.
 class SelfCommunicator final : public Communicator {
  public:
+  VT_COMMUNICATOR_TENSOR_CALLS;
   int size() const override { return 1; }
   int rank() const override { return 0; }
   void all_reduce_sum(float*, int64_t) override {}

@@ -15,6 +15,7 @@ namespace vt {
 
 class MpiCommunicator final : public Communicator {
  public:
+  VT_COMMUNICATOR_TENSOR_CALLS;
   // Takes ownership of `comm` (freed in the destructor unless it is MPI_COMM_WORLD).
   explicit MpiCommunicator(MPI_Comm comm, std::string name = "world");
   ~MpiCommunicator() override;

@@ -1,0 +1,147 @@
+// Backend: the interface every compute device implements. Tensors carry a Device; ops.cc
+// dispatches each op to the backend registered for that device. The CPU backend (cpu_backend.cc)
+// is the reference; the CUDA backend (cuda_backend.cc, built when nvcc is found) runs the kernels
+// of kernels/; the device emulator (also cpu_backend.cc) registers itself for Device::kCUDA so
+// that the whole GPU code path (device memory that host code may not touch, explicit copies,
+// bf16 activations) runs and is tested on machines without a GPU.
+//
+// Conventions: all tensors passed to one call live on the backend's device; shapes were checked
+// by ops.cc. Ops that return a number (dot, sum_squares) synchronize with the device.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace vt {
+
+enum class CopyKind : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+
+// C(M,N) = alpha * op(A) * op(B) + beta * C, row-major, leading dimensions in elements (the
+// semantics of vt::cpu::gemm). A, B, C are base tensors (their data pointers plus *_offset
+// elements); dtypes: all f32, or A and B bf16 with C bf16 or f32 (fp32 accumulation).
+struct GemmArgs {
+  bool trans_a = false, trans_b = false;
+  int64_t M = 0, N = 0, K = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  Tensor A, B, C;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+};
+
+// Soft-capped vocabulary-parallel cross-entropy (semantics: cpu_kernels.h).
+struct XentArgs {
+  Tensor logits;        // (N, ld) local vocabulary slice
+  int64_t n_valid = 0;  // real columns of the slice
+  int64_t col_offset = 0;
+  Tensor targets;       // (N) i32
+  float cap = 0.0f;
+};
+
+struct AdamWStepArgs {
+  double lr = 0.0, beta1 = 0.9, beta2 = 0.999, weight_decay = 0.0, eps = 1e-10;
+  int64_t t = 1;  // step count, >= 1
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // Memory (bytes). alloc returns zero-filled memory aligned to at least 64 bytes.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void fill_zero(void* p, size_t bytes) = 0;
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes, CopyKind kind) = 0;
+  // Device-to-device strided copy: `rows` rows of `width` bytes from src (row pitch spitch) to
+  // dst (row pitch dpitch).
+  virtual void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                       size_t rows) = 0;
+  // Waits until every queued operation has finished.
+  virtual void synchronize() = 0;
+  // Bytes currently allocated through alloc() and the most ever at once.
+  virtual size_t bytes_in_use() const = 0;
+  virtual size_t peak_bytes() const = 0;
+  virtual void reset_peak() = 0;
+
+  // Dense algebra.
+  virtual void gemm(const GemmArgs& g) = 0;
+  // y = x converted to y's dtype (f32 <-> bf16, or a plain copy for equal dtypes).
+  virtual void cast(const Tensor& y, const Tensor& x) = 0;
+  virtual void axpy(const Tensor& y, const Tensor& x, float alpha) = 0;        // y += alpha x
+  virtual void scale_copy(const Tensor& y, const Tensor& x, float alpha) = 0;  // y = alpha x
+  virtual double dot(const Tensor& a, const Tensor& b) = 0;                   // fp64 sum
+  virtual double sum_squares(const Tensor& x) = 0;                            // fp64 sum
+  // t.flat[index] += value (f32 tensors): scalar-parameter gradients without a host copy.
+  virtual void add_scalar(const Tensor& t, int64_t index, double value) = 0;
+  // y (cols, rows) = x (rows, cols)^T.
+  virtual void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols) = 0;
+
+  // Model ops (semantics in cpu_kernels.h; rstd and lse are always f32).
+  virtual void rmsnorm(const Tensor& x, const Tensor& y, const Tensor& rstd, int64_t rows,
+                       int64_t C, float scale, double eps) = 0;
+  virtual void rmsnorm_backward(const Tensor& x, const Tensor& rstd, const Tensor& dy,
+                                const Tensor& dx, int64_t rows, int64_t C, float scale,
+                                bool accumulate) = 0;
+  virtual void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset,
+                    bool backward) = 0;
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                         const Tensor& lse, int64_t window, float scale) = 0;
+  virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                  const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                  int64_t window, float scale) = 0;
+  virtual void relu2(const Tensor& x, const Tensor& y) = 0;
+  virtual void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
+                              bool accumulate) = 0;
+  // table f32 (rows, C) holding global rows [row_begin, ...); ids i32 (N); out (N, C).
+  virtual void embedding(const Tensor& table, int64_t row_begin, const Tensor& ids,
+                         const Tensor& out) = 0;
+  virtual void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_begin,
+                                  const Tensor& dtable) = 0;
+  // Writes row_max, row_sumexp, target_z (N, f32).
+  virtual void xent_partial(const XentArgs& x, const Tensor& row_max, const Tensor& row_sumexp,
+                            const Tensor& target_z) = 0;
+  // row_sumexp *= exp(row_max - global_max) (before the sum over vocabulary shards).
+  virtual void xent_rescale(const Tensor& row_sumexp, const Tensor& row_max,
+                            const Tensor& global_max) = 0;
+  // lse = max + log(sumexp); loss = lse - target_z (all (N) f32).
+  virtual void xent_finish(const Tensor& row_max, const Tensor& row_sumexp,
+                           const Tensor& target_z, const Tensor& lse, const Tensor& loss) = 0;
+  // dlogits = grad_scale * (softmax(z) - onehot) * dz/dlogit, written.
+  virtual void xent_backward(const XentArgs& x, const Tensor& lse, float grad_scale,
+                             const Tensor& dlogits) = 0;
+  // Value-embed gate: g = gate_scale * sigmoid(z) in place (f32); v = ctx + g * emb per head;
+  // backward: demb = g * dv, dgate = sum_d dv * emb; dz = dgate * g * (1 - g / gate_scale).
+  virtual void gate_sigmoid(const Tensor& z, float gate_scale) = 0;
+  virtual void gated_mix(const Tensor& ctx, const Tensor& emb, const Tensor& gate,
+                         const Tensor& v) = 0;
+  virtual void gated_mix_backward(const Tensor& dv, const Tensor& emb, const Tensor& gate,
+                                  const Tensor& demb, const Tensor& dgate) = 0;
+  virtual void gate_sigmoid_backward(const Tensor& gate, const Tensor& dgate, float gate_scale,
+                                     const Tensor& dz) = 0;
+
+  // Optimizer updates on contiguous f32 ranges (formulas in src/optim/adamw.h and muon.h).
+  virtual void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                            const AdamWStepArgs& a) = 0;
+  virtual void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u,
+                             double momentum) = 0;
+  virtual void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay,
+                          double scale) = 0;
+};
+
+// The backend for a device; VT_CHECK-fails with an actionable message when none is registered.
+Backend& backend(Device d);
+bool has_backend(Device d);
+// Registers (or, with nullptr, removes) the backend of Device::kCUDA: the CUDA backend or the
+// device emulator. Not thread-safe; done once at start-up.
+void set_device_backend(std::unique_ptr<Backend> b);
+
+// The device emulator: host memory tagged Device::kCUDA, every op computed by the CPU kernels.
+std::unique_ptr<Backend> make_device_emulator();
+// The CUDA backend for the current device (nullptr when built without CUDA).
+std::unique_ptr<Backend> make_cuda_backend();
+// Number of usable CUDA devices (0 when built without CUDA or when there is none).
+int cuda_device_count_or_zero();
+
+}  // namespace vt
