@@ -11,15 +11,15 @@ namespace vt {
 std::string MemoryEstimate::to_string() const {
   constexpr double G = 1024.0 * 1024.0 * 1024.0;
   return absl::StrFormat(
-      "params %.2f GiB | grads %.2f | bf16 weights %.2f | optimizer %.2f | activations %.2f | "
-      "logits %.2f | total %.2f GiB",
-      params / G, grads / G, compute_copy / G, optimizer / G, activations / G, logits / G,
-      total() / G);
+      "params %.2f GiB | grads %.2f | bf16 weights %.2f | optimizer %.2f | activations %.2f "
+      "(+%.2f recomputed block) | logits %.2f | total %.2f GiB",
+      params / G, grads / G, compute_copy / G, optimizer / G, activations / G,
+      recompute_transient / G, logits / G, total() / G);
 }
 
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
-                               int B, DType act_dtype) {
+                               int B, DType act_dtype, bool recompute) {
   MemoryEstimate m;
   double matrix = 0, other = 0;
   for (const ParamInfo& p : store.infos())
@@ -43,7 +43,11 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   const double tokens = static_cast<double>(B) * cfg.seq_len;
   const int in_flight = std::max(1, shape.pp - coords.pp);  // 1F1B warm-up depth + 1
   // Plus the bundle (residual, x0, values kept for later layers) per micro-batch.
-  m.activations = in_flight * tokens * (layers * per_token_layer + es * 3 * C);
+  // With recomputation a block keeps only its input (C values per token); one block's full
+  // activations exist at a time, during its backward.
+  const double kept = recompute ? layers * es * C : layers * per_token_layer;
+  m.activations = in_flight * tokens * (kept + es * 3 * C);
+  if (recompute) m.recompute_transient = tokens * per_token_layer;
   if (coords.pp == shape.pp - 1) {
     const double vocab_local = static_cast<double>(cfg.vocab_padded) / tp;
     m.logits = tokens * vocab_local * es * 2;  // logits and their gradient

@@ -15,14 +15,18 @@
 namespace vt {
 
 struct MemoryEstimate {
-  double params = 0, grads = 0, compute_copy = 0, optimizer = 0, activations = 0, logits = 0;
-  double total() const { return params + grads + compute_copy + optimizer + activations + logits; }
+  double params = 0, grads = 0, compute_copy = 0, optimizer = 0, logits = 0;
+  double activations = 0;          // kept from forward to backward
+  double recompute_transient = 0;  // one block's activations rebuilt in backward (--recompute)
+  double total() const {
+    return params + grads + compute_copy + optimizer + activations + recompute_transient + logits;
+  }
   std::string to_string() const;  // "params 1.2 GiB | grads ... | total ..."
 };
 
 // `store` is this rank's finalized store; B the micro-batch rows.
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
-                               int B, DType act_dtype);
+                               int B, DType act_dtype, bool recompute = false);
 
 }  // namespace vt

@@ -30,7 +30,8 @@ output:     --ckpt-dir DIR --ckpt-every N --keep-last K (3; 0 keeps all)
 device:     --device cpu|cuda|emulated (cuda: one GPU per rank; emulated: the GPU code path
             run on the CPU, for tests) --act-dtype f32|bf16 (default bf16 off the CPU)
             --device-comm auto|nccl|mpi (how device tensors cross ranks; mpi stages through
-            host memory)
+            host memory) --recompute (activation recomputation per block: saves only
+            each block's input, reruns its forward in backward)
 )";
 }
 
@@ -43,7 +44,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"lr_scale", lr_scale},       {"warmup_steps", warmup_steps},
           {"warmdown_frac", warmdown_frac}, {"max_grad_norm", max_grad_norm},
           {"polar_express", polar_express}, {"device", device},
-          {"act_dtype", act_dtype}, {"device_comm", device_comm}};
+          {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute}};
 }
 
 absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int first) {
@@ -56,7 +57,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
                     "ckpt-dir", "ckpt-every", "keep-last", "stop-at-step", "resume", "metrics", "seed", "matrix-lr",
                     "lr-scale", "warmup", "warmdown", "max-grad-norm", "log-every",
                     "sample-every", "device", "act-dtype", "device-comm"},
-                   {"detach-v1", "shared-table", "bov-add-fixed", "polar-express"}));
+                   {"detach-v1", "shared-table", "bov-add-fixed", "polar-express", "recompute"}));
   if (!f.positional().empty())
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", f.positional()[0], "'\n", train_usage()));
@@ -123,6 +124,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   VT_ASSIGN_OR_RETURN(o.log_every, f.get_int("log-every", 1));
   VT_ASSIGN_OR_RETURN(o.sample_every, f.get_int("sample-every", 0));
   o.polar_express = f.get_bool("polar-express");
+  o.recompute = f.get_bool("recompute");
   o.device = f.get_string("device", "cpu");
   if (o.device != "cpu" && o.device != "cuda" && o.device != "emulated")
     return absl::InvalidArgumentError(

@@ -42,6 +42,7 @@ struct TrainOptions {
   std::string device = "cpu";
   std::string act_dtype = "default";
   std::string device_comm = "auto";
+  bool recompute = false;  // rerun each block's forward in backward instead of saving it
 
   int64_t tokens_per_micro() const { return static_cast<int64_t>(micro_batch) * model.seq_len; }
   nlohmann::json to_json() const;

@@ -198,6 +198,7 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
   par.layer_end = layer_end;
   ParamStore store;
   GPT model(cfg, par);
+  model.set_recompute(o.recompute);
   model.register_params(store);
   store.finalize(device.device, device.act_dtype);
   model.init_params(o.seed);
@@ -274,7 +275,7 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
                 comm_desc.c_str());
     std::printf("memory estimate (rank 0): %s\n",
                 estimate_memory(cfg, store, shape, grid.coords(), layer_end - layer_begin,
-                                o.micro_batch, device.act_dtype)
+                                o.micro_batch, device.act_dtype, o.recompute)
                     .to_string()
                     .c_str());
     std::fflush(stdout);

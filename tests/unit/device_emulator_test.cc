@@ -11,6 +11,7 @@
 #include "core/backend.h"
 #include "core/bf16.h"
 #include "core/ops.h"
+#include "train/memory_estimate.h"
 
 namespace vt {
 namespace {
@@ -152,6 +153,37 @@ TEST_F(Emulated, Bf16TrainingLossFalls) {
   const testing::StepRun r = testing::run_steps(cfg, Device::kCUDA, DType::kBF16, 25, 2);
   EXPECT_LT(r.losses.back(), 0.6 * r.losses.front())
       << "first " << r.losses.front() << " last " << r.losses.back();
+}
+
+// The start-up memory estimate's activation term against what a forward pass really keeps on
+// the (emulated) device, with and without recomputation: within 25%.
+TEST_F(Emulated, MemoryEstimateMatchesForwardActivations) {
+  for (ValueMode mode : {ValueMode::kBaseline, ValueMode::kBov}) {
+    for (bool recompute : {false, true}) {
+      const ModelConfig cfg = testing::tiny_config(mode, 64);
+      const int B = 4;
+      ParamStore store;
+      GPT model(cfg);
+      model.set_recompute(recompute);
+      model.register_params(store);
+      store.finalize(Device::kCUDA, DType::kBF16);
+      model.init_params(3);
+      std::vector<int32_t> in, tg;
+      testing::pattern_batch(cfg, B, 0, in, tg);
+      const double base = static_cast<double>(backend(Device::kCUDA).bytes_in_use());
+      Activations acts;
+      model.start_activations(acts, in.data(), tg.data(), B);
+      Bundle b = model.embed_forward(acts);
+      model.blocks_forward(b, acts);
+      const double measured = backend(Device::kCUDA).bytes_in_use() - base;
+      const double est = estimate_memory(cfg, store, GridShape{}, GridCoords{}, cfg.n_layer, B,
+                                         DType::kBF16, recompute)
+                             .activations;
+      EXPECT_NEAR(measured, est, 0.25 * est)
+          << value_mode_name(mode) << (recompute ? " recompute" : "") << ": measured "
+          << measured << " estimated " << est;
+    }
+  }
 }
 
 }  // namespace
