@@ -58,7 +58,8 @@ class AdamW {
   AdamW(ParamStore* store, AdamWConfig config);
 
   // Increments the step count, then updates every non-kMatrix parameter from its gradient with
-  // lr = group peak lr * lr_multiplier.
+  // lr = group peak lr * lr_multiplier. Leaves the store's bf16 compute copy alone
+  // (Optimizer::step refreshes it).
   void step(double lr_multiplier);
 
   static bool handles(ParamGroup g) { return g != ParamGroup::kMatrix; }
