@@ -77,7 +77,10 @@ void newton_schulz(const float* G, int rows, int cols, float* out, int steps,
     std::copy(G, G + mn, X.begin());
   }
   const double denom = std::sqrt(sum_squares(X.data(), mn)) * coeffs.norm_scale + coeffs.norm_eps;
-  for (int64_t i = 0; i < mn; ++i) X[i] = static_cast<float>(static_cast<double>(X[i]) / denom);
+  // Multiply by the fp32 reciprocal: exactly what the device path (ops::scale_copy) computes,
+  // so Muon is bitwise the same on every backend that shares the CPU kernels.
+  const float inv = static_cast<float>(1.0 / denom);
+  for (int64_t i = 0; i < mn; ++i) X[i] = inv * X[i];
 
   for (int k = 0; k < steps; ++k) {
     const auto& abc = coeffs.at(k);
