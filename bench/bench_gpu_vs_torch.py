@@ -142,6 +142,16 @@ def prepare_data(a, work: Path) -> tuple[Path | None, str | None]:
 
 # ----------------------------------------------------------------------------- vtrain side
 
+ERROR_RE = re.compile(r"error|fail|out of memory|exception|abort|killed|signal", re.I)
+
+
+def error_summary(text: str, limit: int = 600) -> str:
+    """The lines that say what went wrong (else the last ones), for one table footnote."""
+    lines = [l.strip() for l in text.strip().splitlines() if l.strip()]
+    picked = [l for l in lines if ERROR_RE.search(l) and not l.startswith("[")][:3] or lines[-3:]
+    return " | ".join(picked)[:limit]
+
+
 def run_vtrain(a, data: Path, preset: str, mode: str, work: Path) -> dict:
     B, T = a.batch[preset], a.seq_len
     n = a.warmup + a.steps
@@ -181,9 +191,11 @@ def run_vtrain(a, data: Path, preset: str, mode: str, work: Path) -> dict:
     m = MODEL_RE.search(r.stdout)
     if m:
         out["params_m"] = float(m.group(7))
+    mem = re.search(r"^memory estimate.*$", r.stdout, re.M)
+    if mem:
+        out["memory_estimate"] = mem.group(0)
     if r.returncode != 0:
-        tail = " | ".join((r.stdout + r.stderr).strip().splitlines()[-4:])
-        out["error"] = f"exit {r.returncode}: {tail[-600:]}"
+        out["error"] = f"exit {r.returncode}: {error_summary(r.stdout + chr(10) + r.stderr)}"
         if len(train) <= a.warmup:  # nothing to time
             return out
     timed = [x["tok_per_s"] for x in train if x["step"] > a.warmup]
@@ -198,8 +210,10 @@ def run_vtrain(a, data: Path, preset: str, mode: str, work: Path) -> dict:
         out["loss"] = losses[-1]
     field = next((f for f in PEAK_FIELDS if any(f in x for x in train)), None)
     if field:
-        out["peak_bytes"] = max(float(x.get(field, 0) or 0) for x in train)
-        out["peak_field"] = field
+        peak = max(float(x.get(field, 0) or 0) for x in train)
+        if peak > 0:  # vtrain logs 0 when no device backend is in use (CPU runs)
+            out["peak_bytes"] = peak
+            out["peak_field"] = field
     return out
 
 
@@ -235,7 +249,10 @@ def torch_worker(spec: dict) -> dict:
         fwd = torch.compile(model, dynamic=False, mode=None if spec["compile_mode"] == "default"
                             else spec["compile_mode"])
     if spec.get("data"):
-        toks = sd.read_shard(Path(spec["data"]) / "train_000000.bin", count=n * B * T + 1)
+        shard = sorted(Path(spec["data"]).glob("train_*.bin"))[0]
+        toks = sd.read_shard(shard, count=min(n * B * T + 1, sd.shard_num_tokens(shard)))
+        if len(toks) < n * B * T + 1:
+            toks = np.resize(toks, n * B * T + 1)  # wrap around a small shard
     else:
         toks = np.random.default_rng(spec["seed"]).integers(0, cfg.vocab_size, n * B * T + 1)
     toks = torch.from_numpy(toks.astype(np.int64))
@@ -288,8 +305,7 @@ def run_torch(a, data: Path | None, vocab: int, preset: str, mode: str) -> dict:
         return dict(error=f"timed out after {a.timeout}s")
     lines = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
     if not lines:
-        tail = " | ".join((r.stdout + r.stderr).strip().splitlines()[-4:])
-        return dict(error=f"exit {r.returncode}: {tail[-600:]}")
+        return dict(error=f"exit {r.returncode}: {error_summary(r.stdout + chr(10) + r.stderr)}")
     res = json.loads(lines[-1][len("RESULT "):])
     res["wall_s"] = time.time() - t0
     return res
@@ -401,6 +417,8 @@ def main(argv) -> int:
                   f"{fmt_rate(t['tok_s_max'])} tok/s; vtrain steps "
                   f"{fmt_rate(r['vtrain'].get('tok_s_min'))}..{fmt_rate(r['vtrain'].get('tok_s_max'))}"
                   f"{'; vtrain peak from ' + r['vtrain']['peak_field'] if r['vtrain'].get('peak_field') else ''}")
+        if r["vtrain"].get("memory_estimate"):
+            print(f"  {r['preset']} {r['mode']}: vtrain {r['vtrain']['memory_estimate']}")
     if a.json:
         Path(a.json).write_text(json.dumps(dict(args={k: v for k, v in vars(a).items()
                                                       if k != "torch_worker"},

@@ -46,6 +46,10 @@ def write_shard(path: Path, tokens: np.ndarray, vocab_size: int):
         f.write(tokens.astype(np.uint32 if wide else np.uint16).tobytes())
 
 
+def shard_num_tokens(path) -> int:
+    return int(np.fromfile(path, dtype=np.int32, count=256)[2])
+
+
 def read_shard(path, count: int | None = None, offset: int = 0) -> np.ndarray:
     h = np.fromfile(path, dtype=np.int32, count=256)
     dtype = {MAGIC_U16: np.uint16, MAGIC_U32: np.uint32}.get(int(h[0]))

@@ -577,9 +577,12 @@ class GPT(nn.Module):
                 ctx_values.append(v1 if i == 0 else ctx)
             q = (n @ a.wq).view(B, T, H, hd)
             k = (n @ a.wk).view(B, T, Hkv, hd)
-            q = cfg.qk_norm_scale * _rms(_rope(q, cos, sin), eps)
-            k = cfg.qk_norm_scale * _rms(_rope(k, cos, sin), eps)
-            v = v.view(B, T, Hkv, hd).to(q.dtype)  # bf16 under autocast (tables are fp32)
+            cdt = q.dtype  # the matmul dtype: bf16 under autocast, else the parameters'
+            # q, k, v enter attention in one dtype whatever autocast does with rms_norm (flex
+            # takes no autocast; tables and the fp32 residual give fp32 values).
+            q = (cfg.qk_norm_scale * _rms(_rope(q, cos, sin), eps)).to(cdt)
+            k = (cfg.qk_norm_scale * _rms(_rope(k, cos, sin), eps)).to(cdt)
+            v = v.view(B, T, Hkv, hd).to(cdt)
             x = x + self._attend(q, k, v, cfg.layer_window(i)) @ a.wo
             h = torch.relu(_rms(x, eps) @ blk.mlp.fc)
             x = x + h.square() @ blk.mlp.proj
@@ -736,7 +739,7 @@ class Optimizer:
         ns = NS_POLAR_EXPRESS if self.h.polar_express else NS_STANDARD
         self._ns_kw = dict(steps=self.h.ns_steps, abc=ns["abc"], norm_scale=ns["norm_scale"],
                            norm_eps=ns["norm_eps"])
-        self._ns = torch.compile(newton_schulz) if compile_ns else newton_schulz
+        self._ns = torch.compile(newton_schulz, dynamic=False) if compile_ns else newton_schulz
         self.step_count = 0
 
     def load_states(self, states: dict, step: int):
