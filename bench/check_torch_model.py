@@ -226,7 +226,12 @@ def part_b(a, work: Path) -> bool:
         t0 = time.time()
         run = work / f"run_{mode}"
         run.mkdir(exist_ok=True)
-        vt = run_vtrain(a, data, mode, run)
+        try:
+            vt = run_vtrain(a, data, mode, run)
+        except RuntimeError as e:
+            print(f"  FAIL {mode}: {e}")
+            ok = False
+            continue
         print(f"  {mode}: vtrain ran {K + 1} steps in {time.time() - t0:.1f}s; step losses "
               + ", ".join(f"{vt['train'][s]['loss']:.4f}" for s in sorted(vt["train"])))
         rows = []
