@@ -324,7 +324,7 @@ def part_c(a, data: Path, ckpt: Path, B: int, T: int) -> bool:
             loss = model(x, y)
         loss.backward()
         opt.step(meta["step"], int(meta["extra"]["steps"]))
-        res[tag] = (float(loss), {n: p.detach().double() - before[n]
+        res[tag] = (float(loss.detach()), {n: p.detach().double() - before[n]
                                   for n, p in model.named_parameters()})
     l64, d64 = res["fp64"]
     l16 = res["amp+ns32"][0]

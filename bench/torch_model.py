@@ -417,8 +417,8 @@ class GPT(nn.Module):
             blk.mlp.proj.zero_()
             if not cfg.is_target(i):
                 continue
-            v = blk.value
-            for n, p in v.named_parameters():
+            v = getattr(blk, "value", None)  # fixed-coefficient modes have no value parameters
+            for n, p in (v.named_parameters() if v is not None else ()):
                 if n in ("gain", "a"):
                     p.fill_(1.0)
                 elif n == "b":
