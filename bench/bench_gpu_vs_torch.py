@@ -280,7 +280,8 @@ def torch_worker(spec: dict) -> dict:
     timed = times[warm:]
     res = dict(tok_s=B * T / statistics.median(timed), tok_s_min=B * T / max(timed),
                tok_s_max=B * T / min(timed), first_step_s=times[0], loss=losses[-1],
-               attn=attn, params=tm.num_params(model), torch=torch.__version__,
+               attn=attn, compiled=bool(spec["compile"]), params=tm.num_params(model),
+               torch=torch.__version__,
                timed_steps=len(timed))
     if not all(np.isfinite(losses)):
         res["error"] = f"loss became {losses}"
@@ -322,7 +323,9 @@ def fmt_gib(x):
 
 
 def fmt_pct(x):
-    return "n/a" if x is None else f"{100 * x:.1f}%"
+    if x is None:
+        return "n/a"
+    return f"{100 * x:.1f}%" if x >= 1e-3 else f"{100 * x:.2g}%"
 
 
 def main(argv) -> int:
@@ -412,8 +415,9 @@ def main(argv) -> int:
                     print(f"    command: {x['cmd']}")
         t = r["torch"]
         if "tok_s" in t:
-            print(f"  {r['preset']} {r['mode']}: torch attention {t.get('attn')}, first step "
-                  f"(compile) {t.get('first_step_s', 0):.1f}s, steps {fmt_rate(t['tok_s_min'])}.."
+            print(f"  {r['preset']} {r['mode']}: torch attention {t.get('attn')}, "
+                  f"{'compiled' if t.get('compiled') else 'eager'}, first step "
+                  f"{t.get('first_step_s', 0):.1f}s, steps {fmt_rate(t['tok_s_min'])}.."
                   f"{fmt_rate(t['tok_s_max'])} tok/s; vtrain steps "
                   f"{fmt_rate(r['vtrain'].get('tok_s_min'))}..{fmt_rate(r['vtrain'].get('tok_s_max'))}"
                   f"{'; vtrain peak from ' + r['vtrain']['peak_field'] if r['vtrain'].get('peak_field') else ''}")
