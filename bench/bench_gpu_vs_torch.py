@@ -47,6 +47,20 @@ MODEL_RE = re.compile(r"model: (\d+) layers, d=(\d+), (\d+) heads \((\d+) kv\), 
 PEAK_FIELDS = ("device_peak_bytes", "gpu_peak_bytes", "peak_device_bytes", "device_mem_peak_bytes")
 
 
+def _join_flag_values(argv, flags):
+    """`--vtrain-extra-args '--recompute'`: argparse would take the value for a flag of its own,
+    so the value is glued on as `--vtrain-extra-args=--recompute`."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in flags and i + 1 < len(argv):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description="vtrain (GPU) vs PyTorch training-step throughput")
     p.add_argument("--presets", default="d12,d24", help="model presets, comma-separated (d12,d24)")
@@ -89,7 +103,7 @@ def parse_args(argv):
     p.add_argument("--json", default=None, help="also write every number as JSON to this file")
     p.add_argument("--keep", default=None, help="keep the work files (data, metrics) here")
     p.add_argument("--_torch-worker", dest="torch_worker", default=None, help=argparse.SUPPRESS)
-    a = p.parse_args(argv)
+    a = p.parse_args(_join_flag_values(list(argv), ("--vtrain-extra-args",)))
     if a.torch_worker is not None:
         return a
     a.presets = [x.strip() for x in a.presets.split(",") if x.strip()]

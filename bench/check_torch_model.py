@@ -76,6 +76,20 @@ GNORM_RTOL_VT = 1e-4
 UPDATE_RTOL_VT = 1e-3
 
 
+def _join_flag_values(argv, flags):
+    """`--vtrain-extra-args '--recompute'`: argparse would take the value for a flag of its own,
+    so the value is glued on as `--vtrain-extra-args=--recompute`."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in flags and i + 1 < len(argv):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--vtrain", default=None, help="vtrain binary ($VTRAIN_BUILD/vtrain or build/vtrain)")
@@ -99,7 +113,7 @@ def parse_args(argv):
                    help="multiply part B's tolerances (e.g. 1000 with --act-dtype bf16)")
     p.add_argument("--skip-vtrain", action="store_true", help="part A only")
     p.add_argument("--keep", default=None, help="keep the work files in this directory")
-    a = p.parse_args(argv)
+    a = p.parse_args(_join_flag_values(list(argv), ("--vtrain-extra-args",)))
     a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     if a.vtrain is None:
         b = os.environ.get("VTRAIN_BUILD")
