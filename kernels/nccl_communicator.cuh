@@ -9,13 +9,36 @@
 //
 // Semantics: every call enqueues on stream() and then synchronizes that stream, so when it
 // returns the result is in the buffer and the input may be reused (the blocking behaviour of
-// MpiCommunicator). By default stream() is the legacy default stream (nullptr), which orders
-// with all blocking streams of the device; set_stream() switches to another one. Point-to-point
-// send/recv ignore `tag` (NCCL has no tags): messages between one pair arrive in call order,
-// and a blocking send only returns once the peer has posted the matching recv, so two ranks
-// that both send first deadlock (as large MPI sends do). send_async is the interface's default
-// (a blocking send). A fused send+recv with ncclGroupStart/End is the right tool for pipeline
-// exchanges and can be added later.
+// MpiCommunicator). By default stream() is the legacy default stream (nullptr); set_stream()
+// switches to another one, e.g. set_stream(cuda_backend_stream()) (kernels/cuda_backend.cuh) to
+// run the collectives on the CUDA backend's own stream.
+//
+// Ordering with the CUDA backend (src/core/cuda_backend.cc), whose ops are queued on its own
+// stream and may still be running when a collective is called: before every NCCL call (float*,
+// double* and Tensor calls alike) the communicator synchronizes the backend's stream unless
+// stream() is that stream (then stream order already puts the collective after every queued
+// op). After the call it synchronizes stream(), so ops the backend queues next see the result.
+// Net effect: each collective is a full host-side barrier between the backend's work before and
+// after it.
+//
+// Tensor calls (f32 -> ncclFloat32, bf16 -> ncclBfloat16; other dtypes are an error):
+//   - device tensors (Device::kCUDA with the CUDA backend registered) go to NCCL as they are,
+//     in their own dtype: a bf16 sum is reduced by NCCL in bf16 storage (rounded at each step
+//     of its ring/tree), unlike the base class's fp32 host staging; reduce f32 tensors where
+//     fp32 accuracy matters. Device tensors of the device emulator (host memory tagged kCUDA)
+//     are refused: use an MPI communicator with the emulator.
+//   - host tensors are staged through a temporary device buffer (copied in, collective, copied
+//     back), because NCCL cannot read host memory; the results equal those for device tensors.
+//     (The base class's staging is no fallback here: it ends in the float* calls, which take
+//     device pointers on this communicator.)
+//
+// Point-to-point send/recv ignore `tag` (NCCL has no tags): messages between one pair arrive in
+// call order, and a blocking send only returns once the peer has posted the matching recv, so
+// two ranks that both send first deadlock (as large MPI sends do). send_async (both overloads)
+// is such a blocking send too, so it returns only once the peer has received: fine for a
+// one-directional pipeline chain (rank r sends to r+1, which receives before it sends on), not
+// for exchanges where both sides send first. A fused send+recv with ncclGroupStart/End is the
+// right tool for those and can be added later.
 #pragma once
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -29,6 +52,8 @@ namespace vt {
 
 class NcclCommunicator final : public Communicator {
  public:
+  VT_COMMUNICATOR_TENSOR_CALLS;
+
   // Collective over `comm` (not taken over: the caller keeps owning it, e.g. an
   // MpiCommunicator's comm()). Sets the current CUDA device of this process.
   explicit NcclCommunicator(MPI_Comm comm);
@@ -46,7 +71,19 @@ class NcclCommunicator final : public Communicator {
   void broadcast(float* data, int64_t n, int root) override;
   void send(const float* data, int64_t n, int peer, int tag) override;
   void recv(float* data, int64_t n, int peer, int tag) override;
+  // A blocking send (see above).
+  void send_async(const float* data, int64_t n, int peer, int tag) override;
   void barrier() override;
+
+  // Tensor calls (see above).
+  void all_reduce_sum(const Tensor& t) override;
+  void all_reduce_max(const Tensor& t) override;
+  void all_gather(const Tensor& in, const Tensor& out) override;
+  void reduce_scatter_sum(const Tensor& in, const Tensor& out) override;
+  void broadcast(const Tensor& t, int root) override;
+  void send(const Tensor& t, int peer, int tag) override;
+  void send_async(const Tensor& t, int peer, int tag) override;
+  void recv(const Tensor& t, int peer, int tag) override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
@@ -59,6 +96,9 @@ class NcclCommunicator final : public Communicator {
  private:
   void check(ncclResult_t r, const char* op) const;
   void sync(const char* op) const;
+  // Waits for the CUDA backend's queued work unless stream() is the backend's stream.
+  void order_after_backend(const char* op) const;
+  void all_reduce(const Tensor& t, ncclRedOp_t red, const char* op);
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
