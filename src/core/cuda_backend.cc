@@ -169,6 +169,10 @@ class CudaBackend final : public Backend {
     device_ = select_device();
     VT_CUDA_CHECK(cudaSetDevice(device_));
     tl_current_device = device_;
+    int pools = 0;
+    VT_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_));
+    VT_CHECK_MSG(pools != 0, "the CUDA backend needs stream-ordered allocation (memory pools), "
+                             "which device " << device_ << " does not support");
     VT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
     // Keep freed blocks in the pool (the default threshold 0 returns them to the driver at
     // every synchronization, making the next cudaMallocAsync an expensive driver call).
@@ -510,6 +514,7 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const Tensor& lse, int64_t window, float scale) override {
     on_device();
+    if (q.numel() == 0) return;  // the kernels require every dimension >= 1
     const cuda::AttnShape s = shape_of(q, k, window);
     float* l = f32_of(lse);
     switch (mix_of({&q, &k, &v, &out})) {
@@ -532,6 +537,7 @@ class CudaBackend final : public Backend {
                           const Tensor& dk, const Tensor& dv, int64_t window,
                           float scale) override {
     on_device();
+    if (q.numel() == 0) return;
     const cuda::AttnShape s = shape_of(q, k, window);
     const float* l = f32_of(lse);
     // The workspace is reused by every call: safe because all calls are ordered on stream_.
