@@ -5,7 +5,6 @@
 // all-reduced in backward.
 #include <cmath>
 
-#include "core/cpu_kernels.h"
 #include "core/ops.h"
 #include "model/gpt.h"
 #include "model/value_mix.h"
@@ -14,11 +13,12 @@ namespace vt {
 
 namespace {
 
-float scalar(const Tensor& t) { return t.f32()[0]; }
+// A scalar parameter's value on the host (a small copy when parameters live on a device).
+float scalar(const Tensor& t) { return static_cast<float>(t.item()); }
 
 // grad += alpha * dv, allocating grad on first use.
 void accumulate(Tensor& grad, const Tensor& dv, float alpha) {
-  if (!grad.defined()) grad = Tensor::zeros(dv.shape());
+  if (!grad.defined()) grad = Tensor::zeros(dv.shape(), dv.dtype(), dv.device());
   ops::axpy(grad, dv, alpha);
 }
 
@@ -26,43 +26,37 @@ void accumulate(Tensor& grad, const Tensor& dv, float alpha) {
 
 // Rows of a vocabulary-sharded value table for this rank's heads: each TP rank looks up the rows
 // it owns (zeros elsewhere), then a reduce-scatter over the head dimension sums the pieces and
-// leaves each rank its own heads.
-static Tensor table_lookup(const Tensor& table, int64_t row_begin, const int32_t* ids, int64_t N,
-                           int kv_heads_local, int hd, Communicator* tp) {
-  const int64_t K = table.dim(-1);  // all KV heads
-  const int64_t Kl = static_cast<int64_t>(kv_heads_local) * hd;
-  Tensor full = Tensor::zeros({N, K});
-  ops::embedding(table, row_begin, ids, full);
-  if (tp->size() == 1) return full;
+// leaves each rank its own heads. out: (N, kv_heads_local * hd) in the activation dtype.
+static void table_lookup(const Tensor& table, int64_t row_begin, const Tensor& ids,
+                         const Tensor& out, Communicator* tp) {
+  const int64_t N = ids.numel(), K = table.dim(-1), Kl = out.numel() / N;
+  if (tp->size() == 1) {
+    ops::embedding(table, row_begin, ids, out);
+    return;
+  }
   const int P = tp->size();
-  Tensor by_rank = Tensor::zeros({P, N, Kl});  // (rank, N, local heads)
-  for (int r = 0; r < P; ++r)
-    for (int64_t n = 0; n < N; ++n)
-      std::copy(full.f32() + n * K + r * Kl, full.f32() + n * K + (r + 1) * Kl,
-                by_rank.f32() + (r * N + n) * Kl);
-  Tensor out = Tensor::zeros({N, Kl});
-  tp->reduce_scatter_sum(by_rank.f32(), out.f32(), N * Kl);
-  return out;
+  Tensor full = Tensor::zeros({N, K}, out.dtype(), out.device());
+  ops::embedding(table, row_begin, ids, full);
+  Tensor by_rank = Tensor::zeros({P, N, Kl}, out.dtype(), out.device());  // (rank, N, heads)
+  for (int r = 0; r < P; ++r) ops::copy_2d(by_rank, r * N * Kl, Kl, full, r * Kl, K, N, Kl);
+  tp->reduce_scatter_sum(by_rank, out);
 }
 
 // Backward of table_lookup: gather every rank's head slice of the gradient, scatter-add the
 // rows this rank owns.
 static void table_lookup_backward(const Tensor& de, const Tensor& dtable, int64_t row_begin,
-                                  const int32_t* ids, int64_t N, Communicator* tp) {
-  const int64_t K = dtable.dim(-1);
+                                  const Tensor& ids, Communicator* tp) {
+  const int64_t N = ids.numel(), K = dtable.dim(-1);
   if (tp->size() == 1) {
     ops::embedding_backward(de, ids, row_begin, dtable);
     return;
   }
   const int P = tp->size();
   const int64_t Kl = K / P;
-  Tensor by_rank = Tensor::zeros({P, N, Kl});
-  tp->all_gather(de.f32(), by_rank.f32(), N * Kl);
-  Tensor full = Tensor::zeros({N, K});
-  for (int r = 0; r < P; ++r)
-    for (int64_t n = 0; n < N; ++n)
-      std::copy(by_rank.f32() + (r * N + n) * Kl, by_rank.f32() + (r * N + n + 1) * Kl,
-                full.f32() + n * K + r * Kl);
+  Tensor by_rank = Tensor::zeros({P, N, Kl}, de.dtype(), de.device());
+  tp->all_gather(de, by_rank);
+  Tensor full = Tensor::zeros({N, K}, de.dtype(), de.device());
+  for (int r = 0; r < P; ++r) ops::copy_2d(full, r * Kl, K, by_rank, r * N * Kl, Kl, N, Kl);
   ops::embedding_backward(full, ids, row_begin, dtable);
 }
 
@@ -70,9 +64,9 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts) const {
   if (bundle.values.empty()) bundle.values.resize(cfg_.n_layer);
   acts.x0 = bundle.x0;
   if (plus_logits_ >= 0) {
-    const Tensor logits = P(plus_logits_);
-    const int64_t n = logits.numel();
-    acts.plus_coef = resformer_plus_coefficients(cfg_, logits.f32(), n);
+    const std::vector<float> logits = P(plus_logits_).to_host_f32();
+    const int64_t n = static_cast<int64_t>(logits.size());
+    acts.plus_coef = resformer_plus_coefficients(cfg_, logits.data(), n);
     acts.plus_dcoef.assign(n, 0.0);
   }
   for (int i = begin_; i < end_; ++i) block_forward(i, bundle, acts, acts.blocks[i - begin_]);
@@ -90,78 +84,78 @@ void GPT::block_forward(int i, Bundle& bundle, Activations& acts, BlockActs& a) 
 
   // Attention input.
   a.x_in = x.clone();
-  a.n1 = Tensor::zeros({N, C});
-  a.rstd1 = Tensor::zeros({N});
+  a.n1 = act({N, C});
+  a.rstd1 = f32({N});
   ops::rmsnorm(a.x_in, a.n1, a.rstd1, 1.0f, eps);
-  Tensor q = Tensor::zeros({B, T, heads_, hd});
-  Tensor k = Tensor::zeros({B, T, kv_heads_, hd});
-  ops::matmul(a.n1, P(lp.wq), q);
-  ops::matmul(a.n1, P(lp.wk), k);
+  Tensor q = act({B, T, heads_, hd});
+  Tensor k = act({B, T, kv_heads_, hd});
+  ops::matmul(a.n1, W(lp.wq), q);
+  ops::matmul(a.n1, W(lp.wk), k);
 
   // Value path.
   const bool target = cfg_.is_target(i);
   const ValueMode mode = cfg_.value_mode;
   if (lp.wv >= 0) {
-    a.ctx_v = Tensor::zeros({B, T, kv_heads_, hd});
+    a.ctx_v = act({B, T, kv_heads_, hd});
     const Tensor& src = (target && mode == ValueMode::kX0v) ? bundle.x0 : a.n1;
-    ops::matmul(src, P(lp.wv), a.ctx_v);
+    ops::matmul(src, W(lp.wv), a.ctx_v);
     if (keeps_value(i)) bundle.values[i] = a.ctx_v;
   }
-  if (target && mode_has_table(mode))
-    a.emb = table_lookup(P(lp.table), vocab_offset_, acts.inputs.data(), N, kv_heads_, hd, tp)
-                .reshaped({B, T, kv_heads_, hd});
-  a.v = Tensor::zeros({B, T, kv_heads_, hd});
+  if (target && mode_has_table(mode)) {
+    a.emb = act({B, T, kv_heads_, hd});
+    table_lookup(P(lp.table), vocab_offset_, acts.input_ids, a.emb.reshaped({N, kv_heads_ * hd}),
+                 tp);
+  }
+  a.v = act({B, T, kv_heads_, hd});
   if (!target) {
     ops::copy(a.v, a.ctx_v);
   } else {
     ValueSources src;
-    if (mode_reads_v1(mode)) src.v1 = bundle.values[0].f32();
-    if (a.ctx_v.defined()) src.ctx = a.ctx_v.f32();
-    if (a.emb.defined()) src.emb = a.emb.f32();
-    src.gate_in = a.n1.f32();
-    src.gate_ld = C;
+    if (mode_reads_v1(mode)) src.v1 = bundle.values[0];
+    src.ctx = a.ctx_v;
+    src.emb = a.emb;
+    src.gate_in = a.n1;
     if (mode_reads_all_values(mode))
-      for (int j = 0; j < i; ++j) src.values.push_back(bundle.values[j].f32());
+      for (int j = 0; j < i; ++j) src.values.push_back(bundle.values[j]);
     if (mode == ValueMode::kResformerPlus) src.plus_coef = acts.plus_coef[cfg_.target_index(i)];
-    if (mode == ValueMode::kValueEmbed) a.gate = Tensor::zeros({N, kv_heads_});
-    value_mix_forward(cfg_, lp, *store_, i, src, N, kv_heads_, a.v.f32(),
-                      a.gate.defined() ? a.gate.f32() : nullptr);
+    if (mode == ValueMode::kValueEmbed) a.gate = f32({N, kv_heads_});
+    value_mix_forward(cfg_, lp, *store_, i, src, N, kv_heads_, a.v, a.gate);
   }
 
   // RoPE, QK-norm, attention.
   const double base = cfg_.rope_base;
   const float qk_scale = cfg_.qk_norm_scale;
-  a.q_r = Tensor::zeros(q.shape());
-  a.k_r = Tensor::zeros(k.shape());
+  a.q_r = act(q.shape());
+  a.k_r = act(k.shape());
   ops::rope(q, a.q_r, base);
   ops::rope(k, a.k_r, base);
-  a.qn = Tensor::zeros(q.shape());
-  a.kn = Tensor::zeros(k.shape());
-  a.rstd_q = Tensor::zeros({N * heads_});
-  a.rstd_k = Tensor::zeros({N * kv_heads_});
+  a.qn = act(q.shape());
+  a.kn = act(k.shape());
+  a.rstd_q = f32({N * heads_});
+  a.rstd_k = f32({N * kv_heads_});
   ops::rmsnorm(a.q_r, a.qn, a.rstd_q, qk_scale, eps);
   ops::rmsnorm(a.k_r, a.kn, a.rstd_k, qk_scale, eps);
-  a.y = Tensor::zeros(q.shape());
-  a.lse = Tensor::zeros({B, heads_, T});
+  a.y = act(q.shape());
+  a.lse = f32({B, heads_, T});
   ops::attention(a.qn, a.kn, a.v, a.y, a.lse, cfg_.layer_window(i),
                  static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))));
-  Tensor o = Tensor::zeros({N, C});
-  ops::matmul(a.y.reshaped({N, qd}), P(lp.wo), o);
-  tp->all_reduce_sum(o.f32(), N * C);
+  Tensor o = act({N, C});
+  ops::matmul(a.y.reshaped({N, qd}), W(lp.wo), o);
+  tp->all_reduce_sum(o);
   ops::axpy(x, o);
 
   // MLP.
   a.x_mid = x.clone();
-  a.n2 = Tensor::zeros({N, C});
-  a.rstd2 = Tensor::zeros({N});
+  a.n2 = act({N, C});
+  a.rstd2 = f32({N});
   ops::rmsnorm(a.x_mid, a.n2, a.rstd2, 1.0f, eps);
-  a.h = Tensor::zeros({N, hidden_});
-  ops::matmul(a.n2, P(lp.fc), a.h);
-  a.act = Tensor::zeros({N, hidden_});
+  a.h = act({N, hidden_});
+  ops::matmul(a.n2, W(lp.fc), a.h);
+  a.act = act({N, hidden_});
   ops::relu2(a.h, a.act);
-  Tensor m = Tensor::zeros({N, C});
-  ops::matmul(a.act, P(lp.proj), m);
-  tp->all_reduce_sum(m.f32(), N * C);
+  Tensor m = act({N, C});
+  ops::matmul(a.act, W(lp.proj), m);
+  tp->all_reduce_sum(m);
   ops::axpy(x, m);
   (void)kvd;
 }
@@ -178,10 +172,9 @@ void GPT::blocks_backward(Bundle& grad, Activations& acts) const {
     const int64_t n = acts.plus_coef.size();
     double pg = 0.0;
     for (int64_t k = 0; k < n; ++k) pg += (acts.plus_coef[k] / s) * s * acts.plus_dcoef[k];
-    float* g = G(plus_logits_).f32();
     for (int64_t j = 0; j < n; ++j) {
       const double p = acts.plus_coef[j] / s;
-      g[j] += static_cast<float>(p * (s * acts.plus_dcoef[j] - pg));
+      ops::add_scalar(G(plus_logits_), j, p * (s * acts.plus_dcoef[j] - pg));
     }
   }
 }
@@ -195,36 +188,36 @@ void GPT::block_backward(int i, Bundle& grad, Activations& acts, BlockActs& a) c
   Tensor& dx = grad.x;  // (B, T, C), d loss / d block output; becomes d / d block input
 
   // MLP.
-  Tensor dact = Tensor::zeros({N, hidden_});
+  Tensor dact = act({N, hidden_});
   ops::matmul_dw(a.act, dx, G(lp.proj));
-  ops::matmul_dx(dx, P(lp.proj), dact, false);
-  Tensor dh = Tensor::zeros({N, hidden_});
+  ops::matmul_dx(dx, W(lp.proj), dact, false);
+  Tensor dh = act({N, hidden_});
   ops::relu2_backward(a.h, dact, dh, false);
   ops::matmul_dw(a.n2, dh, G(lp.fc));
-  Tensor dn2 = Tensor::zeros({N, C});
-  ops::matmul_dx(dh, P(lp.fc), dn2, false);
-  tp->all_reduce_sum(dn2.f32(), N * C);
+  Tensor dn2 = act({N, C});
+  ops::matmul_dx(dh, W(lp.fc), dn2, false);
+  tp->all_reduce_sum(dn2);
   ops::rmsnorm_backward(a.x_mid, a.rstd2, dn2, dx, 1.0f, true);
 
   // Attention output projection and attention.
   ops::matmul_dw(a.y.reshaped({N, qd}), dx, G(lp.wo));
-  Tensor dy = Tensor::zeros(a.y.shape());
-  ops::matmul_dx(dx, P(lp.wo), dy, false);
-  Tensor dqn = Tensor::zeros(a.qn.shape()), dkn = Tensor::zeros(a.kn.shape());
-  Tensor dv = Tensor::zeros(a.v.shape());
+  Tensor dy = act(a.y.shape());
+  ops::matmul_dx(dx, W(lp.wo), dy, false);
+  Tensor dqn = act(a.qn.shape()), dkn = act(a.kn.shape());
+  Tensor dv = act(a.v.shape());
   ops::attention_backward(a.qn, a.kn, a.v, a.y, a.lse, dy, dqn, dkn, dv, cfg_.layer_window(i),
                           static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))));
   const float qk_scale = cfg_.qk_norm_scale;
-  Tensor dq = Tensor::zeros(a.q_r.shape()), dk = Tensor::zeros(a.k_r.shape());
+  Tensor dq = act(a.q_r.shape()), dk = act(a.k_r.shape());
   ops::rmsnorm_backward(a.q_r, a.rstd_q, dqn, dq, qk_scale, false);
   ops::rmsnorm_backward(a.k_r, a.rstd_k, dkn, dk, qk_scale, false);
   ops::rope_backward(dq, dq, cfg_.rope_base);
   ops::rope_backward(dk, dk, cfg_.rope_base);
 
   // Value path backward: dv -> d ctx_v, d earlier values, scalars, tables, gates.
-  Tensor dn1 = Tensor::zeros({N, C});
+  Tensor dn1 = act({N, C});
   Tensor dctx;
-  if (lp.wv >= 0) dctx = Tensor::zeros(a.v.shape());
+  if (lp.wv >= 0) dctx = act(a.v.shape());
   const bool target = cfg_.is_target(i);
   const ValueMode mode = cfg_.value_mode;
   const bool v1_grad = !cfg_.detach_v1;
@@ -234,9 +227,7 @@ void GPT::block_backward(int i, Bundle& grad, Activations& acts, BlockActs& a) c
     tp->all_reduce_sum(&s, 1);
     return s;
   };
-  auto add_scalar_grad = [&](int idx, int elem, double g) {
-    G(idx).f32()[elem] += static_cast<float>(g);
-  };
+  auto add_scalar_grad = [&](int idx, int elem, double g) { ops::add_scalar(G(idx), elem, g); };
   auto to_v1 = [&](float coef) {
     if (v1_grad) accumulate(grad.values[0], dv, coef);
   };
@@ -273,7 +264,7 @@ void GPT::block_backward(int i, Bundle& grad, Activations& acts, BlockActs& a) c
         break;
       }
       case ValueMode::kResformerDense: {
-        const float* l = P(lp.dense).f32();
+        const std::vector<float> l = P(lp.dense).to_host_f32();
         for (int j = 0; j < i; ++j) {
           add_scalar_grad(lp.dense, j, dscalar(acts.values[j]));
           if (j > 0 || v1_grad) accumulate(grad.values[j], dv, l[j]);
@@ -293,10 +284,10 @@ void GPT::block_backward(int i, Bundle& grad, Activations& acts, BlockActs& a) c
         break;
       case ValueMode::kBov: {
         add_scalar_grad(lp.gain, 0, dscalar(a.emb));
-        Tensor de = Tensor::zeros(dv.shape());
+        Tensor de = act(dv.shape());
         ops::scale_copy(de, dv, scalar(P(lp.gain)));
         table_lookup_backward(de.reshaped({N, kv_heads_ * hd}), G(lp.table),
-                              vocab_offset_, acts.inputs.data(), N, tp);
+                              vocab_offset_, acts.input_ids, tp);
         break;
       }
       case ValueMode::kBovAdd: {
@@ -305,41 +296,41 @@ void GPT::block_backward(int i, Bundle& grad, Activations& acts, BlockActs& a) c
         if (lp.a >= 0) add_scalar_grad(lp.a, 0, dscalar(a.ctx_v));
         if (lp.b >= 0) add_scalar_grad(lp.b, 0, dscalar(a.emb));
         ops::scale_copy(dctx, dv, ca);
-        Tensor de = Tensor::zeros(dv.shape());
+        Tensor de = act(dv.shape());
         ops::scale_copy(de, dv, cb);
         table_lookup_backward(de.reshaped({N, kv_heads_ * hd}), G(lp.table), vocab_offset_,
-                              acts.inputs.data(), N, tp);
+                              acts.input_ids, tp);
         break;
       }
       case ValueMode::kValueEmbed: {
         ops::copy(dctx, dv);
         const float gs = cfg_.value_embed_gate_scale;
         const int Gc = cfg_.value_embed_gate_channels;
-        Tensor dz = Tensor::zeros({N, kv_heads_});
-        Tensor de = Tensor::zeros(dv.shape());
-        const float* pdv = dv.f32();
-        const float* e = a.emb.f32();
-        const float* g = a.gate.f32();
-        float* pde = de.f32();
-        for (int64_t n = 0; n < N; ++n)
-          for (int h = 0; h < kv_heads_; ++h) {
-            const int64_t gi = n * kv_heads_ + h;
-            double dg = 0.0;
-            for (int d = 0; d < hd; ++d) {
-              const int64_t o = gi * hd + d;
-              dg += static_cast<double>(pdv[o]) * e[o];
-              pde[o] = g[gi] * pdv[o];
-            }
-            // g = gs * sigmoid(z): dg/dz = g * (1 - g / gs)
-            dz.f32()[gi] = static_cast<float>(dg * g[gi] * (1.0 - g[gi] / gs));
-          }
+        // v = ctx + g * emb, g = gs * sigmoid(z), z = n1[:, :Gc] W_g.
+        Tensor de = act(dv.shape());
+        Tensor dgate = f32({N, kv_heads_});
+        ops::gated_mix_backward(dv, a.emb, a.gate, de, dgate);
+        Tensor dz = act({N, kv_heads_});
+        ops::gate_sigmoid_backward(a.gate, dgate, gs, dz);
         // d W_g += n1[:, :Gc]^T dz ; d n1[:, :Gc] += dz W_g^T
-        cpu::gemm<float>(true, false, Gc, kv_heads_, N, 1.0f, a.n1.f32(), C, dz.f32(), kv_heads_,
-                         1.0f, G(lp.gate_w).f32(), kv_heads_);
-        cpu::gemm<float>(false, true, N, Gc, kv_heads_, 1.0f, dz.f32(), kv_heads_,
-                         P(lp.gate_w).f32(), kv_heads_, 1.0f, dn1.f32(), C);
+        GemmArgs gw;
+        gw.trans_a = true;
+        gw.M = Gc, gw.N = kv_heads_, gw.K = N;
+        gw.A = a.n1, gw.lda = C;
+        gw.B = dz, gw.ldb = kv_heads_;
+        gw.C = G(lp.gate_w), gw.ldc = kv_heads_;
+        gw.beta = 1.0f;
+        ops::gemm(gw);
+        GemmArgs gx;
+        gx.trans_b = true;
+        gx.M = N, gx.N = Gc, gx.K = kv_heads_;
+        gx.A = dz, gx.lda = kv_heads_;
+        gx.B = W(lp.gate_w), gx.ldb = kv_heads_;
+        gx.C = dn1, gx.ldc = C;
+        gx.beta = 1.0f;
+        ops::gemm(gx);
         table_lookup_backward(de.reshaped({N, kv_heads_ * hd}), G(lp.table), vocab_offset_,
-                              acts.inputs.data(), N, tp);
+                              acts.input_ids, tp);
         break;
       }
       case ValueMode::kBaseline: ops::copy(dctx, dv); break;
@@ -353,23 +344,23 @@ void GPT::block_backward(int i, Bundle& grad, Activations& acts, BlockActs& a) c
 
   // Projections into q, k, v.
   ops::matmul_dw(a.n1, dq.reshaped({N, qd}), G(lp.wq));
-  ops::matmul_dx(dq.reshaped({N, qd}), P(lp.wq), dn1, true);
+  ops::matmul_dx(dq.reshaped({N, qd}), W(lp.wq), dn1, true);
   ops::matmul_dw(a.n1, dk.reshaped({N, kv_heads_ * hd}), G(lp.wk));
-  ops::matmul_dx(dk.reshaped({N, kv_heads_ * hd}), P(lp.wk), dn1, true);
+  ops::matmul_dx(dk.reshaped({N, kv_heads_ * hd}), W(lp.wk), dn1, true);
   if (lp.wv >= 0) {
     const Tensor dctx2 = dctx.reshaped({N, kv_heads_ * hd});
     if (target && mode == ValueMode::kX0v) {
       ops::matmul_dw(acts.x0, dctx2, G(lp.wv));
-      Tensor dx0 = Tensor::zeros({N, C});
-      ops::matmul_dx(dctx2, P(lp.wv), dx0, false);
-      tp->all_reduce_sum(dx0.f32(), N * C);
+      Tensor dx0 = act({N, C});
+      ops::matmul_dx(dctx2, W(lp.wv), dx0, false);
+      tp->all_reduce_sum(dx0);
       ops::axpy(grad.x0, dx0);
     } else {
       ops::matmul_dw(a.n1, dctx2, G(lp.wv));
-      ops::matmul_dx(dctx2, P(lp.wv), dn1, true);
+      ops::matmul_dx(dctx2, W(lp.wv), dn1, true);
     }
   }
-  tp->all_reduce_sum(dn1.f32(), N * C);
+  tp->all_reduce_sum(dn1);
   ops::rmsnorm_backward(a.x_in, a.rstd1, dn1, dx, 1.0f, true);
 }
 

@@ -101,16 +101,17 @@ std::vector<float> Decoder::step(int32_t token) {
     if (!target) {
       v = ctx;
     } else {
+      auto row = [&](std::vector<float>& r) { return Tensor::view(r.data(), {1, K_}); };
       ValueSources src;
-      if (mode_reads_v1(cfg_.value_mode)) src.v1 = ctx_values[0].data();
-      src.ctx = ctx.data();
-      src.emb = emb.data();
-      src.gate_in = n1.data();
-      src.gate_ld = C;
+      if (mode_reads_v1(cfg_.value_mode)) src.v1 = row(ctx_values[0]);
+      src.ctx = row(ctx);
+      src.emb = row(emb);
+      src.gate_in = Tensor::view(n1.data(), {1, C});
       if (mode_reads_all_values(cfg_.value_mode))
-        for (int j = 0; j < i; ++j) src.values.push_back(ctx_values[j].data());
+        for (int j = 0; j < i; ++j)
+          src.values.push_back(ctx_values[j].empty() ? Tensor() : row(ctx_values[j]));
       if (!plus_coef_.empty()) src.plus_coef = plus_coef_[cfg_.target_index(i)];
-      value_mix_forward(cfg_, lp, store, i, src, 1, Hkv, v.data(), gate.data());
+      value_mix_forward(cfg_, lp, store, i, src, 1, Hkv, row(v), Tensor::view(gate.data(), {1, Hkv}));
     }
     if (caches_values(i)) std::copy(v.begin(), v.end(), values_[i].begin() + t * K_);
 

@@ -5,7 +5,6 @@
 
 #include <cmath>
 
-#include "core/cpu_kernels.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "model/init.h"
@@ -133,8 +132,11 @@ void GPT::init_params(uint64_t seed) {
   for (int idx = 0; idx < store_->size(); ++idx) {
     const ParamInfo& info = store_->info(idx);
     std::vector<float> global = init_global_param(cfg_, info.name, info.global_shape, seed);
-    copy_local_slice(global, info, store_->param(idx).f32());
+    Tensor local = Tensor::zeros(info.shape);
+    copy_local_slice(global, info, local.f32());
+    store_->param(idx).copy_from(local);
   }
+  store_->refresh_compute_copy();
 }
 
 void GPT::start_activations(Activations& acts, const int32_t* inputs, const int32_t* targets,
@@ -151,17 +153,19 @@ void GPT::start_activations(Activations& acts, const int32_t* inputs, const int3
                    "target id " << targets[n] << " outside the vocabulary");
   }
   acts.blocks.assign(end_ - begin_, BlockActs{});
+  acts.input_ids = Tensor::from_host(acts.inputs.data(), {N}, device());
+  if (targets) acts.target_ids = Tensor::from_host(acts.targets.data(), {N}, device());
 }
 
 Bundle GPT::embed_forward(Activations& acts) const {
   VT_CHECK(is_first_stage());
   const int64_t N = static_cast<int64_t>(acts.B) * cfg_.seq_len, C = cfg_.n_embd;
-  acts.emb_raw = Tensor::zeros({acts.B, cfg_.seq_len, C});
-  ops::embedding(P(wte_), vocab_offset_, acts.inputs.data(), acts.emb_raw);
-  par_.tp_comm()->all_reduce_sum(acts.emb_raw.f32(), N * C);
-  acts.emb_rstd = Tensor::zeros({N});
+  acts.emb_raw = act({acts.B, cfg_.seq_len, C});
+  ops::embedding(P(wte_), vocab_offset_, acts.input_ids, acts.emb_raw);
+  par_.tp_comm()->all_reduce_sum(acts.emb_raw);
+  acts.emb_rstd = f32({N});
   Bundle b;
-  b.x = Tensor::zeros({acts.B, cfg_.seq_len, C});
+  b.x = act({acts.B, cfg_.seq_len, C});
   ops::rmsnorm(acts.emb_raw, b.x, acts.emb_rstd, 1.0f, cfg_.norm_eps);
   if (mode_reads_x0(cfg_.value_mode)) b.x0 = b.x.clone();
   b.values.resize(cfg_.n_layer);
@@ -172,55 +176,55 @@ double GPT::head_forward(const Bundle& bundle, Activations& acts) const {
   VT_CHECK(is_last_stage() && !acts.targets.empty());
   const int64_t N = static_cast<int64_t>(acts.B) * cfg_.seq_len, C = cfg_.n_embd;
   acts.head_x = bundle.x;
-  acts.head_n = Tensor::zeros({N, C});
-  acts.head_rstd = Tensor::zeros({N});
+  acts.head_n = act({N, C});
+  acts.head_rstd = f32({N});
   ops::rmsnorm(acts.head_x, acts.head_n, acts.head_rstd, 1.0f, cfg_.norm_eps);
-  acts.logits = Tensor::zeros({N, vocab_rows_});
-  ops::matmul(acts.head_n, P(lm_head_), acts.logits);
-  const int64_t n_valid =
-      std::max<int64_t>(0, std::min<int64_t>(vocab_rows_, cfg_.vocab_size - vocab_offset_));
-  std::vector<float> row_max(N), row_sum(N), target_z(N);
-  cpu::xent_partial_forward<float>(acts.logits.f32(), N, vocab_rows_, n_valid, vocab_offset_,
-                                   acts.targets.data(), static_cast<float>(cfg_.logit_softcap),
-                                   row_max.data(), row_sum.data(), target_z.data());
+  acts.logits = act({N, vocab_rows_});
+  ops::matmul(acts.head_n, W(lm_head_), acts.logits);
+  const XentArgs xa = xent_args(acts);
+  Tensor row_max = f32({N}), row_sum = f32({N}), target_z = f32({N});
+  ops::xent_partial(xa, row_max, row_sum, target_z);
   Communicator* tp = par_.tp_comm();
   if (tp->size() > 1) {
-    std::vector<float> global_max = row_max;
-    tp->all_reduce_max(global_max.data(), N);
-    for (int64_t n = 0; n < N; ++n) row_sum[n] *= std::exp(row_max[n] - global_max[n]);
-    tp->all_reduce_sum(row_sum.data(), N);
-    tp->all_reduce_sum(target_z.data(), N);
+    // Combine the vocabulary shards: global max, sums rescaled to it, the one target logit.
+    Tensor global_max = row_max.clone();
+    tp->all_reduce_max(global_max);
+    ops::xent_rescale(row_sum, row_max, global_max);
+    tp->all_reduce_sum(row_sum);
+    tp->all_reduce_sum(target_z);
     row_max = global_max;
   }
-  acts.lse = Tensor::zeros({N});
-  acts.token_loss.resize(N);
+  acts.lse = f32({N});
+  Tensor loss = f32({N});
+  ops::xent_finish(row_max, row_sum, target_z, acts.lse, loss);
+  acts.token_loss = loss.to_host_f32();
   double loss_sum = 0.0;
-  for (int64_t n = 0; n < N; ++n) {
-    const float lse = row_max[n] + std::log(row_sum[n]);
-    acts.lse.f32()[n] = lse;
-    acts.token_loss[n] = lse - target_z[n];
-    loss_sum += static_cast<double>(lse) - target_z[n];
-  }
+  for (float l : acts.token_loss) loss_sum += l;
   return loss_sum;
+}
+
+XentArgs GPT::xent_args(const Activations& acts) const {
+  XentArgs xa;
+  xa.logits = acts.logits;
+  xa.n_valid = std::max<int64_t>(0, std::min<int64_t>(vocab_rows_, cfg_.vocab_size - vocab_offset_));
+  xa.col_offset = vocab_offset_;
+  xa.targets = acts.target_ids;
+  xa.cap = static_cast<float>(cfg_.logit_softcap);
+  return xa;
 }
 
 Bundle GPT::head_backward(Activations& acts, float grad_scale) const {
   const int64_t N = static_cast<int64_t>(acts.B) * cfg_.seq_len, C = cfg_.n_embd;
-  const int64_t n_valid =
-      std::max<int64_t>(0, std::min<int64_t>(vocab_rows_, cfg_.vocab_size - vocab_offset_));
-  Tensor dlogits = Tensor::zeros({N, vocab_rows_});
-  std::vector<float> dloss(N, grad_scale);
-  cpu::xent_backward<float>(acts.logits.f32(), N, vocab_rows_, n_valid, vocab_offset_,
-                            acts.targets.data(), static_cast<float>(cfg_.logit_softcap),
-                            acts.lse.f32(), dloss.data(), dlogits.f32());
+  Tensor dlogits = act({N, vocab_rows_});
+  ops::xent_backward(xent_args(acts), acts.lse, grad_scale, dlogits);
   ops::matmul_dw(acts.head_n, dlogits, G(lm_head_));
-  Tensor dn = Tensor::zeros({N, C});
-  ops::matmul_dx(dlogits, P(lm_head_), dn, false);
-  par_.tp_comm()->all_reduce_sum(dn.f32(), N * C);
+  Tensor dn = act({N, C});
+  ops::matmul_dx(dlogits, W(lm_head_), dn, false);
+  par_.tp_comm()->all_reduce_sum(dn);
   Bundle g;
-  g.x = Tensor::zeros({acts.B, cfg_.seq_len, C});
+  g.x = act({acts.B, cfg_.seq_len, C});
   ops::rmsnorm_backward(acts.head_x, acts.head_rstd, dn, g.x, 1.0f, false);
-  if (mode_reads_x0(cfg_.value_mode)) g.x0 = Tensor::zeros({acts.B, cfg_.seq_len, C});
+  if (mode_reads_x0(cfg_.value_mode)) g.x0 = act({acts.B, cfg_.seq_len, C});
   g.values.resize(cfg_.n_layer);
   // Free what the loss end no longer needs.
   acts.logits = Tensor();
@@ -231,9 +235,9 @@ void GPT::embed_backward(Bundle& grad, Activations& acts) const {
   VT_CHECK(is_first_stage());
   Tensor d = grad.x;
   if (grad.x0.defined()) ops::axpy(d, grad.x0);
-  Tensor demb = Tensor::zeros(acts.emb_raw.shape());
+  Tensor demb = act(acts.emb_raw.shape());
   ops::rmsnorm_backward(acts.emb_raw, acts.emb_rstd, d, demb, 1.0f, false);
-  ops::embedding_backward(demb, acts.inputs.data(), vocab_offset_, G(wte_));
+  ops::embedding_backward(demb, acts.input_ids, vocab_offset_, G(wte_));
 }
 
 double GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int B,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/backend.h"
 #include "core/tensor.h"
 #include "model/config.h"
 #include "parallel/communicator.h"
@@ -52,12 +53,13 @@ struct BlockActs {
 // The saved state of one micro-batch's forward pass on this stage.
 struct Activations {
   int B = 0;
-  std::vector<int32_t> inputs, targets;  // (B*T)
+  std::vector<int32_t> inputs, targets;  // (B*T) on the host
+  Tensor input_ids, target_ids;          // the same on the model's device (i32)
   Tensor emb_raw, emb_rstd;              // wte rows before norm, norm's rstd (first stage)
   std::vector<BlockActs> blocks;         // indexed by layer - layer_begin
   Tensor head_x, head_rstd, head_n;      // final residual, its norm (last stage)
   Tensor logits, lse;                    // (N, Vp_local), (N)
-  std::vector<float> token_loss;         // (N) cross-entropy of each target (last stage)
+  std::vector<float> token_loss;         // (N) cross-entropy of each target (last stage), host
   Tensor x0;                             // normalized embedding (modes reading x0)
   std::vector<Tensor> values;            // context values read by later layers (see Bundle)
   std::vector<double> plus_coef;         // resformer-plus coefficient per target layer
@@ -105,13 +107,22 @@ class GPT {
     return name == "value_plus.logits" || name == "value.table";
   }
   ParamStore* store() const { return store_; }
+  // Where activations live and their dtype: the store's device and compute dtype.
+  Device device() const { return store_->device(); }
+  DType act_dtype() const { return store_->compute_dtype(); }
   const LayerParams& layer_params(int layer) const { return layers_.at(layer - begin_); }
 
  private:
   void block_forward(int layer, Bundle& bundle, Activations& acts, BlockActs& a) const;
   void block_backward(int layer, Bundle& grad, Activations& acts, BlockActs& a) const;
+  XentArgs xent_args(const Activations& acts) const;
   Tensor P(int idx) const { return store_->param(idx); }
   Tensor G(int idx) const { return store_->grad(idx); }
+  // GEMM weights: the bf16 compute copy when activations are bf16.
+  Tensor W(int idx) const { return store_->compute_param(idx); }
+  // New zero-filled activation (compute dtype) and f32 tensors on the model's device.
+  Tensor act(Shape s) const { return Tensor::zeros(std::move(s), act_dtype(), device()); }
+  Tensor f32(Shape s) const { return Tensor::zeros(std::move(s), DType::kF32, device()); }
 
   ModelConfig cfg_;
   ModelParallel par_;

@@ -12,14 +12,14 @@
 
 namespace vt {
 
+// Every tensor is on the model's device in its activation dtype (undefined when not read).
 struct ValueSources {
-  const float* v1 = nullptr;        // (N, K) layer 0's context value
-  const float* ctx = nullptr;       // (N, K) this layer's context value (n W_V or x0 W_V)
-  const float* emb = nullptr;       // (N, K) table rows E[id] for this rank's heads
-  const float* gate_in = nullptr;   // normalized input rows; the first gate channels are read
-  int64_t gate_ld = 0;              // row stride of gate_in
-  std::vector<const float*> values; // dense: values[j] = layer j's context value (N, K)
-  double plus_coef = 0.0;           // resformer-plus: s * softmax(logits)[k]
+  Tensor v1;                   // (N, K) layer 0's context value
+  Tensor ctx;                  // (N, K) this layer's context value (n W_V or x0 W_V)
+  Tensor emb;                  // (N, K) table rows E[id] for this rank's heads
+  Tensor gate_in;              // (N, C) normalized input rows; the first gate channels are read
+  std::vector<Tensor> values;  // dense: values[j] = layer j's context value (N, K)
+  double plus_coef = 0.0;      // resformer-plus: s * softmax(logits)[k]
 };
 
 // resformer-plus: coef_k = s * softmax(logits)_k with the fixed scale s = L.
@@ -27,9 +27,9 @@ std::vector<double> resformer_plus_coefficients(const ModelConfig& cfg, const fl
                                                 int64_t n);
 
 // v (N, K) for layer `layer` (which must be a target). K = kv_heads * hd. For value-embed,
-// gate_out (N, kv_heads) receives the gate values 3*sigmoid(z).
+// gate_out (N, kv_heads, f32) receives the gate values 3*sigmoid(z). Runs on v's device.
 void value_mix_forward(const ModelConfig& cfg, const LayerParams& lp, const ParamStore& store,
-                       int layer, const ValueSources& src, int64_t N, int kv_heads, float* v,
-                       float* gate_out);
+                       int layer, const ValueSources& src, int64_t N, int kv_heads,
+                       const Tensor& v, const Tensor& gate_out);
 
 }  // namespace vt

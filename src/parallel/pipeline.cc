@@ -33,18 +33,23 @@ int64_t PipelineEngine::slot_numel(const Slot& s, int B) const {
 }
 
 void PipelineEngine::send_bundle(const Bundle& b, int boundary, int B, int peer, int tag) {
-  std::vector<float> buf;
-  for (const Slot& s : boundary_slots(boundary)) {
+  // One message per boundary: the slots packed back to back, in the activation dtype, on the
+  // model's device (a communicator for device tensors sends it from there).
+  const std::vector<Slot> slots = boundary_slots(boundary);
+  int64_t total = 0;
+  for (const Slot& s : slots) total += slot_numel(s, B);
+  Tensor buf = Tensor::zeros({total}, model_.act_dtype(), model_.device());
+  int64_t off = 0;
+  for (const Slot& s : slots) {
     const int64_t n = slot_numel(s, B);
     const Tensor* t = s.kind == Slot::kX ? &b.x : s.kind == Slot::kX0 ? &b.x0 : &b.values[s.layer];
-    if (t->defined()) {
+    if (t->defined()) {  // else zeros, e.g. no gradient reached a detached V1
       VT_CHECK(t->numel() == n);
-      buf.insert(buf.end(), t->f32(), t->f32() + n);
-    } else {
-      buf.insert(buf.end(), n, 0.0f);  // e.g. no gradient reached a detached V1
+      buf.flat(off, n).copy_from(t->flat(0, n));
     }
+    off += n;
   }
-  grid_.pp()->send_async(buf.data(), static_cast<int64_t>(buf.size()), peer, tag);
+  grid_.pp()->send_async(buf, peer, tag);
 }
 
 Bundle PipelineEngine::recv_bundle(int boundary, int B, int peer, int tag) {
@@ -52,16 +57,17 @@ Bundle PipelineEngine::recv_bundle(int boundary, int B, int peer, int tag) {
   const std::vector<Slot> slots = boundary_slots(boundary);
   int64_t total = 0;
   for (const Slot& s : slots) total += slot_numel(s, B);
-  std::vector<float> buf(total);
-  grid_.pp()->recv(buf.data(), total, peer, tag);
+  Tensor buf = Tensor::zeros({total}, model_.act_dtype(), model_.device());
+  grid_.pp()->recv(buf, peer, tag);
   Bundle b;
   b.values.resize(cfg.n_layer);
   const int kvl = cfg.n_kv_head / model_.parallel().tp_size();
   int64_t off = 0;
   for (const Slot& s : slots) {
-    Tensor t = s.kind == Slot::kValue ? Tensor::zeros({B, cfg.seq_len, kvl, cfg.head_dim})
-                                      : Tensor::zeros({B, cfg.seq_len, cfg.n_embd});
-    std::copy(buf.begin() + off, buf.begin() + off + t.numel(), t.f32());
+    const Shape shape = s.kind == Slot::kValue ? Shape{B, cfg.seq_len, kvl, cfg.head_dim}
+                                               : Shape{B, cfg.seq_len, cfg.n_embd};
+    Tensor t = Tensor::zeros(shape, model_.act_dtype(), model_.device());
+    t.flat(0, t.numel()).copy_from(buf.flat(off, t.numel()));
     off += t.numel();
     if (s.kind == Slot::kX) b.x = t;
     else if (s.kind == Slot::kX0) b.x0 = t;

@@ -107,7 +107,7 @@ void sync_gradients(ParamStore& store, const ProcessGrid& grid) {
     for (int i = 0; i < store.size(); ++i)
       if (GPT::is_pipeline_shared(store.info(i).name)) {
         Tensor g = store.grad(i);
-        grid.pp()->all_reduce_sum(g.f32(), g.numel());
+        grid.pp()->all_reduce_sum(g);
       }
   optim::all_reduce_grads(store, grid.dp());
 }
