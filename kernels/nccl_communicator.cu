@@ -135,6 +135,11 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm) {
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  // Deferred sends still pending go out now (a peer may be waiting for them).
+  if (comm_ && !pending_.empty()) {
+    flush_sends("~NcclCommunicator");
+    cudaStreamSynchronize(stream_);
+  }
   if (scratch_) cudaFree(scratch_);
   if (comm_) {
     ncclCommFinalize(comm_);  // flushes outstanding work (blocking communicator)
@@ -163,6 +168,7 @@ void NcclCommunicator::order_after_backend(const char* op) const {
 
 void NcclCommunicator::all_reduce_sum(float* data, int64_t n) {
   order_after_backend("all_reduce_sum");
+  flush_sends("all_reduce_sum");
   check(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclSum, comm_, stream_),
         "all_reduce_sum(f32)");
   sync("all_reduce_sum(f32)");
@@ -170,6 +176,7 @@ void NcclCommunicator::all_reduce_sum(float* data, int64_t n) {
 
 void NcclCommunicator::all_reduce_sum(double* data, int64_t n) {
   order_after_backend("all_reduce_sum");
+  flush_sends("all_reduce_sum");
   check(ncclAllReduce(data, data, size_t(n), ncclFloat64, ncclSum, comm_, stream_),
         "all_reduce_sum(f64)");
   sync("all_reduce_sum(f64)");
@@ -177,6 +184,7 @@ void NcclCommunicator::all_reduce_sum(double* data, int64_t n) {
 
 void NcclCommunicator::all_reduce_max(float* data, int64_t n) {
   order_after_backend("all_reduce_max");
+  flush_sends("all_reduce_max");
   check(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclMax, comm_, stream_),
         "all_reduce_max");
   sync("all_reduce_max");
@@ -184,12 +192,14 @@ void NcclCommunicator::all_reduce_max(float* data, int64_t n) {
 
 void NcclCommunicator::all_gather(const float* in, float* out, int64_t n) {
   order_after_backend("all_gather");
+  flush_sends("all_gather");
   check(ncclAllGather(in, out, size_t(n), ncclFloat32, comm_, stream_), "all_gather");
   sync("all_gather");
 }
 
 void NcclCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
   order_after_backend("reduce_scatter_sum");
+  flush_sends("reduce_scatter_sum");
   check(ncclReduceScatter(in, out, size_t(n), ncclFloat32, ncclSum, comm_, stream_),
         "reduce_scatter_sum");
   sync("reduce_scatter_sum");
@@ -197,30 +207,77 @@ void NcclCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n
 
 void NcclCommunicator::broadcast(float* data, int64_t n, int root) {
   order_after_backend("broadcast");
+  flush_sends("broadcast");
   check(ncclBroadcast(data, data, size_t(n), ncclFloat32, root, comm_, stream_), "broadcast");
   sync("broadcast");
 }
 
 void NcclCommunicator::send(const float* data, int64_t n, int peer, int /*tag*/) {
-  order_after_backend("send");
-  check(ncclSend(data, size_t(n), ncclFloat32, peer, comm_, stream_), "send");
-  sync("send");
+  const char* op = "send";
+  order_after_backend(op);
+  issue_with_pending(data, nullptr, size_t(n), ncclFloat32, peer, op);
+  sync(op);
 }
 
 void NcclCommunicator::recv(float* data, int64_t n, int peer, int /*tag*/) {
-  order_after_backend("recv");
-  check(ncclRecv(data, size_t(n), ncclFloat32, peer, comm_, stream_), "recv");
-  sync("recv");
+  const char* op = "recv";
+  order_after_backend(op);
+  issue_with_pending(nullptr, data, size_t(n), ncclFloat32, peer, op);
+  sync(op);
 }
 
 void NcclCommunicator::barrier() {
   order_after_backend("barrier");
+  flush_sends("barrier");
   check(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_), "barrier");
   sync("barrier");
 }
 
-void NcclCommunicator::send_async(const float* data, int64_t n, int peer, int tag) {
-  send(data, n, peer, tag);  // blocking (see the header)
+void NcclCommunicator::send_async(const float* data, int64_t n, int peer, int /*tag*/) {
+  const char* op = "send_async";
+  if (n == 0) return;
+  order_after_backend(op);
+  defer_send(data, sizeof(float) * size_t(n), cudaMemcpyDeviceToDevice, size_t(n), ncclFloat32,
+             peer, op);
+}
+
+void NcclCommunicator::wait_sends() {
+  const char* op = "wait_sends";
+  if (pending_.empty()) return;
+  order_after_backend(op);
+  issue_with_pending(nullptr, nullptr, 0, ncclFloat32, -1, op);
+  sync(op);
+}
+
+void NcclCommunicator::defer_send(const void* src, size_t bytes, cudaMemcpyKind kind, size_t count,
+                                  ncclDataType_t type, int peer, const char* op) {
+  PendingSend ps;
+  ps.count = count;
+  ps.type = type;
+  ps.peer = peer;
+  check_cuda(cudaMallocAsync(&ps.buf, bytes, stream_), rank_, op);
+  check_cuda(cudaMemcpyAsync(ps.buf, src, bytes, kind, stream_), rank_, op);
+  // The copy must be taken before the caller reuses the source (ops the CUDA backend queues next
+  // run on its own stream, and a host source may be freed on return).
+  sync(op);
+  pending_.push_back(ps);
+}
+
+void NcclCommunicator::issue_with_pending(const void* send_buf, void* recv_buf, size_t count,
+                                          ncclDataType_t type, int peer, const char* op) {
+  check(ncclGroupStart(), op);
+  for (const PendingSend& ps : pending_)
+    check(ncclSend(ps.buf, ps.count, ps.type, ps.peer, comm_, stream_), op);
+  if (send_buf != nullptr) check(ncclSend(send_buf, count, type, peer, comm_, stream_), op);
+  if (recv_buf != nullptr) check(ncclRecv(recv_buf, count, type, peer, comm_, stream_), op);
+  check(ncclGroupEnd(), op);
+  // Stream-ordered: the buffers are recycled only after the sends have run.
+  for (const PendingSend& ps : pending_) check_cuda(cudaFreeAsync(ps.buf, stream_), rank_, op);
+  pending_.clear();
+}
+
+void NcclCommunicator::flush_sends(const char* op) {
+  if (!pending_.empty()) issue_with_pending(nullptr, nullptr, 0, ncclFloat32, -1, op);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -231,6 +288,7 @@ void NcclCommunicator::all_reduce(const Tensor& t, ncclRedOp_t red, const char* 
   if (size_ == 1 || t.numel() == 0) return;
   const ncclDataType_t type = nccl_type(t, rank_, op);
   order_after_backend(op);
+  flush_sends(op);
   {
     Staged b(t, true, stream_, rank_, op);
     check(ncclAllReduce(b.p(), b.p(), size_t(t.numel()), type, red, comm_, stream_), op);
@@ -253,6 +311,7 @@ void NcclCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   if (in.numel() == 0) return;
   const ncclDataType_t type = nccl_type(in, rank_, op);
   order_after_backend(op);
+  flush_sends(op);
   {
     Staged bi(in, true, stream_, rank_, op), bo(out, false, stream_, rank_, op);
     check(ncclAllGather(bi.p(), bo.p(), size_t(in.numel()), type, comm_, stream_), op);
@@ -267,6 +326,7 @@ void NcclCommunicator::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
   if (out.numel() == 0) return;
   const ncclDataType_t type = nccl_type(in, rank_, op);
   order_after_backend(op);
+  flush_sends(op);
   {
     Staged bi(in, true, stream_, rank_, op), bo(out, false, stream_, rank_, op);
     check(ncclReduceScatter(bi.p(), bo.p(), size_t(out.numel()), type, ncclSum, comm_, stream_),
@@ -281,6 +341,7 @@ void NcclCommunicator::broadcast(const Tensor& t, int root) {
   if (size_ == 1 || t.numel() == 0) return;
   const ncclDataType_t type = nccl_type(t, rank_, op);
   order_after_backend(op);
+  flush_sends(op);
   {
     Staged b(t, rank_ == root, stream_, rank_, op);
     check(ncclBroadcast(b.p(), b.p(), size_t(t.numel()), type, root, comm_, stream_), op);
@@ -296,13 +357,21 @@ void NcclCommunicator::send(const Tensor& t, int peer, int /*tag*/) {
   order_after_backend(op);
   {
     Staged b(t, true, stream_, rank_, op);
-    check(ncclSend(b.p(), size_t(t.numel()), type, peer, comm_, stream_), op);
+    issue_with_pending(b.p(), nullptr, size_t(t.numel()), type, peer, op);
   }
   sync(op);
 }
 
-void NcclCommunicator::send_async(const Tensor& t, int peer, int tag) {
-  send(t, peer, tag);  // blocking (see the header)
+void NcclCommunicator::send_async(const Tensor& t, int peer, int /*tag*/) {
+  const char* op = "send_async(tensor)";
+  if (t.numel() == 0) return;
+  const ncclDataType_t type = nccl_type(t, rank_, op);
+  if (t.device() == Device::kCUDA && cuda_backend_stream() == nullptr)
+    die(rank_, op, "device tensors without the CUDA backend (the device emulator)");
+  order_after_backend(op);
+  defer_send(t.raw(), t.nbytes(),
+             t.device() == Device::kCUDA ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
+             size_t(t.numel()), type, peer, op);
 }
 
 void NcclCommunicator::recv(const Tensor& t, int peer, int /*tag*/) {
@@ -312,7 +381,7 @@ void NcclCommunicator::recv(const Tensor& t, int peer, int /*tag*/) {
   order_after_backend(op);
   {
     Staged b(t, false, stream_, rank_, op);
-    check(ncclRecv(b.p(), size_t(t.numel()), type, peer, comm_, stream_), op);
+    issue_with_pending(nullptr, b.p(), size_t(t.numel()), type, peer, op);
     b.store_back();
   }
   sync(op);

@@ -32,19 +32,27 @@
 //     (The base class's staging is no fallback here: it ends in the float* calls, which take
 //     device pointers on this communicator.)
 //
-// Point-to-point send/recv ignore `tag` (NCCL has no tags): messages between one pair arrive in
-// call order, and a blocking send only returns once the peer has posted the matching recv, so
-// two ranks that both send first deadlock (as large MPI sends do). send_async (both overloads)
-// is such a blocking send too, so it returns only once the peer has received: fine for a
-// one-directional pipeline chain (rank r sends to r+1, which receives before it sends on), not
-// for exchanges where both sides send first. A fused send+recv with ncclGroupStart/End is the
-// right tool for those and can be added later.
+// Point-to-point. NCCL has no tags (`tag` is ignored): messages between one pair arrive in call
+// order. NCCL sends are rendezvous (a send completes only together with the peer's recv), so
+// send_async cannot simply be a blocking send: 1F1B pipelines, where neighbours send to each
+// other before receiving, would deadlock. Instead send_async (both overloads) copies the data
+// into a device buffer of the communicator and returns at once (the caller may reuse its buffer,
+// as with MPI's buffered sends); the deferred sends are issued, in call order and in one NCCL
+// group (ncclGroupStart/End) with the next recv or blocking send of this communicator, so a rank
+// that sends to its neighbour and then receives from it never waits for a peer that is doing the
+// same. wait_sends() issues whatever is still deferred and waits for it; collectives and the
+// destructor issue pending sends first. Caveat (where this differs from MPI): a deferred send is
+// not on the wire until this rank next receives, sends, waits or runs a collective on this
+// communicator, so a peer must not wait for it while this rank blocks on something else (e.g. a
+// collective of another group that the peer would have to join first). send (blocking) returns
+// once the peer has received, and two ranks that both send first with it deadlock.
 #pragma once
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "parallel/communicator.h"
 
@@ -71,8 +79,9 @@ class NcclCommunicator final : public Communicator {
   void broadcast(float* data, int64_t n, int root) override;
   void send(const float* data, int64_t n, int peer, int tag) override;
   void recv(float* data, int64_t n, int peer, int tag) override;
-  // A blocking send (see above).
+  // Deferred sends (see above).
   void send_async(const float* data, int64_t n, int peer, int tag) override;
+  void wait_sends() override;
   void barrier() override;
 
   // Tensor calls (see above).
@@ -99,6 +108,22 @@ class NcclCommunicator final : public Communicator {
   // Waits for the CUDA backend's queued work unless stream() is the backend's stream.
   void order_after_backend(const char* op) const;
   void all_reduce(const Tensor& t, ncclRedOp_t red, const char* op);
+  // Copies `bytes` from src into a new device buffer and queues a send of it (see above).
+  void defer_send(const void* src, size_t bytes, cudaMemcpyKind kind, size_t count,
+                  ncclDataType_t type, int peer, const char* op);
+  // One NCCL group: every deferred send, then (when given) one send of send_buf or one recv
+  // into recv_buf; frees the deferred buffers (stream-ordered). Does not synchronize.
+  void issue_with_pending(const void* send_buf, void* recv_buf, size_t count, ncclDataType_t type,
+                          int peer, const char* op);
+  void flush_sends(const char* op);
+
+  struct PendingSend {
+    void* buf = nullptr;
+    size_t count = 0;
+    ncclDataType_t type = ncclFloat32;
+    int peer = 0;
+  };
+  std::vector<PendingSend> pending_;
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;

@@ -3,8 +3,8 @@
 // checks need mpirun and several GPUs and belong in tests/mpi once GPU runners exist.
 // The Tensor calls run on device tensors of the CUDA backend and on host tensors (staged through
 // device memory), in f32 and bf16.
-// Point-to-point is not tested here: a blocking send to oneself waits for a recv that is never
-// posted. Skips without a CUDA device (MPI is initialized only when a device is present).
+// Blocking point-to-point is not tested here: a blocking send to oneself waits for a recv that is
+// never posted (a deferred send followed by its recv is). Skips without a CUDA device (MPI is initialized only when a device is present).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -132,6 +132,21 @@ TEST(GpuNccl, OneRankTensorCallsKeepValues) {
         const vt::Tensor out2 = vt::Tensor::zeros({int64_t(n)}, dt, dev);
         comm.reduce_scatter_sum(a, out2);
         EXPECT_EQ(out2.to_host_f32(), f);
+      }
+    }
+    // A deferred send to oneself goes out in one NCCL group with the recv that matches it (a
+    // blocking send to oneself would wait forever; so would two deferred sends to oneself before
+    // their recvs, since the first recv's group would hold an unmatched self-send). The source
+    // may be overwritten right after send_async.
+    for (vt::Device dev : {vt::Device::kCUDA, vt::Device::kCPU}) {
+      for (int rep = 0; rep < 2; ++rep) {
+        vt::Tensor a = vt::Tensor::from_host(f.data(), {int64_t(n)}, vt::Device::kCPU).to(dev);
+        comm.send_async(a, 0, 1);
+        a.zero_();
+        const vt::Tensor r = vt::Tensor::zeros({int64_t(n)}, vt::DType::kF32, dev);
+        comm.recv(r, 0, 1);
+        comm.wait_sends();
+        EXPECT_EQ(r.to_host_f32(), f);
       }
     }
     // Device work queued on the backend's stream right before a collective is seen by it.
