@@ -1,5 +1,6 @@
 // NcclCommunicator: the vt::Communicator interface over NCCL for DEVICE buffers (every pointer
-// passed to it is a CUDA device pointer). Bootstrapped over MPI: rank 0 of the MPI group calls
+// passed to the float*/double* calls is a CUDA device pointer; the Tensor calls also take host
+// tensors, see below). Bootstrapped over MPI: rank 0 of the MPI group calls
 // ncclGetUniqueId, the id is broadcast with MPI_Bcast, and every rank calls ncclCommInitRank
 // with its MPI rank, so the NCCL ranks equal the MPI ranks of that group.
 //
@@ -7,7 +8,8 @@
 // local_rank is the rank within the node (OMPI_COMM_WORLD_LOCAL_RANK when set by Open MPI's
 // launcher, else the rank in an MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) of the group).
 //
-// Semantics: every call enqueues on stream() and then synchronizes that stream, so when it
+// Semantics: every call (but send_async, see below) enqueues on stream() and then synchronizes
+// that stream, so when it
 // returns the result is in the buffer and the input may be reused (the blocking behaviour of
 // MpiCommunicator). By default stream() is the legacy default stream (nullptr); set_stream()
 // switches to another one, e.g. set_stream(cuda_backend_stream()) (kernels/cuda_backend.cuh) to
@@ -44,8 +46,10 @@
 // destructor issue pending sends first. Caveat (where this differs from MPI): a deferred send is
 // not on the wire until this rank next receives, sends, waits or runs a collective on this
 // communicator, so a peer must not wait for it while this rank blocks on something else (e.g. a
-// collective of another group that the peer would have to join first). send (blocking) returns
-// once the peer has received, and two ranks that both send first with it deadlock.
+// collective of another group that the peer would have to join first). A deferred send to
+// oneself must be received by the very next recv (a group holding an unmatched self-send never
+// completes). send (blocking) returns once the peer has received, and two ranks that both send
+// first with it deadlock.
 #pragma once
 #include <cuda_runtime_api.h>
 #include <mpi.h>
