@@ -9,9 +9,8 @@
 // launcher, else the rank in an MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) of the group).
 //
 // Semantics: every call (but send_async, see below) enqueues on stream() and then synchronizes
-// that stream, so when it
-// returns the result is in the buffer and the input may be reused (the blocking behaviour of
-// MpiCommunicator). By default stream() is the legacy default stream (nullptr); set_stream()
+// that stream, so when it returns the result is in the buffer and the input may be reused (the
+// blocking behaviour of MpiCommunicator). By default stream() is the legacy default stream (nullptr); set_stream()
 // switches to another one, e.g. set_stream(cuda_backend_stream()) (kernels/cuda_backend.cuh) to
 // run the collectives on the CUDA backend's own stream.
 //
