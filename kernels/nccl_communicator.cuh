@@ -10,9 +10,9 @@
 //
 // Semantics: every call (but send_async, see below) enqueues on stream() and then synchronizes
 // that stream, so when it returns the result is in the buffer and the input may be reused (the
-// blocking behaviour of MpiCommunicator). By default stream() is the legacy default stream (nullptr); set_stream()
-// switches to another one, e.g. set_stream(cuda_backend_stream()) (kernels/cuda_backend.cuh) to
-// run the collectives on the CUDA backend's own stream.
+// blocking behaviour of MpiCommunicator). By default stream() is the legacy default stream
+// (nullptr); set_stream() switches to another one, e.g. set_stream(cuda_backend_stream())
+// (kernels/cuda_backend.cuh) to run the collectives on the CUDA backend's own stream.
 //
 // Ordering with the CUDA backend (src/core/cuda_backend.cc), whose ops are queued on its own
 // stream and may still be running when a collective is called: before every NCCL call (float*,
