@@ -504,8 +504,10 @@ TEST_F(CudaBackendTest, CrossEntropyPiecesMatchCpu) {
     const Pair se3{se2.c, se2.c.to(kGPU)};
     ops::xent_finish(gm.c, se3.c, tz2.c, lse.c, loss.c);
     ops::xent_finish(gm.g, se3.g, tz2.g, lse.g, loss.g);
+    // lse = max + logf(sumexp): logf within 2 ulp, then one rounding at lse's magnitude (~20,
+    // ulp 1.9e-6); loss = lse - target_z inherits that absolute error even where it is small.
     EXPECT_TRUE(close(lse, 1e-6, 1e-6));
-    EXPECT_TRUE(close(loss, 1e-6, 1e-6));
+    EXPECT_TRUE(close(loss, 1e-6, 1e-5));
 
     // Backward with the CPU's lse on both devices.
     const Pair lse_in{lse.c, lse.c.to(kGPU)};
