@@ -47,6 +47,25 @@ void ParamStore::finalize(Device device, DType compute) {
   finalized_ = true;
 }
 
+ParamStore ParamStore::host_mirror() const {
+  VT_CHECK(finalized_);
+  ParamStore h;
+  h.infos_ = infos_;
+  h.by_name_ = by_name_;
+  h.total_ = total_;
+  h.finalize(Device::kCPU, DType::kF32);
+  h.params_.copy_from(params_);
+  return h;
+}
+
+void ParamStore::copy_params_from(const ParamStore& src) {
+  VT_CHECK(finalized_ && src.finalized_);
+  VT_CHECK_MSG(src.total_ == total_ && src.infos_.size() == infos_.size(),
+               "copy_params_from: the stores hold different parameters");
+  params_.copy_from(src.params_);
+  refresh_compute_copy();
+}
+
 Tensor ParamStore::compute_param(int i) const {
   VT_CHECK(finalized_);
   if (compute_ == DType::kF32) return param(i);

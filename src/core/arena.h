@@ -65,6 +65,12 @@ class ParamStore {
   // Re-derives the bf16 compute copy from the master weights (no-op for f32 compute). Call after
   // init, checkpoint load and every optimizer step.
   void refresh_compute_copy();
+  // A CPU store with the same registration and parameter values (gradients zero): checkpoints
+  // of a device store are written from it.
+  ParamStore host_mirror() const;
+  // Copies every parameter value from `src` (same registration, any device) and refreshes the
+  // compute copy.
+  void copy_params_from(const ParamStore& src);
   // Whole arenas (1-D, total_numel() elements).
   Tensor params_tensor() const { return params_.flat(0, total_); }
   Tensor grads_tensor() const { return grads_.flat(0, total_); }

@@ -69,7 +69,15 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts) const {
     acts.plus_coef = resformer_plus_coefficients(cfg_, logits.data(), n);
     acts.plus_dcoef.assign(n, 0.0);
   }
-  for (int i = begin_; i < end_; ++i) block_forward(i, bundle, acts, acts.blocks[i - begin_]);
+  for (int i = begin_; i < end_; ++i) {
+    BlockActs& a = acts.blocks[i - begin_];
+    block_forward(i, bundle, acts, a);
+    if (recompute_) {
+      Tensor x_in = a.x_in;
+      a = BlockActs{};
+      a.x_in = x_in;
+    }
+  }
   acts.values = bundle.values;
 }
 
@@ -163,6 +171,15 @@ void GPT::block_forward(int i, Bundle& bundle, Activations& acts, BlockActs& a) 
 void GPT::blocks_backward(Bundle& grad, Activations& acts) const {
   if (grad.values.empty()) grad.values.resize(cfg_.n_layer);
   for (int i = end_ - 1; i >= begin_; --i) {
+    if (recompute_) {
+      // Rerun this block's forward from its saved input. Earlier layers' values and x0 come from
+      // the saved forward state; what the rerun writes into its scratch bundle is dropped.
+      Bundle scratch;
+      scratch.x = acts.blocks[i - begin_].x_in.clone();
+      scratch.x0 = acts.x0;
+      scratch.values = acts.values;
+      block_forward(i, scratch, acts, acts.blocks[i - begin_]);
+    }
     block_backward(i, grad, acts, acts.blocks[i - begin_]);
     acts.blocks[i - begin_] = BlockActs{};  // free as we go
   }

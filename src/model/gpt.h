@@ -100,6 +100,13 @@ class GPT {
   double forward_backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale,
                           bool backward = true);
 
+  // Activation recomputation per block: forward keeps only each block's input; backward reruns
+  // the block's forward (including its tensor-parallel communication) right before its
+  // backward. Saved activations drop from ~(4C + 3q + 4kv + 2*hidden) to C values per token and
+  // layer, for ~1/3 more compute. Same results as without (the rerun is deterministic).
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recompute() const { return recompute_; }
+
   // Which earlier layers' context values must be kept for later layers.
   bool keeps_value(int layer) const;
   // Parameters replicated over pipeline stages (their gradients are summed over the pp group).
@@ -134,6 +141,7 @@ class GPT {
   ParamStore* store_ = nullptr;
   int wte_ = -1, lm_head_ = -1, plus_logits_ = -1, shared_table_ = -1;
   std::vector<LayerParams> layers_;
+  bool recompute_ = false;
 };
 
 }  // namespace vt

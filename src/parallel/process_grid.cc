@@ -1,6 +1,8 @@
 // ProcessGrid: layout validation and the axis communicators.
 #include "parallel/process_grid.h"
 
+#include "parallel/hybrid_communicator.h"
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -71,6 +73,15 @@ ProcessGrid::ProcessGrid(Communicator* world, const GridShape& shape)
   dp_ = make(c.tp + shape.tp * c.pp, c.dp, "data-parallel");
   pp_ = make(c.tp + shape.tp * c.dp, c.pp, "pipeline");
   stage_ = make(c.pp, c.tp + shape.tp * c.dp, "stage");
+}
+
+void ProcessGrid::use_device_communicators(const DeviceCommFactory& make_device) {
+  // The same order on every rank (each construction is collective over its group).
+  for (Communicator** g : {&tp_, &dp_, &pp_, &stage_}) {
+    if ((*g)->size() == 1) continue;
+    owned_.push_back(std::make_unique<HybridCommunicator>(*g, make_device(*g)));
+    *g = owned_.back().get();
+  }
 }
 
 ProcessGrid::~ProcessGrid() = default;

@@ -3,6 +3,7 @@
 // world size and the model, and owns one communicator per axis plus the `stage` group (all
 // tp x dp ranks of one pipeline stage) used by the distributed optimizer.
 #pragma once
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -44,6 +45,11 @@ class ProcessGrid {
   Communicator* pp() const { return pp_; }
   Communicator* stage() const { return stage_; }
   bool is_first_stage() const { return coords_.pp == 0; }
+  // Wraps every group of more than one rank (tp, dp, pp, stage) in a HybridCommunicator whose
+  // device side is make_device(group): e.g. an NCCL communicator built over the group's MPI
+  // communicator. Host-memory calls keep going through MPI. Collective over the world.
+  using DeviceCommFactory = std::function<std::unique_ptr<Communicator>(Communicator* group)>;
+  void use_device_communicators(const DeviceCommFactory& make_device);
   bool is_last_stage() const { return coords_.pp == shape_.pp - 1; }
 
  private:

@@ -9,6 +9,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_verify.h"
 #include "checkpoint/h5_file.h"
+#include "core/backend.h"
 #include "core/flags.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -32,6 +33,7 @@ const char* kUsage = R"(usage: vtrain <command> [options]
   eval      --ckpt PATH --data DATADIR [--tokens N]
   generate  --ckpt PATH --prompt TEXT [--max-tokens N --temperature T --top-k K --seed S]
   ckpt      inspect|verify PATH
+  devices   how many CUDA devices this build can use (exit 0 when at least one, 3 when none)
 )";
 
 struct LoadedModel {
@@ -175,6 +177,15 @@ int run(int argc, char** argv) {
   else if (cmd == "eval") st = cmd_eval(argc, argv);
   else if (cmd == "generate") st = cmd_generate(argc, argv);
   else if (cmd == "ckpt") st = cmd_ckpt(argc, argv);
+  else if (cmd == "devices") {
+    const int n = cuda_device_count_or_zero();
+#if VTRAIN_HAS_CUDA
+    std::printf("%d CUDA device(s) usable (vtrain built with CUDA)\n", n);
+#else
+    std::printf("0 CUDA devices usable (vtrain built without CUDA)\n");
+#endif
+    return n > 0 ? 0 : 3;
+  }
   else st = absl::InvalidArgumentError(absl::StrCat("unknown command '", cmd, "'\n", kUsage));
   if (!st.ok()) {
     std::fflush(stdout);

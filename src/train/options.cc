@@ -27,6 +27,11 @@ output:     --ckpt-dir DIR --ckpt-every N --keep-last K (3; 0 keeps all)
             --resume auto|PATH|none --metrics FILE.jsonl
             --stop-at-step N (save and exit 75 after step N, as on SIGUSR1)
             --seed S --log-every N
+device:     --device cpu|cuda|emulated (cuda: one GPU per rank; emulated: the GPU code path
+            run on the CPU, for tests) --act-dtype f32|bf16 (default bf16 off the CPU)
+            --device-comm auto|nccl|mpi (how device tensors cross ranks; mpi stages through
+            host memory) --recompute (activation recomputation per block: saves only
+            each block's input, reruns its forward in backward)
 )";
 }
 
@@ -38,7 +43,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"seed", seed},               {"matrix_lr", matrix_lr},
           {"lr_scale", lr_scale},       {"warmup_steps", warmup_steps},
           {"warmdown_frac", warmdown_frac}, {"max_grad_norm", max_grad_norm},
-          {"polar_express", polar_express}};
+          {"polar_express", polar_express}, {"device", device},
+          {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute}};
 }
 
 absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int first) {
@@ -50,8 +56,8 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
                     "micro-batch", "global-batch", "steps", "eval-every", "eval-tokens",
                     "ckpt-dir", "ckpt-every", "keep-last", "stop-at-step", "resume", "metrics", "seed", "matrix-lr",
                     "lr-scale", "warmup", "warmdown", "max-grad-norm", "log-every",
-                    "sample-every"},
-                   {"detach-v1", "shared-table", "bov-add-fixed", "polar-express"}));
+                    "sample-every", "device", "act-dtype", "device-comm"},
+                   {"detach-v1", "shared-table", "bov-add-fixed", "polar-express", "recompute"}));
   if (!f.positional().empty())
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", f.positional()[0], "'\n", train_usage()));
@@ -118,6 +124,19 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   VT_ASSIGN_OR_RETURN(o.log_every, f.get_int("log-every", 1));
   VT_ASSIGN_OR_RETURN(o.sample_every, f.get_int("sample-every", 0));
   o.polar_express = f.get_bool("polar-express");
+  o.recompute = f.get_bool("recompute");
+  o.device = f.get_string("device", "cpu");
+  if (o.device != "cpu" && o.device != "cuda" && o.device != "emulated")
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device must be cpu, cuda or emulated, got '", o.device, "'"));
+  o.act_dtype = f.get_string("act-dtype", o.device == "cpu" ? "f32" : "bf16");
+  if (o.act_dtype != "f32" && o.act_dtype != "bf16")
+    return absl::InvalidArgumentError(
+        absl::StrCat("--act-dtype must be f32 or bf16, got '", o.act_dtype, "'"));
+  o.device_comm = f.get_string("device-comm", "auto");
+  if (o.device_comm != "auto" && o.device_comm != "nccl" && o.device_comm != "mpi")
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device-comm must be auto, nccl or mpi, got '", o.device_comm, "'"));
 
   if (o.micro_batch < 1) return absl::InvalidArgumentError("--micro-batch must be >= 1");
   if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");

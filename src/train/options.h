@@ -35,6 +35,14 @@ struct TrainOptions {
   bool polar_express = false;
   int64_t log_every = 1;
   int64_t sample_every = 0; // 0: never; prints a short greedy sample on rank 0
+  // Where the model runs: cpu, cuda (one GPU per rank) or emulated (the device emulator: the
+  // GPU code path on the CPU, for tests). act_dtype: f32 or bf16 activations (default bf16 on
+  // cuda/emulated, f32 on cpu). device_comm: how device tensors travel between ranks: nccl,
+  // mpi (staged through host memory) or auto (nccl when every rank of a node has its own GPU).
+  std::string device = "cpu";
+  std::string act_dtype = "default";
+  std::string device_comm = "auto";
+  bool recompute = false;  // rerun each block's forward in backward instead of saving it
 
   int64_t tokens_per_micro() const { return static_cast<int64_t>(micro_batch) * model.seq_len; }
   nlohmann::json to_json() const;

@@ -20,6 +20,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "core/arena.h"
+#include "core/backend.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
@@ -33,7 +34,9 @@
 #include "parallel/mpi_communicator.h"
 #include "parallel/pipeline.h"
 #include "parallel/process_grid.h"
+#include "train/device_setup.h"
 #include "train/evaluate.h"
+#include "train/memory_estimate.h"
 #include "train/metrics.h"
 
 namespace vt {
@@ -116,7 +119,11 @@ absl::StatusOr<CheckpointMeta> load_training_state(const std::string& path, cons
                                                    ParamStore& store, TrainOptimizer& opt,
                                                    const ProcessGrid& grid) {
   std::vector<NamedTensor> states = gather_optimizer_states(store, opt);  // shapes to fill
-  VT_ASSIGN_OR_RETURN(CheckpointMeta meta, load_checkpoint(path, cfg, store, states, &grid));
+  // Checkpoints are read into host memory; a device store gets the values copied over.
+  ParamStore host = store.device() == Device::kCPU ? store : store.host_mirror();
+  VT_ASSIGN_OR_RETURN(CheckpointMeta meta, load_checkpoint(path, cfg, host, states, &grid));
+  if (store.device() != Device::kCPU) store.copy_params_from(host);
+  store.refresh_compute_copy();
   for (const NamedTensor& t : states) {
     const size_t a = t.path.find('/', 1), b = t.path.rfind('/');
     opt.scatter_state(t.path.substr(a + 1, b - a - 1), t.path.substr(b + 1), t.tensor);
@@ -153,6 +160,14 @@ absl::Status lock_checkpoint_dir(const std::string& dir, const ProcessGrid& grid
 
 }  // namespace
 
+// Bytes the device backend holds now and at most (0 on the CPU).
+double device_bytes() {
+  return has_backend(Device::kCUDA) ? static_cast<double>(backend(Device::kCUDA).bytes_in_use()) : 0.0;
+}
+double device_peak_bytes() {
+  return has_backend(Device::kCUDA) ? static_cast<double>(backend(Device::kCUDA).peak_bytes()) : 0.0;
+}
+
 void install_stop_signal_handlers() {
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
@@ -172,7 +187,9 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
         "--global-batch ", o.global_batch, " tokens is not a multiple of micro-batch ",
         o.micro_batch, " x seq-len ", cfg.seq_len, " x data-parallel size ", shape.dp)));
   const int M = static_cast<int>(o.global_batch / (rows_per_micro * cfg.seq_len));
+  VT_ASSIGN_OR_RETURN(const DevicePlan device, setup_device(o, world));
   ProcessGrid grid(world, shape);
+  VT_ASSIGN_OR_RETURN(const std::string comm_desc, setup_device_comms(o, device, grid));
   const bool rank0 = world->rank() == 0;
   auto [layer_begin, layer_end] = stage_layers(cfg.n_layer, shape.pp, grid.coords().pp);
   ModelParallel par;
@@ -181,8 +198,9 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
   par.layer_end = layer_end;
   ParamStore store;
   GPT model(cfg, par);
+  model.set_recompute(o.recompute);
   model.register_params(store);
-  store.finalize();
+  store.finalize(device.device, device.act_dtype);
   model.init_params(o.seed);
   PipelineEngine engine(model, grid);
 
@@ -232,7 +250,12 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
 
   double params_global = static_cast<double>(store.total_numel());
   const double fpt = flops_per_token(cfg);
-  const double peak = cpu_peak_flops(world);
+  // MFU's peak: on GPUs the bf16 dense peak of an H100/H200 SXM (989 TFLOP/s per GPU; set
+  // VTRAIN_PEAK_TFLOPS for other parts), on CPUs a nominal figure per core.
+  const char* peak_env = std::getenv("VTRAIN_PEAK_TFLOPS");
+  const double peak = o.device == "cuda"
+                          ? (peak_env ? std::atof(peak_env) : 989.0) * 1e12 * world->size()
+                          : cpu_peak_flops(world);
   if (rank0) {
     ParamStore whole;  // registration only: the whole model's parameter count
     GPT(cfg).register_params(whole);
@@ -248,6 +271,13 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
     std::printf("batch: %lld tokens/step = %d rows x %d tokens x dp %d x %d micro-batches; %lld steps\n",
                 static_cast<long long>(o.global_batch), o.micro_batch, cfg.seq_len, shape.dp, M,
                 static_cast<long long>(o.steps));
+    std::printf("device: %s | communication: %s\n", device.description.c_str(),
+                comm_desc.c_str());
+    std::printf("memory estimate (rank 0): %s\n",
+                estimate_memory(cfg, store, shape, grid.coords(), layer_end - layer_begin,
+                                o.micro_batch, device.act_dtype, o.recompute)
+                    .to_string()
+                    .c_str());
     std::fflush(stdout);
   }
 
@@ -259,7 +289,9 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
     meta.loader_state = train.state_json();
     meta.extra = o.to_json();
     std::vector<NamedTensor> states = gather_optimizer_states(store, opt);
-    VT_ASSIGN_OR_RETURN(std::string path, save_checkpoint_in_dir(o.ckpt_dir, step, cfg, store, meta,
+    // Checkpoints are written from host memory: a device store is copied out first.
+    const ParamStore host = store.device() == Device::kCPU ? store : store.host_mirror();
+    VT_ASSIGN_OR_RETURN(std::string path, save_checkpoint_in_dir(o.ckpt_dir, step, cfg, host, meta,
                                                                  states, &grid, o.keep_last));
     if (rank0) std::printf("saved checkpoint %s\n", path.c_str());
     return absl::OkStatus();
@@ -316,7 +348,9 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
                      {"tok_per_s", tok_per_s},
                      {"mfu", mfu},
                      {"grad_norm", st.grad_norm},
-                     {"comm_s", comm_seconds_total() - comm_before}});
+                     {"comm_s", comm_seconds_total() - comm_before},
+                     {"device_bytes", device_bytes()},
+                     {"device_peak_bytes", device_peak_bytes()}});
       if (done % o.log_every == 0 || done == o.steps || done == start_step + 1) {
         const double elapsed = t - t_start;
         const double eta = elapsed / (done - start_step) * (o.steps - done);
@@ -328,7 +362,8 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
       VT_RETURN_IF_ERROR(run_eval(done));
       t_last = now_seconds();  // the next step's tok/s excludes the evaluation
     }
-    if (o.sample_every > 0 && done % o.sample_every == 0 && world->size() == 1) {
+    if (o.sample_every > 0 && done % o.sample_every == 0 && world->size() == 1 &&
+        device.device == Device::kCPU) {
       SampleOptions so;
       so.max_tokens = 48;
       so.temperature = 0;

@@ -1,0 +1,88 @@
+// Device and device-communicator selection (see device_setup.h).
+#include "train/device_setup.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "core/backend.h"
+#include "parallel/failure.h"
+#include "parallel/mpi_communicator.h"
+
+#if VTRAIN_HAS_CUDA
+#include "kernels/nccl_communicator.cuh"
+#endif
+
+namespace vt {
+
+namespace {
+
+// Ranks of this job on this node (Open MPI tells its processes; 1 when unknown).
+int local_ranks() {
+  const char* s = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return s ? std::max(1, std::atoi(s)) : 1;
+}
+
+}  // namespace
+
+absl::StatusOr<DevicePlan> setup_device(const TrainOptions& o, Communicator* world) {
+  DevicePlan plan;
+  plan.act_dtype = o.act_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  if (o.device == "cpu") {
+    plan.description = absl::StrCat("cpu, ", dtype_name(plan.act_dtype), " activations");
+    return plan;
+  }
+  plan.device = Device::kCUDA;
+  if (o.device == "emulated") {
+    set_device_backend(make_device_emulator());
+    plan.description = absl::StrCat("emulated device (the GPU code path on the CPU), ",
+                                    dtype_name(plan.act_dtype), " activations");
+    return plan;
+  }
+  const int gpus = cuda_device_count_or_zero();
+  double ok = gpus > 0 ? 1.0 : 0.0;
+  world->all_reduce_sum(&ok, 1);
+  if (ok < world->size()) {
+#if VTRAIN_HAS_CUDA
+    return agreed(absl::FailedPreconditionError(
+        "--device cuda: a rank sees no CUDA device (check the driver, CUDA_VISIBLE_DEVICES and "
+        "the job's GPU allocation), or run with --device cpu"));
+#else
+    return agreed(absl::FailedPreconditionError(
+        "--device cuda: this vtrain was built without CUDA (nvcc was not found at build time); "
+        "rebuild on a machine with the CUDA toolkit, or run with --device cpu"));
+#endif
+  }
+  set_device_backend(make_cuda_backend());
+  plan.description = absl::StrCat("cuda (", backend(Device::kCUDA).name(), ", ", gpus,
+                                  " visible GPU(s) per rank), ", dtype_name(plan.act_dtype),
+                                  " activations");
+  return plan;
+}
+
+absl::StatusOr<std::string> setup_device_comms(const TrainOptions& o, const DevicePlan& plan,
+                                               ProcessGrid& grid) {
+  if (plan.device == Device::kCPU) return std::string("MPI");
+  if (grid.world()->size() == 1) return std::string("none (one rank)");
+  std::string choice = o.device_comm;
+  const bool native_possible = o.device == "cuda" && local_ranks() <= cuda_device_count_or_zero();
+  if (choice == "auto") choice = native_possible ? "nccl" : "mpi";
+  if (choice == "mpi") return std::string("MPI, device tensors staged through host memory");
+  if (o.device != "cuda")
+    return agreed(absl::InvalidArgumentError("--device-comm nccl needs --device cuda"));
+  if (!native_possible)
+    return agreed(absl::FailedPreconditionError(absl::StrCat(
+        "--device-comm nccl: ", local_ranks(), " ranks on this node share ",
+        cuda_device_count_or_zero(), " GPU(s); NCCL needs one GPU per rank (use --device-comm mpi)")));
+#if VTRAIN_HAS_CUDA
+  grid.use_device_communicators([](Communicator* group) -> std::unique_ptr<Communicator> {
+    auto* mpi = dynamic_cast<MpiCommunicator*>(group);
+    VT_CHECK_MSG(mpi != nullptr, "NCCL groups are built over MPI communicators");
+    return std::make_unique<NcclCommunicator>(mpi->comm());
+  });
+  return std::string("NCCL for device tensors, MPI for host values");
+#else
+  return agreed(absl::FailedPreconditionError("built without CUDA: no NCCL"));
+#endif
+}
+
+}  // namespace vt

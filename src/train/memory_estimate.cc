@@ -1,0 +1,58 @@
+// Memory estimate of one rank (see memory_estimate.h).
+#include "train/memory_estimate.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "model/value_mode.h"
+
+namespace vt {
+
+std::string MemoryEstimate::to_string() const {
+  constexpr double G = 1024.0 * 1024.0 * 1024.0;
+  return absl::StrFormat(
+      "params %.2f GiB | grads %.2f | bf16 weights %.2f | optimizer %.2f | activations %.2f "
+      "(+%.2f recomputed block) | logits %.2f | total %.2f GiB",
+      params / G, grads / G, compute_copy / G, optimizer / G, activations / G,
+      recompute_transient / G, logits / G, total() / G);
+}
+
+MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
+                               const GridShape& shape, const GridCoords& coords, int layers,
+                               int B, DType act_dtype, bool recompute) {
+  MemoryEstimate m;
+  double matrix = 0, other = 0;
+  for (const ParamInfo& p : store.infos())
+    (p.group == ParamGroup::kMatrix ? matrix : other) += static_cast<double>(p.numel());
+  const double n = matrix + other;
+  m.params = 4 * n;
+  m.grads = 4 * n;
+  m.compute_copy = store.compute_dtype() == DType::kBF16 ? 2 * n : 0;
+  m.optimizer = 4 * matrix + 8 * other / shape.dp;
+  // Saved per token and layer (BlockActs): x_in, n1, x_mid, n2 (C each); q after RoPE and after
+  // QK-norm, the attention output (3 q-widths); k twice, the context value, the mixed value and
+  // table rows (up to 5 kv-widths); the MLP pre-activation and relu^2 (2 hidden); f32 norms' rstd
+  // and lse (about 2 + 2 * heads floats).
+  const double tp = shape.tp;
+  const double C = cfg.n_embd, qd = cfg.q_dim() / tp, kvd = cfg.kv_dim() / tp,
+               hidden = cfg.mlp_hidden() / tp, heads = cfg.n_head / tp;
+  const double es = static_cast<double>(dtype_size(act_dtype));
+  const double per_token_layer =
+      es * (4 * C + 3 * qd + (mode_has_table(cfg.value_mode) ? 5 : 4) * kvd + 2 * hidden) +
+      4 * (2 + 2 * heads);
+  const double tokens = static_cast<double>(B) * cfg.seq_len;
+  const int in_flight = std::max(1, shape.pp - coords.pp);  // 1F1B warm-up depth + 1
+  // Plus the bundle (residual, x0, values kept for later layers) per micro-batch.
+  // With recomputation a block keeps only its input (C values per token); one block's full
+  // activations exist at a time, during its backward.
+  const double kept = recompute ? layers * es * C : layers * per_token_layer;
+  m.activations = in_flight * tokens * (kept + es * 3 * C);
+  if (recompute) m.recompute_transient = tokens * per_token_layer;
+  if (coords.pp == shape.pp - 1) {
+    const double vocab_local = static_cast<double>(cfg.vocab_padded) / tp;
+    m.logits = tokens * vocab_local * es * 2;  // logits and their gradient
+  }
+  return m;
+}
+
+}  // namespace vt

@@ -1,0 +1,32 @@
+// A start-up estimate of one rank's memory for the chosen layout: parameters, gradients, the
+// bf16 weight copy, optimizer states (Muon momentum; AdamW moments sharded over dp) and the
+// activations one pipeline stage keeps (micro-batch tokens x layers x micro-batches in flight
+// under 1F1B), plus the loss end's logits. It counts what the engine allocates; allocator
+// slack, workspaces and communication buffers come on top.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/arena.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "parallel/process_grid.h"
+
+namespace vt {
+
+struct MemoryEstimate {
+  double params = 0, grads = 0, compute_copy = 0, optimizer = 0, logits = 0;
+  double activations = 0;          // kept from forward to backward
+  double recompute_transient = 0;  // one block's activations rebuilt in backward (--recompute)
+  double total() const {
+    return params + grads + compute_copy + optimizer + activations + recompute_transient + logits;
+  }
+  std::string to_string() const;  // "params 1.2 GiB | grads ... | total ..."
+};
+
+// `store` is this rank's finalized store; B the micro-batch rows.
+MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
+                               const GridShape& shape, const GridCoords& coords, int layers,
+                               int B, DType act_dtype, bool recompute = false);
+
+}  // namespace vt
