@@ -351,8 +351,9 @@ TEST_F(CudaBackendTest, RmsNormMatchesCpu) {
   }
 }
 
-// Angles (t + offset) * f_j in fp32 on the GPU (from fp64 frequencies), fp64 on the CPU: for
-// positions < 64 the angle error is ~64 * 2^-24 ~ 4e-6 rad, so atol 1e-5 * max|x|.
+// Angles in fp64 on both sides (the GPU forms base^(-2j/hd) as an exp2, the CPU with pow, so
+// they may differ in the last fp64 bits), cos/sin rounded to fp32, one fp32 rotation: a few fp32
+// ulps; atol 1e-5 * max|x| and rtol 1e-5 leave room.
 TEST_F(CudaBackendTest, RopeMatchesCpu) {
   uint64_t seed = 90;
   for (DType dt : {kF32, kBF16}) {
