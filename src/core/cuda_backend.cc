@@ -34,8 +34,8 @@
 // Differences from the CPU backend that tests must allow for: summation orders (block
 // reductions instead of sequential loops; row sums in fp32 where the CPU uses fp64 in
 // xent_partial, rmsnorm and gated_mix_backward's gate gradient), cuBLASLt instead of OpenBLAS,
-// fused multiply-adds chosen by nvcc, and embedding_backward's fp32 atomics (the order in which
-// repeated ids add up is not deterministic run to run; every other op is deterministic).
+// and fused multiply-adds chosen by nvcc. Every op is deterministic run to run (no atomics:
+// embedding_backward adds repeated ids in id order, like the CPU).
 //
 // Threads. Ops may be called from any host thread (each call makes the backend's device current
 // on the calling thread first); calls from several threads are all ordered by the one stream,
@@ -607,7 +607,7 @@ class CudaBackend final : public Backend {
       cuda::embedding_forward(tab, row_begin, rows, C, ids_of(ids), N, bf16p(out), stream_);
   }
 
-  // fp32 atomics: repeated ids add up in a nondeterministic order (see embedding.cuh).
+  // Deterministic, in id order (see embedding.cuh).
   void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_begin,
                           const Tensor& dtable) override {
     on_device();
