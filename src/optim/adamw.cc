@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/ops.h"
 
 namespace vt::optim {
 
@@ -56,20 +57,32 @@ AdamW::AdamW(ParamStore* store, AdamWConfig config) : store_(store), config_(con
   VT_CHECK(store_ != nullptr);
   VT_CHECK_MSG(store_->finalized(), "AdamW needs a finalized ParamStore");
   const int64_t total = store_->total_numel() > 0 ? store_->total_numel() : 1;
-  exp_avg_ = Tensor::zeros({total});
-  exp_avg_sq_ = Tensor::zeros({total});
+  exp_avg_ = Tensor::zeros({total}, DType::kF32, store_->device());
+  exp_avg_sq_ = Tensor::zeros({total}, DType::kF32, store_->device());
+}
+
+AdamWStepArgs adamw_step_args(const AdamWHyper& h, double lr, int64_t t) {
+  VT_CHECK_MSG(t >= 1, "AdamW step count must be >= 1, got " << t);
+  AdamWStepArgs a;
+  a.lr = lr;
+  a.beta1 = h.beta1;
+  a.beta2 = h.beta2;
+  a.weight_decay = h.weight_decay;
+  a.eps = h.eps;
+  a.t = t;
+  return a;
 }
 
 void AdamW::step(double lr_multiplier) {
   ++step_count_;
-  float* params = store_->param_data();
-  const float* grads = store_->grad_data();
+  const Tensor params = store_->params_tensor(), grads = store_->grads_tensor();
   for (const ParamInfo& info : store_->infos()) {
     if (!handles(info.group)) continue;
     const AdamWHyper& h = config_.for_group(info.group);
-    const int64_t o = info.offset;
-    adamw_update(params + o, grads + o, exp_avg_.f32() + o, exp_avg_sq_.f32() + o, info.numel(), h,
-                 h.lr * lr_multiplier, step_count_);
+    const int64_t o = info.offset, n = info.numel();
+    ops::adamw_update(params.flat(o, n), grads.flat(o, n), exp_avg_.flat(o, n),
+                      exp_avg_sq_.flat(o, n),
+                      adamw_step_args(h, h.lr * lr_multiplier, step_count_));
   }
 }
 
@@ -85,15 +98,15 @@ Tensor AdamW::state(const std::string& name, const std::string& kind) const {
   VT_CHECK_MSG(handles(info.group), "AdamW::state: " << name << " is a "
                                                      << param_group_name(info.group)
                                                      << " parameter, updated by Muon");
-  float* base = nullptr;
+  const Tensor* base = nullptr;
   if (kind == "exp_avg") {
-    base = exp_avg_.f32();
+    base = &exp_avg_;
   } else if (kind == "exp_avg_sq") {
-    base = exp_avg_sq_.f32();
+    base = &exp_avg_sq_;
   } else {
     VT_CHECK_MSG(false, "AdamW::state: unknown state '" << kind << "' (exp_avg, exp_avg_sq)");
   }
-  return Tensor::view(base + info.offset, info.shape);
+  return base->flat(info.offset, info.numel()).reshaped(info.shape);
 }
 
 }  // namespace vt::optim

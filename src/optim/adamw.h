@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/backend.h"
 #include "core/tensor.h"
 
 namespace vt::optim {
@@ -45,27 +46,34 @@ struct AdamWConfig {
 // file). Standalone so that a sharded optimizer can apply it to any sub-range.
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
                   double lr, int64_t t);
+// The same update as ops::adamw_update arguments (what the backends' adamw_update takes): every
+// backend maps them back to exactly the floats adamw_update above uses. VT_CHECK-fails for t < 1.
+AdamWStepArgs adamw_step_args(const AdamWHyper& h, double lr, int64_t t);
 
+// Single-process AdamW over a store on any device: the state arenas live on the store's device
+// and the step runs through ops::adamw_update (a CPU store computes exactly adamw_update above).
 class AdamW {
  public:
   // The store must be finalized and outlive the optimizer.
   AdamW(ParamStore* store, AdamWConfig config);
 
   // Increments the step count, then updates every non-kMatrix parameter from its gradient with
-  // lr = group peak lr * lr_multiplier.
+  // lr = group peak lr * lr_multiplier. Leaves the store's bf16 compute copy alone
+  // (Optimizer::step refreshes it).
   void step(double lr_multiplier);
 
   static bool handles(ParamGroup g) { return g != ParamGroup::kMatrix; }
   // Names of the per-parameter states: {"exp_avg", "exp_avg_sq"}.
   static const std::vector<std::string>& state_kinds();
-  // View of one state of one parameter (local shape). VT_CHECK-fails for a Muon parameter or an
-  // unknown kind.
+  // View of one state of one parameter (local shape, on the store's device). VT_CHECK-fails for
+  // a Muon parameter or an unknown kind.
   Tensor state(const std::string& name, const std::string& kind) const;
 
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t t) { step_count_ = t; }
   const AdamWConfig& config() const { return config_; }
-  // The flat state arenas (ParamStore offsets; elements of Muon parameters stay zero).
+  // The flat state arenas (ParamStore offsets; elements of Muon parameters stay zero). Host
+  // pointers: CPU stores only (they fail for a device store; use state()).
   float* exp_avg_data() const { return exp_avg_.f32(); }
   float* exp_avg_sq_data() const { return exp_avg_sq_.f32(); }
 

@@ -1,9 +1,12 @@
-// Gradient norms (deterministic chunked double sums) and global-norm clipping.
+// Gradient norms (deterministic chunked double sums) and global-norm clipping, on the store's
+// device through ops (the CPU backend's sum_squares is the chunked sum below).
 #include "optim/clip.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
+
+#include "core/ops.h"
 
 namespace vt::optim {
 
@@ -36,8 +39,7 @@ double sum_squares(const float* x, int64_t n) {
 double grad_sum_squares(const ParamStore& store) {
   VT_CHECK(store.finalized());
   double s = 0.0;
-  const float* g = store.grad_data();
-  for (const ParamInfo& p : store.infos()) s += sum_squares(g + p.offset, p.numel());
+  for (int i = 0; i < store.size(); ++i) s += ops::sum_squares(store.grad(i));
   return s;
 }
 
@@ -51,12 +53,9 @@ double clip_scale(double norm, double max_norm) {
 void scale_grads(ParamStore& store, double scale) {
   if (scale == 1.0) return;
   const float s = static_cast<float>(scale);
-  float* g = store.grad_data();
-  for (const ParamInfo& p : store.infos()) {
-    float* x = g + p.offset;
-    const int64_t n = p.numel();
-#pragma omp parallel for schedule(static) if (n > kChunk)
-    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  for (int i = 0; i < store.size(); ++i) {
+    const Tensor g = store.grad(i);
+    ops::scale_copy(g, g, s);  // x[i] = s * x[i], in place
   }
 }
 

@@ -1,10 +1,11 @@
 // DistributedOptimizer: layout plans (Muon owners, ZeRO-1 chunks), the distributed Muon and
-// ZeRO-1 AdamW steps, and checkpoint gather/scatter of the sharded states.
+// ZeRO-1 AdamW steps on the store's device, and checkpoint gather/scatter of the sharded states.
 #include "optim/distributed_optimizer.h"
 
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/ops.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/grad_sync.h"
@@ -86,9 +87,11 @@ DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig co
       adam_.push_back(a);
     }
   }
-  momentum_.assign(momentum_size, 0.0f);
-  exp_avg_.assign(adam_size, 0.0f);
-  exp_avg_sq_.assign(adam_size, 0.0f);
+  const Device dev = store_->device();
+  momentum_ = Tensor::zeros({momentum_size}, DType::kF32, dev);
+  update_ = Tensor::zeros({momentum_size}, DType::kF32, dev);
+  exp_avg_ = Tensor::zeros({adam_size}, DType::kF32, dev);
+  exp_avg_sq_ = Tensor::zeros({adam_size}, DType::kF32, dev);
 
   // Every rank of the stage must plan the same matrices in the same order (the broadcasts of the
   // step pair up by position): compare counts and sizes over the stage group.
@@ -119,43 +122,48 @@ StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps) {
   ++step_count_;
   adamw_step(s.lr_multiplier);
   muon_step(s.lr_multiplier, s.momentum);
+  store_->refresh_compute_copy();
   return s;
 }
 
 void DistributedOptimizer::adamw_step(double lr_multiplier) {
-  float* params = store_->param_data();
-  const float* grads = store_->grad_data();
+  const Tensor params = store_->params_tensor(), grads = store_->grads_tensor();
   for (const AdamPlan& a : adam_) {
     if (a.hi == a.lo) continue;
     const ParamInfo& info = store_->info(a.param);
     const AdamWHyper& h = config_.adamw.for_group(info.group);
-    const int64_t o = info.offset + a.lo;
-    adamw_update(params + o, grads + o, exp_avg_.data() + a.state, exp_avg_sq_.data() + a.state,
-                 a.hi - a.lo, h, h.lr * lr_multiplier, step_count_);
+    const int64_t o = info.offset + a.lo, n = a.hi - a.lo;
+    ops::adamw_update(params.flat(o, n), grads.flat(o, n), exp_avg_.flat(a.state, n),
+                      exp_avg_sq_.flat(a.state, n),
+                      adamw_step_args(h, h.lr * lr_multiplier, step_count_));
   }
   Communicator* dp = grid_.dp();
   const int D = dp->size();
   if (D == 1) return;
-  // All-gather the updated chunks, one bucket of parameters at a time.
-  std::vector<float> send, recv;
+  // All-gather the updated chunks, one bucket of parameters at a time. Rank r's chunk of a
+  // parameter sits at r * bucket size + pack in the gathered buffer: the full chunks go back
+  // into the parameter with one strided copy, a shorter last one with a second.
+  const Device dev = store_->device();
   for (const Bucket& b : buckets_) {
-    send.assign(b.size, 0.0f);
-    recv.resize(b.size * D);
+    const Tensor send = Tensor::zeros({b.size}, DType::kF32, dev);
+    const Tensor recv = Tensor::zeros({b.size * D}, DType::kF32, dev);
     for (int k = b.begin; k < b.end; ++k) {
       const AdamPlan& a = adam_[k];
-      const float* p = params + store_->info(a.param).offset;
-      std::copy(p + a.lo, p + a.hi, send.data() + a.pack);
+      const int64_t n = a.hi - a.lo;
+      if (n > 0) send.flat(a.pack, n).copy_from(params.flat(store_->info(a.param).offset + a.lo, n));
     }
-    dp->all_gather(send.data(), recv.data(), b.size);
+    dp->all_gather(send, recv);
     for (int k = b.begin; k < b.end; ++k) {
       const AdamPlan& a = adam_[k];
       const ParamInfo& info = store_->info(a.param);
-      float* p = params + info.offset;
       const int64_t n = info.numel();
-      for (int r = 0; r < D; ++r) {
-        const int64_t lo = std::min(n, a.chunk * r), hi = std::min(n, lo + a.chunk);
-        const float* src = recv.data() + r * b.size + a.pack;
-        std::copy(src, src + (hi - lo), p + lo);
+      if (n == 0) continue;
+      const int64_t full = std::min<int64_t>(D, n / a.chunk);  // ranks with a whole chunk
+      ops::copy_2d(params, info.offset, a.chunk, recv, a.pack, b.size, full, a.chunk);
+      const int64_t rest = n - full * a.chunk;  // rank `full` holds the short last chunk
+      if (rest > 0) {
+        ops::copy_2d(params, info.offset + full * a.chunk, rest, recv, full * b.size + a.pack,
+                     rest, 1, rest);
       }
     }
   }
@@ -163,89 +171,80 @@ void DistributedOptimizer::adamw_step(double lr_multiplier) {
 
 void DistributedOptimizer::muon_step(double lr_multiplier, double momentum) {
   const double lr = config_.muon.lr * lr_multiplier;
-  float* params = store_->param_data();
-  const float* grads = store_->grad_data();
+  const Tensor params = store_->params_tensor(), grads = store_->grads_tensor();
+  const Device dev = store_->device();
   Communicator* tp = grid_.tp();
   Communicator* stage = grid_.stage();
   const int T = tp->size();
   const int me = stage->rank();
   const int my_dp = grid_.coords().dp;
   const size_t M = matrices_.size();
+  auto zeros = [dev](int64_t n) { return Tensor::zeros({n}, DType::kF32, dev); };
 
-  // 1. Momentum on the local shards: u = Nesterov direction of each shard.
-  std::vector<float> u(momentum_.size());
+  // 1. Momentum on the local shards: update_ = Nesterov direction of each shard.
   for (const MatrixPlan& m : matrices_) {
     const ParamInfo& info = store_->info(m.param);
-    muon_momentum(grads + info.offset, momentum_.data() + m.state, u.data() + m.state,
-                  info.numel(), momentum);
+    const int64_t n = info.numel();
+    ops::muon_momentum(grads.flat(info.offset, n), momentum_.flat(m.state, n),
+                       update_.flat(m.state, n), momentum);
   }
 
   // 2. The owner's TP group assembles each whole matrix; only the owner keeps it.
-  std::vector<std::vector<float>> whole(M);
-  std::vector<float> gathered;
+  std::vector<Tensor> whole(M);
   for (size_t k = 0; k < M; ++k) {
     const MatrixPlan& m = matrices_[k];
     if (m.owner / T != my_dp) continue;  // another DP replica's TP group gathers this one
     const ParamInfo& info = store_->info(m.param);
     const int64_t n = info.numel();
-    const float* local = u.data() + m.state;
+    const Tensor local = update_.flat(m.state, n);
     const bool keep = m.owner == me;
     if (info.split.axis < 0 || T == 1) {
-      if (keep) whole[k].assign(local, local + n);
+      if (keep) whole[k] = local;  // newton_schulz reads it, writes elsewhere
       continue;
     }
-    gathered.resize(n * T);
-    tp->all_gather(local, gathered.data(), n);
+    const Tensor gathered = zeros(n * T);
+    tp->all_gather(local, gathered);
     if (!keep) continue;
     if (info.split.axis == 0) {
       whole[k] = gathered;  // rank r's rows follow rank r-1's
     } else {
-      whole[k].resize(m.rows * m.cols);
+      // Rank r's (rows x lc) block becomes columns [r * lc, (r + 1) * lc).
+      whole[k] = zeros(m.rows * m.cols);
       const int64_t lc = info.shape[1];
       for (int r = 0; r < T; ++r)
-        for (int64_t i = 0; i < m.rows; ++i)
-          std::copy(gathered.data() + r * n + i * lc, gathered.data() + r * n + (i + 1) * lc,
-                    whole[k].data() + i * m.cols + r * lc);
+        ops::copy_2d(whole[k], r * lc, m.cols, gathered, r * n, lc, m.rows, lc);
     }
   }
 
   // 3. Owners orthogonalize their whole matrices (in parallel across the stage's ranks).
-  std::vector<std::vector<float>> ortho(M);
+  std::vector<Tensor> ortho(M);
   for (size_t k = 0; k < M; ++k) {
     if (matrices_[k].owner != me) continue;
     const MatrixPlan& m = matrices_[k];
-    ortho[k].resize(m.rows * m.cols);
-    newton_schulz(whole[k].data(), static_cast<int>(m.rows), static_cast<int>(m.cols),
-                  ortho[k].data(), config_.muon.ns_steps, coeffs_);
-    std::vector<float>().swap(whole[k]);
+    ortho[k] = zeros(m.rows * m.cols);
+    newton_schulz(whole[k], static_cast<int>(m.rows), static_cast<int>(m.cols), ortho[k],
+                  config_.muon.ns_steps, coeffs_);
+    whole[k] = Tensor();
   }
 
   // 4. Broadcast in matrix order over the stage; each rank applies its own slice.
-  std::vector<float> x, slice;
   for (size_t k = 0; k < M; ++k) {
     const MatrixPlan& m = matrices_[k];
     const ParamInfo& info = store_->info(m.param);
-    if (m.owner == me) {
-      x.swap(ortho[k]);
-    } else {
-      x.resize(m.rows * m.cols);
-    }
-    stage->broadcast(x.data(), m.rows * m.cols, m.owner);
-    const float* mine = x.data();
+    const Tensor x = m.owner == me ? ortho[k] : zeros(m.rows * m.cols);
+    stage->broadcast(x, m.owner);
     const int64_t n = info.numel();
+    Tensor mine = x;
     if (info.split.axis == 0) {
-      mine = x.data() + info.split.offset * m.cols;
+      mine = x.flat(info.split.offset * m.cols, n);
     } else if (info.split.axis == 1 && info.shape[1] != m.cols) {
-      slice.resize(n);
       const int64_t lc = info.shape[1];
-      for (int64_t i = 0; i < m.rows; ++i)
-        std::copy(x.data() + i * m.cols + info.split.offset,
-                  x.data() + i * m.cols + info.split.offset + lc, slice.data() + i * lc);
-      mine = slice.data();
+      mine = zeros(n);
+      ops::copy_2d(mine, 0, lc, x, info.split.offset, m.cols, m.rows, lc);
     }
     const double scale = muon_scale(m.rows, m.cols, config_.muon.aspect);
-    muon_apply(params + info.offset, mine, n, lr, config_.muon.weight_decay, scale);
-    std::vector<float>().swap(ortho[k]);
+    ops::muon_apply(params.flat(info.offset, n), mine, lr, config_.muon.weight_decay, scale);
+    ortho[k] = Tensor();
   }
 }
 
@@ -288,21 +287,24 @@ Tensor DistributedOptimizer::gather_state(const std::string& name, const std::st
   VT_CHECK_MSG(i >= 0, "gather_state: no parameter named " << name);
   check_kind(state_kinds(name), name, kind);
   const ParamInfo& info = store_->info(i);
-  Tensor out = Tensor::zeros(info.shape);
+  Tensor out = Tensor::zeros(info.shape);  // host
   const int64_t n = info.numel();
+  if (n == 0) return out;
   if (Muon::handles(info.group)) {
     const MatrixPlan& m = matrix_plan(i, "gather_state");
-    std::copy(momentum_.data() + m.state, momentum_.data() + m.state + n, out.f32());
+    out.flat(0, n).copy_from(momentum_.flat(m.state, n));
     return out;
   }
   const AdamPlan& a = adam_plan(i, "gather_state");
-  const std::vector<float>& st = kind == "exp_avg" ? exp_avg_ : exp_avg_sq_;
+  const Tensor& st = kind == "exp_avg" ? exp_avg_ : exp_avg_sq_;
   Communicator* dp = grid_.dp();
   const int D = dp->size();
-  std::vector<float> send(a.chunk, 0.0f), recv(a.chunk * D);
-  std::copy(st.data() + a.state, st.data() + a.state + (a.hi - a.lo), send.data());
-  dp->all_gather(send.data(), recv.data(), a.chunk);
-  std::copy(recv.data(), recv.data() + n, out.f32());  // chunk r sits at r * chunk
+  const Device dev = store_->device();
+  const Tensor send = Tensor::zeros({a.chunk}, DType::kF32, dev);
+  const Tensor recv = Tensor::zeros({a.chunk * D}, DType::kF32, dev);
+  if (a.hi > a.lo) send.flat(0, a.hi - a.lo).copy_from(st.flat(a.state, a.hi - a.lo));
+  dp->all_gather(send, recv);
+  out.flat(0, n).copy_from(recv.flat(0, n));  // chunk r sits at r * chunk
   return out;
 }
 
@@ -316,15 +318,21 @@ void DistributedOptimizer::scatter_state(const std::string& name, const std::str
                "scatter_state " << name << "/" << kind << ": shape "
                                 << shape_str(local_full.shape()) << ", local parameter has "
                                 << shape_str(info.shape));
-  const float* src = local_full.f32();
+  VT_CHECK_MSG(local_full.dtype() == DType::kF32,
+               "scatter_state " << name << "/" << kind << ": expects an f32 tensor, got "
+                                << dtype_name(local_full.dtype()));
+  VT_CHECK_MSG(local_full.on_host() || local_full.device() == store_->device(),
+               "scatter_state " << name << "/" << kind
+                                << ": the tensor must be on the host or the store's device");
   if (Muon::handles(info.group)) {
     const MatrixPlan& m = matrix_plan(i, "scatter_state");
-    std::copy(src, src + info.numel(), momentum_.data() + m.state);
+    const int64_t n = info.numel();
+    if (n > 0) momentum_.flat(m.state, n).copy_from(local_full.flat(0, n));
     return;
   }
   const AdamPlan& a = adam_plan(i, "scatter_state");
-  std::vector<float>& st = kind == "exp_avg" ? exp_avg_ : exp_avg_sq_;
-  std::copy(src + a.lo, src + a.hi, st.data() + a.state);
+  const Tensor& st = kind == "exp_avg" ? exp_avg_ : exp_avg_sq_;
+  if (a.hi > a.lo) st.flat(a.state, a.hi - a.lo).copy_from(local_full.flat(a.lo, a.hi - a.lo));
 }
 
 }  // namespace vt::optim

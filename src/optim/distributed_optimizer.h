@@ -22,6 +22,14 @@
 //
 // Collectives: step() on every rank of the grid; gather_state() of an AdamW parameter on every
 // rank of the DP group, in the same order. scatter_state() is local.
+//
+// Devices: the optimizer runs where the ParamStore lives. The states are f32 tensors on the
+// store's device and every step touches parameters, gradients and states only through ops
+// (adamw_update, muon_momentum, gemm-based newton_schulz, copy_2d, muon_apply), Tensor copies and
+// the communicators' Tensor collectives: no host access for a device store. A CPU store computes
+// exactly the floats of the host functions (the CPU backend runs them). A step ends with
+// store->refresh_compute_copy(). Checkpoint access (gather_state / scatter_state) uses host
+// tensors whatever the store's device.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -50,10 +58,11 @@ class DistributedOptimizer {
   // Checkpoint access by parameter name (local shapes, as on one process for this TP slice):
   // AdamW parameters have "exp_avg", "exp_avg_sq"; Muon parameters "momentum_buffer".
   const std::vector<std::string>& state_kinds(const std::string& name) const;
-  // A fresh tensor with the parameter's local shape; AdamW states are assembled from the ZeRO
-  // chunks (collective over DP).
+  // A fresh HOST f32 tensor (Device::kCPU) with the parameter's local shape, copied from the
+  // store's device; AdamW states are assembled from the ZeRO chunks (collective over DP).
   Tensor gather_state(const std::string& name, const std::string& kind);
-  // Sets a state from its whole local tensor, keeping only what this rank stores.
+  // Sets a state from its whole local f32 tensor (host or the store's device), keeping only
+  // what this rank stores.
   void scatter_state(const std::string& name, const std::string& kind, const Tensor& local_full);
 
   int64_t step_count() const { return step_count_; }
@@ -62,8 +71,8 @@ class DistributedOptimizer {
 
   // Floats of optimizer state held by this rank: AdamW exp_avg + exp_avg_sq (only the owned
   // ZeRO chunks, about 2 * numel / dp) and Muon momentum (the local shards).
-  int64_t adamw_state_numel() const { return 2 * static_cast<int64_t>(exp_avg_.size()); }
-  int64_t muon_state_numel() const { return static_cast<int64_t>(momentum_.size()); }
+  int64_t adamw_state_numel() const { return 2 * exp_avg_.numel(); }
+  int64_t muon_state_numel() const { return momentum_.numel(); }
   // Stage rank that orthogonalizes a Muon parameter (diagnostics and tests).
   int muon_owner(const std::string& name) const;
 
@@ -102,8 +111,10 @@ class DistributedOptimizer {
   std::vector<AdamPlan> adam_;
   std::vector<Bucket> buckets_;
   std::vector<int> plan_of_;  // ParamStore index -> index in matrices_ or adam_
-  std::vector<float> momentum_;
-  std::vector<float> exp_avg_, exp_avg_sq_;
+  // f32 states on the store's device (1-D, the offsets of the plans).
+  Tensor momentum_;
+  Tensor exp_avg_, exp_avg_sq_;
+  Tensor update_;  // Muon's Nesterov directions (momentum_'s layout), reused every step
 };
 
 }  // namespace vt::optim

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/ops.h"
 #include "optim/clip.h"
 
 namespace vt::optim {
@@ -15,10 +16,10 @@ void all_reduce_grads(ParamStore& store, Communicator* dp, int64_t bucket_elems)
   VT_CHECK_MSG(bucket_elems > 0, "bucket_elems must be positive, got " << bucket_elems);
   if (dp->size() == 1) return;
   // The padding between parameters is zero on every rank, so the whole arena can be summed.
-  float* g = store.grad_data();
+  const Tensor g = store.grads_tensor();
   const int64_t total = store.total_numel();
   for (int64_t lo = 0; lo < total; lo += bucket_elems) {
-    dp->all_reduce_sum(g + lo, std::min(bucket_elems, total - lo));
+    dp->all_reduce_sum(g.flat(lo, std::min(bucket_elems, total - lo)));
   }
 }
 
@@ -60,11 +61,8 @@ double global_grad_norm(const ParamStore& store, const ProcessGrid& grid,
                         const std::vector<uint8_t>& mask) {
   VT_CHECK(static_cast<int>(mask.size()) == store.size());
   double s = 0.0;
-  const float* g = store.grad_data();
   for (int i = 0; i < store.size(); ++i) {
-    if (!mask[i]) continue;
-    const ParamInfo& info = store.info(i);
-    s += sum_squares(g + info.offset, info.numel());
+    if (mask[i]) s += ops::sum_squares(store.grad(i));
   }
   grid.tp()->all_reduce_sum(&s, 1);
   grid.pp()->all_reduce_sum(&s, 1);

@@ -1,5 +1,5 @@
-// Muon: Newton-Schulz orthogonalization (OpenBLAS sgemm), momentum and the update of every
-// block matrix. Formulas are documented in muon.h.
+// Muon: Newton-Schulz orthogonalization (OpenBLAS sgemm on the host, ops::gemm on a device),
+// momentum and the update of every block matrix. Formulas are documented in muon.h.
 #include "optim/muon.h"
 
 #include <cblas.h>
@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/ops.h"
 #include "optim/clip.h"
 
 namespace vt::optim {
@@ -105,6 +106,84 @@ void newton_schulz(const float* G, int rows, int cols, float* out, int steps,
   }
 }
 
+namespace {
+void check_ns_tensors(const Tensor& G, int rows, int cols, const Tensor& out) {
+  VT_CHECK_MSG(rows > 0 && cols > 0, "newton_schulz on an empty matrix " << rows << "x" << cols);
+  const int64_t mn = static_cast<int64_t>(rows) * cols;
+  VT_CHECK_MSG(G.defined() && out.defined() && G.numel() == mn && out.numel() == mn,
+               "newton_schulz: " << rows << "x" << cols << " needs tensors of " << mn
+                                 << " elements, got " << G.numel() << " and " << out.numel());
+  VT_CHECK_MSG(G.dtype() == DType::kF32 && out.dtype() == DType::kF32,
+               "newton_schulz: tensors must be f32");
+  VT_CHECK_MSG(G.device() == out.device(), "newton_schulz: G and out on different devices");
+  VT_CHECK_MSG(G.raw() != out.raw(), "newton_schulz: out may not alias G");
+}
+
+// C (M x N, ldc) = alpha * op(A) * op(B) + beta * C on f32 tensors.
+void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const Tensor& A,
+              int64_t lda, const Tensor& B, int64_t ldb, float beta, const Tensor& C,
+              int64_t ldc) {
+  GemmArgs g;
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.M = M, g.N = N, g.K = K;
+  g.alpha = alpha, g.beta = beta;
+  g.A = A, g.B = B, g.C = C;
+  g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+  ops::gemm(g);
+}
+}  // namespace
+
+void newton_schulz(const Tensor& G, int rows, int cols, const Tensor& out, int steps,
+                   const NsCoefficients& coeffs) {
+  check_ns_tensors(G, rows, cols, out);
+  if (G.on_host()) {
+    newton_schulz(G.f32(), rows, cols, out.f32(), steps, coeffs);
+  } else {
+    newton_schulz_ops(G, rows, cols, out, steps, coeffs);
+  }
+}
+
+void newton_schulz_ops(const Tensor& G, int rows, int cols, const Tensor& out, int steps,
+                       const NsCoefficients& coeffs) {
+  check_ns_tensors(G, rows, cols, out);
+  const Device dev = G.device();
+  const bool transposed = rows > cols;
+  const int64_t m = transposed ? cols : rows;  // small side: X is m x n, A and B are m x m
+  const int64_t n = transposed ? rows : cols;
+  const int64_t mn = m * n;
+  Tensor X = Tensor::zeros({mn}, DType::kF32, dev), Y = Tensor::zeros({mn}, DType::kF32, dev);
+  Tensor A = Tensor::zeros({m * m}, DType::kF32, dev), B = Tensor::zeros({m * m}, DType::kF32, dev);
+  const Tensor g = G.flat(0, mn), o = out.flat(0, mn);
+
+  if (transposed) {
+    ops::transpose(X, g, rows, cols);  // X (cols x rows) = G^T
+  } else {
+    X.copy_from(g);
+  }
+  const double denom = std::sqrt(ops::sum_squares(X)) * coeffs.norm_scale + coeffs.norm_eps;
+  ops::scale_copy(X, X, static_cast<float>(1.0 / denom));
+
+  for (int k = 0; k < steps; ++k) {
+    const auto& abc = coeffs.at(k);
+    const float a = static_cast<float>(abc[0]);
+    const float b = static_cast<float>(abc[1]);
+    const float c = static_cast<float>(abc[2]);
+    gemm_f32(false, true, m, m, n, 1.0f, X, n, X, n, 0.0f, A, m);  // A = X X^T
+    B.copy_from(A);
+    gemm_f32(false, false, m, m, m, c, A, m, A, m, b, B, m);        // B = b A + c A A
+    Y.copy_from(X);
+    gemm_f32(false, false, m, n, m, 1.0f, B, m, X, n, a, Y, n);     // Y = a X + B X
+    std::swap(X, Y);
+  }
+
+  if (transposed) {
+    ops::transpose(o, X, m, n);  // out (rows x cols) = X^T
+  } else {
+    o.copy_from(X);
+  }
+}
+
 double muon_scale(int64_t rows, int64_t cols, MuonAspect aspect) {
   VT_CHECK(rows > 0 && cols > 0);
   const double ratio = aspect == MuonAspect::kFanOutOverFanIn
@@ -147,27 +226,25 @@ Muon::Muon(ParamStore* store, MuonConfig config)
                                    << "); orthogonalize the gathered matrix (distributed Muon)");
   }
   const int64_t total = store_->total_numel() > 0 ? store_->total_numel() : 1;
-  momentum_ = Tensor::zeros({total});
+  momentum_ = Tensor::zeros({total}, DType::kF32, store_->device());
 }
 
 void Muon::step(double lr_multiplier, double momentum) {
   ++step_count_;
   const double lr = config_.lr * lr_multiplier;
-  float* params = store_->param_data();
-  const float* grads = store_->grad_data();
-  std::vector<float> u, x;
+  const Tensor params = store_->params_tensor(), grads = store_->grads_tensor();
+  const Device dev = store_->device();
   for (const ParamInfo& info : store_->infos()) {
     if (!handles(info.group)) continue;
     const int64_t n = info.numel();
     const int rows = static_cast<int>(info.shape[0]);
     const int cols = static_cast<int>(info.shape[1]);
-    u.resize(n);
-    x.resize(n);
     const int64_t o = info.offset;
-    muon_momentum(grads + o, momentum_.f32() + o, u.data(), n, momentum);
-    newton_schulz(u.data(), rows, cols, x.data(), config_.ns_steps, coeffs_);
+    Tensor u = Tensor::zeros({n}, DType::kF32, dev), x = Tensor::zeros({n}, DType::kF32, dev);
+    ops::muon_momentum(grads.flat(o, n), momentum_.flat(o, n), u, momentum);
+    newton_schulz(u, rows, cols, x, config_.ns_steps, coeffs_);
     const double scale = muon_scale(info.global_shape[0], info.global_shape[1], config_.aspect);
-    muon_apply(params + o, x.data(), n, lr, config_.weight_decay, scale);
+    ops::muon_apply(params.flat(o, n), x, lr, config_.weight_decay, scale);
   }
 }
 
@@ -185,7 +262,7 @@ Tensor Muon::state(const std::string& name, const std::string& kind) const {
                                                     << " parameter, updated by AdamW");
   VT_CHECK_MSG(kind == "momentum_buffer",
                "Muon::state: unknown state '" << kind << "' (momentum_buffer)");
-  return Tensor::view(momentum_.f32() + info.offset, info.shape);
+  return momentum_.flat(info.offset, info.numel()).reshaped(info.shape);
 }
 
 }  // namespace vt::optim

@@ -55,6 +55,27 @@ struct NsCoefficients {
 void newton_schulz(const float* G, int rows, int cols, float* out, int steps,
                    const NsCoefficients& coeffs);
 
+// The same on f32 tensors of rows * cols elements (any shape) on one device; out may not alias
+// G. Host tensors run the host function above (bitwise the same results). Device tensors run
+// newton_schulz_ops: the same algorithm with device ops and no host access to the matrix.
+void newton_schulz(const Tensor& G, int rows, int cols, const Tensor& out, int steps,
+                   const NsCoefficients& coeffs);
+
+// The op-level Newton-Schulz on tensors of any device (CPU tensors included, for tests):
+//   X = G (copy) or ops::transpose(G) when rows > cols;
+//   s = ops::sum_squares(X) (double, the chunked sum of the host version);
+//   X = float(1 / (sqrt(s) * norm_scale + norm_eps)) * X      (ops::scale_copy)
+//   per iteration, with ops::gemm (f32, the host version's three sgemm calls and beta terms):
+//     A = X X^T;  B = A; B = c A A + b B;  Y = X; Y = B X + a Y;  X = Y
+//   out = X or its transpose.
+// The only difference from the host function is the normalization: the host rounds
+// x / denom (double) to float, the ops multiply by the float reciprocal (no op divides by a
+// double), so results agree to float round-off rather than bitwise. GEMM, transposes and the
+// norm are the same kernels, so newton_schulz_ops is bitwise identical on every backend that
+// uses the CPU kernels (the CPU backend and the device emulator).
+void newton_schulz_ops(const Tensor& G, int rows, int cols, const Tensor& out, int steps,
+                       const NsCoefficients& coeffs);
+
 enum class MuonAspect {
   kFanOutOverFanIn,  // scale = max(1, cols/rows)^0.5 for (in, out) storage (default)
   kRowsOverCols,     // scale = max(1, rows/cols)^0.5 on the stored shape
@@ -76,6 +97,9 @@ void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momen
 // p = p*(1 - lr*wd) - lr*scale*x.
 void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale);
 
+// Single-process Muon over a store on any device: the momentum arena lives on the store's
+// device and the step runs through ops (ops::muon_momentum, newton_schulz on tensors,
+// ops::muon_apply); a CPU store computes exactly what the host functions above compute.
 class Muon {
  public:
   // The store must be finalized and outlive the optimizer. Every kMatrix parameter must be 2-D
@@ -84,17 +108,20 @@ class Muon {
   Muon(ParamStore* store, MuonConfig config);
 
   // Updates every kMatrix parameter with lr = config lr * lr_multiplier and the given momentum.
+  // Leaves the store's bf16 compute copy alone (Optimizer::step refreshes it).
   void step(double lr_multiplier, double momentum);
 
   static bool handles(ParamGroup g) { return g == ParamGroup::kMatrix; }
   // {"momentum_buffer"}.
   static const std::vector<std::string>& state_kinds();
+  // View of a parameter's momentum buffer (local shape) on the store's device, writable.
   Tensor state(const std::string& name, const std::string& kind) const;
 
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t t) { step_count_ = t; }
   const MuonConfig& config() const { return config_; }
-  // Flat momentum arena (ParamStore offsets; elements of AdamW parameters stay zero).
+  // Flat momentum arena (ParamStore offsets; elements of AdamW parameters stay zero). Host
+  // pointer: CPU stores only (fails for a device store; use state()).
   float* momentum_data() const { return momentum_.f32(); }
 
  private:

@@ -56,6 +56,7 @@ StepStats Optimizer::step(int64_t step_index, int64_t total_steps,
   scale_grads(*store_, s.clip_scale);
   adamw_.step(s.lr_multiplier);
   muon_.step(s.lr_multiplier, s.momentum);
+  store_->refresh_compute_copy();
   return s;
 }
 

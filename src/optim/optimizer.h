@@ -1,7 +1,8 @@
 // The optimizer the trainer drives: AdamW (embedding, lm_head, value tables, scalars) and Muon
 // (block matrices) over one ParamStore, with the lr/momentum schedules and optional global
 // grad-norm clipping (MODEL.md section 3). One call per training step, after the gradients of
-// the whole global batch are in the store's grad arena.
+// the whole global batch are in the store's grad arena. Runs on the store's device (states on
+// that device, every update through ops); the trainer uses DistributedOptimizer.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -47,13 +48,13 @@ class Optimizer {
   // Applies one update at 0-based step `step_index` of `total_steps`: measures the global grad
   // norm (or takes `global_grad_norm` when the caller already reduced it across processes),
   // clips the grads in place if configured, then steps AdamW and Muon with the scheduled lr
-  // multiplier and momentum. Does not zero the grads.
+  // multiplier and momentum, and refreshes the store's compute copy. Does not zero the grads.
   StepStats step(int64_t step_index, int64_t total_steps,
                  std::optional<double> global_grad_norm = std::nullopt);
 
   // Optimizer states by parameter name: AdamW parameters have "exp_avg", "exp_avg_sq"; Muon
-  // parameters "momentum_buffer". Views into the state arenas (local shape), writable (for
-  // loading checkpoints).
+  // parameters "momentum_buffer". Views into the state arenas (local shape, on the store's
+  // device), writable (for loading checkpoints).
   const std::vector<std::string>& state_kinds(const std::string& name) const;
   Tensor state(const std::string& name, const std::string& kind) const;
 
