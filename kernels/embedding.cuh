@@ -18,8 +18,9 @@ void embedding_forward(const float* table, int64_t row_begin, int64_t rows, int6
                        const int32_t* ids, int64_t N, __nv_bfloat16* out, cudaStream_t stream);
 
 // Scatter-add into the fp32 gradient table: dtable[ids[n] - row_begin, :] += dout[n, :] for
-// owned ids. Uses fp32 atomicAdd, so when an id repeats the order of its additions (and hence
-// the last bits of the result) is NOT deterministic run to run, unlike the CPU kernel.
+// owned ids. Deterministic: each element receives its contributions in id order n = 0..N-1,
+// the order of the CPU kernel, so the fp32 result equals the CPU's bit for bit (no atomics).
+// Each thread block reads all N ids, which costs O(N * blocks) cheap shared-memory reads.
 void embedding_backward(const float* dout, const int32_t* ids, int64_t N, int64_t row_begin,
                         int64_t rows, int64_t C, float* dtable, cudaStream_t stream);
 void embedding_backward(const __nv_bfloat16* dout, const int32_t* ids, int64_t N,

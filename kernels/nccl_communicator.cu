@@ -1,12 +1,16 @@
 // NcclCommunicator (see nccl_communicator.cuh). No device code of its own; it lives under
 // kernels/ so that it builds only into vtrain_cuda (src/*.cc all go into vtrain_lib, which must
-// build without CUDA). Failures abort the whole job (MPI_Abort) with a message naming the rank
-// and the operation, so a failed collective never leaves the other ranks hanging.
+// build without CUDA). It uses vtrain_lib in turn (Communicator, Tensor, cuda_backend_stream()
+// of src/core/cuda_backend.cc): CMakeLists.txt links the two static libraries both ways.
+// Failures abort the whole job (MPI_Abort) with a message naming the rank and the operation, so
+// a failed collective never leaves the other ranks hanging.
 #include "kernels/nccl_communicator.cuh"
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include "kernels/cuda_backend.cuh"
 
 namespace vt {
 namespace {
@@ -28,6 +32,67 @@ void check_mpi(int err, int rank, const char* op) {
 
 void check_cuda(cudaError_t err, int rank, const char* op) {
   if (err != cudaSuccess) die(rank, op, cudaGetErrorString(err));
+}
+
+ncclDataType_t nccl_type(const Tensor& t, int rank, const char* op) {
+  switch (t.dtype()) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kBF16: return ncclBfloat16;
+    default: break;
+  }
+  die(rank, op, std::string("tensor calls take f32 or bf16 tensors, got ") + dtype_name(t.dtype()));
+}
+
+// The device memory NCCL reads / writes for a tensor: the tensor's own memory for a device
+// tensor; for a host tensor a temporary device buffer on `stream` (filled from the tensor when
+// `load`; store_back() enqueues the copy back). Everything is stream-ordered on `stream`; the
+// caller synchronizes the stream before the host tensor is read and after the last use.
+class Staged {
+ public:
+  Staged(const Tensor& t, bool load, cudaStream_t stream, int rank, const char* op)
+      : t_(t), stream_(stream), rank_(rank), op_(op) {
+    if (t.device() == Device::kCUDA) {
+      if (cuda_backend_stream() == nullptr)
+        die(rank, op,
+            "device tensors without the CUDA backend (the device emulator keeps them in host "
+            "memory): use an MPI communicator with --device emulated");
+      p_ = t.raw();
+      return;
+    }
+    host_ = true;
+    check_cuda(cudaMallocAsync(&p_, t.nbytes(), stream_), rank_, op_);
+    if (load)
+      check_cuda(cudaMemcpyAsync(p_, t.raw(), t.nbytes(), cudaMemcpyHostToDevice, stream_), rank_,
+                 op_);
+  }
+  ~Staged() {
+    if (host_) check_cuda(cudaFreeAsync(p_, stream_), rank_, op_);
+  }
+  Staged(const Staged&) = delete;
+  Staged& operator=(const Staged&) = delete;
+  void* p() const { return p_; }
+  void store_back() const {
+    if (host_)
+      check_cuda(cudaMemcpyAsync(t_.raw(), p_, t_.nbytes(), cudaMemcpyDeviceToHost, stream_),
+                 rank_, op_);
+  }
+
+ private:
+  Tensor t_;
+  cudaStream_t stream_;
+  int rank_;
+  const char* op_;
+  bool host_ = false;
+  void* p_ = nullptr;
+};
+
+void check_pair(const Tensor& in, const Tensor& out, int64_t in_factor, int64_t out_factor,
+                int rank, const char* op) {
+  if (in.device() != out.device() || in.dtype() != out.dtype())
+    die(rank, op, "in and out must share device and dtype");
+  if (in.numel() * in_factor != out.numel() * out_factor)
+    die(rank, op, "sizes " + std::to_string(in.numel()) + " and " + std::to_string(out.numel()) +
+                      " do not match the group size");
 }
 
 }  // namespace
@@ -70,6 +135,11 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm) {
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  // Deferred sends still pending go out now (a peer may be waiting for them).
+  if (comm_ && !pending_.empty()) {
+    flush_sends("~NcclCommunicator");
+    cudaStreamSynchronize(stream_);
+  }
   if (scratch_) cudaFree(scratch_);
   if (comm_) {
     ncclCommFinalize(comm_);  // flushes outstanding work (blocking communicator)
@@ -91,53 +161,230 @@ void NcclCommunicator::sync(const char* op) const {
   check_cuda(cudaStreamSynchronize(stream_), rank_, op);
 }
 
+void NcclCommunicator::order_after_backend(const char* op) const {
+  const cudaStream_t bs = cuda_backend_stream();
+  if (bs != nullptr && bs != stream_) check_cuda(cudaStreamSynchronize(bs), rank_, op);
+}
+
 void NcclCommunicator::all_reduce_sum(float* data, int64_t n) {
+  order_after_backend("all_reduce_sum");
+  flush_sends("all_reduce_sum");
   check(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclSum, comm_, stream_),
         "all_reduce_sum(f32)");
   sync("all_reduce_sum(f32)");
 }
 
 void NcclCommunicator::all_reduce_sum(double* data, int64_t n) {
+  order_after_backend("all_reduce_sum");
+  flush_sends("all_reduce_sum");
   check(ncclAllReduce(data, data, size_t(n), ncclFloat64, ncclSum, comm_, stream_),
         "all_reduce_sum(f64)");
   sync("all_reduce_sum(f64)");
 }
 
 void NcclCommunicator::all_reduce_max(float* data, int64_t n) {
+  order_after_backend("all_reduce_max");
+  flush_sends("all_reduce_max");
   check(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclMax, comm_, stream_),
         "all_reduce_max");
   sync("all_reduce_max");
 }
 
 void NcclCommunicator::all_gather(const float* in, float* out, int64_t n) {
+  order_after_backend("all_gather");
+  flush_sends("all_gather");
   check(ncclAllGather(in, out, size_t(n), ncclFloat32, comm_, stream_), "all_gather");
   sync("all_gather");
 }
 
 void NcclCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
+  order_after_backend("reduce_scatter_sum");
+  flush_sends("reduce_scatter_sum");
   check(ncclReduceScatter(in, out, size_t(n), ncclFloat32, ncclSum, comm_, stream_),
         "reduce_scatter_sum");
   sync("reduce_scatter_sum");
 }
 
 void NcclCommunicator::broadcast(float* data, int64_t n, int root) {
+  order_after_backend("broadcast");
+  flush_sends("broadcast");
   check(ncclBroadcast(data, data, size_t(n), ncclFloat32, root, comm_, stream_), "broadcast");
   sync("broadcast");
 }
 
 void NcclCommunicator::send(const float* data, int64_t n, int peer, int /*tag*/) {
-  check(ncclSend(data, size_t(n), ncclFloat32, peer, comm_, stream_), "send");
-  sync("send");
+  const char* op = "send";
+  order_after_backend(op);
+  issue_with_pending(data, nullptr, size_t(n), ncclFloat32, peer, op);
+  sync(op);
 }
 
 void NcclCommunicator::recv(float* data, int64_t n, int peer, int /*tag*/) {
-  check(ncclRecv(data, size_t(n), ncclFloat32, peer, comm_, stream_), "recv");
-  sync("recv");
+  const char* op = "recv";
+  order_after_backend(op);
+  issue_with_pending(nullptr, data, size_t(n), ncclFloat32, peer, op);
+  sync(op);
 }
 
 void NcclCommunicator::barrier() {
+  order_after_backend("barrier");
+  flush_sends("barrier");
   check(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_), "barrier");
   sync("barrier");
+}
+
+void NcclCommunicator::send_async(const float* data, int64_t n, int peer, int /*tag*/) {
+  const char* op = "send_async";
+  if (n == 0) return;
+  order_after_backend(op);
+  defer_send(data, sizeof(float) * size_t(n), cudaMemcpyDeviceToDevice, size_t(n), ncclFloat32,
+             peer, op);
+}
+
+void NcclCommunicator::wait_sends() {
+  const char* op = "wait_sends";
+  if (pending_.empty()) return;
+  order_after_backend(op);
+  issue_with_pending(nullptr, nullptr, 0, ncclFloat32, -1, op);
+  sync(op);
+}
+
+void NcclCommunicator::defer_send(const void* src, size_t bytes, cudaMemcpyKind kind, size_t count,
+                                  ncclDataType_t type, int peer, const char* op) {
+  PendingSend ps;
+  ps.count = count;
+  ps.type = type;
+  ps.peer = peer;
+  check_cuda(cudaMallocAsync(&ps.buf, bytes, stream_), rank_, op);
+  check_cuda(cudaMemcpyAsync(ps.buf, src, bytes, kind, stream_), rank_, op);
+  // The copy must be taken before the caller reuses the source (ops the CUDA backend queues next
+  // run on its own stream, and a host source may be freed on return).
+  sync(op);
+  pending_.push_back(ps);
+}
+
+void NcclCommunicator::issue_with_pending(const void* send_buf, void* recv_buf, size_t count,
+                                          ncclDataType_t type, int peer, const char* op) {
+  check(ncclGroupStart(), op);
+  for (const PendingSend& ps : pending_)
+    check(ncclSend(ps.buf, ps.count, ps.type, ps.peer, comm_, stream_), op);
+  if (send_buf != nullptr) check(ncclSend(send_buf, count, type, peer, comm_, stream_), op);
+  if (recv_buf != nullptr) check(ncclRecv(recv_buf, count, type, peer, comm_, stream_), op);
+  check(ncclGroupEnd(), op);
+  // Stream-ordered: the buffers are recycled only after the sends have run.
+  for (const PendingSend& ps : pending_) check_cuda(cudaFreeAsync(ps.buf, stream_), rank_, op);
+  pending_.clear();
+}
+
+void NcclCommunicator::flush_sends(const char* op) {
+  if (!pending_.empty()) issue_with_pending(nullptr, nullptr, 0, ncclFloat32, -1, op);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor calls: order with the backend, stage host tensors, one NCCL call in the tensor's dtype,
+// copy staged results back, synchronize stream_.
+
+void NcclCommunicator::all_reduce(const Tensor& t, ncclRedOp_t red, const char* op) {
+  if (size_ == 1 || t.numel() == 0) return;
+  const ncclDataType_t type = nccl_type(t, rank_, op);
+  order_after_backend(op);
+  flush_sends(op);
+  {
+    Staged b(t, true, stream_, rank_, op);
+    check(ncclAllReduce(b.p(), b.p(), size_t(t.numel()), type, red, comm_, stream_), op);
+    b.store_back();
+  }
+  sync(op);
+}
+
+void NcclCommunicator::all_reduce_sum(const Tensor& t) {
+  all_reduce(t, ncclSum, "all_reduce_sum(tensor)");
+}
+
+void NcclCommunicator::all_reduce_max(const Tensor& t) {
+  all_reduce(t, ncclMax, "all_reduce_max(tensor)");
+}
+
+void NcclCommunicator::all_gather(const Tensor& in, const Tensor& out) {
+  const char* op = "all_gather(tensor)";
+  check_pair(in, out, size_, 1, rank_, op);
+  if (in.numel() == 0) return;
+  const ncclDataType_t type = nccl_type(in, rank_, op);
+  order_after_backend(op);
+  flush_sends(op);
+  {
+    Staged bi(in, true, stream_, rank_, op), bo(out, false, stream_, rank_, op);
+    check(ncclAllGather(bi.p(), bo.p(), size_t(in.numel()), type, comm_, stream_), op);
+    bo.store_back();
+  }
+  sync(op);
+}
+
+void NcclCommunicator::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
+  const char* op = "reduce_scatter_sum(tensor)";
+  check_pair(in, out, 1, size_, rank_, op);
+  if (out.numel() == 0) return;
+  const ncclDataType_t type = nccl_type(in, rank_, op);
+  order_after_backend(op);
+  flush_sends(op);
+  {
+    Staged bi(in, true, stream_, rank_, op), bo(out, false, stream_, rank_, op);
+    check(ncclReduceScatter(bi.p(), bo.p(), size_t(out.numel()), type, ncclSum, comm_, stream_),
+          op);
+    bo.store_back();
+  }
+  sync(op);
+}
+
+void NcclCommunicator::broadcast(const Tensor& t, int root) {
+  const char* op = "broadcast(tensor)";
+  if (size_ == 1 || t.numel() == 0) return;
+  const ncclDataType_t type = nccl_type(t, rank_, op);
+  order_after_backend(op);
+  flush_sends(op);
+  {
+    Staged b(t, rank_ == root, stream_, rank_, op);
+    check(ncclBroadcast(b.p(), b.p(), size_t(t.numel()), type, root, comm_, stream_), op);
+    if (rank_ != root) b.store_back();
+  }
+  sync(op);
+}
+
+void NcclCommunicator::send(const Tensor& t, int peer, int /*tag*/) {
+  const char* op = "send(tensor)";
+  if (t.numel() == 0) return;
+  const ncclDataType_t type = nccl_type(t, rank_, op);
+  order_after_backend(op);
+  {
+    Staged b(t, true, stream_, rank_, op);
+    issue_with_pending(b.p(), nullptr, size_t(t.numel()), type, peer, op);
+  }
+  sync(op);
+}
+
+void NcclCommunicator::send_async(const Tensor& t, int peer, int /*tag*/) {
+  const char* op = "send_async(tensor)";
+  if (t.numel() == 0) return;
+  const ncclDataType_t type = nccl_type(t, rank_, op);
+  if (t.device() == Device::kCUDA && cuda_backend_stream() == nullptr)
+    die(rank_, op, "device tensors without the CUDA backend (the device emulator)");
+  order_after_backend(op);
+  defer_send(t.raw(), t.nbytes(),
+             t.device() == Device::kCUDA ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
+             size_t(t.numel()), type, peer, op);
+}
+
+void NcclCommunicator::recv(const Tensor& t, int peer, int /*tag*/) {
+  const char* op = "recv(tensor)";
+  if (t.numel() == 0) return;
+  const ncclDataType_t type = nccl_type(t, rank_, op);
+  order_after_backend(op);
+  {
+    Staged b(t, false, stream_, rank_, op);
+    issue_with_pending(nullptr, b.p(), size_t(t.numel()), type, peer, op);
+    b.store_back();
+  }
+  sync(op);
 }
 
 }  // namespace vt

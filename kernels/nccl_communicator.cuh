@@ -1,5 +1,6 @@
 // NcclCommunicator: the vt::Communicator interface over NCCL for DEVICE buffers (every pointer
-// passed to it is a CUDA device pointer). Bootstrapped over MPI: rank 0 of the MPI group calls
+// passed to the float*/double* calls is a CUDA device pointer; the Tensor calls also take host
+// tensors, see below). Bootstrapped over MPI: rank 0 of the MPI group calls
 // ncclGetUniqueId, the id is broadcast with MPI_Bcast, and every rank calls ncclCommInitRank
 // with its MPI rank, so the NCCL ranks equal the MPI ranks of that group.
 //
@@ -7,21 +8,54 @@
 // local_rank is the rank within the node (OMPI_COMM_WORLD_LOCAL_RANK when set by Open MPI's
 // launcher, else the rank in an MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) of the group).
 //
-// Semantics: every call enqueues on stream() and then synchronizes that stream, so when it
-// returns the result is in the buffer and the input may be reused (the blocking behaviour of
-// MpiCommunicator). By default stream() is the legacy default stream (nullptr), which orders
-// with all blocking streams of the device; set_stream() switches to another one. Point-to-point
-// send/recv ignore `tag` (NCCL has no tags): messages between one pair arrive in call order,
-// and a blocking send only returns once the peer has posted the matching recv, so two ranks
-// that both send first deadlock (as large MPI sends do). send_async is the interface's default
-// (a blocking send). A fused send+recv with ncclGroupStart/End is the right tool for pipeline
-// exchanges and can be added later.
+// Semantics: every call (but send_async, see below) enqueues on stream() and then synchronizes
+// that stream, so when it returns the result is in the buffer and the input may be reused (the
+// blocking behaviour of MpiCommunicator). By default stream() is the legacy default stream
+// (nullptr); set_stream() switches to another one, e.g. set_stream(cuda_backend_stream())
+// (kernels/cuda_backend.cuh) to run the collectives on the CUDA backend's own stream.
+//
+// Ordering with the CUDA backend (src/core/cuda_backend.cc), whose ops are queued on its own
+// stream and may still be running when a collective is called: before every NCCL call (float*,
+// double* and Tensor calls alike) the communicator synchronizes the backend's stream unless
+// stream() is that stream (then stream order already puts the collective after every queued
+// op). After the call it synchronizes stream(), so ops the backend queues next see the result.
+// Net effect: each collective is a full host-side barrier between the backend's work before and
+// after it.
+//
+// Tensor calls (f32 -> ncclFloat32, bf16 -> ncclBfloat16; other dtypes are an error):
+//   - device tensors (Device::kCUDA with the CUDA backend registered) go to NCCL as they are,
+//     in their own dtype: a bf16 sum is reduced by NCCL in bf16 storage (rounded at each step
+//     of its ring/tree), unlike the base class's fp32 host staging; reduce f32 tensors where
+//     fp32 accuracy matters. Device tensors of the device emulator (host memory tagged kCUDA)
+//     are refused: use an MPI communicator with the emulator.
+//   - host tensors are staged through a temporary device buffer (copied in, collective, copied
+//     back), because NCCL cannot read host memory; the results equal those for device tensors.
+//     (The base class's staging is no fallback here: it ends in the float* calls, which take
+//     device pointers on this communicator.)
+//
+// Point-to-point. NCCL has no tags (`tag` is ignored): messages between one pair arrive in call
+// order. NCCL sends are rendezvous (a send completes only together with the peer's recv), so
+// send_async cannot simply be a blocking send: 1F1B pipelines, where neighbours send to each
+// other before receiving, would deadlock. Instead send_async (both overloads) copies the data
+// into a device buffer of the communicator and returns at once (the caller may reuse its buffer,
+// as with MPI's buffered sends); the deferred sends are issued, in call order and in one NCCL
+// group (ncclGroupStart/End) with the next recv or blocking send of this communicator, so a rank
+// that sends to its neighbour and then receives from it never waits for a peer that is doing the
+// same. wait_sends() issues whatever is still deferred and waits for it; collectives and the
+// destructor issue pending sends first. Caveat (where this differs from MPI): a deferred send is
+// not on the wire until this rank next receives, sends, waits or runs a collective on this
+// communicator, so a peer must not wait for it while this rank blocks on something else (e.g. a
+// collective of another group that the peer would have to join first). A deferred send to
+// oneself must be received by the very next recv (a group holding an unmatched self-send never
+// completes). send (blocking) returns once the peer has received, and two ranks that both send
+// first with it deadlock.
 #pragma once
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "parallel/communicator.h"
 
@@ -29,6 +63,8 @@ namespace vt {
 
 class NcclCommunicator final : public Communicator {
  public:
+  VT_COMMUNICATOR_TENSOR_CALLS;
+
   // Collective over `comm` (not taken over: the caller keeps owning it, e.g. an
   // MpiCommunicator's comm()). Sets the current CUDA device of this process.
   explicit NcclCommunicator(MPI_Comm comm);
@@ -46,7 +82,20 @@ class NcclCommunicator final : public Communicator {
   void broadcast(float* data, int64_t n, int root) override;
   void send(const float* data, int64_t n, int peer, int tag) override;
   void recv(float* data, int64_t n, int peer, int tag) override;
+  // Deferred sends (see above).
+  void send_async(const float* data, int64_t n, int peer, int tag) override;
+  void wait_sends() override;
   void barrier() override;
+
+  // Tensor calls (see above).
+  void all_reduce_sum(const Tensor& t) override;
+  void all_reduce_max(const Tensor& t) override;
+  void all_gather(const Tensor& in, const Tensor& out) override;
+  void reduce_scatter_sum(const Tensor& in, const Tensor& out) override;
+  void broadcast(const Tensor& t, int root) override;
+  void send(const Tensor& t, int peer, int tag) override;
+  void send_async(const Tensor& t, int peer, int tag) override;
+  void recv(const Tensor& t, int peer, int tag) override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
@@ -59,6 +108,25 @@ class NcclCommunicator final : public Communicator {
  private:
   void check(ncclResult_t r, const char* op) const;
   void sync(const char* op) const;
+  // Waits for the CUDA backend's queued work unless stream() is the backend's stream.
+  void order_after_backend(const char* op) const;
+  void all_reduce(const Tensor& t, ncclRedOp_t red, const char* op);
+  // Copies `bytes` from src into a new device buffer and queues a send of it (see above).
+  void defer_send(const void* src, size_t bytes, cudaMemcpyKind kind, size_t count,
+                  ncclDataType_t type, int peer, const char* op);
+  // One NCCL group: every deferred send, then (when given) one send of send_buf or one recv
+  // into recv_buf; frees the deferred buffers (stream-ordered). Does not synchronize.
+  void issue_with_pending(const void* send_buf, void* recv_buf, size_t count, ncclDataType_t type,
+                          int peer, const char* op);
+  void flush_sends(const char* op);
+
+  struct PendingSend {
+    void* buf = nullptr;
+    size_t count = 0;
+    ncclDataType_t type = ncclFloat32;
+    int peer = 0;
+  };
+  std::vector<PendingSend> pending_;
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;

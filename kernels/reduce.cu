@@ -57,5 +57,9 @@ void dot(const float* x, const float* y, int64_t n, double* partials, double* ou
          bool accumulate, cudaStream_t stream) {
   run<float>(x, y, n, partials, out, accumulate, stream);
 }
+void dot(const __nv_bfloat16* x, const __nv_bfloat16* y, int64_t n, double* partials,
+         double* out, bool accumulate, cudaStream_t stream) {
+  run<__nv_bfloat16>(x, y, n, partials, out, accumulate, stream);
+}
 
 }  // namespace vt::cuda

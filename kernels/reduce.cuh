@@ -21,5 +21,8 @@ void sum_squares(const __nv_bfloat16* x, int64_t n, double* partials, double* ou
 // *out (= or +=) = sum_i x[i] * y[i], in fp64.
 void dot(const float* x, const float* y, int64_t n, double* partials, double* out,
          bool accumulate, cudaStream_t stream);
+// bf16 inputs (each widened to fp32, exactly, then the product formed in fp64).
+void dot(const __nv_bfloat16* x, const __nv_bfloat16* y, int64_t n, double* partials,
+         double* out, bool accumulate, cudaStream_t stream);
 
 }  // namespace vt::cuda

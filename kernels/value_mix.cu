@@ -36,6 +36,18 @@ __global__ void gate_sigmoid_kernel(float* z, int64_t n, float gate_scale) {
 }
 
 template <class T>
+__global__ void gate_sigmoid_backward_kernel(const float* gate, const float* dgate,
+                                             float gate_scale, T* dz, int64_t n) {
+  VT_GRID_STRIDE(i, n) {
+    const float g = gate[i];
+    const float q = g / gate_scale;  // fp32, as on the CPU (float / float)
+    const double r = static_cast<double>(dgate[i]) * static_cast<double>(g) *
+                     (1.0 - static_cast<double>(q));
+    dz[i] = from_f32<T>(static_cast<float>(r));
+  }
+}
+
+template <class T>
 __global__ void gated_mix_kernel(const T* ctx, const T* emb, const float* gate, T* v, int64_t n,
                                  int64_t hd) {
   VT_GRID_STRIDE(i, n) { v[i] = from_f32<T>(to_f32(ctx[i]) + gate[i / hd] * to_f32(emb[i])); }
@@ -70,6 +82,15 @@ template <class T>
 void axpy(float a, const T* x, T* v, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   axpy_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, x, v, n);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void gate_backward(const float* gate, const float* dgate, float gate_scale, T* dz, int64_t n,
+                   cudaStream_t stream) {
+  if (n == 0) return;
+  gate_sigmoid_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+      gate, dgate, gate_scale, dz, n);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -113,6 +134,14 @@ void value_gate_sigmoid(float* z, int64_t n, float gate_scale, cudaStream_t stre
   if (n == 0) return;
   gate_sigmoid_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(z, n, gate_scale);
   VT_CUDA_CHECK_LAUNCH();
+}
+void value_gate_sigmoid_backward(const float* gate, const float* dgate, float gate_scale,
+                                 float* dz, int64_t n, cudaStream_t stream) {
+  gate_backward(gate, dgate, gate_scale, dz, n, stream);
+}
+void value_gate_sigmoid_backward(const float* gate, const float* dgate, float gate_scale,
+                                 __nv_bfloat16* dz, int64_t n, cudaStream_t stream) {
+  gate_backward(gate, dgate, gate_scale, dz, n, stream);
 }
 void value_gated_mix(const float* ctx, const float* emb, const float* gate, float* v, int64_t N,
                      int64_t heads, int64_t hd, cudaStream_t stream) {

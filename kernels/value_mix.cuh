@@ -27,6 +27,14 @@ void value_gated_mix(const float* ctx, const float* emb, const float* gate, floa
                      int64_t heads, int64_t hd, cudaStream_t stream);
 void value_gated_mix(const __nv_bfloat16* ctx, const __nv_bfloat16* emb, const float* gate,
                      __nv_bfloat16* v, int64_t N, int64_t heads, int64_t hd, cudaStream_t stream);
+// Backward of the gate itself: dz[i] = dgate[i] * gate[i] * (1 - gate[i] / gate_scale) (the
+// derivative of gate_scale * sigmoid(z) expressed through its output), formed in fp64 exactly
+// as the CPU backend does (the quotient gate / gate_scale in fp32, the products in fp64), then
+// rounded to dz's type. gate, dgate fp32 (n); dz f32 or bf16 (written).
+void value_gate_sigmoid_backward(const float* gate, const float* dgate, float gate_scale,
+                                 float* dz, int64_t n, cudaStream_t stream);
+void value_gate_sigmoid_backward(const float* gate, const float* dgate, float gate_scale,
+                                 __nv_bfloat16* dz, int64_t n, cudaStream_t stream);
 // Backward of the gated mix given dv: demb[r,h,d] = gate[r,h] * dv[r,h,d] (written), and
 // dgate[r,h] = sum_d dv[r,h,d] * emb[r,h,d] (written, fp32 accumulation). dctx = dv is the
 // caller's (no kernel needed).

@@ -1,6 +1,8 @@
 // Cross-entropy kernels (see xent.cuh). Forward: one block per row, two passes over the row
 // (max of z, then sum of exp(z - max)) with fp32 block reductions; z is recomputed rather than
-// stored. Backward: elementwise over (N, ld).
+// stored. Backward: elementwise over (N, ld). Templated on the logits type (f32 / bf16, read
+// as fp32) and the dlogits type (written rounded to nearest even for bf16). The slice-combining
+// pieces (rescale, finish) are elementwise over the rows.
 #include "kernels/xent.cuh"
 
 #include "kernels/block_reduce.cuh"
@@ -11,47 +13,70 @@ namespace {
 
 using detail::block_max;
 using detail::block_sum;
+using detail::from_f32;
+using detail::to_f32;
 
 constexpr int kThreads = 256;
 
-__global__ void xent_forward_kernel(const float* logits, int64_t ld, int64_t n_valid,
+template <class TL>
+__global__ void xent_forward_kernel(const TL* logits, int64_t ld, int64_t n_valid,
                                     int64_t col_offset, const int32_t* targets, float cap,
                                     float inv_cap, float* row_max, float* row_sumexp,
                                     float* target_z) {
   const int64_t n = blockIdx.x;
-  const float* l = logits + n * ld;
+  const TL* l = logits + n * ld;
   float mx = -INFINITY;
   for (int64_t c = threadIdx.x; c < n_valid; c += blockDim.x)
-    mx = fmaxf(mx, cap * tanhf(l[c] * inv_cap));
+    mx = fmaxf(mx, cap * tanhf(to_f32(l[c]) * inv_cap));
   mx = block_max(mx);
   float sum = 0.0f;
   for (int64_t c = threadIdx.x; c < n_valid; c += blockDim.x)
-    sum += expf(cap * tanhf(l[c] * inv_cap) - mx);
+    sum += expf(cap * tanhf(to_f32(l[c]) * inv_cap) - mx);
   sum = block_sum(sum);
   if (threadIdx.x == 0) {
     row_max[n] = mx;
     row_sumexp[n] = sum;
     const int64_t tc = static_cast<int64_t>(targets[n]) - col_offset;
-    target_z[n] = (tc >= 0 && tc < n_valid) ? cap * tanhf(l[tc] * inv_cap) : 0.0f;
+    target_z[n] = (tc >= 0 && tc < n_valid) ? cap * tanhf(to_f32(l[tc]) * inv_cap) : 0.0f;
   }
 }
 
-__global__ void xent_backward_kernel(const float* logits, int64_t N, int64_t ld, int64_t n_valid,
+// dloss == nullptr: every row's gradient is dloss_scalar.
+template <class TL, class TD>
+__global__ void xent_backward_kernel(const TL* logits, int64_t N, int64_t ld, int64_t n_valid,
                                      int64_t col_offset, const int32_t* targets, float cap,
                                      float inv_cap, const float* lse, const float* dloss,
-                                     float* dlogits) {
+                                     float dloss_scalar, TD* dlogits) {
   const int64_t total = N * ld;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t n = i / ld, c = i % ld;
     if (c >= n_valid) {
-      dlogits[i] = 0.0f;
+      dlogits[i] = from_f32<TD>(0.0f);
       continue;
     }
-    const float th = tanhf(logits[i] * inv_cap);
+    const float th = tanhf(to_f32(logits[i]) * inv_cap);
     const float p = expf(cap * th - lse[n]);
     const bool is_target = static_cast<int64_t>(targets[n]) - col_offset == c;
-    dlogits[i] = dloss[n] * (p - (is_target ? 1.0f : 0.0f)) * (1.0f - th * th);
+    const float g = dloss != nullptr ? dloss[n] : dloss_scalar;
+    dlogits[i] = from_f32<TD>(g * (p - (is_target ? 1.0f : 0.0f)) * (1.0f - th * th));
+  }
+}
+
+__global__ void xent_rescale_kernel(float* row_sumexp, const float* row_max,
+                                    const float* global_max, int64_t N) {
+  for (int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; n < N;
+       n += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    row_sumexp[n] *= expf(row_max[n] - global_max[n]);
+}
+
+__global__ void xent_finish_kernel(const float* row_max, const float* row_sumexp,
+                                   const float* target_z, float* lse, float* loss, int64_t N) {
+  for (int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; n < N;
+       n += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float l = row_max[n] + logf(row_sumexp[n]);
+    lse[n] = l;
+    loss[n] = l - target_z[n];
   }
 }
 
@@ -61,25 +86,88 @@ void check_args(int64_t ld, int64_t n_valid, float cap) {
               __LINE__);
 }
 
+template <class TL>
+void forward(const TL* logits, int64_t N, int64_t ld, int64_t n_valid, int64_t col_offset,
+             const int32_t* targets, float cap, float* row_max, float* row_sumexp,
+             float* target_z, cudaStream_t stream) {
+  check_args(ld, n_valid, cap);
+  if (N == 0) return;
+  // One block per row: gridDim.x allows 2^31 - 1 rows.
+  xent_forward_kernel<TL><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+      logits, ld, n_valid, col_offset, targets, cap, 1.0f / cap, row_max, row_sumexp, target_z);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+template <class TL, class TD>
+void backward(const TL* logits, int64_t N, int64_t ld, int64_t n_valid, int64_t col_offset,
+              const int32_t* targets, float cap, const float* lse, const float* dloss,
+              float dloss_scalar, TD* dlogits, cudaStream_t stream) {
+  check_args(ld, n_valid, cap);
+  if (N * ld == 0) return;
+  xent_backward_kernel<TL, TD><<<grid_for(N * ld, kThreads), kThreads, 0, stream>>>(
+      logits, N, ld, n_valid, col_offset, targets, cap, 1.0f / cap, lse, dloss, dloss_scalar,
+      dlogits);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void xent_partial_forward(const float* logits, int64_t N, int64_t ld, int64_t n_valid,
                           int64_t col_offset, const int32_t* targets, float cap, float* row_max,
                           float* row_sumexp, float* target_z, cudaStream_t stream) {
-  check_args(ld, n_valid, cap);
-  if (N == 0) return;
-  xent_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-      logits, ld, n_valid, col_offset, targets, cap, 1.0f / cap, row_max, row_sumexp, target_z);
-  VT_CUDA_CHECK_LAUNCH();
+  forward(logits, N, ld, n_valid, col_offset, targets, cap, row_max, row_sumexp, target_z,
+          stream);
+}
+void xent_partial_forward(const __nv_bfloat16* logits, int64_t N, int64_t ld, int64_t n_valid,
+                          int64_t col_offset, const int32_t* targets, float cap, float* row_max,
+                          float* row_sumexp, float* target_z, cudaStream_t stream) {
+  forward(logits, N, ld, n_valid, col_offset, targets, cap, row_max, row_sumexp, target_z,
+          stream);
 }
 
 void xent_backward(const float* logits, int64_t N, int64_t ld, int64_t n_valid,
                    int64_t col_offset, const int32_t* targets, float cap, const float* lse,
                    const float* dloss, float* dlogits, cudaStream_t stream) {
-  check_args(ld, n_valid, cap);
-  if (N * ld == 0) return;
-  xent_backward_kernel<<<grid_for(N * ld, kThreads), kThreads, 0, stream>>>(
-      logits, N, ld, n_valid, col_offset, targets, cap, 1.0f / cap, lse, dloss, dlogits);
+  backward(logits, N, ld, n_valid, col_offset, targets, cap, lse, dloss, 0.0f, dlogits, stream);
+}
+void xent_backward(const float* logits, int64_t N, int64_t ld, int64_t n_valid,
+                   int64_t col_offset, const int32_t* targets, float cap, const float* lse,
+                   float grad_scale, float* dlogits, cudaStream_t stream) {
+  backward(logits, N, ld, n_valid, col_offset, targets, cap, lse, nullptr, grad_scale, dlogits,
+           stream);
+}
+void xent_backward(const float* logits, int64_t N, int64_t ld, int64_t n_valid,
+                   int64_t col_offset, const int32_t* targets, float cap, const float* lse,
+                   float grad_scale, __nv_bfloat16* dlogits, cudaStream_t stream) {
+  backward(logits, N, ld, n_valid, col_offset, targets, cap, lse, nullptr, grad_scale, dlogits,
+           stream);
+}
+void xent_backward(const __nv_bfloat16* logits, int64_t N, int64_t ld, int64_t n_valid,
+                   int64_t col_offset, const int32_t* targets, float cap, const float* lse,
+                   float grad_scale, float* dlogits, cudaStream_t stream) {
+  backward(logits, N, ld, n_valid, col_offset, targets, cap, lse, nullptr, grad_scale, dlogits,
+           stream);
+}
+void xent_backward(const __nv_bfloat16* logits, int64_t N, int64_t ld, int64_t n_valid,
+                   int64_t col_offset, const int32_t* targets, float cap, const float* lse,
+                   float grad_scale, __nv_bfloat16* dlogits, cudaStream_t stream) {
+  backward(logits, N, ld, n_valid, col_offset, targets, cap, lse, nullptr, grad_scale, dlogits,
+           stream);
+}
+
+void xent_rescale(float* row_sumexp, const float* row_max, const float* global_max, int64_t N,
+                  cudaStream_t stream) {
+  if (N == 0) return;
+  xent_rescale_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(row_sumexp, row_max,
+                                                                      global_max, N);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+void xent_finish(const float* row_max, const float* row_sumexp, const float* target_z,
+                 float* lse, float* loss, int64_t N, cudaStream_t stream) {
+  if (N == 0) return;
+  xent_finish_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(row_max, row_sumexp,
+                                                                     target_z, lse, loss, N);
   VT_CUDA_CHECK_LAUNCH();
 }
 

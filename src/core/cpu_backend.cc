@@ -389,9 +389,6 @@ int cuda_device_count_or_zero() {
 
 #if !VTRAIN_HAS_CUDA
 std::unique_ptr<Backend> make_cuda_backend() { return nullptr; }
-#else
-// TEMPORARY until src/core/cuda_backend.cc lands (remove at that merge).
-__attribute__((weak)) std::unique_ptr<Backend> make_cuda_backend() { return nullptr; }
-#endif
+#endif  // with CUDA: src/core/cuda_backend.cc
 
 }  // namespace vt

@@ -1,8 +1,10 @@
 // NcclCommunicator (kernels/nccl_communicator.cu) with one rank (MPI_COMM_SELF): every
 // collective is the identity (all_gather and reduce_scatter copy), barrier returns. Multi-rank
 // checks need mpirun and several GPUs and belong in tests/mpi once GPU runners exist.
-// Point-to-point is not tested here: a blocking send to oneself waits for a recv that is never
-// posted. Skips without a CUDA device (MPI is initialized only when a device is present).
+// The Tensor calls run on device tensors of the CUDA backend and on host tensors (staged through
+// device memory), in f32 and bf16.
+// Blocking point-to-point is not tested here: a blocking send to oneself waits for a recv that is
+// never posted (a deferred send followed by its recv is). Skips without a CUDA device (MPI is initialized only when a device is present).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -10,6 +12,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/backend.h"
+#include "core/tensor.h"
+#include "kernels/cuda_backend.cuh"
 #include "kernels/cuda_util_attn.cuh"
 #include "kernels/nccl_communicator.cuh"
 
@@ -99,6 +104,61 @@ TEST(GpuNccl, OneRankCollectivesAreIdentity) {
   EXPECT_EQ(out2.get(), f);
 
   comm.barrier();
+}
+
+// One rank: all_reduce and broadcast are identities (returned early), all_gather and
+// reduce_scatter are NCCL copies in the tensor's own dtype; values must come back unchanged.
+TEST(GpuNccl, OneRankTensorCallsKeepValues) {
+  SKIP_WITHOUT_GPU();
+  vt::set_device_backend(vt::make_cuda_backend());
+  {
+    vt::NcclCommunicator comm(MPI_COMM_SELF);
+    const size_t n = 1000;
+    std::vector<float> f(n);  // exact in bf16: multiples of 0.5 in [-16, 15.5]
+    for (size_t i = 0; i < n; ++i) f[i] = float(i % 64) * 0.5f - 16.0f;
+    for (vt::DType dt : {vt::DType::kF32, vt::DType::kBF16}) {
+      for (vt::Device dev : {vt::Device::kCUDA, vt::Device::kCPU}) {
+        SCOPED_TRACE(testing::Message() << vt::dtype_name(dt) << " on "
+                                        << (dev == vt::Device::kCUDA ? "device" : "host"));
+        const vt::Tensor a =
+            vt::Tensor::from_host(f.data(), {int64_t(n)}, vt::Device::kCPU).to(dev, dt);
+        comm.all_reduce_sum(a);
+        comm.all_reduce_max(a);
+        comm.broadcast(a, 0);
+        EXPECT_EQ(a.to_host_f32(), f);
+        const vt::Tensor out = vt::Tensor::zeros({int64_t(n)}, dt, dev);
+        comm.all_gather(a, out);
+        EXPECT_EQ(out.to_host_f32(), f);
+        const vt::Tensor out2 = vt::Tensor::zeros({int64_t(n)}, dt, dev);
+        comm.reduce_scatter_sum(a, out2);
+        EXPECT_EQ(out2.to_host_f32(), f);
+      }
+    }
+    // A deferred send to oneself goes out in one NCCL group with the recv that matches it (a
+    // blocking send to oneself would wait forever; so would two deferred sends to oneself before
+    // their recvs, since the first recv's group would hold an unmatched self-send). The source
+    // may be overwritten right after send_async.
+    for (vt::Device dev : {vt::Device::kCUDA, vt::Device::kCPU}) {
+      for (int rep = 0; rep < 2; ++rep) {
+        vt::Tensor a = vt::Tensor::from_host(f.data(), {int64_t(n)}, vt::Device::kCPU).to(dev);
+        comm.send_async(a, 0, 1);
+        a.zero_();
+        const vt::Tensor r = vt::Tensor::zeros({int64_t(n)}, vt::DType::kF32, dev);
+        comm.recv(r, 0, 1);
+        comm.wait_sends();
+        EXPECT_EQ(r.to_host_f32(), f);
+      }
+    }
+    // Device work queued on the backend's stream right before a collective is seen by it.
+    comm.set_stream(vt::cuda_backend_stream());
+    const vt::Tensor d = vt::Tensor::zeros({int64_t(n)}, vt::DType::kF32, vt::Device::kCUDA);
+    d.copy_from(vt::Tensor::view(const_cast<float*>(f.data()), {int64_t(n)}));
+    const vt::Tensor g = vt::Tensor::zeros({int64_t(n)}, vt::DType::kF32, vt::Device::kCUDA);
+    comm.all_gather(d, g);
+    EXPECT_EQ(g.to_host_f32(), f);
+  }
+  vt::backend(vt::Device::kCUDA).synchronize();
+  vt::set_device_backend(nullptr);
 }
 
 }  // namespace

@@ -1,0 +1,104 @@
+// Small elementwise kernels (see elementwise.cuh).
+#include "kernels/elementwise.cuh"
+
+#include <cstdint>
+
+#include "kernels/block_reduce.cuh"
+#include "kernels/cuda_check.cuh"
+
+namespace vt::cuda {
+namespace {
+
+using detail::from_f32;
+using detail::to_f32;
+
+constexpr int kThreads = 256;
+
+__global__ void add_scalar_kernel(float* t, int64_t index, float value) { t[index] += value; }
+
+// Tiled transpose: a 32x32 tile of x is read with coalesced rows into shared memory (padded to
+// 33 columns against bank conflicts) and written back as coalesced rows of y. Blocks of 32x8
+// threads; grid-stride loops over the tiles in both directions (grid.y is capped at 65535).
+constexpr int kTile = 32, kTileRows = 8;
+
+template <class E>
+__global__ void transpose_kernel(const E* __restrict__ x, E* __restrict__ y, int64_t rows,
+                                 int64_t cols) {
+  __shared__ E tile[kTile][kTile + 1];
+  const int64_t tiles_c = (cols + kTile - 1) / kTile, tiles_r = (rows + kTile - 1) / kTile;
+  for (int64_t tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
+    for (int64_t tc = blockIdx.x; tc < tiles_c; tc += gridDim.x) {
+      const int64_t r0 = tr * kTile, c0 = tc * kTile;
+      for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+        const int64_t r = r0 + j, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[j][threadIdx.x] = x[r * cols + c];
+      }
+      __syncthreads();
+      // y row = x column c0 + j, y column = x row r0 + threadIdx.x.
+      for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+        const int64_t yr = c0 + j, yc = r0 + threadIdx.x;
+        if (yr < cols && yc < rows) y[yr * rows + yc] = tile[threadIdx.x][j];
+      }
+      __syncthreads();  // the tile is reused by the next iteration
+    }
+  }
+}
+
+template <class T>
+__global__ void scale_matrix_kernel(T* c, int64_t M, int64_t N, int64_t ldc, float beta) {
+  const int64_t total = M * N;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    T* e = c + (i / N) * ldc + (i % N);
+    *e = beta == 0.0f ? from_f32<T>(0.0f) : from_f32<T>(beta * to_f32(*e));
+  }
+}
+
+template <class E>
+void transpose_impl(const E* x, E* y, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  const int64_t tiles_c = (cols + kTile - 1) / kTile, tiles_r = (rows + kTile - 1) / kTile;
+  const dim3 grid(static_cast<unsigned>(tiles_c < 65535 * 16 ? tiles_c : 65535 * 16),
+                  static_cast<unsigned>(tiles_r < 65535 ? tiles_r : 65535));
+  transpose_kernel<E><<<grid, dim3(kTile, kTileRows), 0, stream>>>(x, y, rows, cols);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void scale_matrix_impl(T* c, int64_t M, int64_t N, int64_t ldc, float beta, cudaStream_t stream) {
+  if (M == 0 || N == 0) return;
+  scale_matrix_kernel<T><<<grid_for(M * N, kThreads), kThreads, 0, stream>>>(c, M, N, ldc, beta);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void add_scalar(float* t, int64_t index, float value, cudaStream_t stream) {
+  add_scalar_kernel<<<1, 1, 0, stream>>>(t, index, value);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+// The transpose moves bits: bf16 as 16-bit words, f32 / i32 as 32-bit words.
+void transpose(const float* x, float* y, int64_t rows, int64_t cols, cudaStream_t stream) {
+  transpose_impl(reinterpret_cast<const uint32_t*>(x), reinterpret_cast<uint32_t*>(y), rows, cols,
+                 stream);
+}
+void transpose(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t rows, int64_t cols,
+               cudaStream_t stream) {
+  transpose_impl(reinterpret_cast<const uint16_t*>(x), reinterpret_cast<uint16_t*>(y), rows, cols,
+                 stream);
+}
+void transpose(const int32_t* x, int32_t* y, int64_t rows, int64_t cols, cudaStream_t stream) {
+  transpose_impl(reinterpret_cast<const uint32_t*>(x), reinterpret_cast<uint32_t*>(y), rows, cols,
+                 stream);
+}
+
+void scale_matrix(float* c, int64_t M, int64_t N, int64_t ldc, float beta, cudaStream_t stream) {
+  scale_matrix_impl(c, M, N, ldc, beta, stream);
+}
+void scale_matrix(__nv_bfloat16* c, int64_t M, int64_t N, int64_t ldc, float beta,
+                  cudaStream_t stream) {
+  scale_matrix_impl(c, M, N, ldc, beta, stream);
+}
+
+}  // namespace vt::cuda

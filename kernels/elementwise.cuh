@@ -1,0 +1,30 @@
+// Small elementwise / data-movement kernels of the CUDA backend (src/core/cuda_backend.cc) that
+// belong to no model-op family: a scalar add, a matrix transpose and the in-place scaling of a
+// strided matrix (the K = 0 corner of the GEMM). Device pointers; every launcher enqueues on
+// `stream` and returns. (y += alpha x and y = alpha x are value_axpy / value_mix2 of
+// value_mix.cuh; the fp64 dot products and sums of squares are in reduce.cuh.)
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+namespace vt::cuda {
+
+// t[index] += value (one element, fp32): scalar-parameter gradients without a host round trip.
+void add_scalar(float* t, int64_t index, float value, cudaStream_t stream);
+
+// y (cols, rows) = x (rows, cols)^T, both contiguous row-major. A bit-exact copy of the
+// elements (32x32 tiles through shared memory). y must not overlap x.
+void transpose(const float* x, float* y, int64_t rows, int64_t cols, cudaStream_t stream);
+void transpose(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t rows, int64_t cols,
+               cudaStream_t stream);
+void transpose(const int32_t* x, int32_t* y, int64_t rows, int64_t cols, cudaStream_t stream);
+
+// c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j] for i < M, j < N (what a GEMM with
+// K = 0 leaves in C; beta == 0 writes zeros without reading, so NaNs in C do not survive).
+void scale_matrix(float* c, int64_t M, int64_t N, int64_t ldc, float beta, cudaStream_t stream);
+void scale_matrix(__nv_bfloat16* c, int64_t M, int64_t N, int64_t ldc, float beta,
+                  cudaStream_t stream);
+
+}  // namespace vt::cuda

@@ -1,0 +1,52 @@
+// Muon elementwise kernels (see optim_update.cuh): grid-stride loops, fp32 math with the
+// coefficients the CPU forms (float(momentum), float(1 - momentum), float(1 - lr*wd),
+// float(lr*scale)).
+#include "kernels/optim_update.cuh"
+
+#include "kernels/cuda_check.cuh"
+
+namespace vt::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// g and u are not __restrict__: u may alias g (each element is read before it is written, by
+// the same thread).
+__global__ void muon_momentum_kernel(const float* g, float* buf, float* u, int64_t n, float mo,
+                                     float om) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float gi = g[i];
+    const float bi = mo * buf[i] + om * gi;
+    buf[i] = bi;
+    u[i] = om * gi + mo * bi;
+  }
+}
+
+__global__ void muon_apply_kernel(float* p, const float* x, int64_t n, float decay, float step) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    p[i] = p[i] * decay - step * x[i];
+}
+
+}  // namespace
+
+void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momentum,
+                   cudaStream_t stream) {
+  if (n == 0) return;
+  const float mo = static_cast<float>(momentum);
+  const float om = static_cast<float>(1.0 - momentum);
+  muon_momentum_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(g, buf, u, n, mo, om);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
+                cudaStream_t stream) {
+  if (n == 0) return;
+  const float decay = static_cast<float>(1.0 - lr * weight_decay);
+  const float step = static_cast<float>(lr * scale);
+  muon_apply_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(p, x, n, decay, step);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace vt::cuda

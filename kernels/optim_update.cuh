@@ -1,0 +1,19 @@
+// Muon's elementwise pieces on the GPU, the same float operations as vt::optim::muon_momentum and
+// vt::optim::muon_apply (src/optim/muon.cc); the Newton-Schulz orthogonalization between them is
+// GEMMs. n contiguous fp32 elements, device pointers, fp64 hyperparameters converted to fp32 on
+// the host exactly as the CPU does. (AdamW is kernels/adamw.cuh.)
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace vt::cuda {
+
+// buf = m*buf + (1-m)*g; u = (1-m)*g + m*buf (the new buf). u may alias g.
+void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momentum,
+                   cudaStream_t stream);
+// p = p*(1 - lr*wd) - lr*scale*x.
+void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
+                cudaStream_t stream);
+
+}  // namespace vt::cuda

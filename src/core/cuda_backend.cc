@@ -1,0 +1,823 @@
+// The CUDA backend: every Backend method (core/backend.h) on the GPU, with the semantics of the
+// CPU reference (cpu_backend.cc) computed by the kernels of kernels/ (host launchers declared in
+// kernels/*.cuh; this file is host C++ compiled into vtrain_lib, which links vtrain_cuda).
+//
+// Execution model. The backend owns one non-default CUDA stream and enqueues everything on it:
+// kernels, cuBLASLt GEMMs, copies, memsets, stream-ordered allocations and frees. Consecutive
+// ops are therefore ordered by the stream alone and calls return without waiting, except:
+//   - copy_bytes host<->device (synchronizes, so the host buffer may be reused or freed as soon
+//     as the call returns, and device-to-host data is there when it returns),
+//   - dot / sum_squares (return a number: the fp64 result is copied to pinned host memory, then
+//     the stream is synchronized),
+//   - synchronize().
+// The stream is created as a *blocking* stream (cudaStreamDefault flags): work issued on the
+// legacy default stream (plain cudaMemcpy, libraries that use stream 0) is still ordered with it,
+// which keeps code outside this backend that touches tensor memory directly safe.
+// NcclCommunicator orders its collectives with this stream through cuda_backend_stream()
+// (kernels/cuda_backend.cuh; see kernels/nccl_communicator.cu).
+//
+// Memory. alloc() is cudaMallocAsync + cudaMemsetAsync(0) on the stream (zeroed, from the
+// device's default memory pool, whose release threshold is raised so freed blocks stay cached
+// instead of going back to the driver at every synchronization); release() is cudaFreeAsync on
+// the stream, so memory is recycled only after every op queued before the release has run.
+// bytes_in_use/peak_bytes count what alloc() handed out (64-byte rounded, like the CPU backend),
+// not the backend's own scratch (cuBLASLt workspace, attention-backward workspace, reduction
+// scratch, fp32 temporaries of mixed-dtype calls).
+//
+// Dtypes. Activations are f32 or bf16. When all activation arguments of a call share one dtype
+// the f32 or bf16 kernel runs directly; a call mixing f32 and bf16 activations (which the CPU
+// backend accepts) widens its bf16 arguments into fp32 temporaries, runs the fp32 kernel and
+// rounds the outputs back to bf16: exactly what the CPU backend does (fp32 math on widened
+// inputs, one rounding of each bf16 output). rstd, lse, gates, cross-entropy statistics,
+// parameters, gradients and optimizer states are f32.
+//
+// Differences from the CPU backend that tests must allow for: summation orders (block
+// reductions instead of sequential loops; row sums in fp32 where the CPU uses fp64 in
+// xent_partial, rmsnorm and gated_mix_backward's gate gradient), cuBLASLt instead of OpenBLAS,
+// and fused multiply-adds chosen by nvcc. Every op is deterministic run to run (no atomics:
+// embedding_backward adds repeated ids in id order, like the CPU).
+//
+// Threads. Ops may be called from any host thread (each call makes the backend's device current
+// on the calling thread first); calls from several threads are all ordered by the one stream,
+// allocation bookkeeping, the reduction result and the attention workspace are guarded by
+// mutexes. A Tensor must not outlive the backend that allocated it.
+#if VTRAIN_HAS_CUDA
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/backend.h"
+#include "core/check.h"
+#include "kernels/activation.cuh"
+#include "kernels/adamw.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/cast.cuh"
+#include "kernels/cuda_backend.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/gemm.cuh"
+#include "kernels/optim_update.cuh"
+#include "kernels/reduce.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/rope.cuh"
+#include "kernels/value_mix.cuh"
+#include "kernels/xent.cuh"
+
+namespace vt {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+float* f32p(const Tensor& t) { return static_cast<float*>(t.raw()); }
+bf16* bf16p(const Tensor& t) { return static_cast<bf16*>(t.raw()); }
+
+float* f32_of(const Tensor& t) {
+  VT_CHECK_MSG(t.dtype() == DType::kF32,
+               "cuda backend: expected an f32 tensor, got " << dtype_name(t.dtype()));
+  return f32p(t);
+}
+const int32_t* ids_of(const Tensor& t) {
+  VT_CHECK_MSG(t.dtype() == DType::kI32, "cuda backend: ids must be i32");
+  return static_cast<const int32_t*>(t.raw());
+}
+void need_float(const Tensor& t) {
+  VT_CHECK_MSG(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16,
+               "cuda backend: expected an f32 or bf16 tensor, got " << dtype_name(t.dtype()));
+}
+
+// The common dtype of a call's activation arguments, or kMixed.
+enum class Mix { kF32, kBF16, kMixed };
+Mix mix_of(std::initializer_list<const Tensor*> ts) {
+  bool all_f32 = true, all_bf16 = true;
+  for (const Tensor* t : ts) {
+    need_float(*t);
+    all_f32 = all_f32 && t->dtype() == DType::kF32;
+    all_bf16 = all_bf16 && t->dtype() == DType::kBF16;
+  }
+  return all_f32 ? Mix::kF32 : (all_bf16 ? Mix::kBF16 : Mix::kMixed);
+}
+
+// The device each backend op runs on is made current on the calling thread once per thread
+// (cudaSetDevice is per host thread). Only this backend and NcclCommunicator set the device,
+// and both pick the same one, so the cached value stays true.
+thread_local int tl_current_device = -1;
+
+// An fp32 device view of an f32 or bf16 tensor for the mixed-dtype path: the tensor's own memory
+// when it is f32; for bf16, a stream-ordered fp32 temporary, widened from the tensor when
+// `reads`, rounded back into it (round to nearest even) when `writes` and the view closes.
+class F32View {
+ public:
+  F32View(const Tensor& t, bool reads, bool writes, cudaStream_t s)
+      : t_(t), writes_(writes), s_(s) {
+    need_float(t);
+    if (t.dtype() == DType::kF32) {
+      p_ = f32p(t);
+      return;
+    }
+    owned_ = true;
+    const size_t bytes = std::max<size_t>(sizeof(float), sizeof(float) * size_t(t.numel()));
+    VT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p_), bytes, s_));
+    if (reads) cuda::cast_bf16_to_f32(bf16p(t), p_, t.numel(), s_);
+  }
+  ~F32View() {
+    if (!owned_) return;
+    if (writes_) cuda::cast_f32_to_bf16(p_, bf16p(t_), t_.numel(), s_);
+    VT_CUDA_CHECK(cudaFreeAsync(p_, s_));
+  }
+  F32View(const F32View&) = delete;
+  F32View& operator=(const F32View&) = delete;
+  float* p() const { return p_; }
+
+ private:
+  Tensor t_;
+  bool writes_;
+  cudaStream_t s_;
+  bool owned_ = false;
+  float* p_ = nullptr;
+};
+
+// One process per GPU: the device is the node-local rank modulo the number of visible devices.
+// The local rank is OMPI_COMM_WORLD_LOCAL_RANK (set by Open MPI's mpirun for every process of a
+// node), else 0 (a single process, or a launcher that already restricts CUDA_VISIBLE_DEVICES to
+// one GPU per process, where the count is 1 and every rank maps to device 0). NcclCommunicator
+// applies the same rule, so the backend and NCCL agree on the device.
+int select_device() {
+  const int count = cuda::cuda_device_count();
+  VT_CHECK_MSG(count > 0,
+               "the CUDA backend needs a CUDA device, and none is usable (no GPU or no driver); "
+               "run with --device cpu, or --device emulated for the device emulator");
+  int local = 0;
+  if (const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) local = std::atoi(env);
+  if (local < 0) local = 0;
+  return local % count;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    device_ = select_device();
+    VT_CUDA_CHECK(cudaSetDevice(device_));
+    tl_current_device = device_;
+    int pools = 0;
+    VT_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_));
+    VT_CHECK_MSG(pools != 0, "the CUDA backend needs stream-ordered allocation (memory pools), "
+                             "which device " << device_ << " does not support");
+    VT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
+    // Keep freed blocks in the pool (the default threshold 0 returns them to the driver at
+    // every synchronization, making the next cudaMallocAsync an expensive driver call).
+    cudaMemPool_t pool = nullptr;
+    VT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+    uint64_t keep = std::numeric_limits<uint64_t>::max();
+    VT_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    gemm_ = std::make_unique<cuda::Gemm>();
+    VT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&reduce_scratch_),
+                             sizeof(double) * (cuda::kReduceBlocks + 1)));
+    VT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&reduce_host_), sizeof(double)));
+  }
+
+  // May run from a static destructor at exit, after the CUDA runtime has started to unload:
+  // errors are ignored here.
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    if (attn_ws_) cudaFreeAsync(attn_ws_, stream_);
+    cudaStreamSynchronize(stream_);
+    gemm_.reset();
+    cudaFree(reduce_scratch_);
+    cudaFreeHost(reduce_host_);
+    cudaStreamDestroy(stream_);
+  }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const char* name() const override { return "cuda"; }
+  cudaStream_t stream() const { return stream_; }
+
+  // ---------------------------------------------------------------------------------------------
+  // Memory
+
+  void* alloc(size_t bytes) override {
+    on_device();
+    const size_t a = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+    void* p = nullptr;
+    const cudaError_t err = cudaMallocAsync(&p, a, stream_);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      VT_CHECK_MSG(false, "cuda: out of device memory allocating "
+                              << bytes << " bytes (" << bytes_in_use()
+                              << " bytes in use by tensors, device " << free_b << " free of "
+                              << total_b << ")");
+    }
+    VT_CUDA_CHECK(err);
+    VT_CHECK_MSG(reinterpret_cast<uintptr_t>(p) % 64 == 0, "cuda: allocation not 64-byte aligned");
+    VT_CUDA_CHECK(cudaMemsetAsync(p, 0, a, stream_));
+    std::lock_guard<std::mutex> lock(mem_mu_);
+    sizes_[p] = a;
+    in_use_ += a;
+    peak_ = std::max(peak_, in_use_);
+    return p;
+  }
+
+  void release(void* p) override {
+    if (!p) return;
+    {
+      std::lock_guard<std::mutex> lock(mem_mu_);
+      auto it = sizes_.find(p);
+      VT_CHECK_MSG(it != sizes_.end(), "cuda: release of memory this backend did not allocate");
+      in_use_ -= it->second;
+      sizes_.erase(it);
+    }
+    on_device();
+    // Stream-ordered: the block is reused only after everything queued before this point.
+    const cudaError_t err = cudaFreeAsync(p, stream_);
+    if (err != cudaErrorCudartUnloading) VT_CUDA_CHECK(err);
+  }
+
+  void fill_zero(void* p, size_t bytes) override {
+    if (bytes == 0) return;
+    on_device();
+    VT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  }
+
+  void copy_bytes(void* dst, const void* src, size_t bytes, CopyKind kind) override {
+    if (bytes == 0) return;
+    on_device();
+    switch (kind) {
+      case CopyKind::kHostToDevice:
+        VT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+        VT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may go on return
+        break;
+      case CopyKind::kDeviceToHost:
+        VT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+        VT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the data is there on return
+        break;
+      case CopyKind::kDeviceToDevice:
+        VT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+        break;
+    }
+  }
+
+  void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+               size_t rows) override {
+    if (width == 0 || rows == 0) return;
+    on_device();
+    VT_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows,
+                                    cudaMemcpyDeviceToDevice, stream_));
+  }
+
+  void synchronize() override {
+    on_device();
+    VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  size_t bytes_in_use() const override {
+    std::lock_guard<std::mutex> lock(mem_mu_);
+    return in_use_;
+  }
+  size_t peak_bytes() const override {
+    std::lock_guard<std::mutex> lock(mem_mu_);
+    return peak_;
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mem_mu_);
+    peak_ = in_use_;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Dense algebra
+
+  void gemm(const GemmArgs& g) override {
+    on_device();
+    const DType ta = g.A.dtype(), tb = g.B.dtype(), tc = g.C.dtype();
+    VT_CHECK_MSG(ta == tb, "gemm: A and B must have one dtype");
+    VT_CHECK_MSG((ta == DType::kF32 && tc == DType::kF32) ||
+                     (ta == DType::kBF16 && (tc == DType::kBF16 || tc == DType::kF32)),
+                 "gemm: supported dtypes are f32 x f32 -> f32 and bf16 x bf16 -> bf16 or f32, got "
+                     << dtype_name(ta) << " x " << dtype_name(tb) << " -> " << dtype_name(tc));
+    if (g.M == 0 || g.N == 0) return;
+    if (g.K == 0) {  // C = beta * C (cuBLASLt is not asked to handle K = 0)
+      if (tc == DType::kF32)
+        cuda::scale_matrix(f32p(g.C), g.M, g.N, g.ldc, g.beta, stream_);
+      else
+        cuda::scale_matrix(bf16p(g.C), g.M, g.N, g.ldc, g.beta, stream_);
+      return;
+    }
+    cuda::Gemm& mm = *gemm_;
+    if (ta == DType::kF32) {
+      mm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, f32p(g.A), g.lda, f32p(g.B), g.ldb, g.beta,
+         f32p(g.C), g.ldc, stream_);
+    } else if (tc == DType::kBF16) {
+      mm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, bf16p(g.A), g.lda, bf16p(g.B), g.ldb,
+         g.beta, bf16p(g.C), g.ldc, stream_);
+    } else {
+      mm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, bf16p(g.A), g.lda, bf16p(g.B), g.ldb,
+         g.beta, f32p(g.C), g.ldc, stream_);
+    }
+  }
+
+  void cast(const Tensor& y, const Tensor& x) override {
+    on_device();
+    VT_CHECK(y.numel() == x.numel());
+    if (x.numel() == 0) return;
+    if (y.dtype() == x.dtype()) {
+      if (y.raw() != x.raw())
+        VT_CUDA_CHECK(cudaMemcpyAsync(y.raw(), x.raw(), x.nbytes(), cudaMemcpyDeviceToDevice,
+                                      stream_));
+    } else if (x.dtype() == DType::kF32 && y.dtype() == DType::kBF16) {
+      cuda::cast_f32_to_bf16(f32p(x), bf16p(y), x.numel(), stream_);
+    } else if (x.dtype() == DType::kBF16 && y.dtype() == DType::kF32) {
+      cuda::cast_bf16_to_f32(bf16p(x), f32p(y), x.numel(), stream_);
+    } else {
+      VT_CHECK_MSG(false, "cuda: no conversion " << dtype_name(x.dtype()) << " -> "
+                                                 << dtype_name(y.dtype()));
+    }
+  }
+
+  void axpy(const Tensor& y, const Tensor& x, float alpha) override {
+    on_device();
+    const int64_t n = y.numel();
+    switch (mix_of({&y, &x})) {
+      case Mix::kF32: cuda::value_axpy(alpha, f32p(x), f32p(y), n, stream_); break;
+      case Mix::kBF16: cuda::value_axpy(alpha, bf16p(x), bf16p(y), n, stream_); break;
+      case Mix::kMixed: {
+        F32View yv(y, true, true, stream_), xv(x, true, false, stream_);
+        cuda::value_axpy(alpha, xv.p(), yv.p(), n, stream_);
+      }
+    }
+  }
+
+  // y = alpha * x is value_mix2 with no second source; y may alias x (elementwise).
+  void scale_copy(const Tensor& y, const Tensor& x, float alpha) override {
+    on_device();
+    const int64_t n = y.numel();
+    switch (mix_of({&y, &x})) {
+      case Mix::kF32:
+        cuda::value_mix2(alpha, f32p(x), 0.0f, static_cast<const float*>(nullptr), f32p(y), n,
+                         stream_);
+        break;
+      case Mix::kBF16:
+        cuda::value_mix2(alpha, bf16p(x), 0.0f, static_cast<const bf16*>(nullptr), bf16p(y), n,
+                         stream_);
+        break;
+      case Mix::kMixed: {
+        F32View xv(x, true, false, stream_), yv(y, false, true, stream_);
+        cuda::value_mix2(alpha, xv.p(), 0.0f, static_cast<const float*>(nullptr), yv.p(), n,
+                         stream_);
+      }
+    }
+  }
+
+  double dot(const Tensor& a, const Tensor& b) override {
+    on_device();
+    VT_CHECK(a.numel() == b.numel());
+    std::lock_guard<std::mutex> lock(scratch_mu_);
+    double* partials = reduce_scratch_;
+    double* out = reduce_scratch_ + cuda::kReduceBlocks;
+    const int64_t n = a.numel();
+    switch (mix_of({&a, &b})) {
+      case Mix::kF32: cuda::dot(f32p(a), f32p(b), n, partials, out, false, stream_); break;
+      case Mix::kBF16: cuda::dot(bf16p(a), bf16p(b), n, partials, out, false, stream_); break;
+      case Mix::kMixed: {
+        F32View av(a, true, false, stream_), bv(b, true, false, stream_);
+        cuda::dot(av.p(), bv.p(), n, partials, out, false, stream_);
+      }
+    }
+    return fetch_result(out);
+  }
+
+  double sum_squares(const Tensor& x) override {
+    on_device();
+    need_float(x);
+    std::lock_guard<std::mutex> lock(scratch_mu_);
+    double* partials = reduce_scratch_;
+    double* out = reduce_scratch_ + cuda::kReduceBlocks;
+    if (x.dtype() == DType::kF32)
+      cuda::sum_squares(f32p(x), x.numel(), partials, out, false, stream_);
+    else
+      cuda::sum_squares(bf16p(x), x.numel(), partials, out, false, stream_);
+    return fetch_result(out);
+  }
+
+  void add_scalar(const Tensor& t, int64_t index, double value) override {
+    on_device();
+    VT_CHECK(index >= 0 && index < t.numel());
+    cuda::add_scalar(f32_of(t), index, static_cast<float>(value), stream_);
+  }
+
+  void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols) override {
+    on_device();
+    VT_CHECK_MSG(y.dtype() == x.dtype(), "transpose: dtypes differ");
+    VT_CHECK(x.numel() == rows * cols && y.numel() == rows * cols);
+    switch (x.dtype()) {
+      case DType::kF32: cuda::transpose(f32p(x), f32p(y), rows, cols, stream_); break;
+      case DType::kBF16: cuda::transpose(bf16p(x), bf16p(y), rows, cols, stream_); break;
+      case DType::kI32:
+        cuda::transpose(static_cast<const int32_t*>(x.raw()), static_cast<int32_t*>(y.raw()),
+                        rows, cols, stream_);
+        break;
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Model ops
+
+  void rmsnorm(const Tensor& x, const Tensor& y, const Tensor& rstd, int64_t rows, int64_t C,
+               float scale, double eps) override {
+    on_device();
+    float* r = f32_of(rstd);
+    const float e = static_cast<float>(eps);
+    switch (mix_of({&x, &y})) {
+      case Mix::kF32:
+        cuda::rmsnorm_forward(f32p(x), f32p(y), r, rows, C, scale, e, stream_);
+        break;
+      case Mix::kBF16:
+        cuda::rmsnorm_forward(bf16p(x), bf16p(y), r, rows, C, scale, e, stream_);
+        break;
+      case Mix::kMixed: {
+        F32View xv(x, true, false, stream_), yv(y, false, true, stream_);
+        cuda::rmsnorm_forward(xv.p(), yv.p(), r, rows, C, scale, e, stream_);
+      }
+    }
+  }
+
+  void rmsnorm_backward(const Tensor& x, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                        int64_t rows, int64_t C, float scale, bool accumulate) override {
+    on_device();
+    const float* r = f32_of(rstd);
+    switch (mix_of({&x, &dy, &dx})) {
+      case Mix::kF32:
+        cuda::rmsnorm_backward(f32p(x), r, f32p(dy), f32p(dx), rows, C, scale, accumulate,
+                               stream_);
+        break;
+      case Mix::kBF16:
+        cuda::rmsnorm_backward(bf16p(x), r, bf16p(dy), bf16p(dx), rows, C, scale, accumulate,
+                               stream_);
+        break;
+      case Mix::kMixed: {
+        F32View xv(x, true, false, stream_), dyv(dy, true, false, stream_),
+            dxv(dx, accumulate, true, stream_);
+        cuda::rmsnorm_backward(xv.p(), r, dyv.p(), dxv.p(), rows, C, scale, accumulate, stream_);
+      }
+    }
+  }
+
+  void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset,
+            bool backward) override {
+    on_device();
+    const int64_t B = x.dim(0), T = x.dim(1), H = x.dim(2), hd = x.dim(3);
+    switch (mix_of({&x, &y})) {
+      case Mix::kF32:
+        if (backward)
+          cuda::rope_backward(f32p(x), f32p(y), B, T, H, hd, base, pos_offset, stream_);
+        else
+          cuda::rope_forward(f32p(x), f32p(y), B, T, H, hd, base, pos_offset, stream_);
+        break;
+      case Mix::kBF16:
+        if (backward)
+          cuda::rope_backward(bf16p(x), bf16p(y), B, T, H, hd, base, pos_offset, stream_);
+        else
+          cuda::rope_forward(bf16p(x), bf16p(y), B, T, H, hd, base, pos_offset, stream_);
+        break;
+      case Mix::kMixed: {
+        F32View xv(x, true, false, stream_), yv(y, false, true, stream_);
+        if (backward)
+          cuda::rope_backward(xv.p(), yv.p(), B, T, H, hd, base, pos_offset, stream_);
+        else
+          cuda::rope_forward(xv.p(), yv.p(), B, T, H, hd, base, pos_offset, stream_);
+      }
+    }
+  }
+
+  static cuda::AttnShape shape_of(const Tensor& q, const Tensor& k, int64_t window) {
+    cuda::AttnShape s;
+    s.B = q.dim(0);
+    s.T = q.dim(1);
+    s.H = q.dim(2);
+    s.hd = q.dim(3);
+    s.Hkv = k.dim(2);
+    s.window = window;
+    return s;
+  }
+
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                 const Tensor& lse, int64_t window, float scale) override {
+    on_device();
+    if (q.numel() == 0) return;  // the kernels require every dimension >= 1
+    const cuda::AttnShape s = shape_of(q, k, window);
+    float* l = f32_of(lse);
+    switch (mix_of({&q, &k, &v, &out})) {
+      case Mix::kF32:
+        cuda::attention_forward(f32p(q), f32p(k), f32p(v), f32p(out), l, s, scale, stream_);
+        break;
+      case Mix::kBF16:
+        cuda::attention_forward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, s, scale, stream_);
+        break;
+      case Mix::kMixed: {
+        F32View qv(q, true, false, stream_), kv(k, true, false, stream_),
+            vv(v, true, false, stream_), ov(out, false, true, stream_);
+        cuda::attention_forward(qv.p(), kv.p(), vv.p(), ov.p(), l, s, scale, stream_);
+      }
+    }
+  }
+
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                          const Tensor& dk, const Tensor& dv, int64_t window,
+                          float scale) override {
+    on_device();
+    if (q.numel() == 0) return;
+    const cuda::AttnShape s = shape_of(q, k, window);
+    const float* l = f32_of(lse);
+    // The workspace is reused by every call: safe because all calls are ordered on stream_.
+    std::lock_guard<std::mutex> lock(scratch_mu_);
+    void* ws = attention_workspace(cuda::attention_backward_workspace_bytes(s));
+    switch (mix_of({&q, &k, &v, &out, &dout, &dq, &dk, &dv})) {
+      case Mix::kF32:
+        cuda::attention_backward(f32p(q), f32p(k), f32p(v), f32p(out), l, f32p(dout), f32p(dq),
+                                 f32p(dk), f32p(dv), s, scale, ws, stream_);
+        break;
+      case Mix::kBF16:
+        cuda::attention_backward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, bf16p(dout),
+                                 bf16p(dq), bf16p(dk), bf16p(dv), s, scale, ws, stream_);
+        break;
+      case Mix::kMixed: {
+        F32View qv(q, true, false, stream_), kv(k, true, false, stream_),
+            vv(v, true, false, stream_), ov(out, true, false, stream_),
+            dov(dout, true, false, stream_), dqv(dq, false, true, stream_),
+            dkv(dk, false, true, stream_), dvv(dv, false, true, stream_);
+        cuda::attention_backward(qv.p(), kv.p(), vv.p(), ov.p(), l, dov.p(), dqv.p(), dkv.p(),
+                                 dvv.p(), s, scale, ws, stream_);
+      }
+    }
+  }
+
+  void relu2(const Tensor& x, const Tensor& y) override {
+    on_device();
+    const int64_t n = x.numel();
+    switch (mix_of({&x, &y})) {
+      case Mix::kF32: cuda::relu2_forward(f32p(x), f32p(y), n, stream_); break;
+      case Mix::kBF16: cuda::relu2_forward(bf16p(x), bf16p(y), n, stream_); break;
+      case Mix::kMixed: {
+        F32View xv(x, true, false, stream_), yv(y, false, true, stream_);
+        cuda::relu2_forward(xv.p(), yv.p(), n, stream_);
+      }
+    }
+  }
+
+  void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
+                      bool accumulate) override {
+    on_device();
+    const int64_t n = x.numel();
+    switch (mix_of({&x, &dy, &dx})) {
+      case Mix::kF32:
+        cuda::relu2_backward(f32p(x), f32p(dy), f32p(dx), n, accumulate, stream_);
+        break;
+      case Mix::kBF16:
+        cuda::relu2_backward(bf16p(x), bf16p(dy), bf16p(dx), n, accumulate, stream_);
+        break;
+      case Mix::kMixed: {
+        F32View xv(x, true, false, stream_), dyv(dy, true, false, stream_),
+            dxv(dx, accumulate, true, stream_);
+        cuda::relu2_backward(xv.p(), dyv.p(), dxv.p(), n, accumulate, stream_);
+      }
+    }
+  }
+
+  void embedding(const Tensor& table, int64_t row_begin, const Tensor& ids,
+                 const Tensor& out) override {
+    on_device();
+    const float* tab = f32_of(table);
+    const int64_t rows = table.dim(0), C = table.dim(-1), N = ids.numel();
+    need_float(out);
+    if (out.dtype() == DType::kF32)
+      cuda::embedding_forward(tab, row_begin, rows, C, ids_of(ids), N, f32p(out), stream_);
+    else
+      cuda::embedding_forward(tab, row_begin, rows, C, ids_of(ids), N, bf16p(out), stream_);
+  }
+
+  // Deterministic, in id order (see embedding.cuh).
+  void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_begin,
+                          const Tensor& dtable) override {
+    on_device();
+    float* dt = f32_of(dtable);
+    const int64_t rows = dtable.dim(0), C = dtable.dim(-1), N = ids.numel();
+    need_float(dout);
+    if (dout.dtype() == DType::kF32)
+      cuda::embedding_backward(f32p(dout), ids_of(ids), N, row_begin, rows, C, dt, stream_);
+    else
+      cuda::embedding_backward(bf16p(dout), ids_of(ids), N, row_begin, rows, C, dt, stream_);
+  }
+
+  void xent_partial(const XentArgs& x, const Tensor& row_max, const Tensor& row_sumexp,
+                    const Tensor& target_z) override {
+    on_device();
+    const int64_t ld = x.logits.dim(-1), N = x.logits.numel() / ld;
+    need_float(x.logits);
+    if (x.logits.dtype() == DType::kF32)
+      cuda::xent_partial_forward(f32p(x.logits), N, ld, x.n_valid, x.col_offset,
+                                 ids_of(x.targets), x.cap, f32_of(row_max), f32_of(row_sumexp),
+                                 f32_of(target_z), stream_);
+    else
+      cuda::xent_partial_forward(bf16p(x.logits), N, ld, x.n_valid, x.col_offset,
+                                 ids_of(x.targets), x.cap, f32_of(row_max), f32_of(row_sumexp),
+                                 f32_of(target_z), stream_);
+  }
+
+  void xent_rescale(const Tensor& row_sumexp, const Tensor& row_max,
+                    const Tensor& global_max) override {
+    on_device();
+    cuda::xent_rescale(f32_of(row_sumexp), f32_of(row_max), f32_of(global_max),
+                       row_sumexp.numel(), stream_);
+  }
+
+  void xent_finish(const Tensor& row_max, const Tensor& row_sumexp, const Tensor& target_z,
+                   const Tensor& lse, const Tensor& loss) override {
+    on_device();
+    cuda::xent_finish(f32_of(row_max), f32_of(row_sumexp), f32_of(target_z), f32_of(lse),
+                      f32_of(loss), lse.numel(), stream_);
+  }
+
+  void xent_backward(const XentArgs& x, const Tensor& lse, float grad_scale,
+                     const Tensor& dlogits) override {
+    on_device();
+    const int64_t ld = x.logits.dim(-1), N = x.logits.numel() / ld;
+    const float* l = f32_of(lse);
+    const int32_t* t = ids_of(x.targets);
+    switch (mix_of({&x.logits, &dlogits})) {
+      case Mix::kF32:
+        cuda::xent_backward(f32p(x.logits), N, ld, x.n_valid, x.col_offset, t, x.cap, l,
+                            grad_scale, f32p(dlogits), stream_);
+        break;
+      case Mix::kBF16:
+        cuda::xent_backward(bf16p(x.logits), N, ld, x.n_valid, x.col_offset, t, x.cap, l,
+                            grad_scale, bf16p(dlogits), stream_);
+        break;
+      case Mix::kMixed:  // the kernels take any (logits, dlogits) dtype pair directly
+        if (x.logits.dtype() == DType::kF32)
+          cuda::xent_backward(f32p(x.logits), N, ld, x.n_valid, x.col_offset, t, x.cap, l,
+                              grad_scale, bf16p(dlogits), stream_);
+        else
+          cuda::xent_backward(bf16p(x.logits), N, ld, x.n_valid, x.col_offset, t, x.cap, l,
+                              grad_scale, f32p(dlogits), stream_);
+        break;
+    }
+  }
+
+  void gate_sigmoid(const Tensor& z, float gate_scale) override {
+    on_device();
+    cuda::value_gate_sigmoid(f32_of(z), z.numel(), gate_scale, stream_);
+  }
+
+  // ctx, emb, v: G rows of hd (G = gate.numel()); the gate kernels see them as (G, 1 head, hd).
+  void gated_mix(const Tensor& ctx, const Tensor& emb, const Tensor& gate,
+                 const Tensor& v) override {
+    on_device();
+    const float* g = f32_of(gate);
+    const int64_t G = gate.numel();
+    if (G == 0) return;
+    const int64_t hd = v.numel() / G;
+    switch (mix_of({&ctx, &emb, &v})) {
+      case Mix::kF32:
+        cuda::value_gated_mix(f32p(ctx), f32p(emb), g, f32p(v), G, 1, hd, stream_);
+        break;
+      case Mix::kBF16:
+        cuda::value_gated_mix(bf16p(ctx), bf16p(emb), g, bf16p(v), G, 1, hd, stream_);
+        break;
+      case Mix::kMixed: {
+        F32View cv(ctx, true, false, stream_), ev(emb, true, false, stream_),
+            vv(v, false, true, stream_);
+        cuda::value_gated_mix(cv.p(), ev.p(), g, vv.p(), G, 1, hd, stream_);
+      }
+    }
+  }
+
+  void gated_mix_backward(const Tensor& dv, const Tensor& emb, const Tensor& gate,
+                          const Tensor& demb, const Tensor& dgate) override {
+    on_device();
+    const float* g = f32_of(gate);
+    float* dg = f32_of(dgate);
+    const int64_t G = gate.numel();
+    if (G == 0) return;
+    const int64_t hd = dv.numel() / G;
+    switch (mix_of({&dv, &emb, &demb})) {
+      case Mix::kF32:
+        cuda::value_gated_mix_backward(f32p(dv), f32p(emb), g, f32p(demb), dg, G, 1, hd, stream_);
+        break;
+      case Mix::kBF16:
+        cuda::value_gated_mix_backward(bf16p(dv), bf16p(emb), g, bf16p(demb), dg, G, 1, hd,
+                                       stream_);
+        break;
+      case Mix::kMixed: {
+        F32View dvv(dv, true, false, stream_), ev(emb, true, false, stream_),
+            dev(demb, false, true, stream_);
+        cuda::value_gated_mix_backward(dvv.p(), ev.p(), g, dev.p(), dg, G, 1, hd, stream_);
+      }
+    }
+  }
+
+  void gate_sigmoid_backward(const Tensor& gate, const Tensor& dgate, float gate_scale,
+                             const Tensor& dz) override {
+    on_device();
+    need_float(dz);
+    if (dz.dtype() == DType::kF32)
+      cuda::value_gate_sigmoid_backward(f32_of(gate), f32_of(dgate), gate_scale, f32p(dz),
+                                        gate.numel(), stream_);
+    else
+      cuda::value_gate_sigmoid_backward(f32_of(gate), f32_of(dgate), gate_scale, bf16p(dz),
+                                        gate.numel(), stream_);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Optimizer updates (fp32; the kernels form the coefficients in fp64 on the host and apply
+  // them in fp32, exactly as optim::adamw_update / muon_momentum / muon_apply do)
+
+  void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                    const AdamWStepArgs& a) override {
+    on_device();
+    VT_CHECK_MSG(a.t >= 1, "AdamW step count must be >= 1, got " << a.t);
+    cuda::adamw_update(f32_of(p), f32_of(g), f32_of(m), f32_of(v), p.numel(), a.lr, a.beta1,
+                       a.beta2, a.weight_decay, a.eps, a.t, stream_);
+  }
+
+  void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u,
+                     double momentum) override {
+    on_device();
+    cuda::muon_momentum(f32_of(g), f32_of(buf), f32_of(u), g.numel(), momentum, stream_);
+  }
+
+  void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay,
+                  double scale) override {
+    on_device();
+    cuda::muon_apply(f32_of(p), f32_of(x), p.numel(), lr, weight_decay, scale, stream_);
+  }
+
+ private:
+  void on_device() const {
+    if (tl_current_device != device_) {
+      VT_CUDA_CHECK(cudaSetDevice(device_));
+      tl_current_device = device_;
+    }
+  }
+
+  // The reduction result at `out` (device) -> host; synchronizes the stream. scratch_mu_ held.
+  double fetch_result(const double* out) {
+    VT_CUDA_CHECK(cudaMemcpyAsync(reduce_host_, out, sizeof(double), cudaMemcpyDeviceToHost,
+                                  stream_));
+    VT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return *reduce_host_;
+  }
+
+  // The attention-backward workspace, grown (stream-ordered) when a call needs more. The old
+  // block is freed on the stream, after the calls that used it. scratch_mu_ held.
+  void* attention_workspace(size_t bytes) {
+    bytes = std::max<size_t>(bytes, 256);
+    if (bytes > attn_ws_bytes_) {
+      if (attn_ws_) VT_CUDA_CHECK(cudaFreeAsync(attn_ws_, stream_));
+      attn_ws_ = nullptr;
+      attn_ws_bytes_ = 0;
+      VT_CUDA_CHECK(cudaMallocAsync(&attn_ws_, bytes, stream_));
+      attn_ws_bytes_ = bytes;
+    }
+    return attn_ws_;
+  }
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::Gemm> gemm_;  // cuBLASLt handle + its workspace
+
+  std::mutex scratch_mu_;              // the reduction scratch and the attention workspace
+  double* reduce_scratch_ = nullptr;   // device: kReduceBlocks partials, then the result
+  double* reduce_host_ = nullptr;      // pinned host copy of the result
+  void* attn_ws_ = nullptr;
+  size_t attn_ws_bytes_ = 0;
+
+  mutable std::mutex mem_mu_;  // the allocation table and counters
+  std::unordered_map<void*, size_t> sizes_;
+  size_t in_use_ = 0, peak_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+cudaStream_t cuda_backend_stream() {
+  if (!has_backend(Device::kCUDA)) return nullptr;
+  auto* cb = dynamic_cast<CudaBackend*>(&backend(Device::kCUDA));
+  return cb ? cb->stream() : nullptr;
+}
+
+}  // namespace vt
+
+#endif  // VTRAIN_HAS_CUDA
