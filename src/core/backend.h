@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -72,6 +73,16 @@ class Backend {
   virtual void scale_copy(const Tensor& y, const Tensor& x, float alpha) = 0;  // y = alpha x
   virtual double dot(const Tensor& a, const Tensor& b) = 0;                   // fp64 sum
   virtual double sum_squares(const Tensor& x) = 0;                            // fp64 sum
+  // sum over tensors of sum_squares(x), combined in list order (one synchronization on a GPU
+  // instead of one per tensor).
+  virtual double sum_squares_list(const std::vector<Tensor>& xs) {
+    double s = 0.0;
+    for (const Tensor& x : xs) s += x.numel() ? sum_squares(x) : 0.0;
+    return s;
+  }
+  // x = x / d elementwise. The host backends divide in double and round once (what the host
+  // Newton-Schulz does); the default multiplies by the fp32 reciprocal (within 1 ulp).
+  virtual void div_scalar(const Tensor& x, double d) { scale_copy(x, x, static_cast<float>(1.0 / d)); }
   // t.flat[index] += value (f32 tensors): scalar-parameter gradients without a host copy.
   virtual void add_scalar(const Tensor& t, int64_t index, double value) = 0;
   // y (cols, rows) = x (rows, cols)^T.

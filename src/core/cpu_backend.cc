@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/ops.h"
 #include "core/bf16.h"
 #include "core/cpu_kernels.h"
 #include "optim/adamw.h"
@@ -172,6 +173,11 @@ class HostBackend : public Backend {
     for (double p : partial) s += p;
     return s;
   }
+  void div_scalar(const Tensor& x, double d) override {
+    InOut xp(x);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      xp.p()[i] = static_cast<float>(static_cast<double>(xp.p()[i]) / d);
+  }
   void add_scalar(const Tensor& t, int64_t index, double value) override {
     f32_of(t)[index] += static_cast<float>(value);
   }
@@ -203,21 +209,11 @@ class HostBackend : public Backend {
     else
       cpu::rope_forward<float>(xp, yp, x.dim(0), x.dim(1), x.dim(2), x.dim(3), base, pos_offset);
   }
-  static cpu::AttnShape shape_of(const Tensor& q, const Tensor& k, int64_t window) {
-    cpu::AttnShape s;
-    s.B = q.dim(0);
-    s.T = q.dim(1);
-    s.H = q.dim(2);
-    s.hd = q.dim(3);
-    s.Hkv = k.dim(2);
-    s.window = window;
-    return s;
-  }
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const Tensor& lse, int64_t window, float scale) override {
     In qp(q), kp(k), vp(v);
     Out op(out);
-    cpu::attention_forward<float>(qp, kp, vp, op, f32_of(lse), shape_of(q, k, window), scale);
+    cpu::attention_forward<float>(qp, kp, vp, op, f32_of(lse), ops::attention_shape(q, k, window), scale);
   }
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& lse, const Tensor& dout, const Tensor& dq,
@@ -226,7 +222,7 @@ class HostBackend : public Backend {
     In qp(q), kp(k), vp(v), op(out), dop(dout);
     Out dqp(dq), dkp(dk), dvp(dv);
     cpu::attention_backward<float>(qp, kp, vp, op, f32_of(lse), dop, dqp, dkp, dvp,
-                                   shape_of(q, k, window), scale);
+                                   ops::attention_shape(q, k, window), scale);
   }
   void relu2(const Tensor& x, const Tensor& y) override {
     In xp(x);

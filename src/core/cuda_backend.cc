@@ -56,6 +56,7 @@
 #include <unordered_map>
 
 #include "core/backend.h"
+#include "core/ops.h"
 #include "core/check.h"
 #include "kernels/activation.cuh"
 #include "kernels/adamw.cuh"
@@ -410,6 +411,25 @@ class CudaBackend final : public Backend {
     return fetch_result(out);
   }
 
+  double sum_squares_list(const std::vector<Tensor>& xs) override {
+    on_device();
+    std::lock_guard<std::mutex> lock(scratch_mu_);
+    double* partials = reduce_scratch_;
+    double* out = reduce_scratch_ + cuda::kReduceBlocks;
+    bool first = true;
+    for (const Tensor& x : xs) {
+      need_float(x);
+      if (x.numel() == 0) continue;
+      if (x.dtype() == DType::kF32)
+        cuda::sum_squares(f32p(x), x.numel(), partials, out, !first, stream_);
+      else
+        cuda::sum_squares(bf16p(x), x.numel(), partials, out, !first, stream_);
+      first = false;
+    }
+    if (first) return 0.0;
+    return fetch_result(out);
+  }
+
   void add_scalar(const Tensor& t, int64_t index, double value) override {
     on_device();
     VT_CHECK(index >= 0 && index < t.numel());
@@ -500,22 +520,12 @@ class CudaBackend final : public Backend {
     }
   }
 
-  static cuda::AttnShape shape_of(const Tensor& q, const Tensor& k, int64_t window) {
-    cuda::AttnShape s;
-    s.B = q.dim(0);
-    s.T = q.dim(1);
-    s.H = q.dim(2);
-    s.hd = q.dim(3);
-    s.Hkv = k.dim(2);
-    s.window = window;
-    return s;
-  }
 
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const Tensor& lse, int64_t window, float scale) override {
     on_device();
     if (q.numel() == 0) return;  // the kernels require every dimension >= 1
-    const cuda::AttnShape s = shape_of(q, k, window);
+    const cuda::AttnShape s = ops::attention_shape(q, k, window);
     float* l = f32_of(lse);
     switch (mix_of({&q, &k, &v, &out})) {
       case Mix::kF32:
@@ -538,7 +548,7 @@ class CudaBackend final : public Backend {
                           float scale) override {
     on_device();
     if (q.numel() == 0) return;
-    const cuda::AttnShape s = shape_of(q, k, window);
+    const cuda::AttnShape s = ops::attention_shape(q, k, window);
     const float* l = f32_of(lse);
     // The workspace is reused by every call: safe because all calls are ordered on stream_.
     std::lock_guard<std::mutex> lock(scratch_mu_);

@@ -111,6 +111,15 @@ double sum_squares(const Tensor& x) {
   return x.numel() == 0 ? 0.0 : on("sum_squares", {&x}).sum_squares(x);
 }
 
+double sum_squares_list(const std::vector<Tensor>& xs) {
+  if (xs.empty()) return 0.0;
+  for (const Tensor& x : xs) {
+    need_float("sum_squares_list", x);
+    VT_CHECK_MSG(x.device() == xs[0].device(), "sum_squares_list: tensors on different devices");
+  }
+  return backend(xs[0].device()).sum_squares_list(xs);
+}
+
 void copy(const Tensor& y, const Tensor& x) {
   VT_CHECK_MSG(y.numel() == x.numel(), "copy: " << y.numel() << " vs " << x.numel() << " elements");
   if (y.numel() == 0) return;
@@ -123,6 +132,12 @@ void copy(const Tensor& y, const Tensor& x) {
     return;
   }
   y.copy_from(x.to(y.device(), y.dtype()));
+}
+
+void div_scalar(const Tensor& x, double d) {
+  need_float("div_scalar", x);
+  if (x.numel() == 0) return;
+  on("div_scalar", {&x}).div_scalar(x, d);
 }
 
 void add_scalar(const Tensor& t, int64_t index, double value) {
@@ -177,6 +192,17 @@ void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset) {
 void rope_backward(const Tensor& dy, const Tensor& dx, double base, int64_t pos_offset) {
   VT_CHECK(dy.ndim() == 4 && dx.numel() == dy.numel() && dy.dim(3) % 2 == 0);
   on("rope_backward", {&dy, &dx}).rope(dy, dx, base, pos_offset, true);
+}
+
+cpu::AttnShape attention_shape(const Tensor& q, const Tensor& k, int64_t window) {
+  cpu::AttnShape s;
+  s.B = q.dim(0);
+  s.T = q.dim(1);
+  s.H = q.dim(2);
+  s.hd = q.dim(3);
+  s.Hkv = k.dim(2);
+  s.window = window;
+  return s;
 }
 
 static void check_attn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse) {

@@ -5,6 +5,7 @@
 // norms' rstd, attention's lse and the cross-entropy statistics are f32.
 #pragma once
 #include "core/backend.h"
+#include "core/cpu_kernels.h"
 #include "core/tensor.h"
 
 namespace vt::ops {
@@ -25,8 +26,12 @@ void scale_copy(const Tensor& y, const Tensor& x, float alpha);
 // sum(a * b) and sum(x^2) in double (synchronizes with the device).
 double dot(const Tensor& a, const Tensor& b);
 double sum_squares(const Tensor& x);
+// Sum of sum_squares over tensors of one device, in list order (one synchronization).
+double sum_squares_list(const std::vector<Tensor>& xs);
 // Copy x into y (same numel; converts f32 <-> bf16 when the dtypes differ; any devices).
 void copy(const Tensor& y, const Tensor& x);
+// x = x / d elementwise (f32 or bf16).
+void div_scalar(const Tensor& x, double d);
 // t.flat[index] += value (f32).
 void add_scalar(const Tensor& t, int64_t index, double value);
 // y (cols, rows) = x (rows, cols)^T.
@@ -45,6 +50,8 @@ void rmsnorm_backward(const Tensor& x, const Tensor& rstd, const Tensor& dy, con
 // x, y: (B, T, heads, hd).
 void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset = 0);
 void rope_backward(const Tensor& dy, const Tensor& dx, double base, int64_t pos_offset = 0);
+// The kernels' shape struct of q (B,T,H,hd) and k (B,T,Hkv,hd) (backends share it).
+cpu::AttnShape attention_shape(const Tensor& q, const Tensor& k, int64_t window);
 // q (B,T,H,hd), k/v (B,T,Hkv,hd), out (B,T,H,hd), lse (B,H,T).
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                const Tensor& lse, int64_t window, float scale);

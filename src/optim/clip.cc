@@ -38,9 +38,9 @@ double sum_squares(const float* x, int64_t n) {
 
 double grad_sum_squares(const ParamStore& store) {
   VT_CHECK(store.finalized());
-  double s = 0.0;
-  for (int i = 0; i < store.size(); ++i) s += ops::sum_squares(store.grad(i));
-  return s;
+  std::vector<Tensor> grads;
+  for (int i = 0; i < store.size(); ++i) grads.push_back(store.grad(i));
+  return ops::sum_squares_list(grads);  // one device synchronization for the whole store
 }
 
 double grad_norm(const ParamStore& store) { return std::sqrt(grad_sum_squares(store)); }

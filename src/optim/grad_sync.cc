@@ -60,10 +60,10 @@ std::vector<uint8_t> grad_norm_mask(const ParamStore& store, const ProcessGrid& 
 double global_grad_norm(const ParamStore& store, const ProcessGrid& grid,
                         const std::vector<uint8_t>& mask) {
   VT_CHECK(static_cast<int>(mask.size()) == store.size());
-  double s = 0.0;
-  for (int i = 0; i < store.size(); ++i) {
-    if (mask[i]) s += ops::sum_squares(store.grad(i));
-  }
+  std::vector<Tensor> counted;
+  for (int i = 0; i < store.size(); ++i)
+    if (mask[i]) counted.push_back(store.grad(i));
+  double s = ops::sum_squares_list(counted);  // one device synchronization for the whole store
   grid.tp()->all_reduce_sum(&s, 1);
   grid.pp()->all_reduce_sum(&s, 1);
   return std::sqrt(s);

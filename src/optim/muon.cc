@@ -77,10 +77,9 @@ void newton_schulz(const float* G, int rows, int cols, float* out, int steps,
     std::copy(G, G + mn, X.begin());
   }
   const double denom = std::sqrt(sum_squares(X.data(), mn)) * coeffs.norm_scale + coeffs.norm_eps;
-  // Multiply by the fp32 reciprocal: exactly what the device path (ops::scale_copy) computes,
-  // so Muon is bitwise the same on every backend that shares the CPU kernels.
-  const float inv = static_cast<float>(1.0 / denom);
-  for (int64_t i = 0; i < mn; ++i) X[i] = inv * X[i];
+  // Divide in double, round once (the device path's ops::div_scalar does the same on the CPU
+  // kernels' backends, so Muon is bitwise equal there).
+  for (int64_t i = 0; i < mn; ++i) X[i] = static_cast<float>(static_cast<double>(X[i]) / denom);
 
   for (int k = 0; k < steps; ++k) {
     const auto& abc = coeffs.at(k);
@@ -165,7 +164,7 @@ void newton_schulz_ops(const Tensor& G, int rows, int cols, const Tensor& out, i
     X.copy_from(g);
   }
   const double denom = std::sqrt(ops::sum_squares(X)) * coeffs.norm_scale + coeffs.norm_eps;
-  ops::scale_copy(X, X, static_cast<float>(1.0 / denom));
+  ops::div_scalar(X, denom);  // bitwise the host's division on CPU-kernel backends
 
   for (int k = 0; k < steps; ++k) {
     const auto& abc = coeffs.at(k);

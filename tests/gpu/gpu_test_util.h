@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include "core/bf16.h"
 #include "kernels/cuda_check.cuh"
 
 #define VT_SKIP_WITHOUT_CUDA()                                             \
@@ -28,19 +29,8 @@ namespace vt::gputest {
 // 2^-8 (~3.9e-3) per rounding of an output to leave room for fp32 compute differences.
 inline constexpr double kBf16Rtol = 1.0 / 256.0;
 
-inline uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float bf16_to_float(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+inline uint16_t bf16_bits(float f) { return ::vt::f32_to_bf16(f); }
+inline float bf16_to_float(uint16_t b) { return ::vt::bf16_to_f32(b); }
 inline float bf16_round(float f) { return bf16_to_float(bf16_bits(f)); }
 
 // Host copies of bf16 data are std::vector<uint16_t> (raw bits).
