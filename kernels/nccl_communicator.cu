@@ -140,6 +140,12 @@ NcclCommunicator::~NcclCommunicator() {
     flush_sends("~NcclCommunicator");
     cudaStreamSynchronize(stream_);
   }
+  if (async_stream_) {
+    cudaStreamSynchronize(async_stream_);
+    cudaStreamDestroy(async_stream_);
+    cudaEventDestroy(async_ready_);
+    cudaEventDestroy(async_done_);
+  }
   if (scratch_) cudaFree(scratch_);
   if (comm_) {
     ncclCommFinalize(comm_);  // flushes outstanding work (blocking communicator)
@@ -162,6 +168,8 @@ void NcclCommunicator::sync(const char* op) const {
 }
 
 void NcclCommunicator::order_after_backend(const char* op) const {
+  // Started sums first: the backend's stream then waits for them, and the host waits for it.
+  if (async_pending_) const_cast<NcclCommunicator*>(this)->all_reduce_wait();
   const cudaStream_t bs = cuda_backend_stream();
   if (bs != nullptr && bs != stream_) check_cuda(cudaStreamSynchronize(bs), rank_, op);
 }
@@ -295,6 +303,44 @@ void NcclCommunicator::all_reduce(const Tensor& t, ncclRedOp_t red, const char* 
     b.store_back();
   }
   sync(op);
+}
+
+void NcclCommunicator::all_reduce_sum_start(const Tensor& t) {
+  const char* op = "all_reduce_sum (start)";
+  if (size_ == 1 || t.numel() == 0) return;
+  if (t.on_host()) {
+    all_reduce_sum(t);
+    return;
+  }
+  const ncclDataType_t type = nccl_type(t, rank_, op);
+  flush_sends(op);
+  if (async_stream_ == nullptr) {
+    check_cuda(cudaStreamCreateWithFlags(&async_stream_, cudaStreamNonBlocking), rank_, op);
+    check_cuda(cudaEventCreateWithFlags(&async_ready_, cudaEventDisableTiming), rank_, op);
+    check_cuda(cudaEventCreateWithFlags(&async_done_, cudaEventDisableTiming), rank_, op);
+  }
+  // The sum runs after everything queued so far on the backend's stream (which wrote t) and on
+  // stream_ (the deferred sends just issued), without blocking the host.
+  const cudaStream_t bs = cuda_backend_stream();
+  check_cuda(cudaEventRecord(async_ready_, bs ? bs : stream_), rank_, op);
+  check_cuda(cudaStreamWaitEvent(async_stream_, async_ready_, 0), rank_, op);
+  if (bs && bs != stream_) {
+    check_cuda(cudaEventRecord(async_ready_, stream_), rank_, op);
+    check_cuda(cudaStreamWaitEvent(async_stream_, async_ready_, 0), rank_, op);
+  }
+  check(ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, ncclSum, comm_, async_stream_),
+        op);
+  async_pending_ = true;
+}
+
+void NcclCommunicator::all_reduce_wait() {
+  if (!async_pending_) return;
+  const char* op = "all_reduce_sum (wait)";
+  async_pending_ = false;
+  check_cuda(cudaEventRecord(async_done_, async_stream_), rank_, op);
+  const cudaStream_t bs = cuda_backend_stream();
+  check_cuda(cudaStreamWaitEvent(bs ? bs : stream_, async_done_, 0), rank_, op);
+  if (bs && bs != stream_) check_cuda(cudaStreamWaitEvent(stream_, async_done_, 0), rank_, op);
 }
 
 void NcclCommunicator::all_reduce_sum(const Tensor& t) {

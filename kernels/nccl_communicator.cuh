@@ -96,6 +96,12 @@ class NcclCommunicator final : public Communicator {
   void send(const Tensor& t, int peer, int tag) override;
   void send_async(const Tensor& t, int peer, int tag) override;
   void recv(const Tensor& t, int peer, int tag) override;
+  // Non-blocking sums of device tensors on a stream of their own (after the backend's queued
+  // work, via an event); all_reduce_wait() makes the backend's stream wait for them (an event,
+  // no host synchronization). Every other call of this communicator waits for them first.
+  // Host tensors: the blocking call.
+  void all_reduce_sum_start(const Tensor& t) override;
+  void all_reduce_wait() override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
@@ -127,6 +133,10 @@ class NcclCommunicator final : public Communicator {
     int peer = 0;
   };
   std::vector<PendingSend> pending_;
+
+  cudaStream_t async_stream_ = nullptr;  // non-blocking stream of the started sums
+  cudaEvent_t async_ready_ = nullptr, async_done_ = nullptr;
+  bool async_pending_ = false;
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;

@@ -181,6 +181,7 @@ void GPT::blocks_backward(Bundle& grad, Activations& acts) const {
       block_forward(i, scratch, acts, acts.blocks[i - begin_]);
     }
     block_backward(i, grad, acts, acts.blocks[i - begin_]);
+    if (layer_grads_hook_) layer_grads_hook_(i);
     acts.blocks[i - begin_] = BlockActs{};  // free as we go
   }
   if (plus_logits_ >= 0) {

@@ -6,6 +6,7 @@
 // ModelParallel it is the whole model on one process.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/arena.h"
@@ -105,6 +106,10 @@ class GPT {
   // backward. Saved activations drop from ~(4C + 3q + 4kv + 2*hidden) to C values per token and
   // layer, for ~1/3 more compute. Same results as without (the rerun is deterministic).
   void set_recompute(bool on) { recompute_ = on; }
+  // Called with the layer index right after each block's backward (its parameter gradients are
+  // final for this micro-batch); the pipeline sets it for the last micro-batch of a step so the
+  // data-parallel sum of that layer's gradients can start while backward goes on.
+  void set_layer_grads_hook(std::function<void(int)> hook) { layer_grads_hook_ = std::move(hook); }
   bool recompute() const { return recompute_; }
 
   // Which earlier layers' context values must be kept for later layers.
@@ -142,6 +147,7 @@ class GPT {
   int wte_ = -1, lm_head_ = -1, plus_logits_ = -1, shared_table_ = -1;
   std::vector<LayerParams> layers_;
   bool recompute_ = false;
+  std::function<void(int)> layer_grads_hook_;
 };
 
 }  // namespace vt

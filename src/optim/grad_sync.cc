@@ -2,6 +2,7 @@
 #include "optim/grad_sync.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 
 #include "core/check.h"
@@ -21,6 +22,71 @@ void all_reduce_grads(ParamStore& store, Communicator* dp, int64_t bucket_elems)
   for (int64_t lo = 0; lo < total; lo += bucket_elems) {
     dp->all_reduce_sum(g.flat(lo, std::min(bucket_elems, total - lo)));
   }
+}
+
+OverlappedGradSync::OverlappedGradSync(ParamStore* store, Communicator* dp, int64_t bucket_elems)
+    : store_(store), dp_(dp), bucket_(bucket_elems) {
+  VT_CHECK(store_ && store_->finalized() && dp_ && bucket_ > 0);
+  // Each parameter spans [offset, next offset) (its padding included); a layer's range is the
+  // union of its parameters' spans, which registration makes contiguous.
+  const int n = store_->size();
+  std::vector<int> order(n);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return store_->info(a).offset < store_->info(b).offset; });
+  auto layer_of = [](const std::string& name) {
+    if (name.rfind("blocks.", 0) != 0) return -1;
+    return std::atoi(name.c_str() + 7);
+  };
+  int64_t cursor = 0;
+  for (int k = 0; k < n; ++k) {
+    const ParamInfo& p = store_->info(order[k]);
+    const int64_t hi = k + 1 < n ? store_->info(order[k + 1]).offset : store_->total_numel();
+    const int layer = layer_of(p.name);
+    if (layer >= 0 && !layers_.empty() && layers_.back().first == layer &&
+        layers_.back().second.hi == p.offset) {
+      layers_.back().second.hi = hi;
+    } else if (layer >= 0) {
+      for (const auto& l : layers_)
+        VT_CHECK_MSG(l.first != layer, "layer " << layer << "'s parameters are not contiguous");
+      layers_.push_back({layer, Range{p.offset, hi}});
+    } else if (!rest_.empty() && rest_.back().hi == p.offset) {
+      rest_.back().hi = hi;
+    } else {
+      rest_.push_back(Range{p.offset, hi});
+    }
+    cursor = hi;
+  }
+  (void)cursor;
+  started_.assign(layers_.size(), 0);
+}
+
+void OverlappedGradSync::layer_done(int layer) {
+  if (dp_->size() == 1) return;
+  for (size_t k = 0; k < layers_.size(); ++k) {
+    if (layers_[k].first != layer) continue;
+    VT_CHECK_MSG(!started_[k], "layer " << layer << "'s gradient sum started twice");
+    started_[k] = 1;
+    const Range& r = layers_[k].second;
+    dp_->all_reduce_sum_start(store_->grads_tensor().flat(r.lo, r.hi - r.lo));
+    return;
+  }
+}
+
+void OverlappedGradSync::finish() {
+  if (dp_->size() == 1) return;
+  const Tensor g = store_->grads_tensor();
+  // Layers whose hook did not run (none in a normal step) are summed here, in layer order.
+  for (size_t k = 0; k < layers_.size(); ++k)
+    if (!started_[k]) {
+      const Range& r = layers_[k].second;
+      dp_->all_reduce_sum_start(g.flat(r.lo, r.hi - r.lo));
+    }
+  for (const Range& r : rest_)
+    for (int64_t lo = r.lo; lo < r.hi; lo += bucket_)
+      dp_->all_reduce_sum(g.flat(lo, std::min(bucket_, r.hi - lo)));
+  dp_->all_reduce_wait();
+  std::fill(started_.begin(), started_.end(), 0);
 }
 
 bool is_pp_replicated(const std::string& name) {

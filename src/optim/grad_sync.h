@@ -19,6 +19,31 @@ namespace vt::optim {
 // sum over DP ranks is the full gradient. No-op for a group of size 1. Collective over `dp`.
 void all_reduce_grads(ParamStore& store, Communicator* dp, int64_t bucket_elems = 4 << 20);
 
+// The data-parallel gradient sum overlapped with backward. Each layer's parameters occupy one
+// contiguous range of the arena (they are registered together); layer_done(i) starts the
+// non-blocking sum of layer i's range (call it once that layer's gradients are final, i.e. after
+// the last micro-batch's backward of the layer); finish() sums the rest of the arena (embedding,
+// head, parameters shared by stages, which must already be summed over pp) in buckets and
+// waits for everything. The result equals all_reduce_grads's. Collective over `dp`, with every
+// rank calling layer_done in the same order.
+class OverlappedGradSync {
+ public:
+  OverlappedGradSync(ParamStore* store, Communicator* dp, int64_t bucket_elems = 4 << 20);
+  void layer_done(int layer);
+  void finish();
+
+ private:
+  struct Range {
+    int64_t lo = 0, hi = 0;
+  };
+  ParamStore* store_;
+  Communicator* dp_;
+  int64_t bucket_;
+  std::vector<std::pair<int, Range>> layers_;  // layer -> its arena range
+  std::vector<Range> rest_;                    // everything else, in arena order
+  std::vector<uint8_t> started_;               // per entry of layers_, this step
+};
+
 // Parameters that several pipeline stages hold as replicas (the trainer all-reduces their grads
 // over pp): the shared `value_plus.logits` of resformer-plus and the shared `value.table` of bov.
 // Matched by exact name (per-layer `blocks.i.value.table` are not shared).

@@ -44,6 +44,13 @@ class Communicator {
   virtual void send(const Tensor& t, int peer, int tag);
   virtual void send_async(const Tensor& t, int peer, int tag);
   virtual void recv(const Tensor& t, int peer, int tag);
+
+  // Non-blocking in-place sum: starts the all-reduce of t and returns; the result is only
+  // there after all_reduce_wait(), and t must stay alive and untouched until then. Several may
+  // be outstanding (every rank starts them in the same order). On a GPU the wait orders the
+  // device's later work after the sums without blocking the host. Default: the blocking call.
+  virtual void all_reduce_sum_start(const Tensor& t) { all_reduce_sum(t); }
+  virtual void all_reduce_wait() {}
 };
 
 // Derived communicators pull the Tensor overloads into scope with this (they override the

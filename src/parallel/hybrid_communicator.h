@@ -46,6 +46,11 @@ class HybridCommunicator final : public Communicator {
     pick(t)->send_async(t, peer, tag);
   }
   void recv(const Tensor& t, int peer, int tag) override { pick(t)->recv(t, peer, tag); }
+  void all_reduce_sum_start(const Tensor& t) override { pick(t)->all_reduce_sum_start(t); }
+  void all_reduce_wait() override {
+    host_->all_reduce_wait();
+    device_->all_reduce_wait();
+  }
 
  private:
   Communicator* pick(const Tensor& t) const { return t.on_host() ? host_ : device_.get(); }

@@ -126,6 +126,30 @@ void MpiCommunicator::send_async(const float* data, int64_t n, int peer, int tag
         "send");
 }
 
+void MpiCommunicator::all_reduce_sum_start(const Tensor& t) {
+  if (size() == 1 || t.numel() == 0) return;
+  if (!t.on_host() || t.dtype() != DType::kF32) {
+    all_reduce_sum(t);
+    return;
+  }
+  float* data = t.f32();
+  const int64_t n = t.numel();
+  for (int64_t o = 0; o < n; o += kChunk) {
+    reductions_.emplace_back();
+    check(MPI_Iallreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
+                         MPI_FLOAT, MPI_SUM, comm_, &reductions_.back()),
+          "all_reduce_sum (start)");
+  }
+}
+
+void MpiCommunicator::all_reduce_wait() {
+  if (reductions_.empty()) return;
+  CommOpScope watch("all_reduce_sum (wait)", watch_name_);
+  check(MPI_Waitall(static_cast<int>(reductions_.size()), reductions_.data(), MPI_STATUSES_IGNORE),
+        "all_reduce_sum (wait)");
+  reductions_.clear();
+}
+
 void MpiCommunicator::wait_sends() {
   if (pending_.empty()) return;
   CommOpScope watch("send (wait)", watch_name_);

@@ -34,6 +34,10 @@ class MpiCommunicator final : public Communicator {
   void recv(float* data, int64_t n, int peer, int tag) override;
   void barrier() override;
   void send_async(const float* data, int64_t n, int peer, int tag) override;
+  // Host f32 tensors: MPI_Iallreduce in place (progress happens inside later MPI calls and the
+  // wait); device or bf16 tensors: the blocking staged call.
+  void all_reduce_sum_start(const Tensor& t) override;
+  void all_reduce_wait() override;
   void wait_sends() override;
 
   MPI_Comm comm() const { return comm_; }
@@ -48,6 +52,7 @@ class MpiCommunicator final : public Communicator {
                   const char* what);
   MPI_Comm comm_;
   std::string name_;
+  std::vector<MPI_Request> reductions_;         // sums started by all_reduce_sum_start
   std::vector<MPI_Request> pending_;            // sends started by send_async
   std::vector<std::vector<float>> pending_buf_; // their buffers, alive until wait_sends
   const char* watch_name_;  // name_ interned for the watchdog

@@ -100,7 +100,7 @@ void PipelineEngine::forward_micro(int i, int B, const FetchBatch& fetch, const 
   }
 }
 
-void PipelineEngine::backward_micro(float grad_scale) {
+void PipelineEngine::backward_micro(float grad_scale, const std::function<void(int)>& layer_hook) {
   VT_CHECK(!inflight_.empty());
   Activations acts = std::move(inflight_.front());
   inflight_.erase(inflight_.begin());
@@ -108,24 +108,33 @@ void PipelineEngine::backward_micro(float grad_scale) {
   Bundle grad = grid_.is_last_stage()
                     ? model_.head_backward(acts, grad_scale)
                     : recv_bundle(model_.layer_end(), B, grid_.coords().pp + 1, kTagBackward);
+  model_.set_layer_grads_hook(layer_hook);
   model_.blocks_backward(grad, acts);
+  model_.set_layer_grads_hook({});
   if (grid_.is_first_stage())
     model_.embed_backward(grad, acts);
   else
     send_bundle(grad, model_.layer_begin(), B, grid_.coords().pp - 1, kTagBackward);
 }
 
-double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBatch& fetch) {
+double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBatch& fetch,
+                                  const std::function<void(int)>& on_last_layer_grads) {
   const int P = grid_.shape().pp, s = grid_.coords().pp;
   const int warmup = std::min(P - s - 1, M);
   double loss_sum = 0.0;
   inflight_.clear();
+  int backwards = 0;
+  // The last micro-batch's backward finishes each layer's gradients: tell the caller.
+  auto backward = [&] {
+    ++backwards;
+    backward_micro(grad_scale, backwards == M ? on_last_layer_grads : std::function<void(int)>());
+  };
   for (int i = 0; i < warmup; ++i) forward_micro(i, B, fetch, {}, true, loss_sum);
   for (int i = 0; i < M - warmup; ++i) {
     forward_micro(warmup + i, B, fetch, {}, true, loss_sum);
-    backward_micro(grad_scale);
+    backward();
   }
-  for (int i = 0; i < warmup; ++i) backward_micro(grad_scale);
+  for (int i = 0; i < warmup; ++i) backward();
   grid_.pp()->wait_sends();
   VT_CHECK(inflight_.empty());
   VT_CHECK_MSG(max_inflight_ <= static_cast<size_t>(P - s),

@@ -26,7 +26,10 @@ class PipelineEngine {
 
   // Forward and backward of M micro-batches of B rows; parameter gradients accumulate with
   // d loss_sum * grad_scale. Returns the sum of token losses on the last stage (0 elsewhere).
-  double train_step(int M, int B, float grad_scale, const FetchBatch& fetch);
+  // on_last_layer_grads (optional) is called with each layer index as soon as that layer's
+  // gradients are complete, i.e. during the last micro-batch's backward.
+  double train_step(int M, int B, float grad_scale, const FetchBatch& fetch,
+                    const std::function<void(int)>& on_last_layer_grads = {});
   // Forward only. Returns the loss sum on the last stage (0 elsewhere); on_loss sees each
   // micro-batch's activations there.
   double forward_only(int M, int B, const FetchBatch& fetch, const OnLoss& on_loss = {});
@@ -41,7 +44,7 @@ class PipelineEngine {
  private:
   void forward_micro(int i, int B, const FetchBatch& fetch, const OnLoss& on_loss, bool keep,
                      double& loss_sum);
-  void backward_micro(float grad_scale);
+  void backward_micro(float grad_scale, const std::function<void(int)>& layer_hook);
   int64_t slot_numel(const Slot& s, int B) const;
   void send_bundle(const Bundle& b, int boundary, int B, int peer, int tag);
   Bundle recv_bundle(int boundary, int B, int peer, int tag);

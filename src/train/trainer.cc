@@ -102,17 +102,17 @@ std::vector<NamedTensor> gather_optimizer_states(const ParamStore& store, TrainO
   return out;
 }
 
-// Gradients of parameters replicated over the pipeline are summed over it; then every
-// gradient is summed over the data-parallel replicas (grad_scale already divides by the
-// global batch).
-void sync_gradients(ParamStore& store, const ProcessGrid& grid) {
+// Gradients of parameters replicated over the pipeline are summed over it; then the
+// data-parallel sum (grad_scale already divides by the global batch) is finished: the layers'
+// sums were started during backward (OverlappedGradSync), the rest goes now.
+void sync_gradients(ParamStore& store, const ProcessGrid& grid, optim::OverlappedGradSync& dp_sync) {
   if (grid.shape().pp > 1)
     for (int i = 0; i < store.size(); ++i)
       if (GPT::is_pipeline_shared(store.info(i).name)) {
         Tensor g = store.grad(i);
         grid.pp()->all_reduce_sum(g);
       }
-  optim::all_reduce_grads(store, grid.dp());
+  dp_sync.finish();
 }
 
 absl::StatusOr<CheckpointMeta> load_training_state(const std::string& path, const ModelConfig& cfg,
@@ -214,6 +214,8 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
   oc.max_grad_norm = o.max_grad_norm;
   if (o.polar_express) oc.muon.ns = optim::NsKind::kPolarExpress;
   TrainOptimizer opt(&store, oc, grid);
+  optim::OverlappedGradSync dp_sync(&store, grid.dp());
+  auto layer_grads_done = [&](int layer) { dp_sync.layer_done(layer); };
 
   data::LoaderOptions lo;
   lo.vocab_size = cfg.vocab_size;
@@ -325,8 +327,9 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
     const double comm_before = comm_seconds_total();
     store.zero_grads();
     const float grad_scale = 1.0f / static_cast<float>(o.global_batch);
-    double loss_sum = engine.train_step(M, static_cast<int>(B), grad_scale, fetch_train);
-    sync_gradients(store, grid);
+    double loss_sum = engine.train_step(M, static_cast<int>(B), grad_scale, fetch_train,
+                                        layer_grads_done);
+    sync_gradients(store, grid, dp_sync);
     reduce_replicas(&loss_sum, 1);
     const double loss = loss_sum / static_cast<double>(o.global_batch);
     if (!std::isfinite(loss))
@@ -355,6 +358,9 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
         const double elapsed = t - t_start;
         const double eta = elapsed / (done - start_step) * (o.steps - done);
         std::printf("%s\n", progress_line(done, o.steps, loss, st.matrix_lr, tok_per_s, mfu, eta).c_str());
+        if (done == start_step + 1 && device.device != Device::kCPU)
+          std::printf("device memory after the first step: %.2f GiB in use, peak %.2f GiB\n",
+                      device_bytes() / 1073741824.0, device_peak_bytes() / 1073741824.0);
         std::fflush(stdout);
       }
     }
