@@ -31,7 +31,8 @@ device:     --device cpu|cuda|emulated (cuda: one GPU per rank; emulated: the GP
             run on the CPU, for tests) --act-dtype f32|bf16 (default bf16 off the CPU)
             --device-comm auto|nccl|mpi (how device tensors cross ranks; mpi stages through
             host memory) --recompute (activation recomputation per block: saves only
-            each block's input, reruns its forward in backward)
+            each block's input, reruns its forward in backward) --no-overlap-grad-sync (sum
+            data-parallel gradients after backward instead of layer by layer during it)
 )";
 }
 
@@ -57,7 +58,8 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
                     "ckpt-dir", "ckpt-every", "keep-last", "stop-at-step", "resume", "metrics", "seed", "matrix-lr",
                     "lr-scale", "warmup", "warmdown", "max-grad-norm", "log-every",
                     "sample-every", "device", "act-dtype", "device-comm"},
-                   {"detach-v1", "shared-table", "bov-add-fixed", "polar-express", "recompute"}));
+                   {"detach-v1", "shared-table", "bov-add-fixed", "polar-express", "recompute",
+                    "no-overlap-grad-sync"}));
   if (!f.positional().empty())
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", f.positional()[0], "'\n", train_usage()));
@@ -125,6 +127,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   VT_ASSIGN_OR_RETURN(o.sample_every, f.get_int("sample-every", 0));
   o.polar_express = f.get_bool("polar-express");
   o.recompute = f.get_bool("recompute");
+  o.overlap_grad_sync = !f.get_bool("no-overlap-grad-sync");
   o.device = f.get_string("device", "cpu");
   if (o.device != "cpu" && o.device != "cuda" && o.device != "emulated")
     return absl::InvalidArgumentError(

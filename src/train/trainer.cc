@@ -327,8 +327,9 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
     const double comm_before = comm_seconds_total();
     store.zero_grads();
     const float grad_scale = 1.0f / static_cast<float>(o.global_batch);
-    double loss_sum = engine.train_step(M, static_cast<int>(B), grad_scale, fetch_train,
-                                        layer_grads_done);
+    double loss_sum = engine.train_step(
+        M, static_cast<int>(B), grad_scale, fetch_train,
+        o.overlap_grad_sync ? std::function<void(int)>(layer_grads_done) : std::function<void(int)>());
     sync_gradients(store, grid, dp_sync);
     reduce_replicas(&loss_sum, 1);
     const double loss = loss_sum / static_cast<double>(o.global_batch);
