@@ -223,7 +223,7 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum) {
     const MatrixPlan& m = matrices_[k];
     ortho[k] = zeros(m.rows * m.cols);
     newton_schulz(whole[k], static_cast<int>(m.rows), static_cast<int>(m.cols), ortho[k],
-                  config_.muon.ns_steps, coeffs_);
+                  config_.muon.ns_steps, coeffs_, config_.muon.ns_dtype);
     whole[k] = Tensor();
   }
 

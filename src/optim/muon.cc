@@ -137,9 +137,11 @@ void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, co
 }  // namespace
 
 void newton_schulz(const Tensor& G, int rows, int cols, const Tensor& out, int steps,
-                   const NsCoefficients& coeffs) {
+                   const NsCoefficients& coeffs, DType compute) {
   check_ns_tensors(G, rows, cols, out);
-  if (G.on_host()) {
+  if (compute == DType::kBF16) {
+    newton_schulz_ops(G, rows, cols, out, steps, coeffs, DType::kBF16);
+  } else if (G.on_host()) {
     newton_schulz(G.f32(), rows, cols, out.f32(), steps, coeffs);
   } else {
     newton_schulz_ops(G, rows, cols, out, steps, coeffs);
@@ -147,24 +149,34 @@ void newton_schulz(const Tensor& G, int rows, int cols, const Tensor& out, int s
 }
 
 void newton_schulz_ops(const Tensor& G, int rows, int cols, const Tensor& out, int steps,
-                       const NsCoefficients& coeffs) {
+                       const NsCoefficients& coeffs, DType compute) {
   check_ns_tensors(G, rows, cols, out);
+  VT_CHECK_MSG(compute == DType::kF32 || compute == DType::kBF16,
+               "newton_schulz: compute dtype must be f32 or bf16");
   const Device dev = G.device();
   const bool transposed = rows > cols;
   const int64_t m = transposed ? cols : rows;  // small side: X is m x n, A and B are m x m
   const int64_t n = transposed ? rows : cols;
   const int64_t mn = m * n;
-  Tensor X = Tensor::zeros({mn}, DType::kF32, dev), Y = Tensor::zeros({mn}, DType::kF32, dev);
-  Tensor A = Tensor::zeros({m * m}, DType::kF32, dev), B = Tensor::zeros({m * m}, DType::kF32, dev);
+  // The iteration runs in `compute` (bf16: bf16 storage, fp32 accumulation in the GEMMs); the
+  // normalization always in fp32.
+  Tensor X32 = Tensor::zeros({mn}, DType::kF32, dev);
   const Tensor g = G.flat(0, mn), o = out.flat(0, mn);
 
   if (transposed) {
-    ops::transpose(X, g, rows, cols);  // X (cols x rows) = G^T
+    ops::transpose(X32, g, rows, cols);  // X (cols x rows) = G^T
   } else {
-    X.copy_from(g);
+    X32.copy_from(g);
   }
-  const double denom = std::sqrt(ops::sum_squares(X)) * coeffs.norm_scale + coeffs.norm_eps;
-  ops::div_scalar(X, denom);  // bitwise the host's division on CPU-kernel backends
+  const double denom = std::sqrt(ops::sum_squares(X32)) * coeffs.norm_scale + coeffs.norm_eps;
+  ops::div_scalar(X32, denom);  // bitwise the host's division on CPU-kernel backends
+  Tensor X = X32;
+  if (compute == DType::kBF16) {
+    X = Tensor::zeros({mn}, DType::kBF16, dev);
+    ops::copy(X, X32);
+  }
+  Tensor Y = Tensor::zeros({mn}, compute, dev);
+  Tensor A = Tensor::zeros({m * m}, compute, dev), B = Tensor::zeros({m * m}, compute, dev);
 
   for (int k = 0; k < steps; ++k) {
     const auto& abc = coeffs.at(k);
@@ -179,6 +191,10 @@ void newton_schulz_ops(const Tensor& G, int rows, int cols, const Tensor& out, i
     std::swap(X, Y);
   }
 
+  if (compute == DType::kBF16) {
+    ops::copy(X32, X);  // back to fp32
+    X = X32;
+  }
   if (transposed) {
     ops::transpose(o, X, m, n);  // out (rows x cols) = X^T
   } else {
@@ -244,7 +260,7 @@ void Muon::step(double lr_multiplier, double momentum) {
     const int64_t o = info.offset;
     Tensor u = Tensor::zeros({n}, DType::kF32, dev), x = Tensor::zeros({n}, DType::kF32, dev);
     ops::muon_momentum(grads.flat(o, n), momentum_.flat(o, n), u, momentum);
-    newton_schulz(u, rows, cols, x, config_.ns_steps, coeffs_);
+    newton_schulz(u, rows, cols, x, config_.ns_steps, coeffs_, config_.ns_dtype);
     const double scale = muon_scale(info.global_shape[0], info.global_shape[1], config_.aspect);
     ops::muon_apply(params.flat(o, n), x, lr, config_.weight_decay, scale);
   }

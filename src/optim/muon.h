@@ -58,8 +58,10 @@ void newton_schulz(const float* G, int rows, int cols, float* out, int steps,
 // The same on f32 tensors of rows * cols elements (any shape) on one device; out may not alias
 // G. Host tensors run the host function above (bitwise the same results). Device tensors run
 // newton_schulz_ops: the same algorithm with device ops and no host access to the matrix.
+// compute == kBF16 runs the iteration in bf16 (bf16 X, A, B; GEMMs accumulate in fp32) as
+// nanochat does on GPUs: ~2^-8 relative per stored value, a few percent on the update.
 void newton_schulz(const Tensor& G, int rows, int cols, const Tensor& out, int steps,
-                   const NsCoefficients& coeffs);
+                   const NsCoefficients& coeffs, DType compute = DType::kF32);
 
 // The op-level Newton-Schulz on tensors of any device (CPU tensors included, for tests):
 //   X = G (copy) or ops::transpose(G) when rows > cols;
@@ -73,7 +75,7 @@ void newton_schulz(const Tensor& G, int rows, int cols, const Tensor& out, int s
 // newton_schulz_ops is bitwise the host result there; the CUDA backend differs in summation
 // order and multiplies by the fp32 reciprocal.
 void newton_schulz_ops(const Tensor& G, int rows, int cols, const Tensor& out, int steps,
-                       const NsCoefficients& coeffs);
+                       const NsCoefficients& coeffs, DType compute = DType::kF32);
 
 enum class MuonAspect {
   kFanOutOverFanIn,  // scale = max(1, cols/rows)^0.5 for (in, out) storage (default)
@@ -86,6 +88,7 @@ struct MuonConfig {
   int ns_steps = 5;
   NsKind ns = NsKind::kStandard;
   MuonAspect aspect = MuonAspect::kFanOutOverFanIn;
+  DType ns_dtype = DType::kF32;  // Newton-Schulz iteration dtype (bf16 on GPUs, see newton_schulz)
 };
 
 // The update scale for a matrix of the given (global, stored) shape.

@@ -33,6 +33,7 @@ device:     --device cpu|cuda|emulated (cuda: one GPU per rank; emulated: the GP
             host memory) --recompute (activation recomputation per block: saves only
             each block's input, reruns its forward in backward) --no-overlap-grad-sync (sum
             data-parallel gradients after backward instead of layer by layer during it)
+            --muon-ns-dtype f32|bf16 (Newton-Schulz iteration dtype; default bf16 on cuda)
 )";
 }
 
@@ -45,7 +46,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"lr_scale", lr_scale},       {"warmup_steps", warmup_steps},
           {"warmdown_frac", warmdown_frac}, {"max_grad_norm", max_grad_norm},
           {"polar_express", polar_express}, {"device", device},
-          {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute}};
+          {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute},
+          {"muon_ns_dtype", muon_ns_dtype}};
 }
 
 absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int first) {
@@ -57,7 +59,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
                     "micro-batch", "global-batch", "steps", "eval-every", "eval-tokens",
                     "ckpt-dir", "ckpt-every", "keep-last", "stop-at-step", "resume", "metrics", "seed", "matrix-lr",
                     "lr-scale", "warmup", "warmdown", "max-grad-norm", "log-every",
-                    "sample-every", "device", "act-dtype", "device-comm"},
+                    "sample-every", "device", "act-dtype", "device-comm", "muon-ns-dtype"},
                    {"detach-v1", "shared-table", "bov-add-fixed", "polar-express", "recompute",
                     "no-overlap-grad-sync"}));
   if (!f.positional().empty())
@@ -128,6 +130,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.polar_express = f.get_bool("polar-express");
   o.recompute = f.get_bool("recompute");
   o.overlap_grad_sync = !f.get_bool("no-overlap-grad-sync");
+  o.muon_ns_dtype = f.get_string("muon-ns-dtype", "default");
   o.device = f.get_string("device", "cpu");
   if (o.device != "cpu" && o.device != "cuda" && o.device != "emulated")
     return absl::InvalidArgumentError(
@@ -136,6 +139,10 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   if (o.act_dtype != "f32" && o.act_dtype != "bf16")
     return absl::InvalidArgumentError(
         absl::StrCat("--act-dtype must be f32 or bf16, got '", o.act_dtype, "'"));
+  if (o.muon_ns_dtype == "default") o.muon_ns_dtype = o.device == "cuda" ? "bf16" : "f32";
+  if (o.muon_ns_dtype != "f32" && o.muon_ns_dtype != "bf16")
+    return absl::InvalidArgumentError(
+        absl::StrCat("--muon-ns-dtype must be f32 or bf16, got '", o.muon_ns_dtype, "'"));
   o.device_comm = f.get_string("device-comm", "auto");
   if (o.device_comm != "auto" && o.device_comm != "nccl" && o.device_comm != "mpi")
     return absl::InvalidArgumentError(

@@ -43,7 +43,8 @@ struct TrainOptions {
   std::string act_dtype = "default";
   std::string device_comm = "auto";
   bool recompute = false;  // rerun each block's forward in backward instead of saving it
-  bool overlap_grad_sync = true;  // start each layer's data-parallel gradient sum in backward
+  bool overlap_grad_sync = true;
+  std::string muon_ns_dtype = "default";  // f32 | bf16 (default: bf16 on cuda, else f32)  // start each layer's data-parallel gradient sum in backward
 
   int64_t tokens_per_micro() const { return static_cast<int64_t>(micro_batch) * model.seq_len; }
   nlohmann::json to_json() const;

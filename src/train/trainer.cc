@@ -213,6 +213,7 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
   oc.schedule.warmdown_frac = o.warmdown_frac;
   oc.max_grad_norm = o.max_grad_norm;
   if (o.polar_express) oc.muon.ns = optim::NsKind::kPolarExpress;
+  oc.muon.ns_dtype = o.muon_ns_dtype == "bf16" ? DType::kBF16 : DType::kF32;
   TrainOptimizer opt(&store, oc, grid);
   optim::OverlappedGradSync dp_sync(&store, grid.dp());
   auto layer_grads_done = [&](int layer) { dp_sync.layer_done(layer); };
