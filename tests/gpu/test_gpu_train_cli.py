@@ -67,12 +67,13 @@ def test_two_ranks_one_gpu_through_mpi_match_cpu(datadir, tmp_path):
     args = TINY + ["--value", "bov", "--steps", "4", "--tp", "2"]
     cpu, _ = train(datadir, tmp_path / "cpu", args + ["--device", "cpu"], np_=2)
     gpu, _ = train(datadir, tmp_path / "gpu", args + ["--device", "cuda", "--act-dtype", "f32",
+                                                      "--muon-ns-dtype", "f32",
                                                       "--device-comm", "mpi"], np_=2)
     np.testing.assert_allclose(gpu, cpu, rtol=1e-4)
 
 
 def test_gpu_checkpoint_resumes_on_cpu(datadir, tmp_path):
-    args = TINY + ["--value", "bov", "--steps", "6", "--act-dtype", "f32"]
+    args = TINY + ["--value", "bov", "--steps", "6", "--act-dtype", "f32", "--muon-ns-dtype", "f32"]
     full, _ = train(datadir, tmp_path / "full", args + ["--device", "cuda"])
     r = subprocess.run([VTRAIN, "train", "--data", str(datadir), "--ckpt-dir",
                         str(tmp_path / "stop"), "--eval-tokens", "4096", *args, "--device",
