@@ -12,9 +12,9 @@ std::string MemoryEstimate::to_string() const {
   constexpr double G = 1024.0 * 1024.0 * 1024.0;
   return absl::StrFormat(
       "params %.2f GiB | grads %.2f | bf16 weights %.2f | optimizer %.2f | activations %.2f "
-      "(+%.2f recomputed block) | logits %.2f | total %.2f GiB",
+      "(+%.2f recomputed block, +%.2f backward temporaries) | logits %.2f | total %.2f GiB",
       params / G, grads / G, compute_copy / G, optimizer / G, activations / G,
-      recompute_transient / G, logits / G, total() / G);
+      recompute_transient / G, backward_transient / G, logits / G, total() / G);
 }
 
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
@@ -27,7 +27,7 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   const double n = matrix + other;
   m.params = 4 * n;
   m.grads = 4 * n;
-  m.compute_copy = store.compute_dtype() == DType::kBF16 ? 2 * n : 0;
+  m.compute_copy = act_dtype == DType::kBF16 ? 2 * n : 0;  // the bf16 weight copy
   m.optimizer = 4 * matrix + 8 * other / shape.dp;
   // Saved per token and layer (BlockActs): x_in, n1, x_mid, n2 (C each); q after RoPE and after
   // QK-norm, the attention output (3 q-widths); k twice, the context value, the mixed value and
@@ -48,6 +48,7 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   const double kept = recompute ? layers * es * C : layers * per_token_layer;
   m.activations = in_flight * tokens * (kept + es * 3 * C);
   if (recompute) m.recompute_transient = tokens * per_token_layer;
+  m.backward_transient = tokens * per_token_layer;
   if (coords.pp == shape.pp - 1) {
     const double vocab_local = static_cast<double>(cfg.vocab_padded) / tp;
     m.logits = tokens * vocab_local * es * 2;  // logits and their gradient

@@ -18,8 +18,10 @@ struct MemoryEstimate {
   double params = 0, grads = 0, compute_copy = 0, optimizer = 0, logits = 0;
   double activations = 0;          // kept from forward to backward
   double recompute_transient = 0;  // one block's activations rebuilt in backward (--recompute)
+  double backward_transient = 0;   // one block's activation gradients, alive during its backward
   double total() const {
-    return params + grads + compute_copy + optimizer + activations + recompute_transient + logits;
+    return params + grads + compute_copy + optimizer + activations + recompute_transient +
+           backward_transient + logits;
   }
   std::string to_string() const;  // "params 1.2 GiB | grads ... | total ..."
 };
