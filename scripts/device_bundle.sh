@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Packs what a GPU machine lent by the `device` tool needs to run vtrain's GPU tests and
+# benchmark. Those machines have the CUDA toolkit, python3 with torch, numpy, h5py and pytest,
+# and a newer glibc than this Debian 12 build machine, but none of our Debian packages (Open
+# MPI, HDF5, abseil, OpenBLAS, PCRE2). So this copies, into .device/ (git-ignored, carried with
+# `carry: [".device"]`):
+#   root/usr/bin/            vtrain, memory_plan, mpirun/orterun/orted
+#   root/tests/              the GPU test binaries (tests/gpu/*_test.cc)
+#   root/usr/lib/x86_64-linux-gnu/
+#                            every shared library those load that is neither glibc, the C++
+#                            runtime (the target's is newer) nor CUDA (the target has its own
+#                            cudart/cuBLASLt/NCCL), and Open MPI's components under
+#                            openmpi/lib/openmpi3/
+#   root/usr/share/openmpi/  Open MPI's help texts
+# then packs root/ as .device/root.tar.xz. On the GPU machine scripts/device_check.sh unpacks
+# it and runs with OPAL_PREFIX=<root>/usr (Open MPI relocated) and LD_LIBRARY_PATH set.
+# Usage: bash scripts/device_bundle.sh   (after scripts/build.sh; prints the bundle's size)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${VTRAIN_BUILD:-build}
+OUT=.device
+rm -rf "$OUT"
+mkdir -p "$OUT/root/usr/bin" "$OUT/root/tests" "$OUT/root/usr/lib/x86_64-linux-gnu" \
+         "$OUT/root/usr/share"
+EXCL=$(git rev-parse --git-path info/exclude); mkdir -p "$(dirname "$EXCL")"
+grep -qxF '/.device/' "$EXCL" 2>/dev/null || echo '/.device/' >> "$EXCL"
+
+bins=("$BUILD/vtrain" "$BUILD/memory_plan" /usr/bin/orterun /usr/bin/orted)
+cp -L "$BUILD/vtrain" "$BUILD/memory_plan" "$OUT/root/usr/bin/"
+cp -L /usr/bin/orterun /usr/bin/orted "$OUT/root/usr/bin/"
+ln -sf orterun "$OUT/root/usr/bin/mpirun"
+for t in tests/gpu/*_test.cc; do
+  name=$(basename "$t" .cc)
+  [ -x "$BUILD/tests/$name" ] || { echo "missing $BUILD/tests/$name: build first" >&2; exit 1; }
+  cp "$BUILD/tests/$name" "$OUT/root/tests/"
+  bins+=("$BUILD/tests/$name")
+done
+strip --strip-unneeded "$OUT"/root/tests/* "$OUT/root/usr/bin/vtrain" "$OUT/root/usr/bin/memory_plan"
+
+OMPI_PKGLIB=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
+mkdir -p "$OUT/root$OMPI_PKGLIB"
+cp -L "$OMPI_PKGLIB"/*.so "$OUT/root$OMPI_PKGLIB/" 2>/dev/null || true
+cp -rL /usr/share/openmpi "$OUT/root/usr/share/"
+for c in "$OMPI_PKGLIB"/*.so; do bins+=("$c"); done
+
+# The shared-library closure, minus glibc, the C++/GCC runtime and CUDA.
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libutil\.so|libresolv|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libnccl|libnvidia)'
+for b in "${bins[@]}"; do
+  ldd "$b" 2>/dev/null | awk '/=> \// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  if [[ "$name" =~ $skip ]]; then continue; fi
+  cp -L "$path" "$OUT/root/usr/lib/x86_64-linux-gnu/$name"
+done
+
+tar -C "$OUT" -cJf "$OUT/root.tar.xz" root
+rm -rf "$OUT/root"
+du -sh "$OUT/root.tar.xz"
