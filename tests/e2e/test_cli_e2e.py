@@ -109,6 +109,16 @@ def test_user_errors_are_clear(datadir, tmp_path):
                   "--tokenizer", "bytes"], r"missing\.txt")
     expect_error(["eval", "--ckpt", tmp_path / "none.h5", "--data", datadir], r"none\.h5")
     expect_error(["frobnicate"], r"unknown command")
+    expect_error(["train", "--data", datadir, *TINY, "--device", "tpu"],
+                 r"--device must be cpu, cuda or emulated")
+    expect_error(["train", "--data", datadir, *TINY, "--act-dtype", "fp8"],
+                 r"--act-dtype must be f32 or bf16")
+    expect_error(["train", "--data", datadir, *TINY, "--muon-ns-dtype", "f16"],
+                 r"--muon-ns-dtype must be f32 or bf16")
+    if subprocess.run([VTRAIN, "devices"], capture_output=True).returncode != 0:
+        # No usable GPU here: --device cuda says so instead of failing later.
+        expect_error(["train", "--data", datadir, *TINY, "--device", "cuda"],
+                     r"--device cuda: (a rank sees no CUDA device|this vtrain was built without CUDA)")
 
 
 def test_corrupt_data_is_refused(datadir, tmp_path):
