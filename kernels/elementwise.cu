@@ -14,6 +14,35 @@ using detail::to_f32;
 
 constexpr int kThreads = 256;
 
+template <class T>
+__global__ void scale_copy_coef_kernel(const T* x, T* y, int64_t n, const float* coef) {
+  const float a = *coef;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = from_f32<T>(a * to_f32(x[i]));
+}
+
+template <class T>
+__global__ void axpy_coef_kernel(const T* x, T* y, int64_t n, const float* coef) {
+  const float a = *coef;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = from_f32<T>(to_f32(y[i]) + a * to_f32(x[i]));
+}
+
+__global__ void double_to_float_kernel(const double* src, float* dst) {
+  *dst = static_cast<float>(*src);
+}
+
+template <class T>
+__global__ void div_by_norm_kernel(T* x, int64_t n, const double* sumsq, double scale,
+                                   double eps) {
+  const double d = sqrt(*sumsq) * scale + eps;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = from_f32<T>(static_cast<float>(static_cast<double>(to_f32(x[i])) / d));
+}
+
 __global__ void add_scalar_kernel(float* t, int64_t index, float value) { t[index] += value; }
 
 // Tiled transpose: a 32x32 tile of x is read with coalesced rows into shared memory (padded to
@@ -99,6 +128,45 @@ void scale_matrix(float* c, int64_t M, int64_t N, int64_t ldc, float beta, cudaS
 void scale_matrix(__nv_bfloat16* c, int64_t M, int64_t N, int64_t ldc, float beta,
                   cudaStream_t stream) {
   scale_matrix_impl(c, M, N, ldc, beta, stream);
+}
+
+void scale_copy_coef(const float* x, float* y, int64_t n, const float* coef, cudaStream_t s) {
+  if (n <= 0) return;
+  scale_copy_coef_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, y, n, coef);
+  VT_CUDA_CHECK_LAUNCH();
+}
+void scale_copy_coef(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t n, const float* coef,
+                     cudaStream_t s) {
+  if (n <= 0) return;
+  scale_copy_coef_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, y, n, coef);
+  VT_CUDA_CHECK_LAUNCH();
+}
+void axpy_coef(const float* x, float* y, int64_t n, const float* coef, cudaStream_t s) {
+  if (n <= 0) return;
+  axpy_coef_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, y, n, coef);
+  VT_CUDA_CHECK_LAUNCH();
+}
+void axpy_coef(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t n, const float* coef,
+               cudaStream_t s) {
+  if (n <= 0) return;
+  axpy_coef_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, y, n, coef);
+  VT_CUDA_CHECK_LAUNCH();
+}
+void double_to_float(const double* src, float* dst, cudaStream_t s) {
+  double_to_float_kernel<<<1, 1, 0, s>>>(src, dst);
+  VT_CUDA_CHECK_LAUNCH();
+}
+void div_by_norm(float* x, int64_t n, const double* sumsq, double scale, double eps,
+                 cudaStream_t s) {
+  if (n <= 0) return;
+  div_by_norm_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, n, sumsq, scale, eps);
+  VT_CUDA_CHECK_LAUNCH();
+}
+void div_by_norm(__nv_bfloat16* x, int64_t n, const double* sumsq, double scale, double eps,
+                 cudaStream_t s) {
+  if (n <= 0) return;
+  div_by_norm_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, n, sumsq, scale, eps);
+  VT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace vt::cuda

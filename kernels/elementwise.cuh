@@ -27,4 +27,19 @@ void scale_matrix(float* c, int64_t M, int64_t N, int64_t ldc, float beta, cudaS
 void scale_matrix(__nv_bfloat16* c, int64_t M, int64_t N, int64_t ldc, float beta,
                   cudaStream_t stream);
 
+// Coefficients read from device memory (a scalar parameter), so no host round trip:
+// y = coef[0] * x;  y += coef[0] * x  (fp32 math; coef points at the element to use).
+void scale_copy_coef(const float* x, float* y, int64_t n, const float* coef, cudaStream_t stream);
+void scale_copy_coef(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t n, const float* coef,
+                     cudaStream_t stream);
+void axpy_coef(const float* x, float* y, int64_t n, const float* coef, cudaStream_t stream);
+void axpy_coef(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t n, const float* coef,
+               cudaStream_t stream);
+// *dst = float(*src) (a reduction's fp64 result stored into an fp32 tensor element).
+void double_to_float(const double* src, float* dst, cudaStream_t stream);
+// x = x / (sqrt(*sumsq) * scale + eps), the division in double and rounded once.
+void div_by_norm(float* x, int64_t n, const double* sumsq, double scale, double eps,
+                 cudaStream_t stream);
+void div_by_norm(__nv_bfloat16* x, int64_t n, const double* sumsq, double scale, double eps,
+                 cudaStream_t stream);
 }  // namespace vt::cuda

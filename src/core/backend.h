@@ -80,11 +80,18 @@ class Backend {
     for (const Tensor& x : xs) s += x.numel() ? sum_squares(x) : 0.0;
     return s;
   }
-  // x = x / d elementwise. The host backends divide in double and round once (what the host
-  // Newton-Schulz does); the default multiplies by the fp32 reciprocal (within 1 ulp).
-  virtual void div_scalar(const Tensor& x, double d) { scale_copy(x, x, static_cast<float>(1.0 / d)); }
   // t.flat[index] += value (f32 tensors): scalar-parameter gradients without a host copy.
   virtual void add_scalar(const Tensor& t, int64_t index, double value) = 0;
+  // Device-side coefficients (no host round trip; coef is an f32 tensor on this device):
+  // y = coef[index] * x, y += coef[index] * x.
+  virtual void scale_copy_coef(const Tensor& y, const Tensor& x, const Tensor& coef,
+                               int64_t index) = 0;
+  virtual void axpy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index) = 0;
+  // out.flat[index] = float(sum(a * b)) accumulated in fp64, left on the device.
+  virtual void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index) = 0;
+  // x = x / (sqrt(sum(x^2)) * scale + eps), the norm computed and applied on the device
+  // (Newton-Schulz's normalization; the division in double, rounded once).
+  virtual void normalize_frobenius(const Tensor& x, double scale, double eps) = 0;
   // y (cols, rows) = x (rows, cols)^T.
   virtual void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols) = 0;
 

@@ -173,7 +173,19 @@ class HostBackend : public Backend {
     for (double p : partial) s += p;
     return s;
   }
-  void div_scalar(const Tensor& x, double d) override {
+  void scale_copy_coef(const Tensor& y, const Tensor& x, const Tensor& coef,
+                       int64_t index) override {
+    scale_copy(y, x, f32_of(coef)[index]);
+  }
+  void axpy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index) override {
+    axpy(y, x, f32_of(coef)[index]);
+  }
+  void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index) override {
+    f32_of(out)[index] = static_cast<float>(a.numel() ? dot(a, b) : 0.0);
+  }
+  // The host Newton-Schulz's normalization exactly: chunked fp64 sum, division in double.
+  void normalize_frobenius(const Tensor& x, double scale, double eps) override {
+    const double d = std::sqrt(sum_squares(x)) * scale + eps;
     InOut xp(x);
     for (int64_t i = 0; i < x.numel(); ++i)
       xp.p()[i] = static_cast<float>(static_cast<double>(xp.p()[i]) / d);

@@ -411,6 +411,66 @@ class CudaBackend final : public Backend {
     return fetch_result(out);
   }
 
+  void scale_copy_coef(const Tensor& y, const Tensor& x, const Tensor& coef,
+                       int64_t index) override {
+    on_device();
+    const float* c = f32_of(coef) + index;
+    switch (mix_of({&y, &x})) {
+      case Mix::kF32: cuda::scale_copy_coef(f32p(x), f32p(y), x.numel(), c, stream_); break;
+      case Mix::kBF16: cuda::scale_copy_coef(bf16p(x), bf16p(y), x.numel(), c, stream_); break;
+      case Mix::kMixed: VT_CHECK_MSG(false, "scale_copy_coef: x and y must share a dtype");
+    }
+  }
+
+  void axpy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index) override {
+    on_device();
+    const float* c = f32_of(coef) + index;
+    switch (mix_of({&y, &x})) {
+      case Mix::kF32: cuda::axpy_coef(f32p(x), f32p(y), x.numel(), c, stream_); break;
+      case Mix::kBF16: cuda::axpy_coef(bf16p(x), bf16p(y), x.numel(), c, stream_); break;
+      case Mix::kMixed: VT_CHECK_MSG(false, "axpy_coef: x and y must share a dtype");
+    }
+  }
+
+  // The fp64 result goes through the shared reduction scratch (stream-ordered, so the next
+  // reduction may reuse it) into the fp32 element.
+  void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index) override {
+    on_device();
+    float* dst = f32_of(out) + index;
+    const int64_t n = a.numel();
+    std::lock_guard<std::mutex> lock(scratch_mu_);
+    double* partials = reduce_scratch_;
+    double* res = reduce_scratch_ + cuda::kReduceBlocks;
+    if (n == 0) {
+      VT_CUDA_CHECK(cudaMemsetAsync(dst, 0, sizeof(float), stream_));
+      return;
+    }
+    switch (mix_of({&a, &b})) {
+      case Mix::kF32: cuda::dot(f32p(a), f32p(b), n, partials, res, false, stream_); break;
+      case Mix::kBF16: cuda::dot(bf16p(a), bf16p(b), n, partials, res, false, stream_); break;
+      case Mix::kMixed: {
+        F32View av(a, true, false, stream_), bv(b, true, false, stream_);
+        cuda::dot(av.p(), bv.p(), n, partials, res, false, stream_);
+      }
+    }
+    cuda::double_to_float(res, dst, stream_);
+  }
+
+  void normalize_frobenius(const Tensor& x, double scale, double eps) override {
+    on_device();
+    need_float(x);
+    std::lock_guard<std::mutex> lock(scratch_mu_);
+    double* partials = reduce_scratch_;
+    double* res = reduce_scratch_ + cuda::kReduceBlocks;
+    if (x.dtype() == DType::kF32) {
+      cuda::sum_squares(f32p(x), x.numel(), partials, res, false, stream_);
+      cuda::div_by_norm(f32p(x), x.numel(), res, scale, eps, stream_);
+    } else {
+      cuda::sum_squares(bf16p(x), x.numel(), partials, res, false, stream_);
+      cuda::div_by_norm(bf16p(x), x.numel(), res, scale, eps, stream_);
+    }
+  }
+
   double sum_squares_list(const std::vector<Tensor>& xs) override {
     on_device();
     std::lock_guard<std::mutex> lock(scratch_mu_);

@@ -134,16 +134,46 @@ void copy(const Tensor& y, const Tensor& x) {
   y.copy_from(x.to(y.device(), y.dtype()));
 }
 
-void div_scalar(const Tensor& x, double d) {
-  need_float("div_scalar", x);
-  if (x.numel() == 0) return;
-  on("div_scalar", {&x}).div_scalar(x, d);
-}
-
 void add_scalar(const Tensor& t, int64_t index, double value) {
   need_f32("add_scalar", t, "the tensor");
   VT_CHECK(index >= 0 && index < t.numel());
   on("add_scalar", {&t}).add_scalar(t, index, value);
+}
+
+static void check_coef(const char* op, const Tensor& coef, int64_t index) {
+  need_f32(op, coef, "the coefficient");
+  VT_CHECK_MSG(index >= 0 && index < coef.numel(),
+               op << ": coefficient index " << index << " outside " << coef.numel());
+}
+
+void scale_copy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index) {
+  VT_CHECK_MSG(y.numel() == x.numel() && y.dtype() == x.dtype(), "scale_copy_coef: y and x differ");
+  need_float("scale_copy_coef", y);
+  check_coef("scale_copy_coef", coef, index);
+  if (y.numel() == 0) return;
+  on("scale_copy_coef", {&y, &x, &coef}).scale_copy_coef(y, x, coef, index);
+}
+
+void axpy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index) {
+  VT_CHECK_MSG(y.numel() == x.numel() && y.dtype() == x.dtype(), "axpy_coef: y and x differ");
+  need_float("axpy_coef", y);
+  check_coef("axpy_coef", coef, index);
+  if (y.numel() == 0) return;
+  on("axpy_coef", {&y, &x, &coef}).axpy_coef(y, x, coef, index);
+}
+
+void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index) {
+  VT_CHECK(a.numel() == b.numel());
+  need_float("dot_into", a);
+  need_float("dot_into", b);
+  check_coef("dot_into", out, index);
+  on("dot_into", {&a, &b, &out}).dot_into(a, b, out, index);
+}
+
+void normalize_frobenius(const Tensor& x, double scale, double eps) {
+  need_float("normalize_frobenius", x);
+  if (x.numel() == 0) return;
+  on("normalize_frobenius", {&x}).normalize_frobenius(x, scale, eps);
 }
 
 void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols) {

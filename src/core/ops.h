@@ -30,10 +30,15 @@ double sum_squares(const Tensor& x);
 double sum_squares_list(const std::vector<Tensor>& xs);
 // Copy x into y (same numel; converts f32 <-> bf16 when the dtypes differ; any devices).
 void copy(const Tensor& y, const Tensor& x);
-// x = x / d elementwise (f32 or bf16).
-void div_scalar(const Tensor& x, double d);
 // t.flat[index] += value (f32).
 void add_scalar(const Tensor& t, int64_t index, double value);
+// Device-side coefficients: y = coef[index] * x; y += coef[index] * x (coef f32, same device).
+void scale_copy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index = 0);
+void axpy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index = 0);
+// out.flat[index] = float(sum(a * b)) (fp64 accumulation), without synchronizing.
+void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index = 0);
+// x /= sqrt(sum(x^2)) * scale + eps, on the device.
+void normalize_frobenius(const Tensor& x, double scale, double eps);
 // y (cols, rows) = x (rows, cols)^T.
 void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols);
 // Strided block copy on one device: rows x cols elements from src (starting at element

@@ -13,9 +13,6 @@ namespace vt {
 
 namespace {
 
-// A scalar parameter's value on the host (a small copy when parameters live on a device).
-float scalar(const Tensor& t) { return static_cast<float>(t.item()); }
-
 // grad += alpha * dv, allocating grad on first use.
 void accumulate(Tensor& grad, const Tensor& dv, float alpha) {
   if (!grad.defined()) grad = Tensor::zeros(dv.shape(), dv.dtype(), dv.device());
@@ -239,15 +236,29 @@ void GPT::block_backward(int i, Bundle& grad, Activations& acts, BlockActs& a) c
   const bool target = cfg_.is_target(i);
   const ValueMode mode = cfg_.value_mode;
   const bool v1_grad = !cfg_.detach_v1;
-  // d scalar = sum(dv * src), summed over the TP group's heads.
-  auto dscalar = [&](const Tensor& src) {
+  // d scalar = sum(dv * src), summed over the TP group's heads. resformer-plus needs it on the
+  // host (its softmax backward runs there); every other scalar gradient stays on the device.
+  auto dscalar_host = [&](const Tensor& src) {
     double s = ops::dot(dv, src);
     tp->all_reduce_sum(&s, 1);
     return s;
   };
-  auto add_scalar_grad = [&](int idx, int elem, double g) { ops::add_scalar(G(idx), elem, g); };
+  auto grad_scalar = [&](int idx, int elem, const Tensor& src) {
+    Tensor s = f32({1});
+    ops::dot_into(dv, src, s);
+    tp->all_reduce_sum(s);
+    ops::axpy(G(idx).flat(elem, 1), s, 1.0f);
+  };
   auto to_v1 = [&](float coef) {
     if (v1_grad) accumulate(grad.values[0], dv, coef);
+  };
+  // grad += coef[elem] * dv with the coefficient read on the device.
+  auto accumulate_coef = [&](Tensor& g, const Tensor& coef, int elem) {
+    if (!g.defined()) g = Tensor::zeros(dv.shape(), dv.dtype(), dv.device());
+    ops::axpy_coef(g, dv, coef, elem);
+  };
+  auto to_v1_coef = [&](const Tensor& coef) {
+    if (v1_grad) accumulate_coef(grad.values[0], coef, 0);
   };
   if (!target) {
     ops::copy(dctx, dv);
@@ -267,55 +278,58 @@ void GPT::block_backward(int i, Bundle& grad, Activations& acts, BlockActs& a) c
         ops::copy(dctx, dv);
         break;
       case ValueMode::kResformerLearnable: {
-        add_scalar_grad(lp.lambda1, 0, dscalar(v1));
-        add_scalar_grad(lp.lambda2, 0, dscalar(a.ctx_v));
-        to_v1(scalar(P(lp.lambda1)));
-        ops::scale_copy(dctx, dv, scalar(P(lp.lambda2)));
+        grad_scalar(lp.lambda1, 0, v1);
+        grad_scalar(lp.lambda2, 0, a.ctx_v);
+        to_v1_coef(P(lp.lambda1));
+        ops::scale_copy_coef(dctx, dv, P(lp.lambda2));
         break;
       }
       case ValueMode::kResformerPlus: {
         const int k = cfg_.target_index(i);
-        acts.plus_dcoef[k] += dscalar(v1);
-        add_scalar_grad(lp.lambda2, 0, dscalar(a.ctx_v));
+        acts.plus_dcoef[k] += dscalar_host(v1);
+        grad_scalar(lp.lambda2, 0, a.ctx_v);
         to_v1(static_cast<float>(acts.plus_coef[k]));
-        ops::scale_copy(dctx, dv, scalar(P(lp.lambda2)));
+        ops::scale_copy_coef(dctx, dv, P(lp.lambda2));
         break;
       }
       case ValueMode::kResformerDense: {
-        const std::vector<float> l = P(lp.dense).to_host_f32();
+        const Tensor l = P(lp.dense);
         for (int j = 0; j < i; ++j) {
-          add_scalar_grad(lp.dense, j, dscalar(acts.values[j]));
-          if (j > 0 || v1_grad) accumulate(grad.values[j], dv, l[j]);
+          grad_scalar(lp.dense, j, acts.values[j]);
+          if (j > 0 || v1_grad) accumulate_coef(grad.values[j], l, j);
         }
-        add_scalar_grad(lp.dense, i, dscalar(a.ctx_v));
-        ops::scale_copy(dctx, dv, l[i]);
+        grad_scalar(lp.dense, i, a.ctx_v);
+        ops::scale_copy_coef(dctx, dv, l, i);
         break;
       }
       case ValueMode::kSvformer: to_v1(1.0f); break;
       case ValueMode::kV1:
-        add_scalar_grad(lp.gain, 0, dscalar(v1));
-        to_v1(scalar(P(lp.gain)));
+        grad_scalar(lp.gain, 0, v1);
+        to_v1_coef(P(lp.gain));
         break;
       case ValueMode::kX0v:
-        add_scalar_grad(lp.gain, 0, dscalar(a.ctx_v));
-        ops::scale_copy(dctx, dv, scalar(P(lp.gain)));
+        grad_scalar(lp.gain, 0, a.ctx_v);
+        ops::scale_copy_coef(dctx, dv, P(lp.gain));
         break;
       case ValueMode::kBov: {
-        add_scalar_grad(lp.gain, 0, dscalar(a.emb));
+        grad_scalar(lp.gain, 0, a.emb);
         Tensor de = act(dv.shape());
-        ops::scale_copy(de, dv, scalar(P(lp.gain)));
+        ops::scale_copy_coef(de, dv, P(lp.gain));
         table_lookup_backward(de.reshaped({N, kv_heads_ * hd}), G(lp.table),
                               vocab_offset_, acts.input_ids, tp);
         break;
       }
       case ValueMode::kBovAdd: {
-        const float ca = lp.a >= 0 ? scalar(P(lp.a)) : 0.5f;
-        const float cb = lp.b >= 0 ? scalar(P(lp.b)) : 0.5f;
-        if (lp.a >= 0) add_scalar_grad(lp.a, 0, dscalar(a.ctx_v));
-        if (lp.b >= 0) add_scalar_grad(lp.b, 0, dscalar(a.emb));
-        ops::scale_copy(dctx, dv, ca);
         Tensor de = act(dv.shape());
-        ops::scale_copy(de, dv, cb);
+        if (lp.a >= 0) {
+          grad_scalar(lp.a, 0, a.ctx_v);
+          grad_scalar(lp.b, 0, a.emb);
+          ops::scale_copy_coef(dctx, dv, P(lp.a));
+          ops::scale_copy_coef(de, dv, P(lp.b));
+        } else {
+          ops::scale_copy(dctx, dv, 0.5f);
+          ops::scale_copy(de, dv, 0.5f);
+        }
         table_lookup_backward(de.reshaped({N, kv_heads_ * hd}), G(lp.table), vocab_offset_,
                               acts.input_ids, tp);
         break;

@@ -22,37 +22,47 @@ std::vector<double> resformer_plus_coefficients(const ModelConfig& cfg, const fl
 void value_mix_forward(const ModelConfig& cfg, const LayerParams& lp, const ParamStore& store,
                        int layer, const ValueSources& src, int64_t N, int kv_heads,
                        const Tensor& v, const Tensor& gate_out) {
-  // Scalars are read to the host (one small copy each on a device).
-  auto sc = [&](int idx) { return static_cast<float>(store.param(idx).item()); };
-  auto mix2 = [&](float a, const Tensor& x, float b, const Tensor& y) {
-    ops::scale_copy(v, x, a);
-    ops::axpy(v, y, b);
-  };
+  // Learned scalars are read on the device (ops::*_coef): no host round trip inside a step.
+  auto P = [&](int idx) { return store.param(idx); };
   switch (cfg.value_mode) {
     case ValueMode::kBaseline: ops::copy(v, src.ctx); break;
-    case ValueMode::kResformerIdentity: mix2(0.5f, src.v1, 0.5f, src.ctx); break;
-    case ValueMode::kResformerConstant: mix2(2.0f, src.v1, 1.0f, src.ctx); break;
-    case ValueMode::kResformerSparse: mix2(5.0f, src.v1, 1.0f, src.ctx); break;
-    case ValueMode::kResformerLearnable: mix2(sc(lp.lambda1), src.v1, sc(lp.lambda2), src.ctx); break;
+    case ValueMode::kResformerIdentity:
+      ops::scale_copy(v, src.v1, 0.5f);
+      ops::axpy(v, src.ctx, 0.5f);
+      break;
+    case ValueMode::kResformerConstant:
+      ops::scale_copy(v, src.v1, 2.0f);
+      ops::axpy(v, src.ctx, 1.0f);
+      break;
+    case ValueMode::kResformerSparse:
+      ops::scale_copy(v, src.v1, 5.0f);
+      ops::axpy(v, src.ctx, 1.0f);
+      break;
+    case ValueMode::kResformerLearnable:
+      ops::scale_copy_coef(v, src.v1, P(lp.lambda1));
+      ops::axpy_coef(v, src.ctx, P(lp.lambda2));
+      break;
     case ValueMode::kResformerPlus:
-      mix2(static_cast<float>(src.plus_coef), src.v1, sc(lp.lambda2), src.ctx);
+      ops::scale_copy(v, src.v1, static_cast<float>(src.plus_coef));
+      ops::axpy_coef(v, src.ctx, P(lp.lambda2));
       break;
-    case ValueMode::kResformerDense: {
-      const std::vector<float> l = store.param(lp.dense).to_host_f32();
-      ops::scale_copy(v, src.ctx, l[layer]);
-      for (int j = 0; j < layer; ++j) ops::axpy(v, src.values[j], l[j]);
+    case ValueMode::kResformerDense:
+      ops::scale_copy_coef(v, src.ctx, P(lp.dense), layer);
+      for (int j = 0; j < layer; ++j) ops::axpy_coef(v, src.values[j], P(lp.dense), j);
       break;
-    }
     case ValueMode::kSvformer: ops::copy(v, src.v1); break;
-    case ValueMode::kV1: ops::scale_copy(v, src.v1, sc(lp.gain)); break;
-    case ValueMode::kX0v: ops::scale_copy(v, src.ctx, sc(lp.gain)); break;
-    case ValueMode::kBov: ops::scale_copy(v, src.emb, sc(lp.gain)); break;
-    case ValueMode::kBovAdd: {
-      const float a = lp.a >= 0 ? sc(lp.a) : 0.5f;
-      const float b = lp.b >= 0 ? sc(lp.b) : 0.5f;
-      mix2(a, src.ctx, b, src.emb);
+    case ValueMode::kV1: ops::scale_copy_coef(v, src.v1, P(lp.gain)); break;
+    case ValueMode::kX0v: ops::scale_copy_coef(v, src.ctx, P(lp.gain)); break;
+    case ValueMode::kBov: ops::scale_copy_coef(v, src.emb, P(lp.gain)); break;
+    case ValueMode::kBovAdd:
+      if (lp.a >= 0) {
+        ops::scale_copy_coef(v, src.ctx, P(lp.a));
+        ops::axpy_coef(v, src.emb, P(lp.b));
+      } else {
+        ops::scale_copy(v, src.ctx, 0.5f);
+        ops::axpy(v, src.emb, 0.5f);
+      }
       break;
-    }
     case ValueMode::kValueEmbed: {
       // gate (N, kv_heads) = scale * sigmoid(gate_in[:, :Gc] W_g)
       GemmArgs g;

@@ -77,8 +77,8 @@ void newton_schulz(const float* G, int rows, int cols, float* out, int steps,
     std::copy(G, G + mn, X.begin());
   }
   const double denom = std::sqrt(sum_squares(X.data(), mn)) * coeffs.norm_scale + coeffs.norm_eps;
-  // Divide in double, round once (the device path's ops::div_scalar does the same on the CPU
-  // kernels' backends, so Muon is bitwise equal there).
+  // Divide in double, round once (ops::normalize_frobenius does the same on the CPU kernels'
+  // backends, so Muon is bitwise equal there).
   for (int64_t i = 0; i < mn; ++i) X[i] = static_cast<float>(static_cast<double>(X[i]) / denom);
 
   for (int k = 0; k < steps; ++k) {
@@ -168,8 +168,8 @@ void newton_schulz_ops(const Tensor& G, int rows, int cols, const Tensor& out, i
   } else {
     X32.copy_from(g);
   }
-  const double denom = std::sqrt(ops::sum_squares(X32)) * coeffs.norm_scale + coeffs.norm_eps;
-  ops::div_scalar(X32, denom);  // bitwise the host's division on CPU-kernel backends
+  // On the device, no host round trip; bitwise the host's division on CPU-kernel backends.
+  ops::normalize_frobenius(X32, coeffs.norm_scale, coeffs.norm_eps);
   Tensor X = X32;
   if (compute == DType::kBF16) {
     X = Tensor::zeros({mn}, DType::kBF16, dev);

@@ -66,12 +66,12 @@ void newton_schulz(const Tensor& G, int rows, int cols, const Tensor& out, int s
 // The op-level Newton-Schulz on tensors of any device (CPU tensors included, for tests):
 //   X = G (copy) or ops::transpose(G) when rows > cols;
 //   s = ops::sum_squares(X) (double, the chunked sum of the host version);
-//   X = X / (sqrt(s) * norm_scale + norm_eps)                  (ops::div_scalar)
+//   X = X / (sqrt(s) * norm_scale + norm_eps)      (ops::normalize_frobenius, on the device)
 //   per iteration, with ops::gemm (f32, the host version's three sgemm calls and beta terms):
 //     A = X X^T;  B = A; B = c A A + b B;  Y = X; Y = B X + a Y;  X = Y
 //   out = X or its transpose.
 // On the backends built on the CPU kernels (the CPU backend and the device emulator) every step
-// is the host function's (div_scalar divides in double and rounds once, like the host), so
+// is the host function's (normalize_frobenius divides in double and rounds once, like the host), so
 // newton_schulz_ops is bitwise the host result there; the CUDA backend differs in summation
 // order and multiplies by the fp32 reciprocal.
 void newton_schulz_ops(const Tensor& G, int rows, int cols, const Tensor& out, int steps,
