@@ -293,6 +293,32 @@ TEST_F(CudaBackendTest, DotAndSumSquaresMatchCpu) {
   }
 }
 
+// Coefficients read on the device: the same fp32 products as the host-coefficient ops (one
+// bf16 rounding of bf16 outputs); dot_into stores the fp64 dot rounded to fp32 (sums differ in
+// order only: 1e-6 of the dot's magnitude); normalize_frobenius divides by the norm in double.
+TEST_F(CudaBackendTest, DeviceCoefficientOpsMatchCpu) {
+  Pair coef = pair({0.75f, -1.25f, 3.0f}, {3});
+  for (DType dt : {kF32, kBF16}) {
+    SCOPED_TRACE(name_of(dt));
+    Pair x = pair(randn(5003, 70), {5003}, dt), y = pair(randn(5003, 71), {5003}, dt);
+    ops::axpy_coef(y.c, x.c, coef.c, 1);
+    ops::axpy_coef(y.g, x.g, coef.g, 1);
+    EXPECT_TRUE(close(y, rtol_for(dt, 1e-6), 1e-6));
+    Pair z = zeros({5003}, dt);
+    ops::scale_copy_coef(z.c, x.c, coef.c, 2);
+    ops::scale_copy_coef(z.g, x.g, coef.g, 2);
+    EXPECT_TRUE(close(z, rtol_for(dt, 1e-6), 0.0));
+    Pair out = zeros({4});
+    ops::dot_into(x.c, y.c, out.c, 3);
+    ops::dot_into(x.g, y.g, out.g, 3);
+    EXPECT_TRUE(close(out, 1e-6, 1e-6));
+    Pair w = pair(randn(4096, 72), {64, 64}, dt);
+    ops::normalize_frobenius(w.c, 1.02, 1e-6);
+    ops::normalize_frobenius(w.g, 1.02, 1e-6);
+    EXPECT_TRUE(close(w, rtol_for(dt, 1e-6), 1e-7));
+  }
+}
+
 TEST_F(CudaBackendTest, AddScalarMatchesCpuExactly) {
   Pair t = pair(randn(100, 60), {100});
   for (int i = 0; i < 3; ++i) {
