@@ -20,7 +20,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/cuda_util_attn.cuh"
+#include "kernels/cuda_check.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -313,11 +313,11 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---------------------------------------------------------------------------------------------
 void check_shape(const AttnShape& s) {
-  VT_ATTN_REQUIRE(s.B >= 1 && s.T >= 1 && s.H >= 1 && s.Hkv >= 1 && s.hd >= 1,
+  VT_CUDA_REQUIRE(s.B >= 1 && s.T >= 1 && s.H >= 1 && s.Hkv >= 1 && s.hd >= 1,
                   "attention shape must have B, T, H, Hkv, hd >= 1");
-  VT_ATTN_REQUIRE(s.H % s.Hkv == 0, "H must be a multiple of Hkv");
-  VT_ATTN_REQUIRE(s.window >= 1, "attention window must be >= 1");
-  VT_ATTN_REQUIRE(s.H <= 65535 && s.Hkv <= 65535 && s.B <= 65535,
+  VT_CUDA_REQUIRE(s.H % s.Hkv == 0, "H must be a multiple of Hkv");
+  VT_CUDA_REQUIRE(s.window >= 1, "attention window must be >= 1");
+  VT_CUDA_REQUIRE(s.H <= 65535 && s.Hkv <= 65535 && s.B <= 65535,
                   "B, H, Hkv must be <= 65535 (grid y/z limits)");
 }
 
@@ -325,12 +325,12 @@ void check_shape(const AttnShape& s) {
 template <class Kernel>
 void prepare_smem(Kernel kernel, size_t bytes) {
   int dev = 0, max_optin = 0;
-  VT_ATTN_CUDA_CHECK(cudaGetDevice(&dev));
-  VT_ATTN_CUDA_CHECK(
+  VT_CUDA_CHECK(cudaGetDevice(&dev));
+  VT_CUDA_CHECK(
       cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  VT_ATTN_REQUIRE(bytes <= size_t(max_optin),
+  VT_CUDA_REQUIRE(bytes <= size_t(max_optin),
                   "attention head dim too large for this GPU's shared memory per block");
-  VT_ATTN_CUDA_CHECK(
+  VT_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
@@ -356,7 +356,7 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, float* lse, const 
   const dim3 grid(unsigned((s.T + kTile - 1) / kTile), unsigned(s.H), unsigned(s.B));
   attn_fwd_kernel<T><<<grid, kThreads, smem, stream>>>(q, k, v, out, lse, s.T, int(s.H),
                                                        int(s.Hkv), hd, W, scale);
-  VT_ATTN_CUDA_CHECK(cudaGetLastError());
+  VT_CUDA_CHECK(cudaGetLastError());
 }
 
 template <class T>
@@ -364,7 +364,7 @@ void backward_impl(const T* q, const T* k, const T* v, const T* out, const float
                    const T* dout, T* dq, T* dk, T* dv, const AttnShape& s, float scale,
                    void* workspace, cudaStream_t stream) {
   check_shape(s);
-  VT_ATTN_REQUIRE(workspace != nullptr, "attention backward needs a workspace");
+  VT_CUDA_REQUIRE(workspace != nullptr, "attention backward needs a workspace");
   const int64_t W = std::min(s.window, s.T);
   const int hd = int(s.hd), H = int(s.H), Hkv = int(s.Hkv);
   float* D = static_cast<float*>(workspace);  // (B, H, T)
@@ -372,21 +372,21 @@ void backward_impl(const T* q, const T* k, const T* v, const T* out, const float
   const int64_t rows = s.B * s.T * s.H;
   attn_bwd_d_kernel<T><<<unsigned((rows + 255) / 256), 256, 0, stream>>>(out, dout, D, s.B, s.T,
                                                                          H, hd);
-  VT_ATTN_CUDA_CHECK(cudaGetLastError());
+  VT_CUDA_CHECK(cudaGetLastError());
 
   const unsigned ntiles = unsigned((s.T + kTile - 1) / kTile);
   const size_t smem_dq = dq_smem(hd);
   prepare_smem(attn_bwd_dq_kernel<T>, smem_dq);
   attn_bwd_dq_kernel<T><<<dim3(ntiles, unsigned(H), unsigned(s.B)), kThreads, smem_dq, stream>>>(
       q, k, v, lse, D, dout, dq, s.T, H, Hkv, hd, W, scale);
-  VT_ATTN_CUDA_CHECK(cudaGetLastError());
+  VT_CUDA_CHECK(cudaGetLastError());
 
   const size_t smem_kv = dkdv_smem(hd);
   prepare_smem(attn_bwd_dkdv_kernel<T>, smem_kv);
   attn_bwd_dkdv_kernel<T>
       <<<dim3(ntiles, unsigned(Hkv), unsigned(s.B)), kThreads, smem_kv, stream>>>(
           q, k, v, lse, D, dout, dk, dv, s.T, H, Hkv, hd, W, scale);
-  VT_ATTN_CUDA_CHECK(cudaGetLastError());
+  VT_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace

@@ -12,6 +12,13 @@ void cuda_fail(cudaError_t err, const char* expr, const char* file, int line) {
   std::abort();
 }
 
+void require_fail(const char* cond, const char* msg, const char* file, int line) {
+  std::fprintf(stderr, "%s:%d: check failed: %s%s%s\n", file, line, cond, msg ? ": " : "",
+               msg ? msg : "");
+  std::fflush(stderr);
+  std::abort();
+}
+
 int cuda_device_count() {
   int n = 0;
   const cudaError_t err = cudaGetDeviceCount(&n);

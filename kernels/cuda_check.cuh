@@ -10,6 +10,9 @@ namespace vt::cuda {
 
 // Prints "<file>:<line>: CUDA error <name>: <message> in <expr>" to stderr and aborts.
 [[noreturn]] void cuda_fail(cudaError_t err, const char* expr, const char* file, int line);
+// Prints "<file>:<line>: check failed: <cond>: <msg>" to stderr and aborts (argument checks of
+// the kernel launchers, which do not depend on vtrain_lib's VT_CHECK).
+[[noreturn]] void require_fail(const char* cond, const char* msg, const char* file, int line);
 
 // Number of usable CUDA devices; 0 (never an error) when no driver, no device or a driver too
 // old for this runtime. Clears the sticky runtime error such a probe leaves behind.
@@ -29,6 +32,12 @@ inline unsigned grid_for(int64_t n, int threads) {
     const cudaError_t vt_cuda_err_ = (expr);                               \
     if (vt_cuda_err_ != cudaSuccess)                                       \
       ::vt::cuda::cuda_fail(vt_cuda_err_, #expr, __FILE__, __LINE__);      \
+  } while (0)
+
+// Aborts with file:line and `msg` when an argument invariant of a launcher does not hold.
+#define VT_CUDA_REQUIRE(cond, msg)                                               \
+  do {                                                                           \
+    if (!(cond)) ::vt::cuda::require_fail(#cond, msg, __FILE__, __LINE__);       \
   } while (0)
 
 // After a kernel launch: reports launch-configuration errors at the launch site.

@@ -6,14 +6,14 @@
 
 #include <cstdio>
 
-#include "kernels/cuda_util_attn.cuh"
+#include "kernels/cuda_check.cuh"
 
 #define VT_CUBLASLT_CHECK(expr)                                                      \
   do {                                                                               \
     const cublasStatus_t vt_lt_st_ = (expr);                                         \
     if (vt_lt_st_ != CUBLAS_STATUS_SUCCESS)                                          \
-      ::vt::cuda_attn_detail::fail(__FILE__, __LINE__, #expr,                        \
-                                   cublasLtGetStatusString(vt_lt_st_));              \
+      ::vt::cuda::require_fail(#expr, cublasLtGetStatusString(vt_lt_st_), __FILE__,   \
+                               __LINE__);                                            \
   } while (0)
 
 namespace vt::cuda {
@@ -45,7 +45,7 @@ struct Descs {
 
 Gemm::Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
   VT_CUBLASLT_CHECK(cublasLtCreate(&handle_));
-  if (workspace_bytes_ > 0) VT_ATTN_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+  if (workspace_bytes_ > 0) VT_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 }
 
 Gemm::~Gemm() {
@@ -78,14 +78,14 @@ void Gemm::matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                   const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
                   int64_t ldc, cudaDataType_t ab_type, cudaDataType_t c_type,
                   cudaStream_t stream) {
-  VT_ATTN_REQUIRE(M >= 0 && N >= 0 && K >= 0, "gemm dimensions must be >= 0");
+  VT_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0, "gemm dimensions must be >= 0");
   if (M == 0 || N == 0) return;
   // Row-major leading dims: A is (M,K) or (K,M) when trans_a, etc.
-  VT_ATTN_REQUIRE(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N) && ldc >= N,
+  VT_CUDA_REQUIRE(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N) && ldc >= N,
                   "gemm leading dimension smaller than the row width");
   // K == 0 (C = beta * C) is not needed by any caller and cuBLASLt's support for it is not
   // something to rely on: rejected.
-  VT_ATTN_REQUIRE(K > 0, "gemm with K = 0 is not supported");
+  VT_CUDA_REQUIRE(K > 0, "gemm with K = 0 is not supported");
 
   // Column-major problem: C'(m = N, n = M) = op'(A') op'(B'), A' = B, B' = A.
   const uint64_t m = uint64_t(N), n = uint64_t(M), k = uint64_t(K);
@@ -123,7 +123,7 @@ void Gemm::matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   int found = 0;
   VT_CUBLASLT_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref, 1,
                                                    &heur, &found));
-  VT_ATTN_REQUIRE(found > 0, "cuBLASLt found no algorithm for this GEMM (types/alignment)");
+  VT_CUDA_REQUIRE(found > 0, "cuBLASLt found no algorithm for this GEMM (types/alignment)");
 
   VT_CUBLASLT_CHECK(cublasLtMatmul(handle_, d.op, &alpha, B, d.a, A, d.b, &beta, C, d.c, C, d.c,
                                    &heur.algo, workspace_, workspace_bytes_, stream));

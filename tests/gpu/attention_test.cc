@@ -21,32 +21,26 @@
 
 #include "core/cpu_kernels.h"
 #include "kernels/attention.cuh"
-#include "kernels/cuda_util_attn.cuh"
+#include "gpu_test_util.h"
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                            \
-  do {                                                                \
-    if (vt::attn_cuda_device_count() == 0)                            \
-      GTEST_SKIP() << "no CUDA device: GPU test skipped";             \
-  } while (0)
 
 template <class T>
 struct DeviceBuffer {
   T* p = nullptr;
   size_t n = 0;
   explicit DeviceBuffer(size_t count) : n(count) {
-    VT_ATTN_CUDA_CHECK(
+    VT_CUDA_CHECK(
         cudaMalloc(reinterpret_cast<void**>(&p), sizeof(T) * std::max<size_t>(n, 1)));
-    VT_ATTN_CUDA_CHECK(cudaMemset(p, 0xff, sizeof(T) * std::max<size_t>(n, 1)));  // NaN poison
+    VT_CUDA_CHECK(cudaMemset(p, 0xff, sizeof(T) * std::max<size_t>(n, 1)));  // NaN poison
   }
   explicit DeviceBuffer(const std::vector<T>& h) : DeviceBuffer(h.size()) {
-    VT_ATTN_CUDA_CHECK(cudaMemcpy(p, h.data(), sizeof(T) * n, cudaMemcpyHostToDevice));
+    VT_CUDA_CHECK(cudaMemcpy(p, h.data(), sizeof(T) * n, cudaMemcpyHostToDevice));
   }
   ~DeviceBuffer() { cudaFree(p); }
   std::vector<T> get() const {
     std::vector<T> h(n);
-    VT_ATTN_CUDA_CHECK(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost));
+    VT_CUDA_CHECK(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost));
     return h;
   }
 };
@@ -140,7 +134,7 @@ Ref cpu_ref(const vt::cpu::AttnShape& s, const std::vector<float>& q, const std:
 }
 
 TEST(GpuAttention, Fp32MatchesCpu) {
-  SKIP_WITHOUT_GPU();
+  VT_SKIP_WITHOUT_CUDA();
   uint32_t seed = 1;
   for (const auto& s : shapes()) {
     SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " H=" << s.H
@@ -157,7 +151,7 @@ TEST(GpuAttention, Fp32MatchesCpu) {
     vt::cuda::attention_forward(dq_.p, dk_.p, dv_.p, out.p, lse.p, s, scale, nullptr);
     vt::cuda::attention_backward(dq_.p, dk_.p, dv_.p, out.p, lse.p, ddout.p, gq.p, gk.p, gv.p, s,
                                  scale, ws.p, nullptr);
-    VT_ATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    VT_CUDA_CHECK(cudaDeviceSynchronize());
 
     expect_close(out.get(), ref.out, 1e-5, 1e-5, "out");
     expect_close(lse.get(), ref.lse, 1e-5, 1e-5, "lse");
@@ -168,7 +162,7 @@ TEST(GpuAttention, Fp32MatchesCpu) {
 }
 
 TEST(GpuAttention, Bf16MatchesCpuOnRoundedInputs) {
-  SKIP_WITHOUT_GPU();
+  VT_SKIP_WITHOUT_CUDA();
   uint32_t seed = 100;
   for (const auto& s : shapes()) {
     SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " H=" << s.H
@@ -187,7 +181,7 @@ TEST(GpuAttention, Bf16MatchesCpuOnRoundedInputs) {
     vt::cuda::attention_forward(bq.p, bk.p, bv.p, out.p, lse.p, s, scale, nullptr);
     vt::cuda::attention_backward(bq.p, bk.p, bv.p, out.p, lse.p, bdout.p, gq.p, gk.p, gv.p, s,
                                  scale, ws.p, nullptr);
-    VT_ATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    VT_CUDA_CHECK(cudaDeviceSynchronize());
 
     expect_rel_norm(to_f32(out.get()), ref.out, 1e-2, "out");
     expect_close(lse.get(), ref.lse, 1e-4, 1e-4, "lse");
@@ -199,7 +193,7 @@ TEST(GpuAttention, Bf16MatchesCpuOnRoundedInputs) {
 
 // Backward has no atomics: two runs give bitwise identical gradients.
 TEST(GpuAttention, BackwardIsDeterministic) {
-  SKIP_WITHOUT_GPU();
+  VT_SKIP_WITHOUT_CUDA();
   vt::cpu::AttnShape s;
   s.B = 2, s.T = 96, s.H = 4, s.Hkv = 1, s.hd = 32, s.window = 50;
   const size_t nq = size_t(s.B * s.T * s.H * s.hd), nk = size_t(s.B * s.T * s.Hkv * s.hd);

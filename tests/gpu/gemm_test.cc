@@ -17,30 +17,24 @@
 #include <vector>
 
 #include "core/cpu_kernels.h"
-#include "kernels/cuda_util_attn.cuh"
+#include "gpu_test_util.h"
 #include "kernels/gemm.cuh"
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                            \
-  do {                                                                \
-    if (vt::attn_cuda_device_count() == 0)                            \
-      GTEST_SKIP() << "no CUDA device: GPU test skipped";             \
-  } while (0)
 
 template <class T>
 struct DeviceBuffer {
   T* p = nullptr;
   size_t n = 0;
   explicit DeviceBuffer(const std::vector<T>& h) : n(h.size()) {
-    VT_ATTN_CUDA_CHECK(
+    VT_CUDA_CHECK(
         cudaMalloc(reinterpret_cast<void**>(&p), sizeof(T) * std::max<size_t>(n, 1)));
-    VT_ATTN_CUDA_CHECK(cudaMemcpy(p, h.data(), sizeof(T) * n, cudaMemcpyHostToDevice));
+    VT_CUDA_CHECK(cudaMemcpy(p, h.data(), sizeof(T) * n, cudaMemcpyHostToDevice));
   }
   ~DeviceBuffer() { cudaFree(p); }
   std::vector<T> get() const {
     std::vector<T> h(n);
-    VT_ATTN_CUDA_CHECK(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost));
+    VT_CUDA_CHECK(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost));
     return h;
   }
 };
@@ -118,7 +112,7 @@ struct Problem {
 };
 
 TEST(GpuGemm, Fp32MatchesCblasAllTransposes) {
-  SKIP_WITHOUT_GPU();
+  VT_SKIP_WITHOUT_CUDA();
   vt::cuda::Gemm gemm;
   uint32_t seed = 1;
   for (bool ta : {false, true})
@@ -128,13 +122,13 @@ TEST(GpuGemm, Fp32MatchesCblasAllTransposes) {
       DeviceBuffer<float> A(pr.A), B(pr.B), C(pr.C0);
       gemm(ta, tb, pr.M, pr.N, pr.K, pr.alpha, A.p, pr.lda, B.p, pr.ldb, pr.beta, C.p, pr.ldc,
            nullptr);
-      VT_ATTN_CUDA_CHECK(cudaDeviceSynchronize());
+      VT_CUDA_CHECK(cudaDeviceSynchronize());
       pr.expect_close(C.get(), 1.0, 0.0);
     }
 }
 
 TEST(GpuGemm, Bf16ToFp32MatchesCblasAllTransposes) {
-  SKIP_WITHOUT_GPU();
+  VT_SKIP_WITHOUT_CUDA();
   vt::cuda::Gemm gemm;
   uint32_t seed = 100;
   for (bool ta : {false, true})
@@ -146,13 +140,13 @@ TEST(GpuGemm, Bf16ToFp32MatchesCblasAllTransposes) {
       DeviceBuffer<float> C(pr.C0);
       gemm(ta, tb, pr.M, pr.N, pr.K, pr.alpha, A.p, pr.lda, B.p, pr.ldb, pr.beta, C.p, pr.ldc,
            nullptr);
-      VT_ATTN_CUDA_CHECK(cudaDeviceSynchronize());
+      VT_CUDA_CHECK(cudaDeviceSynchronize());
       pr.expect_close(C.get(), 8.0, 0.0);
     }
 }
 
 TEST(GpuGemm, Bf16ToBf16MatchesCblasAllTransposes) {
-  SKIP_WITHOUT_GPU();
+  VT_SKIP_WITHOUT_CUDA();
   vt::cuda::Gemm gemm;
   uint32_t seed = 200;
   for (bool ta : {false, true})
@@ -163,7 +157,7 @@ TEST(GpuGemm, Bf16ToBf16MatchesCblasAllTransposes) {
       DeviceBuffer<__nv_bfloat16> A(to_bf16(pr.A)), B(to_bf16(pr.B)), C(to_bf16(pr.C0));
       gemm(ta, tb, pr.M, pr.N, pr.K, pr.alpha, A.p, pr.lda, B.p, pr.ldb, pr.beta, C.p, pr.ldc,
            nullptr);
-      VT_ATTN_CUDA_CHECK(cudaDeviceSynchronize());
+      VT_CUDA_CHECK(cudaDeviceSynchronize());
       pr.expect_close(to_f32(C.get()), 8.0, std::ldexp(1.0, -8));
     }
 }

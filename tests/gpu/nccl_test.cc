@@ -15,22 +15,16 @@
 #include "core/backend.h"
 #include "core/tensor.h"
 #include "kernels/cuda_backend.cuh"
-#include "kernels/cuda_util_attn.cuh"
+#include "gpu_test_util.h"
 #include "kernels/nccl_communicator.cuh"
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                            \
-  do {                                                                \
-    if (vt::attn_cuda_device_count() == 0)                            \
-      GTEST_SKIP() << "no CUDA device: GPU test skipped";             \
-  } while (0)
 
 // MPI_Init (singleton, no mpirun needed) before the tests, MPI_Finalize after, only with a GPU.
 class MpiEnv : public ::testing::Environment {
  public:
   void SetUp() override {
-    if (vt::attn_cuda_device_count() == 0) return;
+    if (vt::cuda::cuda_device_count() == 0) return;
     int init = 0;
     MPI_Initialized(&init);
     if (!init) {
@@ -52,14 +46,14 @@ struct DeviceBuffer {
   T* p = nullptr;
   size_t n = 0;
   explicit DeviceBuffer(const std::vector<T>& h) : n(h.size()) {
-    VT_ATTN_CUDA_CHECK(
+    VT_CUDA_CHECK(
         cudaMalloc(reinterpret_cast<void**>(&p), sizeof(T) * std::max<size_t>(n, 1)));
-    VT_ATTN_CUDA_CHECK(cudaMemcpy(p, h.data(), sizeof(T) * n, cudaMemcpyHostToDevice));
+    VT_CUDA_CHECK(cudaMemcpy(p, h.data(), sizeof(T) * n, cudaMemcpyHostToDevice));
   }
   ~DeviceBuffer() { cudaFree(p); }
   std::vector<T> get() const {
     std::vector<T> h(n);
-    VT_ATTN_CUDA_CHECK(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost));
+    VT_CUDA_CHECK(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost));
     return h;
   }
 };
@@ -72,12 +66,12 @@ std::vector<T> iota_vec(size_t n, T start) {
 }
 
 TEST(GpuNccl, OneRankCollectivesAreIdentity) {
-  SKIP_WITHOUT_GPU();
+  VT_SKIP_WITHOUT_CUDA();
   vt::NcclCommunicator comm(MPI_COMM_SELF);
   EXPECT_EQ(comm.size(), 1);
   EXPECT_EQ(comm.rank(), 0);
   int dev = -1;
-  VT_ATTN_CUDA_CHECK(cudaGetDevice(&dev));
+  VT_CUDA_CHECK(cudaGetDevice(&dev));
   EXPECT_EQ(dev, comm.device());
 
   const size_t n = 1000;
@@ -109,7 +103,7 @@ TEST(GpuNccl, OneRankCollectivesAreIdentity) {
 // One rank: all_reduce and broadcast are identities (returned early), all_gather and
 // reduce_scatter are NCCL copies in the tensor's own dtype; values must come back unchanged.
 TEST(GpuNccl, OneRankTensorCallsKeepValues) {
-  SKIP_WITHOUT_GPU();
+  VT_SKIP_WITHOUT_CUDA();
   vt::set_device_backend(vt::make_cuda_backend());
   {
     vt::NcclCommunicator comm(MPI_COMM_SELF);
