@@ -26,24 +26,7 @@
 namespace {
 
 template <class T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit DeviceBuffer(size_t count) : n(count) {
-    VT_CUDA_CHECK(
-        cudaMalloc(reinterpret_cast<void**>(&p), sizeof(T) * std::max<size_t>(n, 1)));
-    VT_CUDA_CHECK(cudaMemset(p, 0xff, sizeof(T) * std::max<size_t>(n, 1)));  // NaN poison
-  }
-  explicit DeviceBuffer(const std::vector<T>& h) : DeviceBuffer(h.size()) {
-    VT_CUDA_CHECK(cudaMemcpy(p, h.data(), sizeof(T) * n, cudaMemcpyHostToDevice));
-  }
-  ~DeviceBuffer() { cudaFree(p); }
-  std::vector<T> get() const {
-    std::vector<T> h(n);
-    VT_CUDA_CHECK(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
+using DeviceBuffer = vt::gputest::RawDeviceBuffer<T>;
 
 std::vector<float> random_vec(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -53,16 +36,8 @@ std::vector<float> random_vec(size_t n, uint32_t seed) {
   return v;
 }
 
-std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& v) {
-  std::vector<__nv_bfloat16> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = __float2bfloat16(v[i]);
-  return r;
-}
-std::vector<float> to_f32(const std::vector<__nv_bfloat16>& v) {
-  std::vector<float> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = __bfloat162float(v[i]);
-  return r;
-}
+std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& v) { return vt::gputest::to_nv_bf16(v); }
+std::vector<float> to_f32(const std::vector<__nv_bfloat16>& v) { return vt::gputest::nv_bf16_to_f32(v); }
 std::vector<float> round_bf16(const std::vector<float>& v) { return to_f32(to_bf16(v)); }
 
 // Per element: |got - ref| <= rel_max * max|ref| + rel_elem * |ref|; all finite.

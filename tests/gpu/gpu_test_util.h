@@ -4,6 +4,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -102,6 +103,41 @@ class DeviceBuffer {
   T* p_ = nullptr;
   size_t n_ = 0;
 };
+
+// The plain device array of the kernel-level tests: `p` is the device pointer, get() the host
+// copy. Fresh memory is filled with 0xff bytes (NaN for floats) so unwritten outputs show.
+template <class T>
+struct RawDeviceBuffer {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit RawDeviceBuffer(size_t count) : n(count) {
+    VT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), sizeof(T) * std::max<size_t>(n, 1)));
+    VT_CUDA_CHECK(cudaMemset(p, 0xff, sizeof(T) * std::max<size_t>(n, 1)));
+  }
+  explicit RawDeviceBuffer(const std::vector<T>& h) : RawDeviceBuffer(h.size()) {
+    VT_CUDA_CHECK(cudaMemcpy(p, h.data(), sizeof(T) * n, cudaMemcpyHostToDevice));
+  }
+  ~RawDeviceBuffer() { cudaFree(p); }
+  RawDeviceBuffer(const RawDeviceBuffer&) = delete;
+  RawDeviceBuffer& operator=(const RawDeviceBuffer&) = delete;
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    VT_CUDA_CHECK(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+// fp32 <-> __nv_bfloat16 host vectors (round to nearest even).
+inline std::vector<__nv_bfloat16> to_nv_bf16(const std::vector<float>& v) {
+  std::vector<__nv_bfloat16> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = __float2bfloat16(v[i]);
+  return r;
+}
+inline std::vector<float> nv_bf16_to_f32(const std::vector<__nv_bfloat16>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = __bfloat162float(v[i]);
+  return r;
+}
 
 // Every |got - want| <= atol + rtol * |want|; on failure names the worst element.
 inline ::testing::AssertionResult all_close(const std::vector<float>& got,

@@ -42,21 +42,7 @@ class MpiEnv : public ::testing::Environment {
 ::testing::Environment* const kMpiEnv = ::testing::AddGlobalTestEnvironment(new MpiEnv);
 
 template <class T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit DeviceBuffer(const std::vector<T>& h) : n(h.size()) {
-    VT_CUDA_CHECK(
-        cudaMalloc(reinterpret_cast<void**>(&p), sizeof(T) * std::max<size_t>(n, 1)));
-    VT_CUDA_CHECK(cudaMemcpy(p, h.data(), sizeof(T) * n, cudaMemcpyHostToDevice));
-  }
-  ~DeviceBuffer() { cudaFree(p); }
-  std::vector<T> get() const {
-    std::vector<T> h(n);
-    VT_CUDA_CHECK(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
+using DeviceBuffer = vt::gputest::RawDeviceBuffer<T>;
 
 template <class T>
 std::vector<T> iota_vec(size_t n, T start) {
