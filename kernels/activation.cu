@@ -3,6 +3,7 @@
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -35,15 +36,15 @@ __global__ void relu2_backward_kernel(const T* x, const T* dy, T* dx, int64_t n,
 template <class T>
 void forward(const T* x, T* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  relu2_forward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, y, n);
+  VT_LAUNCH(relu2_forward_kernel<T>, grid_for(n, kThreads), kThreads, 0, stream, x, y, n);
   VT_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void backward(const T* x, const T* dy, T* dx, int64_t n, bool accumulate, cudaStream_t stream) {
   if (n == 0) return;
-  relu2_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, dy, dx, n,
-                                                                           accumulate);
+  VT_LAUNCH(relu2_backward_kernel<T>, grid_for(n, kThreads), kThreads, 0, stream, x, dy, dx, n,
+            accumulate);
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cuda_check.cuh"
+#include "kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -34,10 +35,11 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, doubl
   if (n == 0) return;
   const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(t));
-  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-      p, g, m, v, n, static_cast<float>(1.0 - lr * weight_decay), static_cast<float>(lr / bc1),
-      static_cast<float>(1.0 / bc2), static_cast<float>(beta1), static_cast<float>(1.0 - beta1),
-      static_cast<float>(beta2), static_cast<float>(1.0 - beta2), static_cast<float>(eps));
+  VT_LAUNCH(adamw_kernel, grid_for(n, kThreads), kThreads, 0, stream, p, g, m, v, n,
+            static_cast<float>(1.0 - lr * weight_decay), static_cast<float>(lr / bc1),
+            static_cast<float>(1.0 / bc2), static_cast<float>(beta1),
+            static_cast<float>(1.0 - beta1), static_cast<float>(beta2),
+            static_cast<float>(1.0 - beta2), static_cast<float>(eps));
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "kernels/cuda_check.cuh"
+#include "kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -77,7 +78,7 @@ __global__ void __launch_bounds__(kThreads)
     attn_fwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                     T* __restrict__ out, float* __restrict__ lse, int64_t Tn, int H, int Hkv,
                     int hd, int64_t W, float scale) {
-  extern __shared__ float smem[];
+  VT_DYNAMIC_SHARED(float, smem);
   const int ld = hd + 1;
   float* Qs = smem;
   float* Ks = Qs + kTile * ld;
@@ -206,7 +207,7 @@ __global__ void __launch_bounds__(kThreads)
                        const float* __restrict__ lse, const float* __restrict__ D,
                        const T* __restrict__ dout, T* __restrict__ dq, int64_t Tn, int H,
                        int Hkv, int hd, int64_t W, float scale) {
-  extern __shared__ float smem[];
+  VT_DYNAMIC_SHARED(float, smem);
   const int ld = hd + 1;
   float* Qs = smem;
   float* dOs = Qs + kTile * ld;
@@ -257,7 +258,7 @@ __global__ void __launch_bounds__(kThreads)
                          const float* __restrict__ D, const T* __restrict__ dout,
                          T* __restrict__ dk, T* __restrict__ dv, int64_t Tn, int H, int Hkv,
                          int hd, int64_t W, float scale) {
-  extern __shared__ float smem[];
+  VT_DYNAMIC_SHARED(float, smem);
   const int ld = hd + 1;
   float* Ks = smem;
   float* Vs = Ks + kTile * ld;
@@ -354,8 +355,8 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, float* lse, const 
   const size_t smem = fwd_smem(hd);
   prepare_smem(attn_fwd_kernel<T>, smem);
   const dim3 grid(unsigned((s.T + kTile - 1) / kTile), unsigned(s.H), unsigned(s.B));
-  attn_fwd_kernel<T><<<grid, kThreads, smem, stream>>>(q, k, v, out, lse, s.T, int(s.H),
-                                                       int(s.Hkv), hd, W, scale);
+  VT_LAUNCH(attn_fwd_kernel<T>, grid, kThreads, smem, stream, q, k, v, out, lse, s.T, int(s.H),
+            int(s.Hkv), hd, W, scale);
   VT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -370,22 +371,21 @@ void backward_impl(const T* q, const T* k, const T* v, const T* out, const float
   float* D = static_cast<float*>(workspace);  // (B, H, T)
 
   const int64_t rows = s.B * s.T * s.H;
-  attn_bwd_d_kernel<T><<<unsigned((rows + 255) / 256), 256, 0, stream>>>(out, dout, D, s.B, s.T,
-                                                                         H, hd);
+  VT_LAUNCH(attn_bwd_d_kernel<T>, unsigned((rows + 255) / 256), 256, 0, stream, out, dout, D, s.B,
+            s.T, H, hd);
   VT_CUDA_CHECK(cudaGetLastError());
 
   const unsigned ntiles = unsigned((s.T + kTile - 1) / kTile);
   const size_t smem_dq = dq_smem(hd);
   prepare_smem(attn_bwd_dq_kernel<T>, smem_dq);
-  attn_bwd_dq_kernel<T><<<dim3(ntiles, unsigned(H), unsigned(s.B)), kThreads, smem_dq, stream>>>(
-      q, k, v, lse, D, dout, dq, s.T, H, Hkv, hd, W, scale);
+  VT_LAUNCH(attn_bwd_dq_kernel<T>, dim3(ntiles, unsigned(H), unsigned(s.B)), kThreads, smem_dq,
+            stream, q, k, v, lse, D, dout, dq, s.T, H, Hkv, hd, W, scale);
   VT_CUDA_CHECK(cudaGetLastError());
 
   const size_t smem_kv = dkdv_smem(hd);
   prepare_smem(attn_bwd_dkdv_kernel<T>, smem_kv);
-  attn_bwd_dkdv_kernel<T>
-      <<<dim3(ntiles, unsigned(Hkv), unsigned(s.B)), kThreads, smem_kv, stream>>>(
-          q, k, v, lse, D, dout, dk, dv, s.T, H, Hkv, hd, W, scale);
+  VT_LAUNCH(attn_bwd_dkdv_kernel<T>, dim3(ntiles, unsigned(Hkv), unsigned(s.B)), kThreads, smem_kv,
+            stream, q, k, v, lse, D, dout, dk, dv, s.T, H, Hkv, hd, W, scale);
   VT_CUDA_CHECK(cudaGetLastError());
 }
 

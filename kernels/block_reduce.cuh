@@ -33,6 +33,7 @@ __device__ A block_sum(A v) {
   __shared__ A partial[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   v = warp_sum(v);
+  if (blockDim.x <= 32) return v;  // one warp: done (the same for every thread of the block)
   __syncthreads();  // partial may still be read by a previous call
   if (lane == 0) partial[warp] = v;
   __syncthreads();
@@ -44,6 +45,7 @@ __device__ inline float block_max(float v) {
   __shared__ float partial[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   v = warp_max(v);
+  if (blockDim.x <= 32) return v;
   __syncthreads();
   if (lane == 0) partial[warp] = v;
   __syncthreads();

@@ -2,6 +2,7 @@
 #include "kernels/cast.cuh"
 
 #include "kernels/cuda_check.cuh"
+#include "kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -24,13 +25,13 @@ __global__ void bf16_to_f32_kernel(const __nv_bfloat16* x, float* y, int64_t n) 
 
 void cast_f32_to_bf16(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  f32_to_bf16_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, y, n);
+  VT_LAUNCH(f32_to_bf16_kernel, grid_for(n, kThreads), kThreads, 0, stream, x, y, n);
   VT_CUDA_CHECK_LAUNCH();
 }
 
 void cast_bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  bf16_to_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, y, n);
+  VT_LAUNCH(bf16_to_f32_kernel, grid_for(n, kThreads), kThreads, 0, stream, x, y, n);
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -5,6 +5,7 @@
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -89,21 +90,22 @@ void transpose_impl(const E* x, E* y, int64_t rows, int64_t cols, cudaStream_t s
   const int64_t tiles_c = (cols + kTile - 1) / kTile, tiles_r = (rows + kTile - 1) / kTile;
   const dim3 grid(static_cast<unsigned>(tiles_c < 65535 * 16 ? tiles_c : 65535 * 16),
                   static_cast<unsigned>(tiles_r < 65535 ? tiles_r : 65535));
-  transpose_kernel<E><<<grid, dim3(kTile, kTileRows), 0, stream>>>(x, y, rows, cols);
+  VT_LAUNCH(transpose_kernel<E>, grid, dim3(kTile, kTileRows), 0, stream, x, y, rows, cols);
   VT_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void scale_matrix_impl(T* c, int64_t M, int64_t N, int64_t ldc, float beta, cudaStream_t stream) {
   if (M == 0 || N == 0) return;
-  scale_matrix_kernel<T><<<grid_for(M * N, kThreads), kThreads, 0, stream>>>(c, M, N, ldc, beta);
+  VT_LAUNCH(scale_matrix_kernel<T>, grid_for(M * N, kThreads), kThreads, 0, stream, c, M, N, ldc,
+            beta);
   VT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void add_scalar(float* t, int64_t index, float value, cudaStream_t stream) {
-  add_scalar_kernel<<<1, 1, 0, stream>>>(t, index, value);
+  VT_LAUNCH(add_scalar_kernel, 1, 1, 0, stream, t, index, value);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -132,40 +134,43 @@ void scale_matrix(__nv_bfloat16* c, int64_t M, int64_t N, int64_t ldc, float bet
 
 void scale_copy_coef(const float* x, float* y, int64_t n, const float* coef, cudaStream_t s) {
   if (n <= 0) return;
-  scale_copy_coef_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, y, n, coef);
+  VT_LAUNCH(scale_copy_coef_kernel<float>, grid_for(n, kThreads), kThreads, 0, s, x, y, n, coef);
   VT_CUDA_CHECK_LAUNCH();
 }
 void scale_copy_coef(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t n, const float* coef,
                      cudaStream_t s) {
   if (n <= 0) return;
-  scale_copy_coef_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, y, n, coef);
+  VT_LAUNCH(scale_copy_coef_kernel<__nv_bfloat16>, grid_for(n, kThreads), kThreads, 0, s, x, y, n,
+            coef);
   VT_CUDA_CHECK_LAUNCH();
 }
 void axpy_coef(const float* x, float* y, int64_t n, const float* coef, cudaStream_t s) {
   if (n <= 0) return;
-  axpy_coef_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, y, n, coef);
+  VT_LAUNCH(axpy_coef_kernel<float>, grid_for(n, kThreads), kThreads, 0, s, x, y, n, coef);
   VT_CUDA_CHECK_LAUNCH();
 }
 void axpy_coef(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t n, const float* coef,
                cudaStream_t s) {
   if (n <= 0) return;
-  axpy_coef_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, y, n, coef);
+  VT_LAUNCH(axpy_coef_kernel<__nv_bfloat16>, grid_for(n, kThreads), kThreads, 0, s, x, y, n, coef);
   VT_CUDA_CHECK_LAUNCH();
 }
 void double_to_float(const double* src, float* dst, cudaStream_t s) {
-  double_to_float_kernel<<<1, 1, 0, s>>>(src, dst);
+  VT_LAUNCH(double_to_float_kernel, 1, 1, 0, s, src, dst);
   VT_CUDA_CHECK_LAUNCH();
 }
 void div_by_norm(float* x, int64_t n, const double* sumsq, double scale, double eps,
                  cudaStream_t s) {
   if (n <= 0) return;
-  div_by_norm_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, n, sumsq, scale, eps);
+  VT_LAUNCH(div_by_norm_kernel<float>, grid_for(n, kThreads), kThreads, 0, s, x, n, sumsq, scale,
+            eps);
   VT_CUDA_CHECK_LAUNCH();
 }
 void div_by_norm(__nv_bfloat16* x, int64_t n, const double* sumsq, double scale, double eps,
                  cudaStream_t s) {
   if (n <= 0) return;
-  div_by_norm_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, n, sumsq, scale, eps);
+  VT_LAUNCH(div_by_norm_kernel<__nv_bfloat16>, grid_for(n, kThreads), kThreads, 0, s, x, n, sumsq,
+            scale, eps);
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -5,6 +5,7 @@
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -68,8 +69,8 @@ template <class T>
 void gather(const float* table, int64_t row_begin, int64_t rows, int64_t C, const int32_t* ids,
             int64_t N, T* out, cudaStream_t stream) {
   if (N * C == 0) return;
-  gather_kernel<T><<<grid_for(N * C, kThreads), kThreads, 0, stream>>>(table, row_begin, rows, C,
-                                                                       ids, N, out);
+  VT_LAUNCH(gather_kernel<T>, grid_for(N * C, kThreads), kThreads, 0, stream, table, row_begin,
+            rows, C, ids, N, out);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -86,9 +87,9 @@ void scatter_add(const T* dout, const int32_t* ids, int64_t N, int64_t row_begin
   parts = (rows + rows_per_part - 1) / rows_per_part;
   if (col_blocks > 0x7fffffff)
     cuda_fail(cudaErrorInvalidValue, "embedding_backward: too many columns", __FILE__, __LINE__);
-  scatter_add_kernel<T>
-      <<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(parts)), kScatterCols, 0,
-         stream>>>(dout, ids, N, row_begin, rows, C, dtable, rows_per_part);
+  VT_LAUNCH(scatter_add_kernel<T>,
+            dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(parts)), kScatterCols, 0,
+            stream, dout, ids, N, row_begin, rows, C, dtable, rows_per_part);
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,6 +4,7 @@
 #include "kernels/optim_update.cuh"
 
 #include "kernels/cuda_check.cuh"
+#include "kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -36,7 +37,7 @@ void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momen
   if (n == 0) return;
   const float mo = static_cast<float>(momentum);
   const float om = static_cast<float>(1.0 - momentum);
-  muon_momentum_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(g, buf, u, n, mo, om);
+  VT_LAUNCH(muon_momentum_kernel, grid_for(n, kThreads), kThreads, 0, stream, g, buf, u, n, mo, om);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -45,7 +46,7 @@ void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_de
   if (n == 0) return;
   const float decay = static_cast<float>(1.0 - lr * weight_decay);
   const float step = static_cast<float>(lr * scale);
-  muon_apply_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(p, x, n, decay, step);
+  VT_LAUNCH(muon_apply_kernel, grid_for(n, kThreads), kThreads, 0, stream, p, x, n, decay, step);
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,9 +1,12 @@
-// Reduction kernels (see reduce.cuh): pass 1 has kReduceBlocks blocks each summing a
-// grid-stride slice in fp64 into partials[block]; pass 2 is one block summing the partials.
+// Reduction kernels (see reduce.cuh): pass 1 has up to kReduceBlocks blocks (fewer for short
+// inputs: one block per kItemsPerBlock elements, so a 4k-element gradient does not launch 64k
+// threads) each summing a grid-stride slice in fp64 into partials[block]; pass 2 is one block
+// summing the partials. The grid depends only on n, so results are deterministic.
 #include "kernels/reduce.cuh"
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -12,6 +15,12 @@ using detail::block_sum;
 using detail::to_f32;
 
 constexpr int kThreads = 256;
+constexpr int64_t kItemsPerBlock = 4 * kThreads;
+
+int reduce_blocks(int64_t n) {
+  const int64_t b = (n + kItemsPerBlock - 1) / kItemsPerBlock;
+  return int(b < 1 ? 1 : (b > kReduceBlocks ? kReduceBlocks : b));
+}
 
 // y == nullptr: sum of x^2; else sum of x*y.
 template <class T>
@@ -36,10 +45,11 @@ __global__ void final_kernel(const double* partials, int count, double* out, boo
 template <class T>
 void run(const T* x, const T* y, int64_t n, double* partials, double* out, bool accumulate,
          cudaStream_t stream) {
-  // n == 0 still runs: the partials are zeros and *out is written (=) or left (+=0).
-  partial_kernel<T><<<kReduceBlocks, kThreads, 0, stream>>>(x, y, n, partials);
+  // n == 0 still runs: the partial is zero and *out is written (=) or left (+=0).
+  const int blocks = reduce_blocks(n);
+  VT_LAUNCH(partial_kernel<T>, blocks, kThreads, 0, stream, x, y, n, partials);
   VT_CUDA_CHECK_LAUNCH();
-  final_kernel<<<1, kThreads, 0, stream>>>(partials, kReduceBlocks, out, accumulate);
+  VT_LAUNCH(final_kernel, 1, kThreads, 0, stream, partials, blocks, out, accumulate);
   VT_CUDA_CHECK_LAUNCH();
 }
 

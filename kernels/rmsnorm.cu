@@ -3,6 +3,7 @@
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -11,7 +12,14 @@ using detail::block_sum;
 using detail::from_f32;
 using detail::to_f32;
 
-constexpr int kThreads = 256;
+constexpr int kMaxThreads = 256;
+
+// Threads per row: the row width rounded up to a warp, at most kMaxThreads (a head-dim QK-norm
+// row of 64 takes two warps, not eight idle ones).
+unsigned threads_for(int64_t C) {
+  const int64_t t = (C + 31) / 32 * 32;
+  return unsigned(t < 32 ? 32 : (t > kMaxThreads ? kMaxThreads : t));
+}
 
 // Each element is read and written by the same thread, so y may alias x.
 template <class T>
@@ -56,8 +64,8 @@ template <class T>
 void forward(const T* x, T* y, float* rstd, int64_t rows, int64_t C, float scale, float eps,
              cudaStream_t stream) {
   if (rows == 0) return;
-  rmsnorm_forward_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, y, rstd, C,
-                                                                                  scale, eps);
+  VT_LAUNCH(rmsnorm_forward_kernel<T>, static_cast<unsigned>(rows), threads_for(C), 0, stream, x, y,
+            rstd, C, scale, eps);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -65,8 +73,8 @@ template <class T>
 void backward(const T* x, const float* rstd, const T* dy, T* dx, int64_t rows, int64_t C,
               float scale, bool accumulate, cudaStream_t stream) {
   if (rows == 0) return;
-  rmsnorm_backward_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      x, rstd, dy, dx, C, scale, accumulate);
+  VT_LAUNCH(rmsnorm_backward_kernel<T>, static_cast<unsigned>(rows), threads_for(C), 0, stream, x,
+            rstd, dy, dx, C, scale, accumulate);
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -7,6 +7,7 @@
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -45,8 +46,8 @@ void apply(const T* x, T* y, int64_t B, int64_t Tn, int64_t heads, int64_t hd, d
   }
   const int64_t half = hd / 2, pairs = B * Tn * heads * half;
   if (pairs == 0) return;
-  rope_kernel<T><<<grid_for(pairs, kThreads), kThreads, 0, stream>>>(
-      x, y, pairs, Tn, heads, half, std::log2(base) / static_cast<double>(half), pos_offset, sign);
+  VT_LAUNCH(rope_kernel<T>, grid_for(pairs, kThreads), kThreads, 0, stream, x, y, pairs, Tn, heads,
+            half, std::log2(base) / static_cast<double>(half), pos_offset, sign);
   VT_CUDA_CHECK_LAUNCH();
 }
 

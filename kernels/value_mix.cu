@@ -4,6 +4,7 @@
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -74,14 +75,14 @@ __global__ void gated_mix_backward_kernel(const T* dv, const T* emb, const float
 template <class T>
 void mix2(float a, const T* x, float b, const T* y, T* v, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  mix2_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, x, b, y, v, n);
+  VT_LAUNCH(mix2_kernel<T>, grid_for(n, kThreads), kThreads, 0, stream, a, x, b, y, v, n);
   VT_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void axpy(float a, const T* x, T* v, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  axpy_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, x, v, n);
+  VT_LAUNCH(axpy_kernel<T>, grid_for(n, kThreads), kThreads, 0, stream, a, x, v, n);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -89,8 +90,8 @@ template <class T>
 void gate_backward(const float* gate, const float* dgate, float gate_scale, T* dz, int64_t n,
                    cudaStream_t stream) {
   if (n == 0) return;
-  gate_sigmoid_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-      gate, dgate, gate_scale, dz, n);
+  VT_LAUNCH(gate_sigmoid_backward_kernel<T>, grid_for(n, kThreads), kThreads, 0, stream, gate,
+            dgate, gate_scale, dz, n);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -99,7 +100,8 @@ void gated(const T* ctx, const T* emb, const float* gate, T* v, int64_t N, int64
            int64_t hd, cudaStream_t stream) {
   const int64_t n = N * heads * hd;
   if (n == 0) return;
-  gated_mix_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(ctx, emb, gate, v, n, hd);
+  VT_LAUNCH(gated_mix_kernel<T>, grid_for(n, kThreads), kThreads, 0, stream, ctx, emb, gate, v, n,
+            hd);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -108,8 +110,8 @@ void gated_backward(const T* dv, const T* emb, const float* gate, T* demb, float
                     int64_t N, int64_t heads, int64_t hd, cudaStream_t stream) {
   const int64_t NH = N * heads;
   if (NH == 0) return;
-  gated_mix_backward_kernel<T><<<grid_for(NH, kThreads), kThreads, 0, stream>>>(
-      dv, emb, gate, demb, dgate, NH, hd);
+  VT_LAUNCH(gated_mix_backward_kernel<T>, grid_for(NH, kThreads), kThreads, 0, stream, dv, emb,
+            gate, demb, dgate, NH, hd);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -132,11 +134,11 @@ void value_axpy(float a, const __nv_bfloat16* x, __nv_bfloat16* v, int64_t n,
 }
 void value_gate_sigmoid(float* z, int64_t n, float gate_scale, cudaStream_t stream) {
   if (n == 0) return;
-  gate_sigmoid_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(z, n, gate_scale);
+  VT_LAUNCH(gate_sigmoid_kernel, grid_for(n, kThreads), kThreads, 0, stream, z, n, gate_scale);
   VT_CUDA_CHECK_LAUNCH();
 }
-void value_gate_sigmoid_backward(const float* gate, const float* dgate, float gate_scale,
-                                 float* dz, int64_t n, cudaStream_t stream) {
+void value_gate_sigmoid_backward(const float* gate, const float* dgate, float gate_scale, float* dz,
+                                 int64_t n, cudaStream_t stream) {
   gate_backward(gate, dgate, gate_scale, dz, n, stream);
 }
 void value_gate_sigmoid_backward(const float* gate, const float* dgate, float gate_scale,

@@ -7,6 +7,7 @@
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -93,8 +94,8 @@ void forward(const TL* logits, int64_t N, int64_t ld, int64_t n_valid, int64_t c
   check_args(ld, n_valid, cap);
   if (N == 0) return;
   // One block per row: gridDim.x allows 2^31 - 1 rows.
-  xent_forward_kernel<TL><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
-      logits, ld, n_valid, col_offset, targets, cap, 1.0f / cap, row_max, row_sumexp, target_z);
+  VT_LAUNCH(xent_forward_kernel<TL>, static_cast<unsigned>(N), kThreads, 0, stream, logits, ld,
+            n_valid, col_offset, targets, cap, 1.0f / cap, row_max, row_sumexp, target_z);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -104,9 +105,9 @@ void backward(const TL* logits, int64_t N, int64_t ld, int64_t n_valid, int64_t 
               float dloss_scalar, TD* dlogits, cudaStream_t stream) {
   check_args(ld, n_valid, cap);
   if (N * ld == 0) return;
-  xent_backward_kernel<TL, TD><<<grid_for(N * ld, kThreads), kThreads, 0, stream>>>(
-      logits, N, ld, n_valid, col_offset, targets, cap, 1.0f / cap, lse, dloss, dloss_scalar,
-      dlogits);
+  auto* xent_backward = &xent_backward_kernel<TL, TD>;  // no comma in a macro argument
+  VT_LAUNCH(xent_backward, grid_for(N * ld, kThreads), kThreads, 0, stream, logits, N, ld, n_valid,
+            col_offset, targets, cap, 1.0f / cap, lse, dloss, dloss_scalar, dlogits);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -158,16 +159,16 @@ void xent_backward(const __nv_bfloat16* logits, int64_t N, int64_t ld, int64_t n
 void xent_rescale(float* row_sumexp, const float* row_max, const float* global_max, int64_t N,
                   cudaStream_t stream) {
   if (N == 0) return;
-  xent_rescale_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(row_sumexp, row_max,
-                                                                      global_max, N);
+  VT_LAUNCH(xent_rescale_kernel, grid_for(N, kThreads), kThreads, 0, stream, row_sumexp, row_max,
+            global_max, N);
   VT_CUDA_CHECK_LAUNCH();
 }
 
 void xent_finish(const float* row_max, const float* row_sumexp, const float* target_z,
                  float* lse, float* loss, int64_t N, cudaStream_t stream) {
   if (N == 0) return;
-  xent_finish_kernel<<<grid_for(N, kThreads), kThreads, 0, stream>>>(row_max, row_sumexp,
-                                                                     target_z, lse, loss, N);
+  VT_LAUNCH(xent_finish_kernel, grid_for(N, kThreads), kThreads, 0, stream, row_max, row_sumexp,
+            target_z, lse, loss, N);
   VT_CUDA_CHECK_LAUNCH();
 }
 

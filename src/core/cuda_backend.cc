@@ -14,7 +14,7 @@
 // legacy default stream (plain cudaMemcpy, libraries that use stream 0) is still ordered with it,
 // which keeps code outside this backend that touches tensor memory directly safe.
 // NcclCommunicator orders its collectives with this stream through cuda_backend_stream()
-// (kernels/cuda_backend.cuh; see kernels/nccl_communicator.cu).
+// (core/cuda_backend.h; see src/parallel/nccl_communicator.cc).
 //
 // Memory. alloc() is cudaMallocAsync + cudaMemsetAsync(0) on the stream (zeroed, from the
 // device's default memory pool, whose release threshold is raised so freed blocks stay cached
@@ -54,19 +54,21 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "core/backend.h"
 #include "core/ops.h"
 #include "core/check.h"
+#include "core/process_device.h"
 #include "kernels/activation.cuh"
 #include "kernels/adamw.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/cast.cuh"
-#include "kernels/cuda_backend.cuh"
+#include "core/cuda_backend.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/embedding.cuh"
-#include "kernels/gemm.cuh"
+#include "core/cuda_gemm.h"
 #include "kernels/optim_update.cuh"
 #include "kernels/reduce.cuh"
 #include "kernels/rmsnorm.cuh"
@@ -148,20 +150,41 @@ class F32View {
   float* p_ = nullptr;
 };
 
-// One process per GPU: the device is the node-local rank modulo the number of visible devices.
-// The local rank is OMPI_COMM_WORLD_LOCAL_RANK (set by Open MPI's mpirun for every process of a
-// node), else 0 (a single process, or a launcher that already restricts CUDA_VISIBLE_DEVICES to
-// one GPU per process, where the count is 1 and every rank maps to device 0). NcclCommunicator
-// applies the same rule, so the backend and NCCL agree on the device.
+// One process per GPU (core/process_device.h, the rule NcclCommunicator follows too).
 int select_device() {
   const int count = cuda::cuda_device_count();
   VT_CHECK_MSG(count > 0,
                "the CUDA backend needs a CUDA device, and none is usable (no GPU or no driver); "
                "run with --device cpu, or --device emulated for the device emulator");
-  int local = 0;
-  if (const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) local = std::atoi(env);
-  if (local < 0) local = 0;
-  return local % count;
+  return process_device_index(count);
+}
+
+// An activation argument of a backend call and how its kernel uses it.
+struct Act {
+  const Tensor& t;
+  bool reads, writes;
+};
+Act in(const Tensor& t) { return {t, true, false}; }
+Act out(const Tensor& t) { return {t, false, true}; }
+Act inout(const Tensor& t) { return {t, true, true}; }
+// Written, and read first when the kernel accumulates into it.
+Act acc(const Tensor& t, bool accumulate) { return {t, accumulate, true}; }
+
+// The f32/bf16 dispatch of every activation op: calls f with one device pointer per argument,
+// all of one element type: float* when every argument is f32, bf16* when every one is bf16, and
+// fp32 temporaries for a call that mixes them (F32View: widened where read, rounded back where
+// written), which is what the CPU backend computes.
+template <class F, class... A>
+void on_acts(cudaStream_t s, F&& f, const A&... acts) {
+  switch (mix_of({&acts.t...})) {
+    case Mix::kF32: f(f32p(acts.t)...); return;
+    case Mix::kBF16: f(bf16p(acts.t)...); return;
+    case Mix::kMixed: {
+      F32View views[] = {F32View(acts.t, acts.reads, acts.writes, s)...};
+      [&]<size_t... I>(std::index_sequence<I...>) { f(views[I].p()...); }(
+          std::index_sequence_for<A...>{});
+    }
+  }
 }
 
 class CudaBackend final : public Backend {
@@ -349,35 +372,21 @@ class CudaBackend final : public Backend {
   void axpy(const Tensor& y, const Tensor& x, float alpha) override {
     on_device();
     const int64_t n = y.numel();
-    switch (mix_of({&y, &x})) {
-      case Mix::kF32: cuda::value_axpy(alpha, f32p(x), f32p(y), n, stream_); break;
-      case Mix::kBF16: cuda::value_axpy(alpha, bf16p(x), bf16p(y), n, stream_); break;
-      case Mix::kMixed: {
-        F32View yv(y, true, true, stream_), xv(x, true, false, stream_);
-        cuda::value_axpy(alpha, xv.p(), yv.p(), n, stream_);
-      }
-    }
+    on_acts(stream_, [&](auto yp, auto xp) { cuda::value_axpy(alpha, xp, yp, n, stream_); },
+            inout(y), in(x));
   }
 
   // y = alpha * x is value_mix2 with no second source; y may alias x (elementwise).
   void scale_copy(const Tensor& y, const Tensor& x, float alpha) override {
     on_device();
     const int64_t n = y.numel();
-    switch (mix_of({&y, &x})) {
-      case Mix::kF32:
-        cuda::value_mix2(alpha, f32p(x), 0.0f, static_cast<const float*>(nullptr), f32p(y), n,
-                         stream_);
-        break;
-      case Mix::kBF16:
-        cuda::value_mix2(alpha, bf16p(x), 0.0f, static_cast<const bf16*>(nullptr), bf16p(y), n,
-                         stream_);
-        break;
-      case Mix::kMixed: {
-        F32View xv(x, true, false, stream_), yv(y, false, true, stream_);
-        cuda::value_mix2(alpha, xv.p(), 0.0f, static_cast<const float*>(nullptr), yv.p(), n,
-                         stream_);
-      }
-    }
+    on_acts(
+        stream_,
+        [&](auto yp, auto xp) {
+          using E = std::remove_pointer_t<decltype(xp)>;
+          cuda::value_mix2(alpha, xp, 0.0f, static_cast<const E*>(nullptr), yp, n, stream_);
+        },
+        out(y), in(x));
   }
 
   double dot(const Tensor& a, const Tensor& b) override {
@@ -387,14 +396,8 @@ class CudaBackend final : public Backend {
     double* partials = reduce_scratch_;
     double* out = reduce_scratch_ + cuda::kReduceBlocks;
     const int64_t n = a.numel();
-    switch (mix_of({&a, &b})) {
-      case Mix::kF32: cuda::dot(f32p(a), f32p(b), n, partials, out, false, stream_); break;
-      case Mix::kBF16: cuda::dot(bf16p(a), bf16p(b), n, partials, out, false, stream_); break;
-      case Mix::kMixed: {
-        F32View av(a, true, false, stream_), bv(b, true, false, stream_);
-        cuda::dot(av.p(), bv.p(), n, partials, out, false, stream_);
-      }
-    }
+    on_acts(stream_, [&](auto ap, auto bp) { cuda::dot(ap, bp, n, partials, out, false, stream_); },
+            in(a), in(b));
     return fetch_result(out);
   }
 
@@ -415,21 +418,17 @@ class CudaBackend final : public Backend {
                        int64_t index) override {
     on_device();
     const float* c = f32_of(coef) + index;
-    switch (mix_of({&y, &x})) {
-      case Mix::kF32: cuda::scale_copy_coef(f32p(x), f32p(y), x.numel(), c, stream_); break;
-      case Mix::kBF16: cuda::scale_copy_coef(bf16p(x), bf16p(y), x.numel(), c, stream_); break;
-      case Mix::kMixed: VT_CHECK_MSG(false, "scale_copy_coef: x and y must share a dtype");
-    }
+    VT_CHECK_MSG(x.dtype() == y.dtype(), "scale_copy_coef: x and y must share a dtype");
+    on_acts(stream_, [&](auto yp, auto xp) { cuda::scale_copy_coef(xp, yp, x.numel(), c, stream_); },
+            out(y), in(x));
   }
 
   void axpy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index) override {
     on_device();
     const float* c = f32_of(coef) + index;
-    switch (mix_of({&y, &x})) {
-      case Mix::kF32: cuda::axpy_coef(f32p(x), f32p(y), x.numel(), c, stream_); break;
-      case Mix::kBF16: cuda::axpy_coef(bf16p(x), bf16p(y), x.numel(), c, stream_); break;
-      case Mix::kMixed: VT_CHECK_MSG(false, "axpy_coef: x and y must share a dtype");
-    }
+    VT_CHECK_MSG(x.dtype() == y.dtype(), "axpy_coef: x and y must share a dtype");
+    on_acts(stream_, [&](auto yp, auto xp) { cuda::axpy_coef(xp, yp, x.numel(), c, stream_); },
+            inout(y), in(x));
   }
 
   // The fp64 result goes through the shared reduction scratch (stream-ordered, so the next
@@ -445,14 +444,8 @@ class CudaBackend final : public Backend {
       VT_CUDA_CHECK(cudaMemsetAsync(dst, 0, sizeof(float), stream_));
       return;
     }
-    switch (mix_of({&a, &b})) {
-      case Mix::kF32: cuda::dot(f32p(a), f32p(b), n, partials, res, false, stream_); break;
-      case Mix::kBF16: cuda::dot(bf16p(a), bf16p(b), n, partials, res, false, stream_); break;
-      case Mix::kMixed: {
-        F32View av(a, true, false, stream_), bv(b, true, false, stream_);
-        cuda::dot(av.p(), bv.p(), n, partials, res, false, stream_);
-      }
-    }
+    on_acts(stream_, [&](auto ap, auto bp) { cuda::dot(ap, bp, n, partials, res, false, stream_); },
+            in(a), in(b));
     cuda::double_to_float(res, dst, stream_);
   }
 
@@ -518,66 +511,37 @@ class CudaBackend final : public Backend {
     on_device();
     float* r = f32_of(rstd);
     const float e = static_cast<float>(eps);
-    switch (mix_of({&x, &y})) {
-      case Mix::kF32:
-        cuda::rmsnorm_forward(f32p(x), f32p(y), r, rows, C, scale, e, stream_);
-        break;
-      case Mix::kBF16:
-        cuda::rmsnorm_forward(bf16p(x), bf16p(y), r, rows, C, scale, e, stream_);
-        break;
-      case Mix::kMixed: {
-        F32View xv(x, true, false, stream_), yv(y, false, true, stream_);
-        cuda::rmsnorm_forward(xv.p(), yv.p(), r, rows, C, scale, e, stream_);
-      }
-    }
+    on_acts(
+        stream_,
+        [&](auto xp, auto yp) { cuda::rmsnorm_forward(xp, yp, r, rows, C, scale, e, stream_); },
+        in(x), out(y));
   }
 
   void rmsnorm_backward(const Tensor& x, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
                         int64_t rows, int64_t C, float scale, bool accumulate) override {
     on_device();
     const float* r = f32_of(rstd);
-    switch (mix_of({&x, &dy, &dx})) {
-      case Mix::kF32:
-        cuda::rmsnorm_backward(f32p(x), r, f32p(dy), f32p(dx), rows, C, scale, accumulate,
-                               stream_);
-        break;
-      case Mix::kBF16:
-        cuda::rmsnorm_backward(bf16p(x), r, bf16p(dy), bf16p(dx), rows, C, scale, accumulate,
-                               stream_);
-        break;
-      case Mix::kMixed: {
-        F32View xv(x, true, false, stream_), dyv(dy, true, false, stream_),
-            dxv(dx, accumulate, true, stream_);
-        cuda::rmsnorm_backward(xv.p(), r, dyv.p(), dxv.p(), rows, C, scale, accumulate, stream_);
-      }
-    }
+    on_acts(
+        stream_,
+        [&](auto xp, auto dyp, auto dxp) {
+          cuda::rmsnorm_backward(xp, r, dyp, dxp, rows, C, scale, accumulate, stream_);
+        },
+        in(x), in(dy), acc(dx, accumulate));
   }
 
   void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset,
             bool backward) override {
     on_device();
     const int64_t B = x.dim(0), T = x.dim(1), H = x.dim(2), hd = x.dim(3);
-    switch (mix_of({&x, &y})) {
-      case Mix::kF32:
-        if (backward)
-          cuda::rope_backward(f32p(x), f32p(y), B, T, H, hd, base, pos_offset, stream_);
-        else
-          cuda::rope_forward(f32p(x), f32p(y), B, T, H, hd, base, pos_offset, stream_);
-        break;
-      case Mix::kBF16:
-        if (backward)
-          cuda::rope_backward(bf16p(x), bf16p(y), B, T, H, hd, base, pos_offset, stream_);
-        else
-          cuda::rope_forward(bf16p(x), bf16p(y), B, T, H, hd, base, pos_offset, stream_);
-        break;
-      case Mix::kMixed: {
-        F32View xv(x, true, false, stream_), yv(y, false, true, stream_);
-        if (backward)
-          cuda::rope_backward(xv.p(), yv.p(), B, T, H, hd, base, pos_offset, stream_);
-        else
-          cuda::rope_forward(xv.p(), yv.p(), B, T, H, hd, base, pos_offset, stream_);
-      }
-    }
+    on_acts(
+        stream_,
+        [&](auto xp, auto yp) {
+          if (backward)
+            cuda::rope_backward(xp, yp, B, T, H, hd, base, pos_offset, stream_);
+          else
+            cuda::rope_forward(xp, yp, B, T, H, hd, base, pos_offset, stream_);
+        },
+        in(x), out(y));
   }
 
 
@@ -587,19 +551,12 @@ class CudaBackend final : public Backend {
     if (q.numel() == 0) return;  // the kernels require every dimension >= 1
     const cuda::AttnShape s = ops::attention_shape(q, k, window);
     float* l = f32_of(lse);
-    switch (mix_of({&q, &k, &v, &out})) {
-      case Mix::kF32:
-        cuda::attention_forward(f32p(q), f32p(k), f32p(v), f32p(out), l, s, scale, stream_);
-        break;
-      case Mix::kBF16:
-        cuda::attention_forward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, s, scale, stream_);
-        break;
-      case Mix::kMixed: {
-        F32View qv(q, true, false, stream_), kv(k, true, false, stream_),
-            vv(v, true, false, stream_), ov(out, false, true, stream_);
-        cuda::attention_forward(qv.p(), kv.p(), vv.p(), ov.p(), l, s, scale, stream_);
-      }
-    }
+    on_acts(
+        stream_,
+        [&](auto qp, auto kp, auto vp, auto op) {
+          cuda::attention_forward(qp, kp, vp, op, l, s, scale, stream_);
+        },
+        in(q), in(k), in(v), Act{out, false, true});
   }
 
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -613,56 +570,32 @@ class CudaBackend final : public Backend {
     // The workspace is reused by every call: safe because all calls are ordered on stream_.
     std::lock_guard<std::mutex> lock(scratch_mu_);
     void* ws = attention_workspace(cuda::attention_backward_workspace_bytes(s));
-    switch (mix_of({&q, &k, &v, &out, &dout, &dq, &dk, &dv})) {
-      case Mix::kF32:
-        cuda::attention_backward(f32p(q), f32p(k), f32p(v), f32p(out), l, f32p(dout), f32p(dq),
-                                 f32p(dk), f32p(dv), s, scale, ws, stream_);
-        break;
-      case Mix::kBF16:
-        cuda::attention_backward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, bf16p(dout),
-                                 bf16p(dq), bf16p(dk), bf16p(dv), s, scale, ws, stream_);
-        break;
-      case Mix::kMixed: {
-        F32View qv(q, true, false, stream_), kv(k, true, false, stream_),
-            vv(v, true, false, stream_), ov(out, true, false, stream_),
-            dov(dout, true, false, stream_), dqv(dq, false, true, stream_),
-            dkv(dk, false, true, stream_), dvv(dv, false, true, stream_);
-        cuda::attention_backward(qv.p(), kv.p(), vv.p(), ov.p(), l, dov.p(), dqv.p(), dkv.p(),
-                                 dvv.p(), s, scale, ws, stream_);
-      }
-    }
+    on_acts(
+        stream_,
+        [&](auto qp, auto kp, auto vp, auto op, auto dop, auto dqp, auto dkp, auto dvp) {
+          cuda::attention_backward(qp, kp, vp, op, l, dop, dqp, dkp, dvp, s, scale, ws, stream_);
+        },
+        in(q), in(k), in(v), in(out), in(dout), Act{dq, false, true}, Act{dk, false, true},
+        Act{dv, false, true});
   }
 
   void relu2(const Tensor& x, const Tensor& y) override {
     on_device();
     const int64_t n = x.numel();
-    switch (mix_of({&x, &y})) {
-      case Mix::kF32: cuda::relu2_forward(f32p(x), f32p(y), n, stream_); break;
-      case Mix::kBF16: cuda::relu2_forward(bf16p(x), bf16p(y), n, stream_); break;
-      case Mix::kMixed: {
-        F32View xv(x, true, false, stream_), yv(y, false, true, stream_);
-        cuda::relu2_forward(xv.p(), yv.p(), n, stream_);
-      }
-    }
+    on_acts(stream_, [&](auto xp, auto yp) { cuda::relu2_forward(xp, yp, n, stream_); }, in(x),
+            out(y));
   }
 
   void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
                       bool accumulate) override {
     on_device();
     const int64_t n = x.numel();
-    switch (mix_of({&x, &dy, &dx})) {
-      case Mix::kF32:
-        cuda::relu2_backward(f32p(x), f32p(dy), f32p(dx), n, accumulate, stream_);
-        break;
-      case Mix::kBF16:
-        cuda::relu2_backward(bf16p(x), bf16p(dy), bf16p(dx), n, accumulate, stream_);
-        break;
-      case Mix::kMixed: {
-        F32View xv(x, true, false, stream_), dyv(dy, true, false, stream_),
-            dxv(dx, accumulate, true, stream_);
-        cuda::relu2_backward(xv.p(), dyv.p(), dxv.p(), n, accumulate, stream_);
-      }
-    }
+    on_acts(
+        stream_,
+        [&](auto xp, auto dyp, auto dxp) {
+          cuda::relu2_backward(xp, dyp, dxp, n, accumulate, stream_);
+        },
+        in(x), in(dy), acc(dx, accumulate));
   }
 
   void embedding(const Tensor& table, int64_t row_begin, const Tensor& ids,
@@ -758,19 +691,10 @@ class CudaBackend final : public Backend {
     const int64_t G = gate.numel();
     if (G == 0) return;
     const int64_t hd = v.numel() / G;
-    switch (mix_of({&ctx, &emb, &v})) {
-      case Mix::kF32:
-        cuda::value_gated_mix(f32p(ctx), f32p(emb), g, f32p(v), G, 1, hd, stream_);
-        break;
-      case Mix::kBF16:
-        cuda::value_gated_mix(bf16p(ctx), bf16p(emb), g, bf16p(v), G, 1, hd, stream_);
-        break;
-      case Mix::kMixed: {
-        F32View cv(ctx, true, false, stream_), ev(emb, true, false, stream_),
-            vv(v, false, true, stream_);
-        cuda::value_gated_mix(cv.p(), ev.p(), g, vv.p(), G, 1, hd, stream_);
-      }
-    }
+    on_acts(
+        stream_,
+        [&](auto cp, auto ep, auto vp) { cuda::value_gated_mix(cp, ep, g, vp, G, 1, hd, stream_); },
+        in(ctx), in(emb), out(v));
   }
 
   void gated_mix_backward(const Tensor& dv, const Tensor& emb, const Tensor& gate,
@@ -781,20 +705,12 @@ class CudaBackend final : public Backend {
     const int64_t G = gate.numel();
     if (G == 0) return;
     const int64_t hd = dv.numel() / G;
-    switch (mix_of({&dv, &emb, &demb})) {
-      case Mix::kF32:
-        cuda::value_gated_mix_backward(f32p(dv), f32p(emb), g, f32p(demb), dg, G, 1, hd, stream_);
-        break;
-      case Mix::kBF16:
-        cuda::value_gated_mix_backward(bf16p(dv), bf16p(emb), g, bf16p(demb), dg, G, 1, hd,
-                                       stream_);
-        break;
-      case Mix::kMixed: {
-        F32View dvv(dv, true, false, stream_), ev(emb, true, false, stream_),
-            dev(demb, false, true, stream_);
-        cuda::value_gated_mix_backward(dvv.p(), ev.p(), g, dev.p(), dg, G, 1, hd, stream_);
-      }
-    }
+    on_acts(
+        stream_,
+        [&](auto dvp, auto ep, auto dep) {
+          cuda::value_gated_mix_backward(dvp, ep, g, dep, dg, G, 1, hd, stream_);
+        },
+        in(dv), in(emb), out(demb));
   }
 
   void gate_sigmoid_backward(const Tensor& gate, const Tensor& dgate, float gate_scale,

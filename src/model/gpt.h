@@ -13,7 +13,7 @@
 #include "core/backend.h"
 #include "core/tensor.h"
 #include "model/config.h"
-#include "parallel/communicator.h"
+#include "core/communicator.h"
 
 namespace vt {
 

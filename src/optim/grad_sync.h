@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "parallel/communicator.h"
+#include "core/communicator.h"
 #include "parallel/process_grid.h"
 
 namespace vt::optim {

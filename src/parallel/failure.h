@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "parallel/comm_watchdog.h"
-#include "parallel/communicator.h"
+#include "core/communicator.h"
 
 namespace vt {
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <memory>
 
-#include "parallel/communicator.h"
+#include "core/communicator.h"
 
 namespace vt {
 

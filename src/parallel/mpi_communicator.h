@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "core/communicator.h"
 
 namespace vt {
 

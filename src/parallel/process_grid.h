@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
-#include "parallel/communicator.h"
+#include "core/communicator.h"
 
 namespace vt {
 

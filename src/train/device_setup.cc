@@ -5,24 +5,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/backend.h"
+#include "core/process_device.h"
 #include "parallel/failure.h"
 #include "parallel/mpi_communicator.h"
 
 #if VTRAIN_HAS_CUDA
-#include "kernels/nccl_communicator.cuh"
+#include "parallel/nccl_communicator.h"
 #endif
 
 namespace vt {
-
-namespace {
-
-// Ranks of this job on this node (Open MPI tells its processes; 1 when unknown).
-int local_ranks() {
-  const char* s = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  return s ? std::max(1, std::atoi(s)) : 1;
-}
-
-}  // namespace
 
 absl::StatusOr<DevicePlan> setup_device(const TrainOptions& o, Communicator* world) {
   DevicePlan plan;
@@ -64,14 +55,14 @@ absl::StatusOr<std::string> setup_device_comms(const TrainOptions& o, const Devi
   if (plan.device == Device::kCPU) return std::string("MPI");
   if (grid.world()->size() == 1) return std::string("none (one rank)");
   std::string choice = o.device_comm;
-  const bool native_possible = o.device == "cuda" && local_ranks() <= cuda_device_count_or_zero();
+  const bool native_possible = o.device == "cuda" && node_local_size() <= cuda_device_count_or_zero();
   if (choice == "auto") choice = native_possible ? "nccl" : "mpi";
   if (choice == "mpi") return std::string("MPI, device tensors staged through host memory");
   if (o.device != "cuda")
     return agreed(absl::InvalidArgumentError("--device-comm nccl needs --device cuda"));
   if (!native_possible)
     return agreed(absl::FailedPreconditionError(absl::StrCat(
-        "--device-comm nccl: ", local_ranks(), " ranks on this node share ",
+        "--device-comm nccl: ", node_local_size(), " ranks on this node share ",
         cuda_device_count_or_zero(), " GPU(s); NCCL needs one GPU per rank (use --device-comm mpi)")));
 #if VTRAIN_HAS_CUDA
   grid.use_device_communicators([](Communicator* group) -> std::unique_ptr<Communicator> {

@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
-#include "parallel/communicator.h"
+#include "core/communicator.h"
 #include "parallel/process_grid.h"
 #include "train/options.h"
 

@@ -4,7 +4,7 @@
 // slots in through the model's parallel context.
 #pragma once
 #include "absl/status/status.h"
-#include "parallel/communicator.h"
+#include "core/communicator.h"
 #include "train/options.h"
 
 namespace vt {

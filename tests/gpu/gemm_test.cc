@@ -1,4 +1,4 @@
-// cuBLASLt GEMM wrapper (kernels/gemm.cu) against vt::cpu::gemm (cblas) for the four transpose
+// cuBLASLt GEMM wrapper (src/core/cuda_gemm.cc) against vt::cpu::gemm (cblas) for the four transpose
 // combinations, with leading dimensions wider than the rows, alpha != 1 and beta != 0.
 // Skips without a CUDA device.
 //
@@ -18,7 +18,7 @@
 
 #include "core/cpu_kernels.h"
 #include "gpu_test_util.h"
-#include "kernels/gemm.cuh"
+#include "core/cuda_gemm.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// NcclCommunicator (kernels/nccl_communicator.cu) with one rank (MPI_COMM_SELF): every
+// NcclCommunicator (src/parallel/nccl_communicator.cc) with one rank (MPI_COMM_SELF): every
 // collective is the identity (all_gather and reduce_scatter copy), barrier returns. Multi-rank
 // checks need mpirun and several GPUs and belong in tests/mpi once GPU runners exist.
 // The Tensor calls run on device tensors of the CUDA backend and on host tensors (staged through
@@ -14,9 +14,9 @@
 
 #include "core/backend.h"
 #include "core/tensor.h"
-#include "kernels/cuda_backend.cuh"
+#include "core/cuda_backend.h"
 #include "gpu_test_util.h"
-#include "kernels/nccl_communicator.cuh"
+#include "parallel/nccl_communicator.h"
 
 namespace {
 

@@ -23,7 +23,7 @@
 #include "optim/grad_sync.h"
 #include "optim/muon.h"
 #include "optim/optimizer.h"
-#include "parallel/communicator.h"
+#include "core/communicator.h"
 #include "parallel/process_grid.h"
 
 namespace vt::optim {

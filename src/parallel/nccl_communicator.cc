@@ -1,16 +1,16 @@
-// NcclCommunicator (see nccl_communicator.cuh). No device code of its own; it lives under
-// kernels/ so that it builds only into vtrain_cuda (src/*.cc all go into vtrain_lib, which must
-// build without CUDA). It uses vtrain_lib in turn (Communicator, Tensor, cuda_backend_stream()
-// of src/core/cuda_backend.cc): CMakeLists.txt links the two static libraries both ways.
-// Failures abort the whole job (MPI_Abort) with a message naming the rank and the operation, so
-// a failed collective never leaves the other ranks hanging.
-#include "kernels/nccl_communicator.cuh"
+// NcclCommunicator (see nccl_communicator.h): host code over the NCCL API, built when vtrain is
+// built with CUDA (real NCCL, or the emulation's NCCL over MPI). Failures abort the whole job
+// (MPI_Abort) with a message naming the rank and the operation, so a failed collective never
+// leaves the other ranks hanging.
+#if VTRAIN_HAS_CUDA
+#include "parallel/nccl_communicator.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
-#include "kernels/cuda_backend.cuh"
+#include "core/cuda_backend.h"
+#include "core/process_device.h"
 
 namespace vt {
 namespace {
@@ -97,33 +97,13 @@ void check_pair(const Tensor& in, const Tensor& out, int64_t in_factor, int64_t 
 
 }  // namespace
 
-int NcclCommunicator::local_rank(MPI_Comm comm) {
-  if (const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) {
-    int world = 0;
-    MPI_Comm_compare(comm, MPI_COMM_WORLD, &world);
-    // The environment describes MPI_COMM_WORLD; for a sub-communicator split the node instead.
-    if (world == MPI_IDENT) return std::atoi(env);
-  }
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm node;
-  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node), rank,
-            "MPI_Comm_split_type");
-  int local = 0;
-  MPI_Comm_rank(node, &local);
-  MPI_Comm_free(&node);
-  return local;
-}
-
 NcclCommunicator::NcclCommunicator(MPI_Comm comm) {
   check_mpi(MPI_Comm_rank(comm, &rank_), 0, "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm, &size_), rank_, "MPI_Comm_size");
-  // local_rank may be collective (split_type): every rank calls it.
-  const int local = local_rank(comm);
   int ndev = 0;
   check_cuda(cudaGetDeviceCount(&ndev), rank_, "cudaGetDeviceCount");
   if (ndev < 1) die(rank_, "device selection", "no CUDA device");
-  device_ = local % ndev;
+  device_ = process_device_index(ndev);
   check_cuda(cudaSetDevice(device_), rank_, "cudaSetDevice");
 
   ncclUniqueId id{};
@@ -434,3 +414,5 @@ void NcclCommunicator::recv(const Tensor& t, int peer, int /*tag*/) {
 }
 
 }  // namespace vt
+
+#endif  // VTRAIN_HAS_CUDA

@@ -1,8 +1,9 @@
-// cuBLASLt GEMM wrapper (see gemm.cuh for the semantics). No algorithm cache yet: every call
+// cuBLASLt GEMM wrapper (see cuda_gemm.h for the semantics). No algorithm cache yet: every call
 // builds its descriptors and asks the heuristic for one algorithm (a later tuning step can cache
 // by shape). The heuristic is told the real alignment of each pointer so it never picks a
 // kernel that assumes more.
-#include "kernels/gemm.cuh"
+#if VTRAIN_HAS_CUDA
+#include "core/cuda_gemm.h"
 
 #include <cstdio>
 
@@ -130,3 +131,5 @@ void Gemm::matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
 }
 
 }  // namespace vt::cuda
+
+#endif  // VTRAIN_HAS_CUDA

@@ -1,5 +1,5 @@
 // SelfCommunicator: the trivial size-1 group.
-#include "parallel/communicator.h"
+#include "core/communicator.h"
 
 #include <cstring>
 

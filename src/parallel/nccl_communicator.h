@@ -4,15 +4,15 @@
 // ncclGetUniqueId, the id is broadcast with MPI_Bcast, and every rank calls ncclCommInitRank
 // with its MPI rank, so the NCCL ranks equal the MPI ranks of that group.
 //
-// One rank per GPU: the constructor selects the device local_rank % device_count, where
-// local_rank is the rank within the node (OMPI_COMM_WORLD_LOCAL_RANK when set by Open MPI's
-// launcher, else the rank in an MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) of the group).
+// One rank per GPU: the constructor makes this process's device current
+// (process_device_index(), core/process_device.h: the same device the CUDA backend uses, chosen
+// from the node-local rank of the process, never from its rank inside `comm`).
 //
 // Semantics: every call (but send_async, see below) enqueues on stream() and then synchronizes
 // that stream, so when it returns the result is in the buffer and the input may be reused (the
 // blocking behaviour of MpiCommunicator). By default stream() is the legacy default stream
 // (nullptr); set_stream() switches to another one, e.g. set_stream(cuda_backend_stream())
-// (kernels/cuda_backend.cuh) to run the collectives on the CUDA backend's own stream.
+// (core/cuda_backend.h) to run the collectives on the CUDA backend's own stream.
 //
 // Ordering with the CUDA backend (src/core/cuda_backend.cc), whose ops are queued on its own
 // stream and may still be running when a collective is called: before every NCCL call (float*,
@@ -57,7 +57,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "core/communicator.h"
 
 namespace vt {
 
@@ -66,7 +66,7 @@ class NcclCommunicator final : public Communicator {
   VT_COMMUNICATOR_TENSOR_CALLS;
 
   // Collective over `comm` (not taken over: the caller keeps owning it, e.g. an
-  // MpiCommunicator's comm()). Sets the current CUDA device of this process.
+  // MpiCommunicator's comm()). Makes this process's device current (see above).
   explicit NcclCommunicator(MPI_Comm comm);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
@@ -107,9 +107,6 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream() const { return stream_; }
   void set_stream(cudaStream_t s) { stream_ = s; }
   ncclComm_t nccl_comm() const { return comm_; }
-
-  // The node-local rank of this process within `comm` (see above).
-  static int local_rank(MPI_Comm comm);
 
  private:
   void check(ncclResult_t r, const char* op) const;

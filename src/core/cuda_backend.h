@@ -1,5 +1,5 @@
-// What code in vtrain_cuda (NcclCommunicator) needs to know about the CUDA backend
-// (src/core/cuda_backend.cc, compiled into vtrain_lib). Host-only header.
+// What other host code (NcclCommunicator) needs to know about the CUDA backend
+// (src/core/cuda_backend.cc). Host-only header; only for builds with CUDA.
 #pragma once
 #include <cuda_runtime_api.h>
 
