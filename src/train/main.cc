@@ -12,6 +12,7 @@
 #include "core/backend.h"
 #include "core/flags.h"
 #include "data/prepare.h"
+#include "data/prepare_group.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "parallel/failure.h"
@@ -28,7 +29,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const char* kUsage = R"(usage: vtrain <command> [options]
-  prepare   --input FILES|DIR --out DATADIR --tokenizer bytes|bpe:N|tiktoken:FILE [--val-fraction F]
+  prepare   --input FILES|DIR|GLOB|- --out DATADIR --tokenizer bytes|bpe:N|tiktoken:FILE ...
+            (vtrain prepare --help; runs under mpirun too)
   train     --data DATADIR --preset tiny|d12|d24|d32 --value MODE ... (vtrain train --help)
   eval      --ckpt PATH --data DATADIR [--tokens N]
   generate  --ckpt PATH --prompt TEXT [--max-tokens N --temperature T --top-k K --seed S]
@@ -65,10 +67,31 @@ absl::StatusOr<std::unique_ptr<data::Tokenizer>> tokenizer_for(const std::string
                                           " and the training data directory is gone"));
 }
 
-absl::Status cmd_prepare(int argc, char** argv) {
+// `vtrain prepare`, on one process or split over an mpirun job (prepare.h). Only rank 0 prints
+// an error (every rank returns the same one).
+int cmd_prepare(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
-  VT_ASSIGN_OR_RETURN(data::PrepareOptions po, data::parse_prepare_args(args));
-  return data::prepare_data(po);
+  for (const std::string& a : args)
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", data::prepare_usage().c_str());
+      return 0;
+    }
+  absl::StatusOr<data::PrepareOptions> po = data::parse_prepare_args(args);
+  if (!po.ok()) {
+    std::fprintf(stderr, "vtrain prepare: error: %s\n", std::string(po.status().message()).c_str());
+    return 2;
+  }
+  MpiSession mpi(&argc, &argv);
+  std::unique_ptr<data::PrepareGroup> group =
+      mpi.world_size() > 1 ? data::make_mpi_world_group() : data::make_single_group();
+  const absl::Status st = data::prepare_data(*po, *group);
+  if (!st.ok()) {
+    std::fflush(stdout);
+    if (mpi.world_rank() == 0)
+      std::fprintf(stderr, "vtrain prepare: error: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  return 0;
 }
 
 // `vtrain train` on one rank or under mpirun. Errors end every rank (failure.h: run_guarded);
@@ -173,8 +196,8 @@ int run(int argc, char** argv) {
   const std::string cmd = argv[1];
   absl::Status st;
   if (cmd == "train") return cmd_train(argc, argv);
-  if (cmd == "prepare") st = cmd_prepare(argc, argv);
-  else if (cmd == "eval") st = cmd_eval(argc, argv);
+  if (cmd == "prepare") return cmd_prepare(argc, argv);
+  if (cmd == "eval") st = cmd_eval(argc, argv);
   else if (cmd == "generate") st = cmd_generate(argc, argv);
   else if (cmd == "ckpt") st = cmd_ckpt(argc, argv);
   else if (cmd == "devices") {
