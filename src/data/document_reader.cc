@@ -123,19 +123,21 @@ absl::StatusOr<bool> DocumentReader::next_line(std::string* line, bool* complete
       return true;
     }
     absl::Status st = fill();
-    if (!st.ok()) {
-      // A corrupt stream: the partial line in the buffer is lost with the rest of the file.
-      const std::string msg = absl::StrCat(std::string(st.message()), " after line ", line_);
-      if (!opts_.skip_bad)
-        return absl::DataLossError(absl::StrCat(
-            msg, "; replace the file, or pass --on-bad-record skip to keep the records before the "
-                 "damage and leave out the rest of this file"));
-      ++skipped_;
-      if (opts_.warn) opts_.warn(absl::StrCat(msg, "; the rest of this file is left out"));
-      dead_ = true;
-      return false;
-    }
+    if (!st.ok()) return stream_error(st);
   }
+}
+
+absl::StatusOr<bool> DocumentReader::stream_error(const absl::Status& st) {
+  // A damaged stream cannot vouch for any of its bytes (gzip checks its CRC only at the end), so
+  // with skip the whole file is left out; the caller drops what it already took from it.
+  const std::string msg = absl::StrCat(st.message(), " (detected after line ", line_, ")");
+  if (!opts_.skip_bad)
+    return absl::DataLossError(absl::StrCat(
+        msg, "; replace the file, or pass --on-bad-record skip to leave this file out"));
+  if (opts_.warn) opts_.warn(absl::StrCat(msg, "; the whole file is left out"));
+  dead_ = true;
+  stream_failed_ = true;
+  return false;
 }
 
 absl::StatusOr<bool> DocumentReader::next(std::string* text) {
@@ -145,14 +147,7 @@ absl::StatusOr<bool> DocumentReader::next(std::string* text) {
     text_done_ = true;
     while (!eof_) {
       absl::Status st = fill();
-      if (!st.ok()) {
-        if (!opts_.skip_bad)
-          return absl::DataLossError(absl::StrCat(
-              st.message(), "; replace the file, or pass --on-bad-record skip to leave it out"));
-        ++skipped_;
-        if (opts_.warn) opts_.warn(absl::StrCat(st.message(), "; this file is left out"));
-        return false;
-      }
+      if (!st.ok()) return stream_error(st);
     }
     text->assign(buf_, pos_, std::string::npos);
     bytes_read_ += static_cast<int64_t>(text->size());

@@ -9,7 +9,8 @@
 // UTF-8 or a bad \u escape, is not an object, lacks the text field or has a non-string there)
 // and corrupt compressed streams are errors naming the file and the line (1-based, counted from
 // the start of the file). With `skip_bad`, a bad record is reported as a warning and left out; a
-// corrupt stream keeps the complete records before the damage and drops the rest of the file.
+// corrupt stream ends the unit with stream_failed() set, and the caller leaves out the whole file
+// (a gzip stream's CRC vouches for its bytes only at its end).
 // Memory: one read buffer plus the current line.
 #pragma once
 #include <cstdint>
@@ -41,6 +42,8 @@ class DocumentReader {
   // The next document into *text; false at the end of the unit.
   absl::StatusOr<bool> next(std::string* text);
   int64_t skipped() const { return skipped_; }
+  // The (compressed) stream was damaged (only with skip_bad; else next() returned the error).
+  bool stream_failed() const { return stream_failed_; }
   // Uncompressed bytes consumed so far (lines including their newline).
   int64_t bytes_read() const { return bytes_read_; }
 
@@ -52,6 +55,7 @@ class DocumentReader {
   // "FILE:LINE" of the unit's local line (1-based); lines before a range are counted on demand.
   std::string where(int64_t local_line) const;
   absl::Status bad(int64_t local_line, const std::string& why);
+  absl::StatusOr<bool> stream_error(const absl::Status& st);
 
   std::string path_;
   DocumentReaderOptions opts_;
@@ -59,7 +63,7 @@ class DocumentReader {
   int64_t begin_ = 0, end_ = -1;
   std::string buf_;
   size_t pos_ = 0;
-  bool eof_ = false, text_done_ = false, dead_ = false;
+  bool eof_ = false, text_done_ = false, dead_ = false, stream_failed_ = false;
   int64_t offset_ = 0;      // absolute (uncompressed) offset of buf_[pos_]
   int64_t line_ = 0;        // lines started so far in this unit
   int64_t first_line_start_ = 0;  // absolute offset of the unit's first line

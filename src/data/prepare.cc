@@ -163,6 +163,7 @@ absl::Status run(const PrepareOptions& opts, PrepareGroup& group, const fs::path
     all.tokens += s.tokens;
     all.skipped += s.skipped;
     all.text_bytes += s.text_bytes;
+    all.dropped_files += s.dropped_files;
   }
   const int64_t total = all.tokens + all.docs;  // one <|bos|> per document
   if (verbose) {
@@ -172,7 +173,10 @@ absl::Status run(const PrepareOptions& opts, PrepareGroup& group, const fs::path
                 static_cast<long long>(all.docs), all.text_bytes / 1e6, static_cast<long long>(total),
                 all.tokens ? static_cast<double>(all.text_bytes) / all.tokens : 0.0, secs,
                 all.text_bytes / 1e6 / std::max(secs, 1e-9), group.size(),
-                all.skipped ? absl::StrCat("; ", all.skipped, " bad record(s) skipped").c_str() : "");
+                all.skipped || all.dropped_files
+                    ? absl::StrCat("; left out: ", all.skipped, " bad record(s), ", all.dropped_files,
+                                   " damaged file(s)").c_str()
+                    : "");
     std::fflush(stdout);
   }
 
@@ -229,6 +233,7 @@ absl::Status run(const PrepareOptions& opts, PrepareGroup& group, const fs::path
   meta["text_field"] = opts.text_field;
   meta["documents"] = all.docs;
   meta["skipped_records"] = all.skipped;
+  meta["skipped_files"] = all.dropped_files;
   meta["input_bytes"] = input_bytes;
   meta["text_bytes"] = all.text_bytes;
   meta["shuffle_seed"] = opts.shuffle_seed;

@@ -15,7 +15,8 @@
 //                           "tokenizer": {"spec", "kind", "vocab_size", "bos_id", "file"},
 //                           "token_bytes": "token_bytes.bin", "token_width": 2|4,
 //                           "inputs": [...], "input_format", "text_field", "documents": n,
-//                           "skipped_records": n, "input_bytes": n, "text_bytes": n,
+//                           "skipped_records": n, "skipped_files": n, "input_bytes": n,
+//                           "text_bytes": n,
 //                           "shuffle_seed": s, "tokenizer_sample_bytes": n, "unit_bytes": n,
 //                           "val_fraction": f, "shard_tokens": n,
 //                           "train": {"tokens": n, "shards": [names]}, "val": {...}}

@@ -35,6 +35,7 @@ struct PrepareContext {
 
 struct UnitStats {
   int64_t docs = 0, tokens = 0, skipped = 0, text_bytes = 0;  // tokens without <|bos|>
+  int64_t dropped_files = 0;  // 1 when a damaged stream made the whole unit's file left out
 };
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> build_tokenizer(const PrepareContext& ctx);

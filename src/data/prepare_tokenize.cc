@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> build_tokenizer(const PrepareContext&
     std::vector<std::string> batch;
     int64_t taken = 0, batch_bytes = 0;
     std::string doc;
+    ChunkCounter unit_counter(pretok);  // merged unless the unit's stream turns out damaged
     while (taken < budget) {
       auto got = (*reader)->next(&doc);
       if (!got.ok()) {
@@ -104,13 +105,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> build_tokenizer(const PrepareContext&
       batch_bytes += static_cast<int64_t>(doc.size());
       batch.push_back(std::move(doc));
       if (batch_bytes >= kBatchBytes) {
-        count_chunks_parallel(counter, batch, threads_of(*ctx.opts));
+        count_chunks_parallel(unit_counter, batch, threads_of(*ctx.opts));
         batch.clear();
         batch_bytes = 0;
       }
     }
     if (!st.ok()) break;
-    count_chunks_parallel(counter, batch, threads_of(*ctx.opts));
+    if ((*reader)->stream_failed()) continue;
+    count_chunks_parallel(unit_counter, batch, threads_of(*ctx.opts));
+    counter.merge(unit_counter);
     sampled += taken;
   }
   VT_RETURN_IF_ERROR(ctx.group->agree(st));
@@ -146,7 +149,7 @@ absl::StatusOr<std::vector<UnitStats>> tokenize_units(const PrepareContext& ctx,
   const auto t0 = std::chrono::steady_clock::now();
   const int width = shard_token_width(tok.vocab_size());
   const int threads = threads_of(*ctx.opts);
-  std::vector<int64_t> flat(ctx.units.size() * 4, 0);  // per unit: docs, tokens, skipped, text bytes
+  std::vector<int64_t> flat(ctx.units.size() * 5, 0);  // per unit: UnitStats' fields
   absl::Status st;
   auto last_report = std::chrono::steady_clock::now();
   int64_t my_text = 0, my_tokens = 0;
@@ -208,15 +211,24 @@ absl::StatusOr<std::vector<UnitStats>> tokenize_units(const PrepareContext& ctx,
     }
     if (!st.ok()) break;
     us.skipped = (*reader)->skipped();
+    if ((*reader)->stream_failed()) {  // --on-bad-record skip: the whole file is left out
+      tok_out.close();
+      idx_out.close();
+      tok_out.open(ctx.unit_path(u, "tok"), std::ios::binary | std::ios::trunc);
+      idx_out.open(ctx.unit_path(u, "idx"), std::ios::binary | std::ios::trunc);
+      us = UnitStats{};
+      us.dropped_files = 1;
+    }
     if (!tok_out.flush() || !idx_out.flush()) {
       st = absl::InternalError(absl::StrCat("writing scratch files in ", (ctx.tmp / "units").string(),
                                             " failed (is the disk full?)"));
       break;
     }
-    flat[4 * u + 0] = us.docs;
-    flat[4 * u + 1] = us.tokens;
-    flat[4 * u + 2] = us.skipped;
-    flat[4 * u + 3] = us.text_bytes;
+    flat[5 * u + 0] = us.docs;
+    flat[5 * u + 1] = us.tokens;
+    flat[5 * u + 2] = us.skipped;
+    flat[5 * u + 3] = us.text_bytes;
+    flat[5 * u + 4] = us.dropped_files;
     my_text += us.text_bytes;
     my_tokens += us.tokens + us.docs;
     if (ctx.verbose() && (seconds_since(last_report) > 10 || k + 1 == ctx.mine.size() ||
@@ -234,7 +246,7 @@ absl::StatusOr<std::vector<UnitStats>> tokenize_units(const PrepareContext& ctx,
   flat = ctx.group->all_sum(flat);
   std::vector<UnitStats> stats(ctx.units.size());
   for (size_t u = 0; u < stats.size(); ++u)
-    stats[u] = {flat[4 * u], flat[4 * u + 1], flat[4 * u + 2], flat[4 * u + 3]};
+    stats[u] = {flat[5 * u], flat[5 * u + 1], flat[5 * u + 2], flat[5 * u + 3], flat[5 * u + 4]};
   return stats;
 }
 
