@@ -109,6 +109,20 @@ def test_jsonl_compressed_globs_dirs(corpus, tmp_path):
     assert not Path(str(out) + ".prepare-tmp").exists()
 
 
+def test_concatenated_gzip_members_and_zstd_frames(tmp_path):
+    a, b = ["first member"] * 3, ["second ünïcode member"] * 2
+    write_jsonl(tmp_path / "a.jsonl", a)
+    write_jsonl(tmp_path / "b.jsonl", b)
+    raw_a, raw_b = (tmp_path / "a.jsonl").read_bytes(), (tmp_path / "b.jsonl").read_bytes()
+    (tmp_path / "cat.jsonl.gz").write_bytes(gzip.compress(raw_a) + gzip.compress(raw_b))
+    zst = [subprocess.run(["zstd", "-q", "-c"], input=r, capture_output=True, check=True).stdout for r in (raw_a, raw_b)]
+    (tmp_path / "cat.jsonl.zst").write_bytes(zst[0] + zst[1])
+    for name in ["cat.jsonl.gz", "cat.jsonl.zst"]:
+        out = tmp_path / ("o_" + name)
+        prepare("--input", tmp_path / name, "--out", out, "--tokenizer", "bytes", "--val-fraction", "0", "--quiet")
+        assert split_docs(stream_of(out)[0]) == [x.encode() for x in a + b], name
+
+
 def test_byte_ranges_and_stdin_give_the_same_stream(corpus, tmp_path):
     d, inputs, docs = corpus
     whole = tmp_path / "whole"
