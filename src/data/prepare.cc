@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <iostream>
 #include <cmath>
 #include <cstdio>
@@ -117,9 +118,38 @@ absl::Status run(const PrepareOptions& opts, PrepareGroup& group, const fs::path
   }
   std::string stdin_format = opts.format == "auto" ? "jsonl" : opts.format;
   {
-    auto files = list_input_files(inputs, opts.format);
+    // Rank 0 lists (and sniffs) the inputs once; the others get the list.
+    absl::StatusOr<std::vector<InputFile>> files = std::vector<InputFile>{};
+    if (ctx.rank0()) files = list_input_files(inputs, opts.format);
     VT_RETURN_IF_ERROR(group.agree(files.status()));
-    ctx.files = std::move(*files);
+    std::string listing;  // per file: int64 path length, path, int64 bytes, compression, format
+    auto put = [&](int64_t v) { listing.append(reinterpret_cast<const char*>(&v), 8); };
+    if (ctx.rank0())
+      for (const InputFile& f : *files) {
+        put(static_cast<int64_t>(f.path.size()));
+        listing += f.path;
+        put(f.bytes);
+        put(static_cast<int64_t>(f.compression));
+        put(static_cast<int64_t>(f.format));
+      }
+    group.broadcast_bytes(listing);
+    size_t at = 0;
+    auto get = [&]() {
+      int64_t v = 0;
+      std::memcpy(&v, listing.data() + at, 8);
+      at += 8;
+      return v;
+    };
+    while (at < listing.size()) {
+      InputFile f;
+      const int64_t n = get();
+      f.path = listing.substr(at, static_cast<size_t>(n));
+      at += static_cast<size_t>(n);
+      f.bytes = get();
+      f.compression = static_cast<Compression>(get());
+      f.format = static_cast<InputFormat>(get());
+      ctx.files.push_back(std::move(f));
+    }
     for (InputFile& f : ctx.files)
       if (f.path == (tmp / "stdin.input").string()) {
         VT_ASSIGN_OR_RETURN(f.format, resolve_format("stdin.jsonl", stdin_format));
