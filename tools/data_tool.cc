@@ -3,12 +3,20 @@
 //   data_tool read-shard FILE                                        (JSON: num_tokens, token_width, tokens)
 //   data_tool train-bpe --input FILE [FILE ...] --vocab N --out TOKENIZER.json [--quiet]
 //   data_tool encode --tokenizer TOK --input FILE                    (ids, space-separated, on stdout)
+//   data_tool encode-docs --tokenizer TOK --docs FILE [--threads N] [--repeat R] [--out IDS]
+//             documents encoded in parallel (OpenMP); JSON {bytes, tokens, docs, seconds: [per repeat]};
+//             --out gets, per document, a uint32 count then its uint32 ids
+//   data_tool train-bpe --docs FILE --vocab N --out TOKENIZER.json [--threads N]  (as below, documents)
+// A docs FILE holds documents as (uint32 little-endian byte length, bytes) records.
 //   data_tool decode --tokenizer TOK --ids FILE --out FILE           (raw bytes)
 //   data_tool prepare ARGS...                                        (as `vtrain prepare`)
 //   data_tool batches --data DIR [--split train] --rows B --seq T --dp D --steps N
 //             [--shuffle --seed S] [--state-in FILE] [--state-out FILE]  (JSON line per step and rank)
 // TOK is `bytes`, `tiktoken:FILE`, a data directory or a tokenizer.json. Errors: message on stderr, exit 1.
+#include <omp.h>
+
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -114,20 +122,42 @@ int cmd_read_shard(const Args& a) {
   return 0;
 }
 
+absl::StatusOr<std::vector<std::string>> read_docs(const std::string& path) {
+  VT_ASSIGN_OR_RETURN(std::string all, slurp(path));
+  std::vector<std::string> docs;
+  for (size_t p = 0; p < all.size();) {
+    uint32_t n = 0;
+    if (p + 4 > all.size()) return absl::DataLossError(path + ": truncated docs file");
+    std::memcpy(&n, all.data() + p, 4);
+    if (p + 4 + n > all.size()) return absl::DataLossError(path + ": truncated docs file");
+    docs.emplace_back(all, p + 4, n);
+    p += 4 + n;
+  }
+  return docs;
+}
+
 int cmd_train_bpe(const Args& a) {
   auto pretok = vt::data::PreTokenizer::create(vt::data::cl100k_pattern());
   if (!pretok.ok()) return fail(pretok.status());
   vt::data::ChunkCounter counter(*pretok);
-  const auto t0 = std::chrono::steady_clock::now();
   int64_t bytes = 0;
-  auto it = a.flags.find("--input");
-  if (it == a.flags.end()) return fail(absl::InvalidArgumentError("train-bpe needs --input FILE"));
-  for (const std::string& f : it->second) {
-    auto t = slurp(f);
-    if (!t.ok()) return fail(t.status());
-    bytes += static_cast<int64_t>(t->size());
-    counter.add_text(*t);
+  std::vector<std::string> docs;
+  if (a.has("--docs")) {
+    auto d = read_docs(a.get("--docs"));
+    if (!d.ok()) return fail(d.status());
+    docs = std::move(*d);
+  } else {
+    auto it = a.flags.find("--input");
+    if (it == a.flags.end()) return fail(absl::InvalidArgumentError("train-bpe needs --input FILE or --docs FILE"));
+    for (const std::string& f : it->second) {
+      auto t = slurp(f);
+      if (!t.ok()) return fail(t.status());
+      docs.push_back(std::move(*t));
+    }
   }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const std::string& d : docs) bytes += static_cast<int64_t>(d.size());
+  vt::data::count_chunks_parallel(counter, docs, static_cast<int>(a.get_int("--threads", 0)));
   const auto t1 = std::chrono::steady_clock::now();
   vt::data::BpeTrainOptions o;
   o.vocab_size = static_cast<int32_t>(a.get_int("--vocab", 4096));
@@ -156,6 +186,40 @@ int cmd_encode(const Args& a) {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) absl::StrAppend(&out, i ? " " : "", ids[i]);
   std::printf("%s\n", out.c_str());
+  return 0;
+}
+
+int cmd_encode_docs(const Args& a) {
+  auto tok = get_tokenizer(a.get("--tokenizer"));
+  if (!tok.ok()) return fail(tok.status());
+  auto docs = read_docs(a.get("--docs"));
+  if (!docs.ok()) return fail(docs.status());
+  const int threads = static_cast<int>(a.get_int("--threads", omp_get_max_threads()));
+  std::vector<std::vector<int32_t>> ids(docs->size());
+  nlohmann::json secs = nlohmann::json::array();
+  for (int64_t r = 0; r < a.get_int("--repeat", 1); ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t i = 0; i < static_cast<int64_t>(docs->size()); ++i) ids[i] = (*tok)->encode((*docs)[i]);
+    secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  int64_t bytes = 0, tokens = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    bytes += static_cast<int64_t>((*docs)[i].size());
+    tokens += static_cast<int64_t>(ids[i].size());
+  }
+  if (a.has("--out")) {
+    std::ofstream f(a.get("--out"), std::ios::binary | std::ios::trunc);
+    for (const auto& v : ids) {
+      const uint32_t n = static_cast<uint32_t>(v.size());
+      f.write(reinterpret_cast<const char*>(&n), 4);
+      f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+    }
+    if (!f.flush()) return fail(absl::InternalError("cannot write --out"));
+  }
+  nlohmann::json j = {{"bytes", bytes}, {"tokens", tokens}, {"docs", ids.size()}, {"threads", threads},
+                      {"seconds", secs}};
+  std::printf("%s\n", j.dump().c_str());
   return 0;
 }
 
@@ -231,6 +295,7 @@ int main(int argc, char** argv) {
   if (cmd == "read-shard") return cmd_read_shard(a);
   if (cmd == "train-bpe") return cmd_train_bpe(a);
   if (cmd == "encode") return cmd_encode(a);
+  if (cmd == "encode-docs") return cmd_encode_docs(a);
   if (cmd == "decode") return cmd_decode(a);
   if (cmd == "batches") return cmd_batches(a);
   return fail(absl::InvalidArgumentError("unknown command " + cmd));

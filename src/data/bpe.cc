@@ -2,6 +2,7 @@
 // (a min-heap over adjacent pairs with lazy invalidation), plus the chunk cache.
 #include "data/bpe.h"
 
+#include <atomic>
 #include <queue>
 
 #include "absl/strings/escaping.h"
@@ -13,7 +14,9 @@ namespace vt::data {
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(
     std::string kind, std::vector<std::string> tokens, std::vector<std::string> specials,
     std::string_view pattern, std::vector<BpeMerge> merges, std::string source) {
+  static std::atomic<uint64_t> next_instance{1};
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
+  t->instance_ = next_instance.fetch_add(1);
   t->kind_ = std::move(kind);
   t->source_ = std::move(source);
   t->merges_ = std::move(merges);
@@ -113,25 +116,31 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 16);
   constexpr size_t kMaxCachedChunk = 128;
-  constexpr size_t kMaxCacheEntries = 1 << 20;
+  constexpr size_t kMaxCacheEntries = 1 << 18;
+  // One cache per thread, for the tokenizer that thread used last.
+  struct ThreadCache {
+    uint64_t owner = 0;
+    absl::flat_hash_map<std::string, std::vector<int32_t>> map;
+  };
+  thread_local ThreadCache cache;
+  if (cache.owner != instance_) {
+    cache.map.clear();
+    cache.owner = instance_;
+  }
   pretok_->split(text, [&](std::string_view chunk) {
     if (chunk.size() > kMaxCachedChunk) {
       encode_chunk(chunk, out);
       return;
     }
-    {
-      std::lock_guard<std::mutex> lock(cache_mu_);
-      auto it = cache_.find(absl::string_view(chunk.data(), chunk.size()));
-      if (it != cache_.end()) {
-        out.insert(out.end(), it->second.begin(), it->second.end());
-        return;
-      }
+    auto it = cache.map.find(absl::string_view(chunk.data(), chunk.size()));
+    if (it != cache.map.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
     }
     const size_t before = out.size();
     encode_chunk(chunk, out);
-    std::lock_guard<std::mutex> lock(cache_mu_);
-    if (cache_.size() >= kMaxCacheEntries) cache_.clear();
-    cache_.emplace(chunk, std::vector<int32_t>(out.begin() + before, out.end()));
+    if (cache.map.size() >= kMaxCacheEntries) cache.map.clear();
+    cache.map.emplace(chunk, std::vector<int32_t>(out.begin() + before, out.end()));
   });
   return out;
 }

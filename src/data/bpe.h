@@ -2,10 +2,10 @@
 // pre-split, then per chunk tiktoken's rule: a chunk that is itself a token is that token; else
 // start from single bytes and repeatedly merge the adjacent pair whose concatenation has the lowest
 // rank (id), leftmost first on ties, until no adjacent concatenation is a token. Chunk results are
-// cached. Encoding is O(n log n) per chunk, so long whitespace runs stay cheap.
+// cached per thread (encode is thread-safe and lock-free). Encoding is O(n log n) per chunk, so
+// long whitespace runs stay cheap.
 #pragma once
 #include <memory>
-#include <mutex>
 
 #include "absl/container/flat_hash_map.h"
 #include "data/pretokenize.h"
@@ -47,8 +47,7 @@ class BpeTokenizer : public Tokenizer {
   std::shared_ptr<const PreTokenizer> pretok_;
   absl::flat_hash_map<std::string, int32_t> ranks_;
   int32_t byte_id_[256] = {};
-  mutable std::mutex cache_mu_;
-  mutable absl::flat_hash_map<std::string, std::vector<int32_t>> cache_;
+  uint64_t instance_ = 0;  // identifies this tokenizer's entries in the per-thread chunk caches
 };
 
 }  // namespace vt::data

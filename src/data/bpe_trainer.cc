@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <omp.h>
+
+#include <cstring>
 #include <queue>
 
 #include "absl/strings/str_format.h"
@@ -45,6 +48,56 @@ void ChunkCounter::add_text(std::string_view text) {
     }
     ++total_;
   });
+}
+
+void ChunkCounter::add_chunk(std::string_view chunk, int64_t count) {
+  counts_[absl::string_view(chunk.data(), chunk.size())] += count;
+  total_ += count;
+}
+
+void ChunkCounter::merge(const ChunkCounter& other) {
+  for (const auto& [k, v] : other.counts_) counts_[k] += v;
+  total_ += other.total_;
+}
+
+std::string ChunkCounter::serialize() const {
+  std::string out;
+  for (const auto& [k, v] : counts_) {
+    const uint32_t n = static_cast<uint32_t>(k.size());
+    out.append(reinterpret_cast<const char*>(&n), 4);
+    out.append(k);
+    out.append(reinterpret_cast<const char*>(&v), 8);
+  }
+  return out;
+}
+
+absl::Status ChunkCounter::add_serialized(std::string_view bytes) {
+  size_t p = 0;
+  while (p < bytes.size()) {
+    uint32_t n = 0;
+    int64_t v = 0;
+    if (p + 4 > bytes.size()) return absl::DataLossError("chunk counts: truncated");
+    std::memcpy(&n, bytes.data() + p, 4);
+    if (p + 4 + n + 8 > bytes.size()) return absl::DataLossError("chunk counts: truncated");
+    std::memcpy(&v, bytes.data() + p + 4 + n, 8);
+    add_chunk(bytes.substr(p + 4, n), v);
+    p += 4 + n + 8;
+  }
+  return absl::OkStatus();
+}
+
+void count_chunks_parallel(ChunkCounter& counter, const std::vector<std::string>& docs,
+                           int threads) {
+  const int nt = threads > 0 ? threads : omp_get_max_threads();
+  if (nt <= 1 || docs.size() < 2) {
+    for (const std::string& d : docs) counter.add_text(d);
+    return;
+  }
+  std::vector<ChunkCounter> local(nt, ChunkCounter(counter.pretokenizer()));
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t i = 0; i < static_cast<int64_t>(docs.size()); ++i)
+    local[omp_get_thread_num()].add_text(docs[i]);
+  for (const ChunkCounter& c : local) counter.merge(c);
 }
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> train_bpe(const ChunkCounter& chunks,

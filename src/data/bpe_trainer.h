@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -20,6 +21,12 @@ class ChunkCounter {
  public:
   explicit ChunkCounter(std::shared_ptr<const PreTokenizer> pretok) : pretok_(std::move(pretok)) {}
   void add_text(std::string_view text);
+  // Adds `count` occurrences of one chunk (merging counters, e.g. across threads or ranks).
+  void add_chunk(std::string_view chunk, int64_t count);
+  void merge(const ChunkCounter& other);
+  // A byte string of every (chunk, count), and its inverse (adds to this counter).
+  std::string serialize() const;
+  absl::Status add_serialized(std::string_view bytes);
   const absl::flat_hash_map<std::string, int64_t>& counts() const { return counts_; }
   int64_t total_chunks() const { return total_; }
   const std::shared_ptr<const PreTokenizer>& pretokenizer() const { return pretok_; }
@@ -41,6 +48,10 @@ struct BpeTrainOptions {
 // Callers read the size from the result.
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> train_bpe(const ChunkCounter& chunks,
                                                         const BpeTrainOptions& opts);
+
+// Counts the chunks of many documents on `threads` threads (0: OpenMP's default).
+void count_chunks_parallel(ChunkCounter& counter, const std::vector<std::string>& docs,
+                           int threads = 0);
 
 // Convenience: cl100k pre-split of `text`, then train_bpe.
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> train_bpe_on_text(std::string_view text,

@@ -1,13 +1,13 @@
 // Implementation of `vtrain prepare` (see prepare.h for the directory contract): argument parsing,
-// input discovery, tokenizer creation (bytes / bpe training / tiktoken), streaming tokenization
-// into a scratch file, the train/val split into shards, and the safe move into --out.
+// the scratch directory and its safe move into --out, the order of the collective steps
+// (prepare_steps.h), the train/val split and meta.json.
 #include "data/prepare.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
+#include <iostream>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -20,7 +20,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/check.h"
-#include "data/bpe_trainer.h"
+#include "data/prepare_group.h"
+#include "data/prepare_steps.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -36,53 +37,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-absl::StatusOr<std::string> read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot read input file ", path));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 absl::Status write_text(const fs::path& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f || !(f << text) || !f.flush()) {
     return absl::InternalError(absl::StrCat("cannot write ", path.string(), " (disk full?)"));
   }
   return absl::OkStatus();
-}
-
-// Files in the order they form the token stream.
-absl::StatusOr<std::vector<std::string>> list_inputs(const std::vector<std::string>& inputs) {
-  if (inputs.empty()) return absl::InvalidArgumentError("prepare: no --input given");
-  std::vector<std::string> files;
-  for (const std::string& in : inputs) {
-    std::error_code ec;
-    const fs::file_status st = fs::status(in, ec);
-    if (ec || !fs::exists(st)) {
-      return absl::NotFoundError(absl::StrCat("prepare: input ", in, " does not exist; check the path"));
-    }
-    if (fs::is_directory(st)) {
-      std::vector<std::string> in_dir;
-      for (const auto& e : fs::directory_iterator(in, ec)) {
-        const std::string name = e.path().filename().string();
-        if (!name.empty() && name[0] != '.' && e.is_regular_file()) in_dir.push_back(e.path().string());
-      }
-      if (ec) return absl::InternalError(absl::StrCat("prepare: cannot list directory ", in));
-      std::sort(in_dir.begin(), in_dir.end());
-      if (in_dir.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("prepare: input directory ", in,
-                                                       " has no regular files"));
-      }
-      files.insert(files.end(), in_dir.begin(), in_dir.end());
-    } else if (fs::is_regular_file(st)) {
-      files.push_back(in);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("prepare: input ", in,
-                                                     " is neither a regular file nor a directory"));
-    }
-  }
-  return files;
 }
 
 bool made_by_prepare(const fs::path& dir) {
@@ -99,56 +59,6 @@ bool is_prepare_output(const std::string& name) {
   };
   return name == kMetaFile || name == kTokenizerFile || name == kTokenBytesFile ||
          shard("train_") || shard("val_");
-}
-
-absl::StatusOr<std::unique_ptr<Tokenizer>> make_tokenizer(const PrepareOptions& opts,
-                                                          const std::vector<std::string>& files) {
-  const std::string& spec = opts.tokenizer;
-  if (spec == "bytes") return make_byte_tokenizer();
-  if (spec.rfind("tiktoken:", 0) == 0) return load_tiktoken(spec.substr(9));
-  if (spec.rfind("bpe:", 0) == 0) {
-    int32_t n = 0;
-    if (!absl::SimpleAtoi(spec.substr(4), &n)) {
-      return absl::InvalidArgumentError(absl::StrCat("--tokenizer ", spec,
-                                                     ": expected bpe:N with N an integer, e.g. bpe:4096"));
-    }
-    BpeTrainOptions to;
-    to.vocab_size = n;
-    to.verbose = opts.verbose;
-    if (n < 257) return train_bpe(ChunkCounter(nullptr), to);  // reports the size error
-    VT_ASSIGN_OR_RETURN(auto pretok, PreTokenizer::create(cl100k_pattern()));
-    ChunkCounter counter(pretok);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (const std::string& f : files) {
-      VT_ASSIGN_OR_RETURN(std::string text, read_text(f));
-      counter.add_text(text);
-    }
-    if (opts.verbose) {
-      std::printf("prepare: %lld chunks (%zu unique) pre-split in %.2fs; training bpe:%d\n",
-                  static_cast<long long>(counter.total_chunks()), counter.counts().size(),
-                  seconds_since(t0), n);
-      std::fflush(stdout);
-    }
-    VT_ASSIGN_OR_RETURN(auto tok, train_bpe(counter, to));
-    return std::unique_ptr<Tokenizer>(std::move(tok));
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown --tokenizer '", spec, "'; use bytes, bpe:N (e.g. bpe:4096) or tiktoken:FILE"));
-}
-
-// Writes tokens[begin, end) as shards prefix_000000.bin... of at most shard_tokens tokens.
-absl::StatusOr<std::vector<std::string>> write_split(const fs::path& dir, const std::string& prefix,
-                                                     const int32_t* tokens, int64_t count,
-                                                     int64_t shard_tokens, int64_t vocab) {
-  std::vector<std::string> names;
-  for (int64_t start = 0; start < count; start += shard_tokens) {
-    const int64_t n = std::min(shard_tokens, count - start);
-    std::string name = absl::StrFormat("%s_%06d.bin", prefix, names.size());
-    VT_RETURN_IF_ERROR(write_shard((dir / name).string(),
-                                   std::span<const int32_t>(tokens + start, n), vocab));
-    names.push_back(std::move(name));
-  }
-  return names;
 }
 
 // Moves the finished scratch directory into place (see prepare.h: Safety).
@@ -178,89 +88,165 @@ absl::Status install(const fs::path& tmp, const fs::path& out) {
   return absl::OkStatus();
 }
 
-absl::Status run(const PrepareOptions& opts, const fs::path& out, const fs::path& tmp) {
+// Copies standard input into the scratch directory (it is read twice: sample, then encoding).
+absl::StatusOr<std::string> spool_stdin(const fs::path& tmp) {
+  const fs::path p = tmp / "stdin.input";
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  std::vector<char> buf(1 << 20);
+  while (std::cin.read(buf.data(), static_cast<std::streamsize>(buf.size())) || std::cin.gcount() > 0)
+    f.write(buf.data(), std::cin.gcount());
+  if (!f.flush()) return absl::InternalError(absl::StrCat("cannot copy stdin to ", p.string(), " (disk full?)"));
+  return p.string();
+}
+
+absl::Status run(const PrepareOptions& opts, PrepareGroup& group, const fs::path& out,
+                 const fs::path& tmp) {
   const auto t0 = std::chrono::steady_clock::now();
-  VT_ASSIGN_OR_RETURN(std::vector<std::string> files, list_inputs(opts.inputs));
+  PrepareContext ctx;
+  ctx.opts = &opts;
+  ctx.group = &group;
+  ctx.tmp = tmp;
+  const bool verbose = ctx.verbose();
+  // Inputs: stdin is copied by rank 0 (one rank only, checked by the caller).
+  std::vector<std::string> inputs = opts.inputs;
+  absl::Status st;
+  for (std::string& in : inputs) {
+    if (in != "-") continue;
+    auto spooled = spool_stdin(tmp);
+    if (!spooled.ok()) return spooled.status();
+    in = *spooled;
+  }
+  std::string stdin_format = opts.format == "auto" ? "jsonl" : opts.format;
+  {
+    // Rank 0 lists (and sniffs) the inputs once; the others get the list.
+    absl::StatusOr<std::vector<InputFile>> files = std::vector<InputFile>{};
+    if (ctx.rank0()) files = list_input_files(inputs, opts.format);
+    VT_RETURN_IF_ERROR(group.agree(files.status()));
+    std::string listing;  // per file: int64 path length, path, int64 bytes, compression, format
+    auto put = [&](int64_t v) { listing.append(reinterpret_cast<const char*>(&v), 8); };
+    if (ctx.rank0())
+      for (const InputFile& f : *files) {
+        put(static_cast<int64_t>(f.path.size()));
+        listing += f.path;
+        put(f.bytes);
+        put(static_cast<int64_t>(f.compression));
+        put(static_cast<int64_t>(f.format));
+      }
+    group.broadcast_bytes(listing);
+    size_t at = 0;
+    auto get = [&]() {
+      int64_t v = 0;
+      std::memcpy(&v, listing.data() + at, 8);
+      at += 8;
+      return v;
+    };
+    while (at < listing.size()) {
+      InputFile f;
+      const int64_t n = get();
+      f.path = listing.substr(at, static_cast<size_t>(n));
+      at += static_cast<size_t>(n);
+      f.bytes = get();
+      f.compression = static_cast<Compression>(get());
+      f.format = static_cast<InputFormat>(get());
+      ctx.files.push_back(std::move(f));
+    }
+    for (InputFile& f : ctx.files)
+      if (f.path == (tmp / "stdin.input").string()) {
+        VT_ASSIGN_OR_RETURN(f.format, resolve_format("stdin.jsonl", stdin_format));
+      }
+  }
+  ctx.units = plan_units(ctx.files, opts.unit_bytes);
+  ctx.mine = units_of_rank(ctx.units, group.rank(), group.size());
   int64_t input_bytes = 0;
-  for (const auto& f : files) input_bytes += static_cast<int64_t>(fs::file_size(f));
-  if (opts.verbose) {
-    std::printf("prepare: %zu input file(s), %.2f MB -> %s (tokenizer %s)\n", files.size(),
-                input_bytes / 1e6, out.string().c_str(), opts.tokenizer.c_str());
+  for (const InputFile& f : ctx.files) input_bytes += f.bytes;
+  if (verbose) {
+    std::printf("prepare: %zu input file(s), %.2f MB on disk, %zu unit(s) over %d rank(s) -> %s "
+                "(tokenizer %s)\n",
+                ctx.files.size(), input_bytes / 1e6, ctx.units.size(), group.size(),
+                out.string().c_str(), opts.tokenizer.c_str());
     std::fflush(stdout);
   }
-  VT_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, make_tokenizer(opts, files));
+  if (ctx.rank0()) {
+    std::error_code ec;
+    fs::create_directories(tmp / "units", ec);
+    if (ec) st = absl::InternalError(absl::StrCat("cannot create ", (tmp / "units").string(), ": ", ec.message()));
+  }
+  VT_RETURN_IF_ERROR(group.agree(st));
+
+  VT_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, build_tokenizer(ctx));
   const int32_t vocab = tok->vocab_size();
   const int32_t bos = tok->bos_id();
   VT_CHECK(bos >= 0);
-  VT_RETURN_IF_ERROR(tok->save((tmp / kTokenizerFile).string()));
-  if (opts.verbose) {
+  if (ctx.rank0()) st = tok->save((tmp / kTokenizerFile).string());
+  VT_RETURN_IF_ERROR(group.agree(st));
+  if (verbose) {
     std::printf("prepare: tokenizer %s, vocab %d, bos %d (%.1fs)\n", tok->kind().c_str(), vocab, bos,
                 seconds_since(t0));
     std::fflush(stdout);
   }
 
-  // Tokenize every document into a scratch stream of int32.
-  const fs::path stream_path = tmp / "tokens.tmp";
-  int64_t total = 0;
-  {
-    std::ofstream s(stream_path, std::ios::binary | std::ios::trunc);
-    if (!s) return absl::InternalError(absl::StrCat("cannot create ", stream_path.string()));
-    for (size_t i = 0; i < files.size(); ++i) {
-      VT_ASSIGN_OR_RETURN(std::string text, read_text(files[i]));
-      std::vector<int32_t> ids = tok->encode(text);
-      s.write(reinterpret_cast<const char*>(&bos), 4);
-      s.write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * 4));
-      total += 1 + static_cast<int64_t>(ids.size());
-      if (opts.verbose && (files.size() <= 20 || (i + 1) % 100 == 0 || i + 1 == files.size())) {
-        std::printf("prepare: tokenized %zu/%zu %s: %zu bytes -> %zu tokens (%.2f bytes/token)\n",
-                    i + 1, files.size(), files[i].c_str(), text.size(), ids.size(),
-                    ids.empty() ? 0.0 : static_cast<double>(text.size()) / ids.size());
-        std::fflush(stdout);
-      }
-    }
-    if (!s.flush()) return absl::InternalError(absl::StrCat("writing ", stream_path.string(), " failed (disk full?)"));
+  const auto t_enc = std::chrono::steady_clock::now();
+  VT_ASSIGN_OR_RETURN(std::vector<UnitStats> stats, tokenize_units(ctx, *tok));
+  UnitStats all;
+  for (const UnitStats& s : stats) {
+    all.docs += s.docs;
+    all.tokens += s.tokens;
+    all.skipped += s.skipped;
+    all.text_bytes += s.text_bytes;
+    all.dropped_files += s.dropped_files;
+  }
+  const int64_t total = all.tokens + all.docs;  // one <|bos|> per document
+  if (verbose) {
+    const double secs = seconds_since(t_enc);
+    std::printf("prepare: encoded %lld documents, %.2f MB of text -> %lld tokens (%.2f bytes/token) "
+                "in %.1fs: %.2f MB/s over %d rank(s)%s\n",
+                static_cast<long long>(all.docs), all.text_bytes / 1e6, static_cast<long long>(total),
+                all.tokens ? static_cast<double>(all.text_bytes) / all.tokens : 0.0, secs,
+                all.text_bytes / 1e6 / std::max(secs, 1e-9), group.size(),
+                all.skipped || all.dropped_files
+                    ? absl::StrCat("; left out: ", all.skipped, " bad record(s), ", all.dropped_files,
+                                   " damaged file(s)").c_str()
+                    : "");
+    std::fflush(stdout);
   }
 
-  int64_t n_val = 0;
+  SplitPlan plan;
   if (opts.val_fraction > 0) {
-    n_val = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(opts.val_fraction * total)));
+    plan.n_val = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(opts.val_fraction * total)));
   }
-  const int64_t n_train = total - n_val;
-  if (n_train < 2) {
+  plan.n_train = total - plan.n_val;
+  if (plan.n_train < 2) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "prepare: the inputs give only %d tokens, too few for a training split of >= 2 tokens%s; "
         "add more text or lower --val-fraction",
-        total, n_val > 0 ? absl::StrFormat(" after %d validation tokens", n_val) : ""));
+        total, plan.n_val > 0 ? absl::StrFormat(" after %d validation tokens", plan.n_val) : ""));
   }
-
-  // Map the stream and cut it into shards.
-  std::vector<std::string> train_names, val_names;
-  {
-    int fd = ::open(stream_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return absl::InternalError(absl::StrCat("cannot reopen ", stream_path.string()));
-    const size_t len = static_cast<size_t>(total) * 4;
-    void* m = ::mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (m == MAP_FAILED) return absl::InternalError(absl::StrCat("cannot mmap ", stream_path.string()));
-    const int32_t* toks = static_cast<const int32_t*>(m);
-    auto tr = write_split(tmp, "train", toks, n_train, opts.shard_tokens, vocab);
-    auto va = tr.ok() ? write_split(tmp, "val", toks + n_train, n_val, opts.shard_tokens, vocab)
-                      : absl::StatusOr<std::vector<std::string>>(tr.status());
-    ::munmap(m, len);
-    VT_RETURN_IF_ERROR(tr.status());
-    VT_RETURN_IF_ERROR(va.status());
-    train_names = *tr;
-    val_names = *va;
+  auto names = [&](const char* prefix, int64_t count) {
+    std::vector<std::string> v;
+    for (int64_t k = 0; k * opts.shard_tokens < count; ++k) v.push_back(absl::StrFormat("%s_%06d.bin", prefix, k));
+    return v;
+  };
+  plan.train_shards = names("train", plan.n_train);
+  plan.val_shards = names("val", plan.n_val);
+  const auto t_write = std::chrono::steady_clock::now();
+  VT_RETURN_IF_ERROR(write_shards(ctx, stats, *tok, plan));
+  if (verbose) {
+    std::printf("prepare: wrote %zu shard(s)%s in %.1fs\n", plan.train_shards.size() + plan.val_shards.size(),
+                opts.shuffle_seed ? absl::StrCat(" (documents shuffled, seed ", opts.shuffle_seed, ")").c_str() : "",
+                seconds_since(t_write));
+    std::fflush(stdout);
   }
-  fs::remove(stream_path);
+  if (!ctx.rank0()) return group.agree(absl::OkStatus());  // rank 0 installs below
 
+  std::error_code ec;
+  fs::remove_all(tmp / "units", ec);
+  fs::remove(tmp / "stdin.input", ec);
   const std::vector<int32_t> tb = token_bytes_table(*tok);
   {
     std::ofstream f(tmp / kTokenBytesFile, std::ios::binary | std::ios::trunc);
     f.write(reinterpret_cast<const char*>(tb.data()), static_cast<std::streamsize>(tb.size() * 4));
-    if (!f.flush()) return absl::InternalError("cannot write token_bytes.bin (disk full?)");
+    if (!f.flush()) st = absl::InternalError("cannot write token_bytes.bin (disk full?)");
   }
-
   nlohmann::json meta;
   meta["format"] = "vtrain-data";
   meta["version"] = 1;
@@ -269,32 +255,62 @@ absl::Status run(const PrepareOptions& opts, const fs::path& out, const fs::path
                        {"bos_id", bos}, {"file", kTokenizerFile}};
   meta["token_bytes"] = kTokenBytesFile;
   meta["token_width"] = shard_token_width(vocab);
-  meta["inputs"] = files;
-  meta["documents"] = files.size();
+  std::vector<std::string> input_names;
+  for (const InputFile& f : ctx.files)
+    input_names.push_back(f.path == (tmp / "stdin.input").string() ? "-" : f.path);
+  meta["inputs"] = input_names;
+  meta["input_format"] = opts.format;
+  meta["text_field"] = opts.text_field;
+  meta["documents"] = all.docs;
+  meta["skipped_records"] = all.skipped;
+  meta["skipped_files"] = all.dropped_files;
   meta["input_bytes"] = input_bytes;
+  meta["text_bytes"] = all.text_bytes;
+  meta["shuffle_seed"] = opts.shuffle_seed;
+  meta["tokenizer_sample_bytes"] = opts.tokenizer_sample_bytes;
+  meta["unit_bytes"] = opts.unit_bytes;
   meta["val_fraction"] = opts.val_fraction;
   meta["shard_tokens"] = opts.shard_tokens;
-  meta["train"] = {{"tokens", n_train}, {"shards", train_names}};
-  meta["val"] = {{"tokens", n_val}, {"shards", val_names}};
-  fs::remove(tmp / kTmpMarker);
-  VT_RETURN_IF_ERROR(write_text(tmp / kMetaFile, meta.dump(2) + "\n"));
-  VT_RETURN_IF_ERROR(install(tmp, out));
-  if (opts.verbose) {
+  meta["train"] = {{"tokens", plan.n_train}, {"shards", plan.train_shards}};
+  meta["val"] = {{"tokens", plan.n_val}, {"shards", plan.val_shards}};
+  fs::remove(tmp / kTmpMarker, ec);
+  if (st.ok()) st = write_text(tmp / kMetaFile, meta.dump(2) + "\n");
+  if (st.ok()) st = install(tmp, out);
+  if (st.ok() && verbose) {
     std::printf("prepare: wrote %s: train %lld tokens in %zu shard(s), val %lld tokens in %zu "
                 "shard(s), vocab %d (%.1fs)\n",
-                out.string().c_str(), static_cast<long long>(n_train), train_names.size(),
-                static_cast<long long>(n_val), val_names.size(), vocab, seconds_since(t0));
+                out.string().c_str(), static_cast<long long>(plan.n_train), plan.train_shards.size(),
+                static_cast<long long>(plan.n_val), plan.val_shards.size(), vocab, seconds_since(t0));
     std::fflush(stdout);
   }
-  return absl::OkStatus();
+  return group.agree(st);
 }
 
 }  // namespace
 
 std::string prepare_usage() {
-  return "usage: vtrain prepare --input FILE|DIR [FILE ...] --out DATADIR "
-         "--tokenizer bytes|bpe:N|tiktoken:FILE [--val-fraction F (0.05)] "
-         "[--shard-tokens N (100000000)] [--force] [--quiet]";
+  return R"(usage: vtrain prepare --input FILE|DIR|'GLOB'|- [more ...] --out DATADIR
+                      --tokenizer bytes|bpe:N|tiktoken:FILE [options]
+  --input ...                  files, directories, quoted globs ('shards/*.jsonl.zst'), or - (stdin);
+                               .gz and .zst inputs are decompressed (told by their first bytes)
+  --format auto|jsonl|text     auto (default): .jsonl/.json/.ndjson[.gz|.zst] and stdin are JSON
+                               lines (one document per record), other files one document each
+  --text-field NAME            the JSON field holding a document's text (default text)
+  --on-bad-record fail|skip    fail (default): stop at the first bad record or corrupt stream,
+                               naming file and line, leaving --out untouched; skip: warn, leave it
+                               out, count it in meta.json
+  --val-fraction F             the last max(2, ceil(F*N)) tokens are validation (default 0.05)
+  --shard-tokens N             tokens per shard (default 100000000)
+  --shuffle-seed S             put the documents in a seeded random order (default 0: input order)
+  --tokenizer-sample-bytes N   bpe:N trains on this much text, a deterministic sample spread over
+                               the inputs (default 2000000000)
+  --unit-bytes N               plain JSON-lines files are split into units of N bytes for the
+                               ranks (default 67108864)
+  --threads N                  encoding threads per rank (default: OMP_NUM_THREADS or all cores)
+  --force --quiet
+Under mpirun (-np N, any number of nodes sharing the file system of --out) the work is split over
+the ranks and the output is byte for byte the one of a single process.
+)";
 }
 
 absl::StatusOr<PrepareOptions> parse_prepare_args(const std::vector<std::string>& args) {
@@ -306,6 +322,19 @@ absl::StatusOr<PrepareOptions> parse_prepare_args(const std::vector<std::string>
       if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(a, " needs a value; ", prepare_usage()));
       return args[++i];
     };
+    // Integers may be written as 2e9.
+    auto count = [&](int64_t lo, int64_t hi, int64_t* out) -> absl::Status {
+      VT_ASSIGN_OR_RETURN(std::string v, value());
+      double d = 0;
+      if (!absl::SimpleAtoi(v, out)) {
+        if (!absl::SimpleAtod(v, &d) || d != std::floor(d) || d < -9e18 || d > 9e18)
+          return absl::InvalidArgumentError(absl::StrCat(a, " ", v, ": expected an integer"));
+        *out = static_cast<int64_t>(d);
+      }
+      if (*out < lo || *out > hi)
+        return absl::InvalidArgumentError(absl::StrCat(a, " ", v, ": expected an integer in [", lo, ", ", hi, "]"));
+      return absl::OkStatus();
+    };
     if (a == "--input") {
       VT_ASSIGN_OR_RETURN(std::string v, value());
       o.inputs.push_back(v);
@@ -315,16 +344,36 @@ absl::StatusOr<PrepareOptions> parse_prepare_args(const std::vector<std::string>
     } else if (a == "--tokenizer") {
       VT_ASSIGN_OR_RETURN(o.tokenizer, value());
       have_tok = true;
+    } else if (a == "--format") {
+      VT_ASSIGN_OR_RETURN(o.format, value());
+      if (o.format != "auto" && o.format != "jsonl" && o.format != "text")
+        return absl::InvalidArgumentError(absl::StrCat("--format ", o.format, ": expected auto, jsonl or text"));
+    } else if (a == "--text-field") {
+      VT_ASSIGN_OR_RETURN(o.text_field, value());
+    } else if (a == "--on-bad-record") {
+      VT_ASSIGN_OR_RETURN(std::string v, value());
+      if (v != "skip" && v != "fail")
+        return absl::InvalidArgumentError(absl::StrCat("--on-bad-record ", v, ": expected skip or fail"));
+      o.skip_bad_records = v == "skip";
     } else if (a == "--val-fraction") {
       VT_ASSIGN_OR_RETURN(std::string v, value());
       if (!absl::SimpleAtod(v, &o.val_fraction) || !(o.val_fraction >= 0 && o.val_fraction < 1)) {
         return absl::InvalidArgumentError(absl::StrCat("--val-fraction ", v, ": expected a number in [0, 1)"));
       }
     } else if (a == "--shard-tokens") {
-      VT_ASSIGN_OR_RETURN(std::string v, value());
-      if (!absl::SimpleAtoi(v, &o.shard_tokens) || o.shard_tokens < 1 || o.shard_tokens > INT32_MAX) {
-        return absl::InvalidArgumentError(absl::StrCat("--shard-tokens ", v, ": expected an integer in [1, 2^31)"));
-      }
+      VT_RETURN_IF_ERROR(count(1, INT32_MAX - 1, &o.shard_tokens));
+    } else if (a == "--shuffle-seed") {
+      int64_t v = 0;
+      VT_RETURN_IF_ERROR(count(0, INT64_MAX, &v));
+      o.shuffle_seed = static_cast<uint64_t>(v);
+    } else if (a == "--tokenizer-sample-bytes") {
+      VT_RETURN_IF_ERROR(count(1, INT64_MAX, &o.tokenizer_sample_bytes));
+    } else if (a == "--unit-bytes") {
+      VT_RETURN_IF_ERROR(count(1, INT64_MAX, &o.unit_bytes));
+    } else if (a == "--threads") {
+      int64_t v = 0;
+      VT_RETURN_IF_ERROR(count(1, 4096, &v));
+      o.threads = static_cast<int>(v);
     } else if (a == "--force") {
       o.force = true;
     } else if (a == "--quiet") {
@@ -339,16 +388,10 @@ absl::StatusOr<PrepareOptions> parse_prepare_args(const std::vector<std::string>
   return o;
 }
 
-absl::Status prepare_data(const PrepareOptions& opts) {
-  if (opts.out_dir.empty()) return absl::InvalidArgumentError("prepare: --out is required");
-  if (!(opts.val_fraction >= 0 && opts.val_fraction < 1)) {
-    return absl::InvalidArgumentError("prepare: --val-fraction must be in [0, 1)");
-  }
-  if (opts.shard_tokens < 1 || opts.shard_tokens > INT32_MAX) {
-    return absl::InvalidArgumentError("prepare: --shard-tokens must be in [1, 2^31)");
-  }
-  fs::path out = fs::path(opts.out_dir).lexically_normal();
-  if (out.filename().empty()) out = out.parent_path();  // trailing slash
+namespace {
+
+// Rank 0: checks --out and makes a fresh scratch directory.
+absl::Status make_scratch(const PrepareOptions& opts, const fs::path& out, const fs::path& tmp) {
   std::error_code ec;
   if (fs::exists(out, ec)) {
     if (!fs::is_directory(out)) {
@@ -365,7 +408,6 @@ absl::Status prepare_data(const PrepareOptions& opts) {
       }
     }
   }
-  const fs::path tmp = fs::path(out.string() + ".prepare-tmp");
   if (fs::exists(tmp)) {
     if (!fs::exists(tmp / kTmpMarker)) {
       return absl::AlreadyExistsError(absl::StrCat("prepare: ", tmp.string(),
@@ -375,14 +417,50 @@ absl::Status prepare_data(const PrepareOptions& opts) {
   }
   fs::create_directories(tmp, ec);
   if (ec) return absl::InternalError(absl::StrCat("prepare: cannot create ", tmp.string(), ": ", ec.message()));
-  VT_RETURN_IF_ERROR(write_text(tmp / kTmpMarker, "scratch directory of vtrain prepare\n"));
+  return write_text(tmp / kTmpMarker, "scratch directory of vtrain prepare\n");
+}
+
+}  // namespace
+
+absl::Status prepare_data(const PrepareOptions& opts) {
+  std::unique_ptr<PrepareGroup> one = make_single_group();
+  return prepare_data(opts, *one);
+}
+
+absl::Status prepare_data(const PrepareOptions& opts, PrepareGroup& group) {
+  if (opts.out_dir.empty()) return absl::InvalidArgumentError("prepare: --out is required");
+  if (!(opts.val_fraction >= 0 && opts.val_fraction < 1)) {
+    return absl::InvalidArgumentError("prepare: --val-fraction must be in [0, 1)");
+  }
+  if (opts.shard_tokens < 1 || opts.shard_tokens > INT32_MAX) {
+    return absl::InvalidArgumentError("prepare: --shard-tokens must be in [1, 2^31)");
+  }
+  if (group.size() > 1 && std::count(opts.inputs.begin(), opts.inputs.end(), "-") > 0)
+    return absl::InvalidArgumentError(
+        "prepare: --input - (stdin) is read by one process; run it without mpirun, or write the "
+        "stream to files first");
+  if (std::count(opts.inputs.begin(), opts.inputs.end(), "-") > 1)
+    return absl::InvalidArgumentError("prepare: --input - (stdin) can be given once");
+  fs::path out = fs::path(opts.out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();  // trailing slash
+  const fs::path tmp = fs::path(out.string() + ".prepare-tmp");
   absl::Status st;
+  if (group.rank() == 0) {
+    try {
+      st = make_scratch(opts, out, tmp);
+    } catch (const fs::filesystem_error& e) {
+      st = absl::InternalError(absl::StrCat("prepare: file system error: ", e.what()));
+    }
+  }
+  VT_RETURN_IF_ERROR(group.agree(st));
   try {
-    st = run(opts, out, tmp);
+    st = run(opts, group, out, tmp);
   } catch (const fs::filesystem_error& e) {
     st = absl::InternalError(absl::StrCat("prepare: file system error: ", e.what()));
   }
-  if (!st.ok()) fs::remove_all(tmp, ec);
+  // Every rank is past its last write once run() has agreed on a status.
+  std::error_code ec;
+  if (!st.ok() && group.rank() == 0) fs::remove_all(tmp, ec);
   return st;
 }
 

@@ -27,6 +27,14 @@ GPT::GPT(const ModelConfig& config, const ModelParallel& parallel) : cfg_(config
   vocab_offset_ = vocab_rows_ * par_.tp_rank();
 }
 
+GPT GPT::with_seq_len(int T) const {
+  VT_CHECK(T >= 1 && T <= cfg_.seq_len);
+  GPT g = *this;
+  g.cfg_.short_window = cfg_.effective_short_window();
+  g.cfg_.seq_len = T;
+  return g;
+}
+
 bool GPT::keeps_value(int layer) const {
   if (cfg_.target_layers.empty()) return false;
   const int last_target = cfg_.target_layers.back();

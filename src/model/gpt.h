@@ -73,6 +73,9 @@ class GPT {
 
   const ModelConfig& config() const { return cfg_; }
   const ModelParallel& parallel() const { return par_; }
+  // A view of this stage (same parameters, same store) that runs sequences of T <= seq_len
+  // tokens, for evaluating short inputs; every layer keeps its trained attention window.
+  GPT with_seq_len(int T) const;
   int layer_begin() const { return begin_; }
   int layer_end() const { return end_; }
   bool is_first_stage() const { return begin_ == 0; }

@@ -23,6 +23,8 @@ batch:      --micro-batch B (rows of T tokens) --global-batch TOKENS (multiple o
 schedule:   --steps N --matrix-lr 0.02 --lr-scale 1.0 --warmup 40 --warmdown 0.65
             --max-grad-norm 0 (off) --polar-express
 eval:       --eval-every N --eval-tokens N --sample-every N
+            --core-every N --core BUNDLE_DIR (the DCLM CORE score every N steps and at the end,
+            logged in --metrics; nanochat's eval_bundle) --core-max-per-task N (500; -1: all)
 output:     --ckpt-dir DIR --ckpt-every N --keep-last K (3; 0 keeps all)
             --resume auto|PATH|none --metrics FILE.jsonl
             --stop-at-step N (save and exit 75 after step N, as on SIGUSR1)
@@ -47,7 +49,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"warmdown_frac", warmdown_frac}, {"max_grad_norm", max_grad_norm},
           {"polar_express", polar_express}, {"device", device},
           {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute},
-          {"muon_ns_dtype", muon_ns_dtype}};
+          {"muon_ns_dtype", muon_ns_dtype}, {"core_every", core_every}, {"core_dir", core_dir}};
 }
 
 absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int first) {
@@ -59,7 +61,8 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
                     "micro-batch", "global-batch", "steps", "eval-every", "eval-tokens",
                     "ckpt-dir", "ckpt-every", "keep-last", "stop-at-step", "resume", "metrics", "seed", "matrix-lr",
                     "lr-scale", "warmup", "warmdown", "max-grad-norm", "log-every",
-                    "sample-every", "device", "act-dtype", "device-comm", "muon-ns-dtype"},
+                    "sample-every", "device", "act-dtype", "device-comm", "muon-ns-dtype",
+                    "core-every", "core", "core-max-per-task"},
                    {"detach-v1", "shared-table", "bov-add-fixed", "polar-express", "recompute",
                     "no-overlap-grad-sync"}));
   if (!f.positional().empty())
@@ -144,6 +147,14 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
     return absl::InvalidArgumentError(
         absl::StrCat("--muon-ns-dtype must be f32 or bf16, got '", o.muon_ns_dtype, "'"));
   o.device_comm = f.get_string("device-comm", "auto");
+  {
+    VT_ASSIGN_OR_RETURN(o.core_every, f.get_int("core-every", 0));
+    VT_ASSIGN_OR_RETURN(o.core_max_per_task, f.get_int("core-max-per-task", 500));
+    o.core_dir = f.get_string("core", "");
+    if (o.core_every > 0 && o.core_dir.empty())
+      return absl::InvalidArgumentError("--core-every needs --core BUNDLE_DIR (the CORE eval bundle)");
+    if (o.core_every < 0) return absl::InvalidArgumentError("--core-every must be >= 0");
+  }
   if (o.device_comm != "auto" && o.device_comm != "nccl" && o.device_comm != "mpi")
     return absl::InvalidArgumentError(
         absl::StrCat("--device-comm must be auto, nccl or mpi, got '", o.device_comm, "'"));

@@ -35,6 +35,9 @@ struct TrainOptions {
   bool polar_express = false;
   int64_t log_every = 1;
   int64_t sample_every = 0; // 0: never; prints a short greedy sample on rank 0
+  int64_t core_every = 0;   // > 0: the CORE score (--core DIR) every N steps and at the end
+  std::string core_dir;     // the CORE eval bundle (eval/core_bundle.h)
+  int64_t core_max_per_task = 500;  // examples per CORE task during training (-1: all)
   // Where the model runs: cpu, cuda (one GPU per rank) or emulated (the device emulator: the
   // GPU code path on the CPU, for tests). act_dtype: f32 or bf16 activations (default bf16 on
   // cuda/emulated, f32 on cpu). device_comm: how device tensors travel between ranks: nccl,

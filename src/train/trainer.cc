@@ -24,6 +24,8 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "eval/core_bundle.h"
+#include "eval/core_eval.h"
 #include "model/flops.h"
 #include "model/gpt.h"
 #include "optim/distributed_optimizer.h"
@@ -316,6 +318,31 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
     return absl::OkStatus();
   };
 
+  // CORE during training: the bundle is read once; scores go to stdout and the metrics log.
+  std::vector<eval::CoreTask> core_tasks;
+  if (o.core_every > 0) {
+    auto tasks = eval::load_core_bundle(o.core_dir, static_cast<int>(o.core_max_per_task));
+    if (!tasks.ok()) return agreed(tasks.status());
+    core_tasks = std::move(*tasks);
+  }
+  auto run_core = [&](int64_t step) -> absl::Status {
+    auto progress = [&](const std::string& line) {
+      if (rank0) std::printf("%s\n", line.c_str());
+    };
+    VT_ASSIGN_OR_RETURN(eval::CoreResult r, eval::evaluate_core(model, grid, core_tasks, *tokenizer, progress));
+    if (rank0) {
+      nlohmann::json centered = nlohmann::json::object(), accuracy = nlohmann::json::object();
+      for (const eval::CoreTaskResult& t : r.tasks) {
+        centered[t.label] = t.centered;
+        accuracy[t.label] = t.accuracy;
+      }
+      std::printf("core step %lld | CORE %.4f (%zu tasks)\n", static_cast<long long>(step), r.core, r.tasks.size());
+      metrics.write({{"step", step}, {"core", r.core}, {"core_centered", centered}, {"core_accuracy", accuracy}});
+      std::fflush(stdout);
+    }
+    return absl::OkStatus();
+  };
+
   const int64_t B = o.micro_batch, T = cfg.seq_len;
   auto fetch_train = [&](int, int32_t* in, int32_t* tg) {
     absl::Status st = train.next_batch_into(rows_per_micro, T, grid.coords().dp, shape.dp, in, tg);
@@ -370,6 +397,10 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
       VT_RETURN_IF_ERROR(run_eval(done));
       t_last = now_seconds();  // the next step's tok/s excludes the evaluation
     }
+    if (o.core_every > 0 && done % o.core_every == 0 && done != o.steps) {
+      VT_RETURN_IF_ERROR(run_core(done));
+      t_last = now_seconds();
+    }
     if (o.sample_every > 0 && done % o.sample_every == 0 && world->size() == 1 &&
         device.device == Device::kCPU) {
       SampleOptions so;
@@ -394,6 +425,7 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
     }
   }
   VT_RETURN_IF_ERROR(run_eval(o.steps));
+  if (o.core_every > 0) VT_RETURN_IF_ERROR(run_core(o.steps));
   VT_RETURN_IF_ERROR(save(o.steps));
   return absl::OkStatus();
 }
