@@ -49,6 +49,25 @@ struct Config {
         std::abort();
       }
     }
+    // CUDA_VISIBLE_DEVICES hides devices as with a real driver: the listed ordinals that exist,
+    // up to the first invalid one ("" hides every device).
+    if (const char* e = std::getenv("CUDA_VISIBLE_DEVICES")) {
+      int visible = 0;
+      std::string list(e);
+      size_t pos = 0;
+      while (pos <= list.size() && !list.empty()) {
+        const size_t comma = list.find(',', pos);
+        const std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos
+                                                                             : comma - pos);
+        char* end = nullptr;
+        const long d = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || d < 0 || d >= devices) break;
+        ++visible;
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+      }
+      devices = visible;
+    }
     const size_t host = size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGESIZE));
     memory = std::min<size_t>(size_t(80) << 30, host);
     if (const char* e = std::getenv("VT_EMU_DEVICE_MEMORY")) memory = parse_bytes(e, "VT_EMU_DEVICE_MEMORY");

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -161,5 +162,8 @@ std::unique_ptr<Backend> make_device_emulator();
 std::unique_ptr<Backend> make_cuda_backend();
 // Number of usable CUDA devices (0 when built without CUDA or when there is none).
 int cuda_device_count_or_zero();
+// One line per usable CUDA device: index, name, memory, compute capability (`vtrain devices`).
+// The CUDA emulation names its devices as emulated.
+std::vector<std::string> cuda_device_descriptions();
 
 }  // namespace vt

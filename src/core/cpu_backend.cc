@@ -397,6 +397,7 @@ int cuda_device_count_or_zero() {
 
 #if !VTRAIN_HAS_CUDA
 std::unique_ptr<Backend> make_cuda_backend() { return nullptr; }
+std::vector<std::string> cuda_device_descriptions() { return {}; }
 #endif  // with CUDA: src/core/cuda_backend.cc
 
 }  // namespace vt

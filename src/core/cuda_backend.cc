@@ -48,11 +48,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <utility>
 
@@ -797,6 +799,24 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+std::vector<std::string> cuda_device_descriptions() {
+  std::vector<std::string> out;
+  const int n = cuda::cuda_device_count();
+  for (int d = 0; d < n; ++d) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    char line[512];
+    std::snprintf(line, sizeof line, "device %d: %s, %.1f GiB, compute capability %d.%d, %d SMs",
+                  d, prop.name, double(prop.totalGlobalMem) / double(1ull << 30), prop.major,
+                  prop.minor, prop.multiProcessorCount);
+    out.push_back(line);
+  }
+  return out;
+}
 
 cudaStream_t cuda_backend_stream() {
   if (!has_backend(Device::kCUDA)) return nullptr;

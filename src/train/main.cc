@@ -308,6 +308,7 @@ int run(int argc, char** argv) {
     const int n = cuda_device_count_or_zero();
 #if VTRAIN_HAS_CUDA
     std::printf("%d CUDA device(s) usable (vtrain built with CUDA)\n", n);
+    for (const std::string& d : cuda_device_descriptions()) std::printf("  %s\n", d.c_str());
 #else
     std::printf("0 CUDA devices usable (vtrain built without CUDA)\n");
 #endif

@@ -115,10 +115,16 @@ def test_user_errors_are_clear(datadir, tmp_path):
                  r"--act-dtype must be f32 or bf16")
     expect_error(["train", "--data", datadir, *TINY, "--muon-ns-dtype", "f16"],
                  r"--muon-ns-dtype must be f32 or bf16")
-    if subprocess.run([VTRAIN, "devices"], capture_output=True).returncode != 0:
-        # No usable GPU here: --device cuda says so instead of failing later.
-        expect_error(["train", "--data", datadir, *TINY, "--device", "cuda"],
-                     r"--device cuda: (a rank sees no CUDA device|this vtrain was built without CUDA)")
+    # No usable GPU (CUDA_VISIBLE_DEVICES="" hides them, on a GPU and on the CUDA emulation
+    # alike): `devices` says so with exit 3 and --device cuda is refused up front.
+    hidden = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    d = subprocess.run([VTRAIN, "devices"], capture_output=True, text=True, env=hidden)
+    assert d.returncode == 3 and d.stdout.startswith("0 CUDA device"), (d.returncode, d.stdout)
+    r = subprocess.run([VTRAIN, "train", "--data", str(datadir), *TINY, "--device", "cuda"],
+                       capture_output=True, text=True, env=hidden)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert re.search(r"--device cuda: (a rank sees no CUDA device|this vtrain was built without "
+                     r"CUDA)", r.stderr), r.stderr
 
 
 def test_corrupt_data_is_refused(datadir, tmp_path):

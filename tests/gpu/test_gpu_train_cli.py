@@ -1,12 +1,18 @@
-"""`vtrain train` on the GPU (label gpu). Run as a script: exits 77 (ctest: skipped) when no CUDA
-device is usable, else runs these pytest cases:
-- the tiny preset trains on one GPU in bf16 for baseline and bov: the loss falls, and the
-  metrics report device memory;
-- 2 ranks on the same GPU (tp 2) exchange device tensors through the MPI fallback (NCCL refuses
-  two ranks on one GPU): losses match the CPU run of the same layout (f32 activations, 1e-4);
+"""`vtrain train --device cuda` (label gpu). Run as a script: exits 77 (ctest: skipped) when no CUDA
+device is usable, else runs these pytest cases, on a GPU or on the CUDA emulation (cuda_emu/: the
+same kernels, runtime calls, cuBLASLt and NCCL calls, executed on the CPU; shapes are smaller
+there, and the d12 runs are 2 layers of d12 at a short sequence):
+- with f32 activations and fp32 Newton-Schulz the GPU path gives the CPU's losses (1e-5
+  relative on the emulation, where nothing but summation orders differs; 1e-4 on a GPU);
+- the tiny preset trains in bf16 for baseline and bov: the loss falls, and the metrics report
+  device memory;
+- 2 ranks on one GPU (tp 2) exchange device tensors through the MPI fallback (NCCL refuses two
+  ranks on one GPU): losses match the CPU run of the same layout (f32 activations, 1e-4);
+- 2 ranks with a GPU each (tp 2, and dp 2) exchange device tensors through NCCL: losses match
+  the CPU run (skipped on a machine with one GPU; on the emulation each rank has its own);
 - a GPU checkpoint resumes on the CPU with the same next losses (1e-4);
-- d12 with baseline and bov trains a few steps at micro-batch 8 x 2048 (tokens/s and memory are
-  printed for the record; the assertion is only that the loss is finite and falls)."""
+- d12 with baseline and bov trains a few steps (tokens/s and memory are printed for the record;
+  the assertion is only that the loss is finite and falls)."""
 import json
 import os
 import subprocess
@@ -21,8 +27,18 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
 
 
+def devices():
+    r = subprocess.run([VTRAIN, "devices"], capture_output=True, text=True)
+    return r.returncode, r.stdout
+
+
 def has_gpu():
-    return subprocess.run([VTRAIN, "devices"], capture_output=True).returncode == 0
+    return devices()[0] == 0
+
+
+# The CUDA emulation runs kernels a few thousand times slower than a GPU: smaller runs there.
+EMULATED = "emulation" in devices()[1]
+GPUS = sum(1 for line in devices()[1].splitlines() if line.strip().startswith("device "))
 
 
 @pytest.fixture(scope="module")
@@ -39,24 +55,38 @@ def datadir(tmp_path_factory):
     return out
 
 
-def train(datadir, out, args, np_=1, timeout=900):
+def train(datadir, out, args, np_=1, timeout=900, env=None):
     cmd = [VTRAIN, "train", "--data", str(datadir), "--metrics", str(out / "m.jsonl"),
            "--ckpt-dir", str(out / "ckpt"), "--eval-tokens", "4096", *args]
     if np_ > 1:
         cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(np_)] + cmd
-    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env or ENV, timeout=timeout)
     print(r.stdout[-4000:])
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     rows = [json.loads(l) for l in open(out / "m.jsonl") if '"loss"' in l]
     return np.array([x["loss"] for x in rows]), rows
 
 
-TINY = ["--preset", "tiny", "--seq-len", "128", "--micro-batch", "8", "--seed", "4"]
+if EMULATED:
+    TINY = ["--preset", "tiny", "--seq-len", "64", "--micro-batch", "4", "--seed", "4"]
+    FALL_STEPS = "40"
+else:
+    TINY = ["--preset", "tiny", "--seq-len", "128", "--micro-batch", "8", "--seed", "4"]
+    FALL_STEPS = "60"
+F32_NS = ["--act-dtype", "f32", "--muon-ns-dtype", "f32"]
+
+
+@pytest.mark.parametrize("mode", ["baseline", "bov", "value-embed"])
+def test_f32_gpu_path_gives_the_cpu_losses(mode, datadir, tmp_path):
+    args = TINY + ["--value", mode, "--steps", "4"]
+    cpu, _ = train(datadir, tmp_path / "cpu", args + ["--device", "cpu"])
+    gpu, _ = train(datadir, tmp_path / "gpu", args + ["--device", "cuda"] + F32_NS)
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-5 if EMULATED else 1e-4)
 
 
 @pytest.mark.parametrize("mode", ["baseline", "bov"])
 def test_tiny_bf16_loss_falls(mode, datadir, tmp_path):
-    losses, rows = train(datadir, tmp_path, TINY + ["--value", mode, "--steps", "60",
+    losses, rows = train(datadir, tmp_path, TINY + ["--value", mode, "--steps", FALL_STEPS,
                                                     "--device", "cuda"])
     assert np.all(np.isfinite(losses))
     assert losses[-5:].mean() < 0.7 * losses[:5].mean(), losses
@@ -72,6 +102,19 @@ def test_two_ranks_one_gpu_through_mpi_match_cpu(datadir, tmp_path):
     np.testing.assert_allclose(gpu, cpu, rtol=1e-4)
 
 
+# Two ranks: tensor parallel, or data parallel (what is left of the world without --tp/--pp).
+@pytest.mark.parametrize("layout", [["--tp", "2"], []], ids=["tp2", "dp2"])
+def test_two_ranks_two_gpus_through_nccl_match_cpu(layout, datadir, tmp_path):
+    if GPUS < 2 and not EMULATED:
+        pytest.skip(f"NCCL between ranks needs a GPU per rank; {GPUS} visible")
+    env = dict(ENV, VT_EMU_DEVICES="2")  # the emulation's node has two devices
+    args = TINY + ["--value", "bov", "--steps", "4"]
+    cpu, _ = train(datadir, tmp_path / "cpu", args + layout + ["--device", "cpu"], np_=2, env=env)
+    gpu, _ = train(datadir, tmp_path / "gpu", args + layout + ["--device", "cuda", "--device-comm",
+                   "nccl"] + F32_NS, np_=2, env=env)
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-4)
+
+
 def test_gpu_checkpoint_resumes_on_cpu(datadir, tmp_path):
     args = TINY + ["--value", "bov", "--steps", "6", "--act-dtype", "f32", "--muon-ns-dtype", "f32"]
     full, _ = train(datadir, tmp_path / "full", args + ["--device", "cuda"])
@@ -84,10 +127,13 @@ def test_gpu_checkpoint_resumes_on_cpu(datadir, tmp_path):
     np.testing.assert_allclose(resumed, full[3:], rtol=1e-4)
 
 
+D12 = (["--layers", "2", "--seq-len", "256", "--micro-batch", "2", "--steps", "6"] if EMULATED
+       else ["--seq-len", "2048", "--micro-batch", "8", "--steps", "12"])
+
+
 @pytest.mark.parametrize("mode", ["baseline", "bov"])
 def test_d12_trains(mode, datadir, tmp_path):
-    losses, rows = train(datadir, tmp_path, ["--preset", "d12", "--value", mode, "--seq-len",
-                                             "2048", "--micro-batch", "8", "--steps", "12",
+    losses, rows = train(datadir, tmp_path, ["--preset", "d12", "--value", mode, *D12,
                                              "--device", "cuda", "--warmup", "2"], timeout=1800)
     tps = [x["tok_per_s"] for x in rows[3:]]
     print(f"d12 {mode}: {np.median(tps):.0f} tok/s, peak {rows[-1]['device_peak_bytes'] / 2**30:.2f} GiB, "

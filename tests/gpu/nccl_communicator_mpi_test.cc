@@ -1,0 +1,144 @@
+// NcclCommunicator (src/parallel/nccl_communicator.cc) between processes, one GPU each (on the
+// CUDA emulation: one emulated device per rank), over the whole world and over split groups as
+// the process grid makes them: every rank uses the device of its node-local rank for the CUDA
+// backend and for NCCL alike (a data-parallel group on a multi-GPU node must not pick the device
+// from its rank inside the group); Tensor collectives on device and host tensors in f32 and
+// bf16; 1F1B-style exchanges where both neighbours send first; non-blocking sums. Skipped when
+// the machine has fewer GPUs than ranks on it.
+// vtrain-mpi-ranks: 2 4
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <vector>
+
+#include "core/backend.h"
+#include "core/process_device.h"
+#include "core/tensor.h"
+#include "kernels/cuda_check.cuh"
+#include "parallel/nccl_communicator.h"
+
+namespace vt {
+namespace {
+
+class NcclMpi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MPI_Comm_rank(MPI_COMM_WORLD, &me_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    const int gpus = cuda::cuda_device_count();
+    int enough = gpus >= node_local_size() ? 1 : 0, all = 0;
+    MPI_Allreduce(&enough, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) GTEST_SKIP() << "needs one GPU per rank (" << gpus << " visible)";
+    set_device_backend(make_cuda_backend());
+  }
+  void TearDown() override { set_device_backend(nullptr); }
+  int me_ = 0, world_ = 1;
+};
+
+// A group like the process grid's data-parallel groups: ranks with the same rank % 2.
+MPI_Comm split_group(int me) {
+  MPI_Comm g;
+  MPI_Comm_split(MPI_COMM_WORLD, me % 2, me, &g);
+  return g;
+}
+
+std::vector<float> values(int rank, size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = float(rank * 16 + int(i % 16)) * 0.5f;  // exact in bf16
+  return v;
+}
+
+TEST_F(NcclMpi, BackendAndEveryGroupUseTheProcessDevice) {
+  int backend_dev = -1;
+  VT_CUDA_CHECK(cudaGetDevice(&backend_dev));
+  EXPECT_EQ(backend_dev, process_device_index(cuda::cuda_device_count()));
+  MPI_Comm g = split_group(me_);
+  {
+    NcclCommunicator world(MPI_COMM_WORLD), group(g);
+    EXPECT_EQ(world.device(), backend_dev);
+    EXPECT_EQ(group.device(), backend_dev) << "rank " << group.rank() << " of its group";
+    int dev = -1;
+    VT_CUDA_CHECK(cudaGetDevice(&dev));
+    EXPECT_EQ(dev, backend_dev) << "building a communicator must not move the backend's device";
+    const Tensor t = Tensor::from_host(values(me_, 8).data(), {8}, Device::kCPU).to(Device::kCUDA);
+    group.all_reduce_sum(t);  // a real collective on the group's communicator
+    std::vector<float> want(8, 0.0f);
+    for (int r = me_ % 2; r < world_; r += 2) {
+      const auto v = values(r, 8);
+      for (size_t i = 0; i < 8; ++i) want[i] += v[i];
+    }
+    EXPECT_EQ(t.to_host_f32(), want);
+  }
+  MPI_Comm_free(&g);
+}
+
+TEST_F(NcclMpi, TensorCollectivesOnDeviceAndHostTensors) {
+  NcclCommunicator comm(MPI_COMM_WORLD);
+  const int64_t n = 48;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (Device dev : {Device::kCUDA, Device::kCPU}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << (dev == Device::kCUDA ? " device" : " host"));
+      const auto mine = values(me_, size_t(n));
+      const Tensor a = Tensor::from_host(mine.data(), {n}, Device::kCPU).to(dev, dt);
+      comm.all_reduce_sum(a);
+      std::vector<float> sum(size_t(n), 0.0f);
+      for (int r = 0; r < world_; ++r) {
+        const auto v = values(r, size_t(n));
+        for (size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
+      }
+      EXPECT_EQ(a.to_host_f32(), sum);
+
+      const Tensor src = Tensor::from_host(mine.data(), {n}, Device::kCPU).to(dev, dt);
+      const Tensor all = Tensor::zeros({n * world_}, dt, dev);
+      comm.all_gather(src, all);
+      const auto g = all.to_host_f32();
+      for (int r = 0; r < world_; ++r) EXPECT_EQ(g[size_t(r * n + 5)], values(r, size_t(n))[5]);
+
+      const Tensor part = Tensor::zeros({n}, dt, dev);
+      comm.reduce_scatter_sum(all, part);
+      const auto p = part.to_host_f32();
+      EXPECT_EQ(p[3], float(world_) * values(me_, size_t(n))[3]);
+
+      comm.broadcast(src, world_ - 1);
+      EXPECT_EQ(src.to_host_f32(), values(world_ - 1, size_t(n)));
+    }
+  }
+}
+
+TEST_F(NcclMpi, NeighboursThatBothSendFirstDoNotDeadlock) {
+  NcclCommunicator comm(MPI_COMM_WORLD);
+  const int right = (me_ + 1) % world_, left = (me_ + world_ - 1) % world_;
+  for (int round = 0; round < 3; ++round) {
+    const auto mine = values(me_ + round, 32);
+    Tensor out = Tensor::from_host(mine.data(), {32}, Device::kCPU).to(Device::kCUDA);
+    comm.send_async(out, right, 0);
+    out = Tensor::zeros({32}, DType::kF32, Device::kCUDA);  // the source may go at once
+    const Tensor in = Tensor::zeros({32}, DType::kF32, Device::kCUDA);
+    comm.recv(in, left, 0);
+    EXPECT_EQ(in.to_host_f32(), values(left + round, 32)) << "round " << round;
+  }
+  comm.wait_sends();
+}
+
+TEST_F(NcclMpi, StartedSumsCompleteAtTheWait) {
+  NcclCommunicator comm(MPI_COMM_WORLD);
+  std::vector<Tensor> ts;
+  for (int k = 0; k < 3; ++k) {
+    const auto v = values(me_ + k, 20);
+    ts.push_back(Tensor::from_host(v.data(), {20}, Device::kCPU).to(Device::kCUDA));
+    comm.all_reduce_sum_start(ts.back());
+  }
+  comm.all_reduce_wait();
+  for (int k = 0; k < 3; ++k) {
+    std::vector<float> want(20, 0.0f);
+    for (int r = 0; r < world_; ++r) {
+      const auto v = values(r + k, 20);
+      for (size_t i = 0; i < 20; ++i) want[i] += v[i];
+    }
+    EXPECT_EQ(ts[size_t(k)].to_host_f32(), want) << "sum " << k;
+  }
+}
+
+}  // namespace
+}  // namespace vt
