@@ -17,25 +17,9 @@
 #include <vector>
 
 #include "kernels/launch.cuh"
+#include "stream_gate.h"
 
 namespace {
-
-// A gate a stream waits on (cudaLaunchHostFunc) until the test opens it.
-struct Gate {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool open = false;
-  static void wait(void* p) {
-    auto* g = static_cast<Gate*>(p);
-    std::unique_lock<std::mutex> lock(g->mu);
-    g->cv.wait(lock, [&] { return g->open; });
-  }
-  void release() {
-    std::lock_guard<std::mutex> lock(mu);
-    open = true;
-    cv.notify_all();
-  }
-};
 
 __global__ void fill_kernel(float* x, float v, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -49,8 +33,8 @@ TEST(EmuRuntime, AsyncCopyToPinnedMemoryReturnsBeforeItRuns) {
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 64 * sizeof(float)), cudaSuccess);
   ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), 64 * sizeof(float)), cudaSuccess);
   for (int i = 0; i < 64; ++i) pinned[i] = -1.0f;
-  Gate gate;
-  ASSERT_EQ(cudaLaunchHostFunc(s, Gate::wait, &gate), cudaSuccess);
+  StreamGate gate;
+  ASSERT_EQ(cudaLaunchHostFunc(s, StreamGate::wait, &gate), cudaSuccess);
   VT_LAUNCH(fill_kernel, 1, 64, 0, s, d, 3.0f, 64);
   ASSERT_EQ(cudaMemcpyAsync(pinned, d, 64 * sizeof(float), cudaMemcpyDeviceToHost, s),
             cudaSuccess);
@@ -71,8 +55,8 @@ TEST(EmuRuntime, PageableSourceIsStagedAndPageableDestinationWaits) {
   float* d = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 16 * sizeof(float)), cudaSuccess);
   std::vector<float> src(16, 7.0f), dst(16, 0.0f);
-  Gate gate;
-  ASSERT_EQ(cudaLaunchHostFunc(s, Gate::wait, &gate), cudaSuccess);
+  StreamGate gate;
+  ASSERT_EQ(cudaLaunchHostFunc(s, StreamGate::wait, &gate), cudaSuccess);
   ASSERT_EQ(cudaMemcpyAsync(d, src.data(), 16 * sizeof(float), cudaMemcpyHostToDevice, s),
             cudaSuccess);
   std::fill(src.begin(), src.end(), -5.0f);  // allowed: the runtime took a staging copy
@@ -97,15 +81,15 @@ TEST(EmuRuntime, LegacyStreamWaitsForBlockingStreamsOnly) {
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 4 * sizeof(float)), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   {
-    Gate gate;
-    ASSERT_EQ(cudaLaunchHostFunc(nonblocking, Gate::wait, &gate), cudaSuccess);
+    StreamGate gate;
+    ASSERT_EQ(cudaLaunchHostFunc(nonblocking, StreamGate::wait, &gate), cudaSuccess);
     ASSERT_EQ(cudaMemsetAsync(d, 0, 4 * sizeof(float), nullptr), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess) << "not held by a non-blocking stream";
     gate.release();
   }
   {
-    Gate gate;
-    ASSERT_EQ(cudaLaunchHostFunc(blocking, Gate::wait, &gate), cudaSuccess);
+    StreamGate gate;
+    ASSERT_EQ(cudaLaunchHostFunc(blocking, StreamGate::wait, &gate), cudaSuccess);
     ASSERT_EQ(cudaMemsetAsync(d, 0, 4 * sizeof(float), nullptr), cudaSuccess);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     EXPECT_EQ(cudaStreamQuery(nullptr), cudaErrorNotReady) << "held by the blocking stream";
@@ -127,8 +111,8 @@ TEST(EmuRuntime, EventsOrderStreams) {
   float *d = nullptr, *pinned = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 32 * sizeof(float)), cudaSuccess);
   ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), 32 * sizeof(float)), cudaSuccess);
-  Gate gate;
-  ASSERT_EQ(cudaLaunchHostFunc(a, Gate::wait, &gate), cudaSuccess);
+  StreamGate gate;
+  ASSERT_EQ(cudaLaunchHostFunc(a, StreamGate::wait, &gate), cudaSuccess);
   VT_LAUNCH(fill_kernel, 1, 32, 0, a, d, 9.0f, 32);
   ASSERT_EQ(cudaEventRecord(e, a), cudaSuccess);
   ASSERT_EQ(cudaStreamWaitEvent(b, e, 0), cudaSuccess);
@@ -207,8 +191,8 @@ TEST(EmuRuntime, StreamOrderedFreeWaitsForQueuedWork) {
   float *d = nullptr, *pinned = nullptr;
   ASSERT_EQ(cudaMallocAsync(reinterpret_cast<void**>(&d), 16 * sizeof(float), s), cudaSuccess);
   ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), 16 * sizeof(float)), cudaSuccess);
-  Gate gate;
-  ASSERT_EQ(cudaLaunchHostFunc(s, Gate::wait, &gate), cudaSuccess);
+  StreamGate gate;
+  ASSERT_EQ(cudaLaunchHostFunc(s, StreamGate::wait, &gate), cudaSuccess);
   VT_LAUNCH(fill_kernel, 1, 16, 0, s, d, 4.0f, 16);
   ASSERT_EQ(cudaMemcpyAsync(pinned, d, 16 * sizeof(float), cudaMemcpyDeviceToHost, s),
             cudaSuccess);

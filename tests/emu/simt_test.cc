@@ -12,6 +12,7 @@
 
 #include "kernels/launch.cuh"
 #include "simt_exec.h"
+#include "stream_gate.h"
 
 namespace {
 
@@ -260,10 +261,16 @@ TEST(EmuSimt, LaunchConfigurationErrors) {
 
 TEST(EmuSimt, DivergentBarrierIsAStickyErrorNotAHang) {
   both_orders([] {
+    // Hold the stream so that the kernel cannot have run (and faulted) before the host asks:
+    // the launch itself is fine, the fault is asynchronous. The gate outlives the stream's wait
+    // (Buf's cudaFree synchronizes the device).
+    StreamGate gate;
     {
       Buf<float> x(64);
+      ASSERT_EQ(cudaLaunchHostFunc(nullptr, StreamGate::wait, &gate), cudaSuccess);
       VT_LAUNCH(divergent_barrier_kernel, 2, 64, 0, nullptr, x.p);
       EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the launch itself is fine";
+      gate.release();
     }
     expect_fault(cudaErrorLaunchFailure, "divergent barrier");
   });
