@@ -61,6 +61,9 @@ const CommandSpec& train_command() {
         flag_heading("evaluation"),
         int_flag("eval-every", 0, 0, 1e12, "validation loss every N steps (0: only at the end)"),
         int_flag("eval-tokens", 65536, 1, 1e12, "validation tokens per evaluation"),
+        no_default(int_flag("final-eval-tokens", 0, 0, 1e12,
+                            "validation tokens of the evaluation after the last step (default: "
+                            "--eval-tokens; 0: no final evaluation)")),
         int_flag("sample-every", 0, 0, 1e12, "a short greedy sample every N steps (one CPU rank)"),
         int_flag("core-every", 0, 0, 1e12, "the DCLM CORE score every N steps and at the end"),
         text_flag("core", "", "the CORE eval bundle directory (nanochat's eval_bundle)"),
@@ -88,7 +91,8 @@ const CommandSpec& train_command() {
     };
     c.epilog =
         "At the end of the run: the final checkpoint (with --ckpt-dir), then a validation pass of\n"
-        "--eval-tokens and, with --core-every, the CORE score. SIGUSR1/SIGTERM save and exit 75.\n";
+        "--final-eval-tokens (default --eval-tokens; 0 skips it) and, with --core-every, the CORE\n"
+        "score. SIGUSR1/SIGTERM save the last completed step and exit 75 (resume: --resume auto).\n";
     return c;
   }();
   return spec;
@@ -101,6 +105,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"pp", pp},                   {"micro_batch", micro_batch},
           {"global_batch", global_batch}, {"steps", steps},
           {"eval_every", eval_every},   {"eval_tokens", eval_tokens},
+          {"final_eval_tokens", final_eval_tokens},
           {"seed", seed},               {"matrix_lr", matrix_lr},
           {"lr_scale", lr_scale},       {"warmup_steps", warmup_steps},
           {"warmdown_frac", warmdown_frac}, {"max_grad_norm", max_grad_norm},
@@ -153,6 +158,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.steps = f.get_int("steps");
   o.eval_every = f.get_int("eval-every");
   o.eval_tokens = f.get_int("eval-tokens");
+  o.final_eval_tokens = f.has("final-eval-tokens") ? f.get_int("final-eval-tokens") : o.eval_tokens;
   o.ckpt_dir = f.get_string("ckpt-dir");
   o.ckpt_every = f.get_int("ckpt-every");
   o.keep_last = static_cast<int>(f.get_int("keep-last"));

@@ -20,6 +20,7 @@ struct TrainOptions {
   int64_t steps = 100;
   int64_t eval_every = 0;   // 0: only at the end
   int64_t eval_tokens = 65536;
+  int64_t final_eval_tokens = 65536;  // the evaluation after the last step (0: none)
   std::string ckpt_dir;
   int64_t ckpt_every = 0;   // 0: only at the end (when ckpt_dir is set)
   int64_t stop_at_step = 0; // > 0: save and stop after this step, as on a stop signal
