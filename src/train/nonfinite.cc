@@ -24,7 +24,12 @@ absl::StatusOr<FaultInjection> FaultInjection::from_env() {
         " (expected weight|activation|gradient:TARGET:nan|inf@STEP)"));
   };
   const std::vector<std::string> at = absl::StrSplit(spec, '@');
-  if (at.size() != 2 || !absl::SimpleAtoi(at[1], &f.step) || f.step < 1) return bad("no @STEP");
+  if (at.size() != 2) return bad("no @STEP");
+  const std::vector<std::string> range = absl::StrSplit(at[1], '-');
+  if (range.size() > 2 || !absl::SimpleAtoi(range[0], &f.step) || f.step < 1) return bad("bad STEP");
+  f.last_step = f.step;
+  if (range.size() == 2 && (!absl::SimpleAtoi(range[1], &f.last_step) || f.last_step < f.step))
+    return bad("bad step range");
   const std::vector<std::string> parts = absl::StrSplit(at[0], ':');
   if (parts.size() != 3) return bad("not three ':'-separated parts");
   if (parts[0] == "weight") f.where = Where::kWeight;

@@ -9,11 +9,12 @@
 // output is not finite. None of this runs on a healthy step.
 //
 // Fault injection (tests only; documented in docs/design-notes.md): the environment variable
-//   VTRAIN_INJECT_NONFINITE=WHERE:TARGET:VALUE@STEP
+//   VTRAIN_INJECT_NONFINITE=WHERE:TARGET:VALUE@STEP or ...@FIRST-LAST
 // with WHERE weight|activation|gradient, TARGET a parameter name (weight, gradient) or a layer
 // index (activation: the block's output; -1 is the embedding), VALUE nan|inf, STEP the 1-based
-// step. A weight gets VALUE added to its first element before the step's forward, a gradient
-// after the backward, an activation is multiplied by VALUE in every forward pass of that step.
+// step (or a range of steps). A weight gets VALUE added to its first element before the step's
+// forward, a gradient after the backward, an activation is multiplied by VALUE in every forward
+// pass of that step.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -34,11 +35,13 @@ struct FaultInjection {
   std::string param;  // weight / gradient
   int layer = 0;      // activation
   float value = 0;    // NaN or inf
-  int64_t step = 0;   // 1-based
+  int64_t step = 0, last_step = 0;  // 1-based, inclusive
 
   // From VTRAIN_INJECT_NONFINITE (kNone when unset); errors name the malformed part.
   static absl::StatusOr<FaultInjection> from_env();
-  bool at(int64_t step_1based, Where w) const { return where == w && step == step_1based; }
+  bool at(int64_t step_1based, Where w) const {
+    return where == w && step_1based >= step && step_1based <= last_step;
+  }
 };
 
 // Elements of `t` (any device, f32 or bf16) that are NaN or infinite.
