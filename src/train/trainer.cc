@@ -264,8 +264,15 @@ absl::Status Trainer::save(int64_t step) {
   std::vector<NamedTensor> states = gather_optimizer_states(store_, *opt_);
   // Checkpoints are written from host memory: a device store is copied out first.
   const ParamStore host = store_.device() == Device::kCPU ? store_ : store_.host_mirror();
-  VT_ASSIGN_OR_RETURN(std::string path, save_checkpoint_in_dir(o_.ckpt_dir, step, o_.model, host, meta,
-                                                               states, grid_.get(), o_.keep_last));
+  auto saved = save_checkpoint_in_dir(o_.ckpt_dir, step, o_.model, host, meta, states, grid_.get(),
+                                     o_.keep_last);
+  // The checkpoint code agrees on its errors: every rank holds the same one.
+  if (!saved.ok())
+    return agreed(absl::Status(saved.status().code(),
+                               absl::StrCat(saved.status().message(), "; the previous checkpoint (",
+                                            last_saved_step_ >= 0 ? absl::StrCat("step ", last_saved_step_) : "none",
+                                            ") stays latest")));
+  const std::string path = *saved;
   last_saved_step_ = step;
   if (rank0_) {
     std::printf("saved checkpoint %s\n", path.c_str());
