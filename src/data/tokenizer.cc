@@ -110,6 +110,11 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteT
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& ranks_path) {
   VT_ASSIGN_OR_RETURN(std::string text, read_file(ranks_path, "tiktoken ranks file"));
   std::vector<std::string> tokens;
+  // Ranks are 0..N-1 for a file of N tokens: a larger one is an error, not an allocation of
+  // that many tokens.
+  int64_t entries = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n'))
+    entries += !(line.empty() || line == "\r");
   int64_t line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -124,9 +129,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& rank
           "%s:%d: expected '<base64 token bytes> <rank>' (a .tiktoken ranks file), got '%s'",
           ranks_path, line_no, std::string(line.substr(0, 80))));
     }
-    if (rank >= (int64_t{1} << 30)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s:%d: rank %d is too large", ranks_path, line_no, rank));
+    if (rank >= entries) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s:%d: rank %d is beyond the %d tokens of the file (ranks must be 0..%d)", ranks_path,
+          line_no, rank, entries, entries - 1));
     }
     if (static_cast<int64_t>(tokens.size()) <= rank) tokens.resize(rank + 1);
     if (!tokens[rank].empty()) {
