@@ -322,17 +322,11 @@ void check_shape(const AttnShape& s) {
                   "B, H, Hkv must be <= 65535 (grid y/z limits)");
 }
 
-// Sets the kernel's dynamic shared-memory limit to `bytes` after checking the device allows it.
+// Raises the kernel's dynamic shared-memory limit to `bytes` (checked against the device).
 template <class Kernel>
 void prepare_smem(Kernel kernel, size_t bytes) {
-  int dev = 0, max_optin = 0;
-  VT_CUDA_CHECK(cudaGetDevice(&dev));
-  VT_CUDA_CHECK(
-      cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  VT_CUDA_REQUIRE(bytes <= size_t(max_optin),
-                  "attention head dim too large for this GPU's shared memory per block");
-  VT_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  set_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes,
+                   "attention (reference kernel) at this head dim");
 }
 
 // Dynamic shared memory of each kernel (see the layouts above the kernels).
