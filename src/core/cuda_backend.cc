@@ -31,6 +31,11 @@
 // inputs, one rounding of each bf16 output). rstd, lse, gates, cross-entropy statistics,
 // parameters, gradients and optimizer states are f32.
 //
+// Attention. bf16 attention runs on the flash kernels on tensor cores (kernels/attention_tc.cuh)
+// wherever they apply (head dim 32/64/128, 16-byte aligned tensors); f32, mixed-dtype and other
+// head dims run the reference kernels (kernels/attention.cuh), and so does everything after
+// set_cuda_attention_kernels(kReference) or VTRAIN_CUDA_ATTENTION=reference (core/cuda_backend.h).
+//
 // Differences from the CPU backend that tests must allow for: summation orders (block
 // reductions instead of sequential loops; row sums in fp32 where the CPU uses fp64 in
 // xent_partial, rmsnorm and gated_mix_backward's gate gradient), cuBLASLt instead of OpenBLAS,
@@ -47,7 +52,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
@@ -65,6 +72,7 @@
 #include "kernels/activation.cuh"
 #include "kernels/adamw.cuh"
 #include "kernels/attention.cuh"
+#include "kernels/attention_tc.cuh"
 #include "kernels/cast.cuh"
 #include "core/cuda_backend.h"
 #include "kernels/cuda_check.cuh"
@@ -117,6 +125,37 @@ Mix mix_of(std::initializer_list<const Tensor*> ts) {
 // (cudaSetDevice is per host thread). Only this backend and NcclCommunicator set the device,
 // and both pick the same one, so the cached value stays true.
 thread_local int tl_current_device = -1;
+
+// CudaAttentionKernels (core/cuda_backend.h): -1 until read from VTRAIN_CUDA_ATTENTION.
+std::atomic<int> g_attention_kernels{-1};
+
+CudaAttentionKernels attention_kernels_now() {
+  int k = g_attention_kernels.load();
+  if (k < 0) {
+    const char* env = std::getenv("VTRAIN_CUDA_ATTENTION");
+    k = int(CudaAttentionKernels::kTensorCores);
+    if (env && std::strcmp(env, "reference") == 0) {
+      k = int(CudaAttentionKernels::kReference);
+    } else {
+      VT_CHECK_MSG(!env || !*env || std::strcmp(env, "tensor-cores") == 0,
+                   "VTRAIN_CUDA_ATTENTION must be 'reference' or 'tensor-cores', got '" << env
+                                                                                       << "'");
+    }
+    g_attention_kernels = k;
+  }
+  return CudaAttentionKernels(k);
+}
+
+// Whether an attention call runs on the tensor-core kernels: every tensor bf16 and 16-byte
+// aligned, a head dim they handle, and not switched to the reference kernels.
+bool use_tensor_core_attention(const cuda::AttnShape& s, std::initializer_list<const Tensor*> ts) {
+  if (attention_kernels_now() != CudaAttentionKernels::kTensorCores) return false;
+  if (!cuda::attention_tc_supported(s)) return false;
+  for (const Tensor* t : ts)
+    if (t->dtype() != DType::kBF16 || reinterpret_cast<uintptr_t>(t->raw()) % 16 != 0)
+      return false;
+  return true;
+}
 
 // An fp32 device view of an f32 or bf16 tensor for the mixed-dtype path: the tensor's own memory
 // when it is f32; for bf16, a stream-ordered fp32 temporary, widened from the tensor when
@@ -553,6 +592,10 @@ class CudaBackend final : public Backend {
     if (q.numel() == 0) return;  // the kernels require every dimension >= 1
     const cuda::AttnShape s = ops::attention_shape(q, k, window);
     float* l = f32_of(lse);
+    if (use_tensor_core_attention(s, {&q, &k, &v, &out})) {
+      cuda::attention_tc_forward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, s, scale, stream_);
+      return;
+    }
     on_acts(
         stream_,
         [&](auto qp, auto kp, auto vp, auto op) {
@@ -571,6 +614,12 @@ class CudaBackend final : public Backend {
     const float* l = f32_of(lse);
     // The workspace is reused by every call: safe because all calls are ordered on stream_.
     std::lock_guard<std::mutex> lock(scratch_mu_);
+    if (use_tensor_core_attention(s, {&q, &k, &v, &out, &dout, &dq, &dk, &dv})) {
+      void* ws = attention_workspace(cuda::attention_tc_backward_workspace_bytes(s));
+      cuda::attention_tc_backward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, bf16p(dout),
+                                  bf16p(dq), bf16p(dk), bf16p(dv), s, scale, ws, stream_);
+      return;
+    }
     void* ws = attention_workspace(cuda::attention_backward_workspace_bytes(s));
     on_acts(
         stream_,
@@ -817,6 +866,9 @@ std::vector<std::string> cuda_device_descriptions() {
   }
   return out;
 }
+
+void set_cuda_attention_kernels(CudaAttentionKernels k) { g_attention_kernels = int(k); }
+CudaAttentionKernels cuda_attention_kernels() { return attention_kernels_now(); }
 
 cudaStream_t cuda_backend_stream() {
   if (!has_backend(Device::kCUDA)) return nullptr;

@@ -24,6 +24,7 @@
 
 #include "core/backend.h"
 #include "core/bf16.h"
+#include "core/cuda_backend.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "gpu_test_util.h"
@@ -434,6 +435,55 @@ TEST_F(CudaBackendTest, AttentionMatchesCpu) {
       expect_rel_norm(dv, bf ? 3e-2 : 1e-4, "dv");
     }
   }
+}
+
+// bf16 attention runs on the tensor-core kernels by default and on the reference kernels when
+// switched: both within the bf16 tolerances above of the CPU, and not bitwise equal to each other
+// (the tensor-core kernels round P and dS to bf16), which shows the switch takes effect; f32
+// always runs the reference kernels (bitwise the same result either way). hd 24 is not a
+// tensor-core head dim: it falls back to the reference kernels.
+TEST_F(CudaBackendTest, AttentionKernelsSwitch) {
+  const CudaAttentionKernels before = cuda_attention_kernels();
+  EXPECT_EQ(before, CudaAttentionKernels::kTensorCores) << "the default";
+  uint64_t seed = 900;
+  for (int64_t hd : {64, 24}) {
+    for (DType dt : {kBF16, kF32}) {
+      SCOPED_TRACE(testing::Message() << name_of(dt) << " hd " << hd);
+      const int64_t B = 1, T = 90, H = 2, Hkv = 1, W = 50;
+      const Shape qs = {B, T, H, hd}, ks = {B, T, Hkv, hd};
+      const float scale = 1.0f / std::sqrt(float(hd));
+      Pair q = pair(randn(B * T * H * hd, seed++), qs, dt);
+      Pair k = pair(randn(B * T * Hkv * hd, seed++), ks, dt);
+      Pair v = pair(randn(B * T * Hkv * hd, seed++), ks, dt);
+      Pair dout = pair(randn(B * T * H * hd, seed++), qs, dt);
+      std::vector<float> outs[2], dqs[2];
+      for (int pass = 0; pass < 2; ++pass) {
+        set_cuda_attention_kernels(pass == 0 ? CudaAttentionKernels::kTensorCores
+                                             : CudaAttentionKernels::kReference);
+        Pair out = zeros(qs, dt), lse = zeros({B, H, T});
+        ops::attention(q.c, k.c, v.c, out.c, lse.c, W, scale);
+        ops::attention(q.g, k.g, v.g, out.g, lse.g, W, scale);
+        const bool bf = dt == kBF16;
+        expect_rel_norm(out, bf ? 1e-2 : 1e-5, "out");
+        Pair dq = zeros(qs, dt), dk = zeros(ks, dt), dv = zeros(ks, dt);
+        ops::attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c, W, scale);
+        ops::attention_backward(q.g, k.g, v.g, out.g, lse.g, dout.g, dq.g, dk.g, dv.g, W, scale);
+        expect_rel_norm(dq, bf ? 3e-2 : 1e-4, "dq");
+        expect_rel_norm(dk, bf ? 3e-2 : 1e-4, "dk");
+        expect_rel_norm(dv, bf ? 3e-2 : 1e-4, "dv");
+        outs[pass] = vals(out.g);
+        dqs[pass] = vals(dq.g);
+      }
+      if (dt == kBF16 && hd == 64) {
+        EXPECT_NE(outs[0], outs[1]) << "tensor cores and reference kernels gave identical bits";
+        EXPECT_NE(dqs[0], dqs[1]);
+      } else {
+        EXPECT_EQ(outs[0], outs[1]) << "the reference kernels both times";
+        EXPECT_EQ(dqs[0], dqs[1]);
+      }
+    }
+  }
+  set_cuda_attention_kernels(before);
 }
 
 // relu^2 and its derivative are the same fp32 products on both sides: 1e-6.
