@@ -22,7 +22,7 @@
 // the stream, so memory is recycled only after every op queued before the release has run.
 // bytes_in_use/peak_bytes count what alloc() handed out (64-byte rounded, like the CPU backend),
 // not the backend's own scratch (cuBLASLt workspace, attention-backward workspace, reduction
-// scratch, fp32 temporaries of mixed-dtype calls).
+// scratch, RoPE cos/sin tables, fp32 temporaries of mixed-dtype calls).
 //
 // Dtypes. Activations are f32 or bf16. When all activation arguments of a call share one dtype
 // the f32 or bf16 kernel runs directly; a call mixing f32 and bf16 activations (which the CPU
@@ -59,6 +59,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -256,6 +257,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaSetDevice(device_);
     if (attn_ws_) cudaFreeAsync(attn_ws_, stream_);
+    for (auto& [key, t] : rope_tables_) cudaFreeAsync(t.p, stream_);
     cudaStreamSynchronize(stream_);
     gemm_.reset();
     cudaFree(reduce_scratch_);
@@ -574,13 +576,16 @@ class CudaBackend final : public Backend {
             bool backward) override {
     on_device();
     const int64_t B = x.dim(0), T = x.dim(1), H = x.dim(2), hd = x.dim(3);
+    VT_CHECK_MSG(hd % 2 == 0 && hd >= 2, "rope needs an even head dim, got " << hd);
+    VT_CHECK_MSG(pos_offset >= 0, "rope position offset must be >= 0, got " << pos_offset);
+    const float2* table = rope_table(hd, base, T + pos_offset);
     on_acts(
         stream_,
         [&](auto xp, auto yp) {
           if (backward)
-            cuda::rope_backward(xp, yp, B, T, H, hd, base, pos_offset, stream_);
+            cuda::rope_backward(xp, yp, B, T, H, hd, table, pos_offset, stream_);
           else
-            cuda::rope_forward(xp, yp, B, T, H, hd, base, pos_offset, stream_);
+            cuda::rope_forward(xp, yp, B, T, H, hd, table, pos_offset, stream_);
         },
         in(x), out(y));
   }
@@ -816,6 +821,25 @@ class CudaBackend final : public Backend {
     return *reduce_host_;
   }
 
+  // The RoPE cos/sin table of (hd, base) covering positions < `positions`: made on first use,
+  // regrown (to at least twice its size, so decoding token by token rebuilds it rarely) when a
+  // call reaches further; the old one is freed on the stream after the calls that read it.
+  const float2* rope_table(int64_t hd, double base, int64_t positions) {
+    std::lock_guard<std::mutex> lock(rope_mu_);
+    RopeTable& t = rope_tables_[{hd, base}];
+    if (positions > t.positions) {
+      const int64_t grown = std::max<int64_t>({positions, 2 * t.positions, 64});
+      float2* p = nullptr;
+      VT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p),
+                                    sizeof(float2) * size_t(grown) * size_t(hd / 2), stream_));
+      cuda::rope_table(p, grown, hd, base, stream_);
+      if (t.p) VT_CUDA_CHECK(cudaFreeAsync(t.p, stream_));
+      t.p = p;
+      t.positions = grown;
+    }
+    return t.p;
+  }
+
   // The attention-backward workspace, grown (stream-ordered) when a call needs more. The old
   // block is freed on the stream, after the calls that used it. scratch_mu_ held.
   void* attention_workspace(size_t bytes) {
@@ -839,6 +863,13 @@ class CudaBackend final : public Backend {
   double* reduce_host_ = nullptr;      // pinned host copy of the result
   void* attn_ws_ = nullptr;
   size_t attn_ws_bytes_ = 0;
+
+  struct RopeTable {
+    float2* p = nullptr;
+    int64_t positions = 0;
+  };
+  std::mutex rope_mu_;  // the RoPE tables
+  std::map<std::pair<int64_t, double>, RopeTable> rope_tables_;  // by (head dim, base)
 
   mutable std::mutex mem_mu_;  // the allocation table and counters
   std::unordered_map<void*, size_t> sizes_;

@@ -400,6 +400,15 @@ TEST_F(CudaBackendTest, RopeMatchesCpu) {
       EXPECT_TRUE(close(x, rtol_for(dt, 1e-5), atol));
     }
   }
+  // Decoding token by token: one position per call at growing offsets, so the backend's cached
+  // table (per head dim and base) is regrown along the way; every call still matches the CPU.
+  for (int64_t offset = 0; offset < 150; offset += 7) {
+    SCOPED_TRACE(testing::Message() << "decode offset " << offset);
+    Pair x = pair(randn(3 * 1 * 2 * 32, seed++), {3, 1, 2, 32}), y = zeros({3, 1, 2, 32});
+    ops::rope(x.c, y.c, 10000.0, offset);
+    ops::rope(x.g, y.g, 10000.0, offset);
+    ASSERT_TRUE(close(y, 1e-5, 1e-5 * max_abs(vals(x.c))));
+  }
 }
 
 // Tolerances of tests/gpu/attention_test.cc: f32 1e-5 (forward) / 1e-4 (backward) relative
