@@ -18,8 +18,10 @@
 //
 // Memory. alloc() is cudaMallocAsync + cudaMemsetAsync(0) on the stream (zeroed, from the
 // device's default memory pool, whose release threshold is raised so freed blocks stay cached
-// instead of going back to the driver at every synchronization); release() is cudaFreeAsync on
-// the stream, so memory is recycled only after every op queued before the release has run.
+// instead of going back to the driver at every synchronization); alloc_uninitialized() (behind
+// Tensor::empty: copies and casts that write every element) skips the memset. release() is
+// cudaFreeAsync on the stream, so memory is recycled only after every op queued before the
+// release has run.
 // bytes_in_use/peak_bytes count what alloc() handed out (64-byte rounded, like the CPU backend),
 // not the backend's own scratch (cuBLASLt workspace, attention-backward workspace, reduction
 // scratch, RoPE cos/sin tables, fp32 temporaries of mixed-dtype calls).
@@ -273,7 +275,11 @@ class CudaBackend final : public Backend {
   // ---------------------------------------------------------------------------------------------
   // Memory
 
-  void* alloc(size_t bytes) override {
+  void* alloc(size_t bytes) override { return allocate(bytes, true); }
+  // No fill: for tensors written in full before they are read (Tensor::empty: copies, casts).
+  void* alloc_uninitialized(size_t bytes) override { return allocate(bytes, false); }
+
+  void* allocate(size_t bytes, bool zero) {
     on_device();
     const size_t a = std::max<size_t>(64, (bytes + 63) / 64 * 64);
     void* p = nullptr;
@@ -289,7 +295,7 @@ class CudaBackend final : public Backend {
     }
     VT_CUDA_CHECK(err);
     VT_CHECK_MSG(reinterpret_cast<uintptr_t>(p) % 64 == 0, "cuda: allocation not 64-byte aligned");
-    VT_CUDA_CHECK(cudaMemsetAsync(p, 0, a, stream_));
+    if (zero) VT_CUDA_CHECK(cudaMemsetAsync(p, 0, a, stream_));
     std::lock_guard<std::mutex> lock(mem_mu_);
     sizes_[p] = a;
     in_use_ += a;
