@@ -1,7 +1,9 @@
-// CUDA causal sliding-window GQA attention (forward + backward), flash-style tiles.
+// CUDA causal sliding-window GQA attention (forward + backward), flash-style tiles: the reference
+// kernels. The CUDA backend runs bf16 attention on the tensor-core kernels of attention_tc.cu
+// where they apply; these run f32 (and everything else) and are what the tensor-core kernels are
+// tested against.
 //
-// Correctness first, no tuning yet (no tensor cores, scalar fp32 dot products from shared
-// memory). Tiles are kTile query rows x kTile key rows; every tile is converted to fp32 in shared
+// Correctness first, no tuning (no tensor cores, scalar fp32 dot products from shared memory). Tiles are kTile query rows x kTile key rows; every tile is converted to fp32 in shared
 // memory with a row stride of hd + 1 (avoids bank conflicts on the column walks).
 //
 // Forward: one block per (query tile, head, batch). It visits only the key tiles its rows can
