@@ -11,27 +11,49 @@
 
 using namespace vt;
 
+static const CommandSpec& export_command() {
+  static const CommandSpec spec = [] {
+    CommandSpec c;
+    c.name = "export_case";
+    c.synopsis = "export_case --mode MODE --out FILE.h5 [options]";
+    c.flags = {
+        required(text_flag("mode", "", "value mode")),
+        required(text_flag("out", "", "the case file to write")),
+        int_flag("layers", 6, 1, 64, ""),
+        int_flag("dim", 64, 1, 4096, ""),
+        int_flag("heads", 4, 1, 64, ""),
+        int_flag("kv-heads", 2, 1, 64, ""),
+        int_flag("head-dim", 16, 2, 512, ""),
+        int_flag("vocab", 251, 2, 1 << 20, ""),
+        int_flag("seq-len", 32, 2, 4096, ""),
+        int_flag("window", 8, 1, 4096, ""),
+        text_flag("window-pattern", "SSSL", ""),
+        int_flag("batch", 2, 1, 1024, ""),
+        text_flag("value-layers", "default", ""),
+        int_flag("seed", 1234, 0, 9.2e18, ""),
+        bool_flag("detach-v1", ""),
+        bool_flag("shared-table", ""),
+        bool_flag("bov-add-fixed", ""),
+        bool_flag("no-perturb", "keep the weights at their init"),
+    };
+    return c;
+  }();
+  return spec;
+}
+
 static absl::Status run(int argc, char** argv) {
-  VT_ASSIGN_OR_RETURN(Flags flags,
-                      Flags::parse(argc, argv, 1,
-                                   {"mode", "out", "layers", "dim", "heads", "kv-heads", "head-dim",
-                                    "vocab", "seq-len", "window", "window-pattern", "batch",
-                                    "value-layers", "seed"},
-                                   {"detach-v1", "shared-table", "bov-add-fixed", "no-perturb"}));
-  if (!flags.has("mode") || !flags.has("out"))
-    return absl::InvalidArgumentError("usage: export_case --mode MODE --out FILE.h5 [options]");
+  VT_ASSIGN_OR_RETURN(Flags flags, Flags::parse(export_command(), argc, argv, 1));
+  if (flags.help_requested()) {
+    std::printf("%s", usage(export_command()).c_str());
+    return absl::OkStatus();
+  }
   ModelConfig cfg;
   VT_ASSIGN_OR_RETURN(cfg.value_mode, parse_value_mode(flags.get_string("mode")));
-  VT_ASSIGN_OR_RETURN(int64_t layers, flags.get_int("layers", 6));
-  VT_ASSIGN_OR_RETURN(int64_t dim, flags.get_int("dim", 64));
-  VT_ASSIGN_OR_RETURN(int64_t heads, flags.get_int("heads", 4));
-  VT_ASSIGN_OR_RETURN(int64_t kv_heads, flags.get_int("kv-heads", 2));
-  VT_ASSIGN_OR_RETURN(int64_t head_dim, flags.get_int("head-dim", 16));
-  VT_ASSIGN_OR_RETURN(int64_t vocab, flags.get_int("vocab", 251));
-  VT_ASSIGN_OR_RETURN(int64_t seq_len, flags.get_int("seq-len", 32));
-  VT_ASSIGN_OR_RETURN(int64_t window, flags.get_int("window", 8));
-  VT_ASSIGN_OR_RETURN(int64_t batch, flags.get_int("batch", 2));
-  VT_ASSIGN_OR_RETURN(int64_t seed, flags.get_int("seed", 1234));
+  const int64_t layers = flags.get_int("layers"), dim = flags.get_int("dim"),
+                heads = flags.get_int("heads"), kv_heads = flags.get_int("kv-heads"),
+                head_dim = flags.get_int("head-dim"), vocab = flags.get_int("vocab"),
+                seq_len = flags.get_int("seq-len"), window = flags.get_int("window"),
+                batch = flags.get_int("batch"), seed = flags.get_int("seed");
   cfg.n_layer = layers;
   cfg.n_embd = dim;
   cfg.n_head = heads;
@@ -40,8 +62,8 @@ static absl::Status run(int argc, char** argv) {
   cfg.vocab_size = vocab;
   cfg.seq_len = seq_len;
   cfg.short_window = window;
-  cfg.window_pattern = flags.get_string("window-pattern", "SSSL");
-  cfg.value_layers = flags.get_string("value-layers", "default");
+  cfg.window_pattern = flags.get_string("window-pattern");
+  cfg.value_layers = flags.get_string("value-layers");
   cfg.detach_v1 = flags.get_bool("detach-v1");
   cfg.shared_table = flags.get_bool("shared-table");
   cfg.bov_add_fixed = flags.get_bool("bov-add-fixed");

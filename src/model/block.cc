@@ -69,6 +69,7 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts) const {
   for (int i = begin_; i < end_; ++i) {
     BlockActs& a = acts.blocks[i - begin_];
     block_forward(i, bundle, acts, a);
+    if (block_output_hook_) block_output_hook_(i, bundle.x);
     if (recompute_) {
       Tensor x_in = a.x_in;
       a = BlockActs{};

@@ -175,6 +175,7 @@ Bundle GPT::embed_forward(Activations& acts) const {
   Bundle b;
   b.x = act({acts.B, cfg_.seq_len, C});
   ops::rmsnorm(acts.emb_raw, b.x, acts.emb_rstd, 1.0f, cfg_.norm_eps);
+  if (block_output_hook_) block_output_hook_(-1, b.x);
   if (mode_reads_x0(cfg_.value_mode)) b.x0 = b.x.clone();
   b.values.resize(cfg_.n_layer);
   return b;

@@ -67,6 +67,10 @@ struct Activations {
   std::vector<double> plus_dcoef;        // d loss / d coefficient, filled in backward
 };
 
+// Sees (and may change) the residual stream after block `layer`'s forward (-1: the normalized
+// embedding): diagnostics of non-finite values and fault injection (train/nonfinite.h).
+using BlockOutputHook = std::function<void(int layer, const Tensor& x)>;
+
 class GPT {
  public:
   GPT(const ModelConfig& config, const ModelParallel& parallel = {});
@@ -114,6 +118,9 @@ class GPT {
   // data-parallel sum of that layer's gradients can start while backward goes on.
   void set_layer_grads_hook(std::function<void(int)> hook) { layer_grads_hook_ = std::move(hook); }
   bool recompute() const { return recompute_; }
+  // Installs (or, with an empty function, removes) the block-output observer. Not called when
+  // a block is recomputed in backward.
+  void set_block_output_hook(BlockOutputHook hook) { block_output_hook_ = std::move(hook); }
 
   // Which earlier layers' context values must be kept for later layers.
   bool keeps_value(int layer) const;
@@ -151,6 +158,7 @@ class GPT {
   std::vector<LayerParams> layers_;
   bool recompute_ = false;
   std::function<void(int)> layer_grads_hook_;
+  BlockOutputHook block_output_hook_;
 };
 
 }  // namespace vt
