@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/mma.cuh"
@@ -167,9 +168,10 @@ __device__ __forceinline__ bool visible(int64_t t, int64_t s, int64_t W) {
   return s <= t && t - s < W;
 }
 
+// Maxima propagate NaN (detail::nan_max), so a non-finite score reaches out and lse.
 __device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  x = detail::nan_max(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return detail::nan_max(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
@@ -275,9 +277,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int rr = 0; rr < 2; ++rr) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < kS; ++nt) mx = fmaxf(mx, fmaxf(s[nt].x[2 * rr], s[nt].x[2 * rr + 1]));
+      for (int nt = 0; nt < kS; ++nt)
+        mx = detail::nan_max(mx, detail::nan_max(s[nt].x[2 * rr], s[nt].x[2 * rr + 1]));
       mx = quad_max(mx);
-      const float m_new = fmaxf(m[rr], mx);
+      const float m_new = detail::nan_max(m[rr], mx);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet
       const float alpha = exp2f(m[rr] - m_use);                // 0 while m was -inf
       m[rr] = m_new;

@@ -297,6 +297,41 @@ TEST(GpuAttentionTc, IsDeterministic) {
   EXPECT_EQ(a.dv, b.dv);
 }
 
+// Non-finite inputs are never dropped: a NaN in one query row reaches that row's out, lse and dq
+// and nothing else of them; with a NaN in that row of dO too, the dk and dv of every key the row
+// sees are NaN. (Keys of the same 64-key tile that the row does not see may turn NaN as well: a
+// masked zero times the row's NaN, as in the reference kernels; a tile that never meets the row,
+// keys 64.., stays finite.)
+TEST(GpuAttentionTc, NonFiniteInputsReachTheOutputs) {
+  VT_SKIP_WITHOUT_CUDA();
+  const AttnShape s = mk(1, 80, 2, 1, 64, 30);
+  const size_t nq = size_t(s.B * s.T * s.H * s.hd), nk = size_t(s.B * s.T * s.Hkv * s.hd);
+  const float scale = 1.0f / std::sqrt(float(s.hd));
+  Inputs in{random_bf16(nq, 21, 1.0f), random_bf16(nk, 22, 1.0f), random_bf16(nk, 23, 1.0f),
+            random_bf16(nq, 24, 1.0f)};
+  const int64_t t = 50, h = 1;  // query row t of head h: sees keys 21..50
+  in.q[size_t((t * s.H + h) * s.hd + 7)] = NAN;
+  in.dout[size_t((t * s.H + h) * s.hd + 3)] = NAN;
+  const Outputs o = gpu_run(s, in, scale, true);
+  for (int64_t r = 0; r < s.T; ++r)
+    for (int64_t hh = 0; hh < s.H; ++hh) {
+      const bool bad_row = r == t && hh == h;
+      const size_t oi = size_t((r * s.H + hh) * s.hd);
+      EXPECT_EQ(std::isnan(o.out[oi]), bad_row) << "out row " << r << " head " << hh;
+      EXPECT_EQ(std::isnan(o.lse[size_t(hh * s.T + r)]), bad_row) << "lse " << r << " " << hh;
+      EXPECT_EQ(std::isnan(o.dq[oi]), bad_row) << "dq row " << r << " head " << hh;
+    }
+  for (int64_t key = 0; key < s.T; ++key) {
+    if (key <= t && t - key < s.window) {
+      EXPECT_TRUE(std::isnan(o.dk[size_t(key * s.hd)])) << "dk key " << key;
+      EXPECT_TRUE(std::isnan(o.dv[size_t(key * s.hd)])) << "dv key " << key;
+    } else if (key >= 64) {
+      EXPECT_FALSE(std::isnan(o.dk[size_t(key * s.hd)])) << "dk key " << key;
+      EXPECT_FALSE(std::isnan(o.dv[size_t(key * s.hd)])) << "dv key " << key;
+    }
+  }
+}
+
 TEST(GpuAttentionTc, SupportedHeadDims) {
   for (int64_t hd : {32, 64, 128}) EXPECT_TRUE(vt::cuda::attention_tc_supported(mk(1, 8, 1, 1, hd, 8)));
   for (int64_t hd : {8, 16, 24, 48, 96, 256})
