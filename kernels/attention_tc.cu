@@ -346,8 +346,8 @@ __global__ void attn_tc_bwd_d_kernel(const bf16* __restrict__ out, const bf16* _
     const uint4 ov = *reinterpret_cast<const uint4*>(out + r * HD + part * 8);
     const uint4 dv = *reinterpret_cast<const uint4*>(dout + r * HD + part * 8);
     bf16 o8[8], d8[8];
-    __builtin_memcpy(o8, &ov, sizeof(ov));
-    __builtin_memcpy(d8, &dv, sizeof(dv));
+    __builtin_memcpy(static_cast<void*>(o8), &ov, sizeof(ov));
+    __builtin_memcpy(static_cast<void*>(d8), &dv, sizeof(dv));
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc = fmaf(__bfloat162float(o8[e]), __bfloat162float(d8[e]), acc);
   }
