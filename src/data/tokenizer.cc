@@ -161,9 +161,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dat
   };
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return bad("not valid JSON");
-  if (j.value("format", "") != "vtrain-tokenizer") return bad("missing \"format\": \"vtrain-tokenizer\"");
-  if (j.value("version", 0) != 1) return bad("unsupported version (expected 1)");
-  try {
+  try {  // any field of the wrong JSON type throws: reported as a corrupt file
+    if (j.value("format", "") != "vtrain-tokenizer") return bad("missing \"format\": \"vtrain-tokenizer\"");
+    if (j.value("version", 0) != 1) return bad("unsupported version (expected 1)");
     const std::string kind = j.at("kind").get<std::string>();
     std::vector<std::string> tokens;
     for (const auto& b64 : j.at("tokens")) {
