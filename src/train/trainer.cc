@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "core/backend.h"
+#include "core/blas_info.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "eval/core_eval.h"
@@ -230,6 +231,7 @@ void Trainer::print_banner() const {
               static_cast<long long>(o_.global_batch), o_.micro_batch, cfg.seq_len, shape_.dp,
               micro_batches_, static_cast<long long>(o_.steps));
   std::printf("device: %s | communication: %s\n", device_.description.c_str(), comm_desc_.c_str());
+  std::printf("%s\n", blas_description().c_str());
   std::printf("memory estimate (rank 0): %s\n", memory_line_.c_str());
   if (!resumed_from_.empty())
     std::printf("resumed from %s at step %lld\n", resumed_from_.c_str(),
