@@ -107,14 +107,11 @@ absl::Status Tokenizer::save(const std::string& path) const {
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 
+constexpr int64_t kMaxTiktokenRank = int64_t{1} << 22;  // 4M ids; o200k has 200k
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& ranks_path) {
   VT_ASSIGN_OR_RETURN(std::string text, read_file(ranks_path, "tiktoken ranks file"));
   std::vector<std::string> tokens;
-  // Ranks are 0..N-1 for a file of N tokens: a larger one is an error, not an allocation of
-  // that many tokens.
-  int64_t entries = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n'))
-    entries += !(line.empty() || line == "\r");
   int64_t line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -129,10 +126,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& rank
           "%s:%d: expected '<base64 token bytes> <rank>' (a .tiktoken ranks file), got '%s'",
           ranks_path, line_no, std::string(line.substr(0, 80))));
     }
-    if (rank >= entries) {
+    // Ranks may leave gaps (unused ids), but a rank sizes the vocabulary: refuse one beyond any
+    // real vocabulary instead of allocating it.
+    if (rank >= kMaxTiktokenRank) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s:%d: rank %d is beyond the %d tokens of the file (ranks must be 0..%d)", ranks_path,
-          line_no, rank, entries, entries - 1));
+          "%s:%d: rank %d is beyond vtrain's vocabulary limit of %d ids", ranks_path, line_no,
+          rank, kMaxTiktokenRank));
     }
     if (static_cast<int64_t>(tokens.size()) <= rank) tokens.resize(rank + 1);
     if (!tokens[rank].empty()) {

@@ -150,7 +150,7 @@ CASES = [
     ("prep-bpe-not-number", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "bpe:abc"], r"expected bpe:N", ["{new}"]),
     ("prep-bpe-too-small", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "bpe:10"], r"N >= 257", ["{new}"]),
     ("prep-tiktoken-missing", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "tiktoken:{root}/no.tiktoken"], r"no\.tiktoken", ["{new}"]),
-    ("prep-tiktoken-huge-rank", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "tiktoken:{tt_huge}"], r"huge\.tiktoken:2: rank 1073741800 is beyond the 2 tokens of the file", ["{new}"]),
+    ("prep-tiktoken-huge-rank", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "tiktoken:{tt_huge}"], r"huge\.tiktoken:2: rank 1073741800 is beyond vtrain's vocabulary limit", ["{new}"]),
     ("prep-tiktoken-malformed", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "tiktoken:{tt_bad}"], r"bad\.tiktoken:2: expected '<base64 token bytes> <rank>'", ["{new}"]),
     ("prep-tiktoken-duplicate", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "tiktoken:{tt_dup}"], r"rank 0 appears twice", ["{new}"]),
     ("prep-val-fraction-range", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "bytes", "--val-fraction", "1.5"], r"--val-fraction 1\.5: out of range", ["{new}"]),
