@@ -5,7 +5,10 @@
 # build-fuzz/corpus/<target>/ across runs. Prints one line per target: executions, corpus size,
 # result. Exits non-zero when a target finds a crash, a sanitizer report, an uncaught exception or
 # a timeout; the input is kept in build-fuzz/findings/<target>/ (reproduce: build-fuzz/<target>
-# FILE). `bash scripts/fuzz.sh shard_fuzz` runs one target.
+# FILE). `bash scripts/fuzz.sh shard_fuzz` runs one target. FUZZ_SEED=N fixes libFuzzer's random
+# seed: from the same seed corpus (a fresh build directory) a run is then a prefix of every longer
+# run with that seed, which is how the ctest fuzz.parsers stays reproducible (FUZZ_SEED=1; a
+# longer run with that seed is checked before each change to a parser lands).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-30}
@@ -30,7 +33,9 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$findings"
   VT_FUZZ_WRITE_SEEDS=$corpus $B/$t >/dev/null 2>&1
   log=$B/$t.log
-  $B/$t "$corpus" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
+  seed=()
+  [ -n "${FUZZ_SEED:-}" ] && seed=(-seed="$FUZZ_SEED")
+  $B/$t "$corpus" "${seed[@]}" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
     -print_final_stats=1 -artifact_prefix="$findings/" >"$log" 2>&1
   rc=$?
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')

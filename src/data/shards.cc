@@ -203,6 +203,7 @@ void ShardReader::release() {
 
 void ShardReader::read(int64_t offset, int64_t count, int32_t* out) const {
   VT_CHECK(offset >= 0 && count >= 0 && offset + count <= header_.num_tokens);
+  if (count == 0) return;  // `out` may be null (an empty vector's data())
   const uint8_t* base = map_ + kShardHeaderBytes;
   if (header_.token_width == 2) {
     const uint8_t* p = base + offset * 2;
