@@ -1,11 +1,12 @@
-// ModelConfig: every number that defines a network of MODEL.md (sizes, attention windows, value
-// mode and its target layers), the presets (tiny, d12, d24, d32), validation with messages a
-// user can act on, and JSON round-trip (stored in checkpoints and case files).
+// ModelConfig: every number that defines a network of docs/model.md (sizes, attention windows,
+// block shape, value mode and its target layers), the presets (tiny, d12, d24, d32), validation
+// with messages a user can act on, and JSON round-trip (stored in checkpoints and case files).
 #pragma once
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/block_shape_kind.h"
 #include "model/value_mode.h"
 #include "nlohmann/json.hpp"
 
@@ -26,6 +27,7 @@ struct ModelConfig {
   double qk_norm_scale = 1.2;
   double logit_softcap = 15.0;
   int mlp_ratio = 4;
+  BlockShapeKind block = BlockShapeKind::kPrenorm;
   ValueMode value_mode = ValueMode::kBaseline;
   std::string value_layers = "default";  // default|last-third|all|every-other|alternate|LIST
   bool detach_v1 = false;
@@ -49,6 +51,8 @@ struct ModelConfig {
   // Does layer i own a W_V matrix?
   bool layer_has_wv(int layer) const;
   int effective_short_window() const;
+  // The objects implementing the value mode and the block shape.
+  const ValuePath& value() const { return value_path(value_mode); }
 
   // Validates every field and fills the derived ones. Messages name the bad field.
   absl::Status finalize();
@@ -57,7 +61,7 @@ struct ModelConfig {
   static absl::StatusOr<ModelConfig> from_json(const nlohmann::json& j);
 };
 
-// Presets: tiny (L4, d128, hd32), d12, d24, d32 (MODEL.md section 1, vocabulary 32768).
+// Presets: tiny (L4, d128, hd32), d12, d24, d32 (docs/model.md, vocabulary 32768).
 absl::StatusOr<ModelConfig> preset_config(const std::string& name);
 
 // Sizes from depth (nanochat rule): d = ceil(64*L/128)*128, hd = 128, H = d/128.

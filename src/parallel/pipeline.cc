@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "model/value_path.h"
 
 namespace vt {
 
@@ -17,7 +18,7 @@ PipelineEngine::PipelineEngine(GPT& model, const ProcessGrid& grid) : model_(mod
 std::vector<PipelineEngine::Slot> PipelineEngine::boundary_slots(int boundary) const {
   const ModelConfig& cfg = model_.config();
   std::vector<Slot> slots = {{Slot::kX, -1}};
-  if (mode_reads_x0(cfg.value_mode)) slots.push_back({Slot::kX0, -1});
+  if (cfg.value().context_from_x0()) slots.push_back({Slot::kX0, -1});
   const bool later_targets = !cfg.target_layers.empty() && cfg.target_layers.back() >= boundary;
   for (int j = 0; j < boundary && later_targets; ++j)
     if (model_.keeps_value(j)) slots.push_back({Slot::kValue, j});

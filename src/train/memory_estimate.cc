@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
-#include "model/value_mode.h"
+#include "model/value_path.h"
 
 namespace vt {
 
@@ -38,7 +38,7 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                hidden = cfg.mlp_hidden() / tp, heads = cfg.n_head / tp;
   const double es = static_cast<double>(dtype_size(act_dtype));
   const double per_token_layer =
-      es * (4 * C + 3 * qd + (mode_has_table(cfg.value_mode) ? 5 : 4) * kvd + 2 * hidden) +
+      es * (4 * C + 3 * qd + (cfg.value().has_table() ? 5 : 4) * kvd + 2 * hidden) +
       4 * (2 + 2 * heads);
   const double tokens = static_cast<double>(B) * cfg.seq_len;
   const int in_flight = std::max(1, shape.pp - coords.pp);  // 1F1B warm-up depth + 1

@@ -110,7 +110,7 @@ std::vector<NamedTensor> gather_optimizer_states(const ParamStore& store, TrainO
 void sync_gradients(ParamStore& store, const ProcessGrid& grid, optim::OverlappedGradSync& dp_sync) {
   if (grid.shape().pp > 1)
     for (int i = 0; i < store.size(); ++i)
-      if (GPT::is_pipeline_shared(store.info(i).name)) {
+      if (store.info(i).pp_replicated) {
         Tensor g = store.grad(i);
         grid.pp()->all_reduce_sum(g);
       }
