@@ -7,6 +7,7 @@
 #include "core/arena.h"
 #include "core/flags.h"
 #include "core/rng.h"
+#include "model/block_shape_kind.h"
 #include "model/gpt.h"
 
 using namespace vt;
@@ -16,8 +17,11 @@ static absl::Status run(int argc, char** argv) {
                       Flags::parse(argc, argv, 1,
                                    {"mode", "out", "layers", "dim", "heads", "kv-heads", "head-dim",
                                     "vocab", "seq-len", "window", "window-pattern", "batch",
-                                    "value-layers", "seed"},
-                                   {"detach-v1", "shared-table", "bov-add-fixed", "no-perturb"}));
+                                    "value-layers", "seed", "block", "norm", "qk-norm",
+                                    "reparam-init", "attn-bias", "dense-dilation", "dense-period",
+                                    "neutreno-lambda"},
+                                   {"detach-v1", "shared-table", "bov-add-fixed", "no-perturb",
+                                    "dense"}));
   if (!flags.has("mode") || !flags.has("out"))
     return absl::InvalidArgumentError("usage: export_case --mode MODE --out FILE.h5 [options]");
   ModelConfig cfg;
@@ -45,6 +49,18 @@ static absl::Status run(int argc, char** argv) {
   cfg.detach_v1 = flags.get_bool("detach-v1");
   cfg.shared_table = flags.get_bool("shared-table");
   cfg.bov_add_fixed = flags.get_bool("bov-add-fixed");
+  VT_ASSIGN_OR_RETURN(cfg.block, parse_block_shape(flags.get_string("block", "prenorm")));
+  cfg.norm_none = flags.get_string("norm", "rms") == "none";
+  if (flags.has("qk-norm")) cfg.qk_norm = flags.get_string("qk-norm") == "on" ? 1 : 0;
+  cfg.reparam_init = flags.get_string("reparam-init", "");
+  cfg.reparam_seed = static_cast<uint64_t>(seed);
+  cfg.attn_bias = flags.get_string("attn-bias", "");
+  cfg.dense = flags.get_bool("dense");
+  VT_ASSIGN_OR_RETURN(int64_t dil, flags.get_int("dense-dilation", 1));
+  VT_ASSIGN_OR_RETURN(int64_t per, flags.get_int("dense-period", 1));
+  cfg.dense_dilation = static_cast<int>(dil);
+  cfg.dense_period = static_cast<int>(per);
+  VT_ASSIGN_OR_RETURN(cfg.neutreno_lambda, flags.get_double("neutreno-lambda", 0.4));
   VT_RETURN_IF_ERROR(cfg.finalize());
 
   ParamStore store;
@@ -84,6 +100,16 @@ static absl::Status run(int argc, char** argv) {
     const ParamInfo& info = store.info(i);
     VT_RETURN_IF_ERROR(f.write_f32("/params/" + info.name, info.global_shape, store.param(i).f32()));
     VT_RETURN_IF_ERROR(f.write_f32("/grads/" + info.name, info.global_shape, store.grad(i).f32()));
+  }
+  // Fixed (untrained) tensors the reference cannot draw itself: the W0 of reparameterized
+  // projections (an orthogonal draw under --reparam-init orth).
+  for (int i = 0; i < cfg.n_layer; ++i) {
+    const LayerParams& lp = model.layer_params(i);
+    for (const Projection* p : {&lp.v, &lp.o}) {
+      if (p->kind != Projection::Kind::kReparam) continue;
+      const std::string name = "blocks." + std::to_string(i) + (p == &lp.o ? ".attn.wo_base" : ".attn.wv_base");
+      VT_RETURN_IF_ERROR(f.write_f32("/fixed/" + name, {cfg.n_embd, cfg.n_embd}, p->base.f32()));
+    }
   }
   std::printf("%s: loss %.6f, %d parameters\n", flags.get_string("mode").c_str(), loss, store.size());
   return absl::OkStatus();

@@ -13,6 +13,7 @@ class BlockKit {
  public:
   virtual ~BlockKit() = default;
   virtual int layer() const = 0;
+  virtual const ModelConfig& config() const = 0;
   virtual const LayerParams& params() const = 0;
 
   // n = norm(x) over rows of C (RMSNorm without weight), saved in s; with s.on false, n is x.

@@ -13,6 +13,10 @@ namespace vt {
 
 // Defined in src/model/blocks/*.cc.
 const BlockShape& prenorm_block_shape();
+const BlockShape& parallel_block_shape();
+const BlockShape& vskipinit_block_shape();
+const BlockShape& sas_block_shape();
+const BlockShape& sas_p_block_shape();
 
 namespace {
 struct ShapeEntry {
@@ -21,6 +25,10 @@ struct ShapeEntry {
 };
 const ShapeEntry kShapes[] = {
     {BlockShapeKind::kPrenorm, prenorm_block_shape},
+    {BlockShapeKind::kParallel, parallel_block_shape},
+    {BlockShapeKind::kVSkipInit, vskipinit_block_shape},
+    {BlockShapeKind::kSas, sas_block_shape},
+    {BlockShapeKind::kSasP, sas_p_block_shape},
 };
 
 double matrix_bound(const ModelConfig& cfg) { return std::sqrt(3.0 / cfg.n_embd); }
@@ -56,11 +64,34 @@ absl::StatusOr<BlockShapeKind> parse_block_shape(const std::string& name) {
                                                  absl::StrJoin(names, ", ")));
 }
 
+absl::Status BlockShape::validate(const ModelConfig& cfg) const {
+  if (cfg.norm_none)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--norm none: block shape '", name(), "' needs its pre-norms (its residual stream is not "
+        "rescaled); only --block sas or sas-p run without them"));
+  if (!cfg.reparam_init.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--reparam-init applies to the identity value/output projections of --block sas and "
+        "sas-p; block shape '", name(), "' has ordinary W_V and W_O"));
+  if (!cfg.attn_bias.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attn-bias ", cfg.attn_bias, " is built for W_Q starting at 0 (the softmax matrix is "
+        "then the bias's alone), which only --block sas and sas-p do; block shape '", name(),
+        "' starts W_Q random"));
+  return absl::OkStatus();
+}
+
 std::vector<float> BlockShape::initial_value_projection(const ModelConfig& cfg, int layer,
                                                         uint64_t seed) const {
   const double s = matrix_bound(cfg);
   return uniform_init(seed, layer_prefix(layer) + "attn.wv",
                       static_cast<int64_t>(cfg.n_embd) * cfg.kv_dim(), -s, s);
+}
+
+std::vector<float> BlockShape::projection_base(const ModelConfig&, int layer, bool) const {
+  VT_CHECK_MSG(false, "block shape " << name() << " has no reparameterized projection (layer "
+                                     << layer << ")");
+  return {};
 }
 
 std::vector<float> initial_value_projection(const ModelConfig& cfg, int layer, uint64_t seed) {

@@ -20,8 +20,10 @@ class BlockShape {
  public:
   virtual ~BlockShape() = default;
   virtual const char* name() const = 0;
-  // Shape-specific checks of a config (messages name the option to change).
-  virtual absl::Status validate(const ModelConfig& cfg) const { return absl::OkStatus(); }
+  // Shape-specific checks of a config (messages name the option to change). The default refuses
+  // the options only the simplified shapes (sas, sas-p) have: --norm none, --reparam-init,
+  // --attn-bias.
+  virtual absl::Status validate(const ModelConfig& cfg) const;
   // QK-norm when --qk-norm is not given.
   virtual bool default_qk_norm() const { return true; }
   // Registers layer i's parameters (W_Q, W_K, W_V/W_O or their identities, the MLP, gains).
@@ -30,6 +32,9 @@ class BlockShape {
   // the layer stores one (aligned value tables are built from it).
   virtual std::vector<float> initial_value_projection(const ModelConfig& cfg, int layer,
                                                       uint64_t seed) const;
+  // The fixed W0 (global C x C, row-major) of layer `layer`'s reparameterized V (out = false)
+  // or O (out = true) projection.
+  virtual std::vector<float> projection_base(const ModelConfig& cfg, int layer, bool out) const;
   // x (N, C): the block input, replaced by the block output. The caller saved a copy in a.x_in.
   virtual void forward(const BlockKit& k, Tensor& x, BlockActs& a) const = 0;
   // dx: d loss / d block output, replaced by d loss / d block input.

@@ -9,7 +9,7 @@
 
 namespace vt {
 
-enum class BlockShapeKind { kPrenorm };
+enum class BlockShapeKind { kPrenorm, kParallel, kVSkipInit, kSas, kSasP };
 
 class BlockShape;
 

@@ -24,6 +24,10 @@ int ModelConfig::effective_short_window() const {
   return w;
 }
 
+bool ModelConfig::use_qk_norm() const {
+  return qk_norm < 0 ? block_shape(block).default_qk_norm() : qk_norm == 1;
+}
+
 int ModelConfig::layer_window(int layer) const {
   if (layer == n_layer - 1) return seq_len;
   char c = window_pattern[layer % window_pattern.size()];
@@ -129,7 +133,22 @@ absl::Status ModelConfig::finalize() {
     return bad(absl::StrCat("value mode '", value_mode_name(value_mode),
                             "' needs at least 2 layers"));
   vocab_padded = (vocab_size + 63) / 64 * 64;
+  if (qk_norm < -1 || qk_norm > 1) return bad("--qk-norm must be on or off");
+  if (!reparam_init.empty() && reparam_init != "id" && reparam_init != "orth")
+    return bad(absl::StrCat("--reparam-init '", reparam_init, "' must be id or orth"));
+  if (!attn_bias.empty() && attn_bias != "espa" && attn_bias != "uspa")
+    return bad(absl::StrCat("--attn-bias '", attn_bias, "' must be espa or uspa"));
   VT_RETURN_IF_ERROR(block_shape(block).validate(*this));
+  if (!dense && (dense_dilation != 1 || dense_period != 1))
+    return bad("--dense-dilation and --dense-period apply only with --dense");
+  if (dense_dilation < 1)
+    return bad(absl::StrCat("--dense-dilation must be >= 1 (got ", dense_dilation, ")"));
+  if (dense_period < 1 || n_layer % dense_period != 0)
+    return bad(absl::StrCat("--dense-period ", dense_period, " must divide the depth --layers ",
+                            n_layer, " (a depth-weighted average follows every p-th block, the "
+                            "last one included)"));
+  if (!(neutreno_lambda >= 0.0) || neutreno_lambda > 10.0)
+    return bad(absl::StrCat("--neutreno-lambda must be in [0, 10] (got ", neutreno_lambda, ")"));
   return absl::OkStatus();
 }
 
@@ -151,6 +170,15 @@ nlohmann::json ModelConfig::to_json() const {
   j["logit_softcap"] = logit_softcap;
   j["mlp_ratio"] = mlp_ratio;
   j["block"] = block_shape_name(block);
+  j["norm_none"] = norm_none;
+  j["qk_norm"] = use_qk_norm();
+  j["reparam_init"] = reparam_init;
+  j["reparam_seed"] = reparam_seed;
+  j["attn_bias"] = attn_bias;
+  j["dense"] = dense;
+  j["dense_dilation"] = dense_dilation;
+  j["dense_period"] = dense_period;
+  j["neutreno_lambda"] = neutreno_lambda;
   j["value_mode"] = value_mode_name(value_mode);
   j["value_layers"] = value_layers;
   j["target_layers"] = target_layers;
@@ -182,6 +210,15 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const nlohmann::json& j) {
     auto shape = parse_block_shape(j.value("block", std::string("prenorm")));
     if (!shape.ok()) return shape.status();
     c.block = *shape;
+    c.norm_none = j.value("norm_none", false);
+    if (j.contains("qk_norm")) c.qk_norm = j.at("qk_norm").get<bool>() ? 1 : 0;
+    c.reparam_init = j.value("reparam_init", std::string());
+    c.reparam_seed = j.value("reparam_seed", uint64_t{0});
+    c.attn_bias = j.value("attn_bias", std::string());
+    c.dense = j.value("dense", false);
+    c.dense_dilation = j.value("dense_dilation", 1);
+    c.dense_period = j.value("dense_period", 1);
+    c.neutreno_lambda = j.value("neutreno_lambda", 0.4);
     auto mode = parse_value_mode(j.at("value_mode").get<std::string>());
     if (!mode.ok()) return mode.status();
     c.value_mode = *mode;

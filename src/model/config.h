@@ -27,7 +27,18 @@ struct ModelConfig {
   double qk_norm_scale = 1.2;
   double logit_softcap = 15.0;
   int mlp_ratio = 4;
+  // Block shape and its options (docs/model.md, "Block shapes").
   BlockShapeKind block = BlockShapeKind::kPrenorm;
+  bool norm_none = false;          // --norm none: no pre-norms in layers >= 1 (sas, sas-p)
+  int qk_norm = -1;                // --qk-norm: -1 the shape's default, 0 off, 1 on
+  std::string reparam_init;        // --reparam-init: "" (layer 0 only), "id" or "orth"
+  uint64_t reparam_seed = 0;       // the run seed the orthogonal W0 is drawn from
+  std::string attn_bias;           // --attn-bias: "", "espa" or "uspa"
+  // DenseFormer (docs/model.md, "Other over-smoothing baselines").
+  bool dense = false;
+  int dense_dilation = 1;
+  int dense_period = 1;
+  double neutreno_lambda = 0.4;    // value mode neutreno
   ValueMode value_mode = ValueMode::kBaseline;
   std::string value_layers = "default";  // default|last-third|all|every-other|alternate|LIST
   bool detach_v1 = false;
@@ -53,6 +64,8 @@ struct ModelConfig {
   int effective_short_window() const;
   // The objects implementing the value mode and the block shape.
   const ValuePath& value() const { return value_path(value_mode); }
+  // QK-norm in effect (--qk-norm, or the block shape's default).
+  bool use_qk_norm() const;
 
   // Validates every field and fills the derived ones. Messages name the bad field.
   absl::Status finalize();

@@ -8,6 +8,7 @@
 #include "core/ops.h"
 #include "model/block_kit.h"
 #include "model/block_shape.h"
+#include "model/dense.h"
 #include "model/projection.h"
 
 namespace vt {
@@ -21,6 +22,7 @@ class DecodeKit final : public BlockKit {
  public:
   DecodeKit(Decoder& d, int layer, int t) : d_(d), layer_(layer), t_(t) {}
   int layer() const override { return layer_; }
+  const ModelConfig& config() const override { return d_.cfg_; }
   const LayerParams& params() const override { return d_.model_.layer_params(layer_); }
 
   Tensor norm(const Tensor& x, NormActs& s) const override {
@@ -73,9 +75,11 @@ Tensor DecodeKit::attention(const Tensor& n, BlockActs&) const {
   ops::matmul(n, st.param(lp.wk), k);
   ops::rope(q, q, cfg.rope_base, t);
   ops::rope(k, k, cfg.rope_base, t);
-  Tensor rq = zeros({H}), rk = zeros({Hkv});
-  ops::rmsnorm(q, q, rq, cfg.qk_norm_scale, cfg.norm_eps);
-  ops::rmsnorm(k, k, rk, cfg.qk_norm_scale, cfg.norm_eps);
+  if (cfg.use_qk_norm()) {
+    Tensor rq = zeros({H}), rk = zeros({Hkv});
+    ops::rmsnorm(q, q, rq, cfg.qk_norm_scale, cfg.norm_eps);
+    ops::rmsnorm(k, k, rk, cfg.qk_norm_scale, cfg.norm_eps);
+  }
   std::copy(k.f32(), k.f32() + K, d_.keys_[i].begin() + t * K);
 
   // This token's value.
@@ -97,14 +101,36 @@ Tensor DecodeKit::attention(const Tensor& n, BlockActs&) const {
   }
   if (d_.caches_values(i)) std::copy(v.f32(), v.f32() + K, d_.values_[i].begin() + t * K);
 
-  // Attention of this query over the cached window.
+  // Shaped attention's running mean: the window sum of v kept per layer (not a second cache).
   const int window = cfg.layer_window(i);
+  const bool centred = lp.gamma >= 0;
+  std::vector<double>& wsum = d_.window_sum_[i];
+  std::vector<float> row(K);
+  if (centred) {
+    if (wsum.empty()) wsum.assign(K, 0.0);
+    for (int64_t e = 0; e < K; ++e) wsum[e] += v.f32()[e];
+    if (t >= window) {
+      d_.value_row(i, t - window, row.data());
+      for (int64_t e = 0; e < K; ++e) wsum[e] -= row[e];
+    }
+  }
+
+  // Softmax attention of this query over the cached window, then the shaped / NeuTRENO terms.
   const int s0 = std::max(0, t - window + 1);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> p(t - s0 + 1), row(K);
+  const Tensor& bias_t = d_.bias_[i];
+  const float* bias = bias_t.defined() ? bias_t.f32() + static_cast<int64_t>(t) * d_.bias_T_ : nullptr;
+  const float* alpha = lp.alpha >= 0 ? st.param(lp.alpha).f32() : nullptr;
+  const float* beta = lp.beta >= 0 ? st.param(lp.beta).f32() : nullptr;
+  const float* gamma = centred ? st.param(lp.gamma).f32() : nullptr;
+  const float lam = target ? vp.attention_output_v1_coef(cfg) : 0.0f;
+  const float* v1 = lam != 0.0f ? d_.ctx_values_[0].f32() : nullptr;
+  const float inv_count = 1.0f / static_cast<float>(std::min(t + 1, window));
+  std::vector<float> p(t - s0 + 1);
   Tensor y = zeros({1, int64_t{H} * hd});
   float* yp = y.f32();
   const float* qp = q.f32();
+  const float* vt = v.f32();
   for (int hh = 0; hh < H; ++hh) {
     const int g = hh / (H / Hkv);
     const float* qh = qp + hh * hd;
@@ -113,7 +139,7 @@ Tensor DecodeKit::attention(const Tensor& n, BlockActs&) const {
       const float* ks = d_.keys_[i].data() + s * K + g * hd;
       float dot = 0;
       for (int e = 0; e < hd; ++e) dot += qh[e] * ks[e];
-      p[s - s0] = dot * scale;
+      p[s - s0] = dot * scale + (bias ? bias[s] : 0.0f);
       mx = std::max(mx, p[s - s0]);
     }
     double sum = 0;
@@ -124,6 +150,14 @@ Tensor DecodeKit::attention(const Tensor& n, BlockActs&) const {
       const float* vs = row.data() + g * hd;
       const float w = static_cast<float>(p[s - s0] / sum);
       for (int e = 0; e < hd; ++e) yh[e] += w * vs[e];
+    }
+    const float be = beta ? beta[hh] : 1.0f, al = alpha ? alpha[hh] : 0.0f;
+    for (int e = 0; e < hd; ++e) {
+      const int64_t c = g * hd + e;
+      float o = be * yh[e] + (al - lam) * vt[c];
+      if (centred) o -= gamma[hh] * static_cast<float>(wsum[c]) * inv_count;
+      if (v1) o += lam * v1[c];
+      yh[e] = o;
     }
   }
   Tensor o = zeros({1, cfg.n_embd});
@@ -142,6 +176,10 @@ Decoder::Decoder(const GPT& model, int max_len)
   for (int i = 0; i < cfg_.n_layer; ++i)
     if (caches_values(i)) values_[i].assign(max_len_ * K_, 0.0f);
   keeps_ids_ = cfg_.value().cache_keeps_ids() && !cfg_.target_layers.empty();
+  window_sum_.resize(cfg_.n_layer);
+  bias_.resize(cfg_.n_layer);
+  bias_T_ = cfg_.seq_len;
+  for (int i = 0; i < cfg_.n_layer; ++i) bias_[i] = model_.attention_bias(i);
   if (!cfg_.target_layers.empty())
     cfg_.value().begin_pass(cfg_, *model_.store(), model_.value_shared(), value_coef_);
 }
@@ -193,11 +231,21 @@ std::vector<float> Decoder::step(int32_t token) {
   x0_ = x.clone();
   ctx_values_.assign(cfg_.n_layer, Tensor());
   const BlockShape& shape = model_.block_shape();
+  // DenseFormer: this token's block outputs x_j, averaged after the blocks that have averages.
+  std::vector<Tensor> xs(cfg_.dense ? cfg_.n_layer + 1 : 0);
+  if (cfg_.dense) xs[0] = x.clone();
   for (int i = 0; i < cfg_.n_layer; ++i) {
     BlockActs a;
     a.x_in = x.clone();
     DecodeKit kit(*this, i, t);
     shape.forward(kit, x, a);
+    if (!cfg_.dense) continue;
+    xs[i + 1] = x.clone();
+    const std::vector<int> s = dense::inputs(cfg_, i);
+    if (s.empty()) continue;
+    const Tensor w = store.param(model_.layer_params(i).dwa);
+    x = zeros({1, C});
+    for (size_t k = 0; k < s.size(); ++k) ops::axpy_coef(x, xs[s[k]], w, k);
   }
   Tensor n = zeros({1, C});
   ops::rmsnorm(x, n, rstd, 1.0f, cfg_.norm_eps);

@@ -7,7 +7,9 @@
 
 #include "core/ops.h"
 #include "core/rng.h"
+#include "model/attn_bias.h"
 #include "model/block_shape.h"
+#include "model/dense.h"
 #include "model/param_registrar.h"
 #include "model/train_kit.h"
 
@@ -35,15 +37,53 @@ GPT GPT::with_seq_len(int T) const {
   GPT g = *this;
   g.cfg_.short_window = cfg_.effective_short_window();
   g.cfg_.seq_len = T;
+  g.attn_bias_.clear();  // the biases depend on T (the W0 slices do not)
+  g.fixed_ready_ = false;
   return g;
+}
+
+bool GPT::keeps_dense(int j, int boundary) const { return dense::read_from(cfg_, j, boundary); }
+
+void GPT::ensure_fixed() const {
+  if (fixed_ready_) return;
+  VT_CHECK(store_ && store_->finalized());
+  const int tp = par_.tp_size(), r = par_.tp_rank();
+  const int64_t C = cfg_.n_embd;
+  for (int i = begin_; i < end_; ++i) {
+    LayerParams& lp = layers_[i - begin_];
+    for (Projection* p : {&lp.v, &lp.o}) {
+      if (p->kind != Projection::Kind::kReparam || p->base.defined()) continue;
+      const bool out = p == &lp.o;
+      const std::vector<float> w0 = shape_->projection_base(cfg_, i, out);
+      // V splits its columns over TP (like W_V), O its rows (like W_O).
+      ParamInfo info;
+      info.global_shape = {C, C};
+      info.shape = out ? Shape{C / tp, C} : Shape{C, C / tp};
+      info.split = {out ? 0 : 1, (C / tp) * r};
+      Tensor local = Tensor::zeros(info.shape);
+      copy_local_slice(w0, info, local.f32());
+      p->base = Tensor::zeros(info.shape, DType::kF32, device());
+      p->base.copy_from(local);
+    }
+  }
+  attn_bias_.assign(end_ - begin_, Tensor());
+  if (!cfg_.attn_bias.empty()) {
+    const int T = cfg_.seq_len;
+    for (int i = begin_; i < end_; ++i) {
+      std::vector<float> b = spa_bias(cfg_, i, T);
+      Tensor t = Tensor::zeros({T, T}, DType::kF32, device());
+      t.copy_from(Tensor::view(b.data(), {T, T}));
+      attn_bias_[i - begin_] = t;
+    }
+  }
+  fixed_ready_ = true;
 }
 
 bool GPT::keeps_value(int layer) const { return cfg_.value().keeps_value(cfg_, layer); }
 
 const Tensor& GPT::attention_bias(int layer) const {
-  static const Tensor none;
-  const int i = layer - begin_;
-  return i < static_cast<int>(attn_bias_.size()) ? attn_bias_[i] : none;
+  ensure_fixed();
+  return attn_bias_.at(layer - begin_);
 }
 
 ValueLayerCtx GPT::value_ctx(int layer, int64_t N, const Tensor& ids,
@@ -81,10 +121,13 @@ void GPT::register_params(ParamStore& store) {
   value_shared_ = ValueSharedParams{};
   if (!cfg_.target_layers.empty()) vp.register_shared(r, value_shared_);
   layers_.clear();
+  attn_bias_.clear();
+  fixed_ready_ = false;
   for (int i = begin_; i < end_; ++i) {
     LayerParams lp;
     shape_->register_layer(r, i, lp);
     if (cfg_.is_target(i)) vp.register_layer(r, i, value_shared_, lp.value);
+    lp.dwa = dense::register_weights(r, i);
     layers_.push_back(lp);
   }
   if (is_last_stage())
@@ -136,11 +179,15 @@ Bundle GPT::embed_forward(Activations& acts) const {
   ops::rmsnorm(acts.emb_raw, b.x, acts.emb_rstd, 1.0f, cfg_.norm_eps);
   if (cfg_.value().context_from_x0()) b.x0 = b.x.clone();
   b.values.resize(cfg_.n_layer);
+  b.dense.resize(cfg_.n_layer + 1);
+  if (keeps_dense(0, 0)) b.dense[0] = b.x.clone();  // x_0, read by later averages
   return b;
 }
 
 void GPT::blocks_forward(Bundle& bundle, Activations& acts) const {
+  ensure_fixed();
   if (bundle.values.empty()) bundle.values.resize(cfg_.n_layer);
+  if (bundle.dense.empty()) bundle.dense.resize(cfg_.n_layer + 1);
   acts.x0 = bundle.x0;
   if (!cfg_.target_layers.empty()) {
     cfg_.value().begin_pass(cfg_, *store_, value_shared_, acts.value_coef);
@@ -149,6 +196,7 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts) const {
   for (int i = begin_; i < end_; ++i) {
     BlockActs& a = acts.blocks[i - begin_];
     block_forward(i, bundle, acts, a);
+    if (cfg_.dense) dense_forward(i, bundle);
     if (recompute_) {
       Tensor x_in = a.x_in;
       a = BlockActs{};
@@ -156,6 +204,49 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts) const {
     }
   }
   acts.values = bundle.values;
+  acts.dense = bundle.dense;
+}
+
+void GPT::dense_forward(int i, Bundle& bundle) const {
+  const std::vector<int> s = dense::inputs(cfg_, i);
+  if (s.empty()) {
+    // y_i = x_{i+1}: keep a copy when a later average reads x_{i+1} (the stream changes).
+    if (keeps_dense(i + 1, i + 1)) bundle.dense[i + 1] = bundle.x.clone();
+    return;
+  }
+  bundle.dense[i + 1] = bundle.x;  // the stream is replaced below: no copy needed
+  const Tensor a = P(layers_[i - begin_].dwa);
+  Tensor y = act(bundle.x.shape());
+  for (size_t k = 0; k < s.size(); ++k) ops::axpy_coef(y, bundle.dense[s[k]], a, k);
+  bundle.x = y;
+}
+
+void GPT::dense_backward(int i, Bundle& grad, const Activations& acts) const {
+  const std::vector<int> s = dense::inputs(cfg_, i);
+  if (!s.empty()) {
+    const int idx = layers_[i - begin_].dwa;
+    const Tensor a = P(idx), ga = G(idx);
+    const Tensor dy = grad.x;
+    Tensor dx = act(dy.shape());
+    for (size_t k = 0; k < s.size(); ++k) {
+      // Replicated over TP (x_j and y_i are full streams): every rank computes the same sums.
+      Tensor d = f32({1});
+      ops::dot_into(dy, acts.dense[s[k]], d);
+      ops::axpy(ga.flat(k, 1), d, 1.0f);
+      if (s[k] == i + 1) {
+        ops::scale_copy_coef(dx, dy, a, k);
+      } else {
+        Tensor& g = grad.dense[s[k]];
+        if (!g.defined()) g = Tensor::zeros(dy.shape(), dy.dtype(), dy.device());
+        ops::axpy_coef(g, dy, a, k);
+      }
+    }
+    grad.x = dx;
+  }
+  if (grad.dense[i + 1].defined()) {
+    ops::axpy(grad.x, grad.dense[i + 1]);
+    grad.dense[i + 1] = Tensor();
+  }
 }
 
 void GPT::block_forward(int i, Bundle& bundle, Activations& acts, BlockActs& a) const {
@@ -166,7 +257,9 @@ void GPT::block_forward(int i, Bundle& bundle, Activations& acts, BlockActs& a) 
 
 void GPT::blocks_backward(Bundle& grad, Activations& acts) const {
   if (grad.values.empty()) grad.values.resize(cfg_.n_layer);
+  if (grad.dense.empty()) grad.dense.resize(cfg_.n_layer + 1);
   for (int i = end_ - 1; i >= begin_; --i) {
+    if (cfg_.dense) dense_backward(i, grad, acts);
     if (recompute_) {
       // Rerun this block's forward from its saved input. Earlier layers' values and x0 come from
       // the saved forward state; what the rerun writes into its scratch bundle is dropped.
@@ -174,6 +267,7 @@ void GPT::blocks_backward(Bundle& grad, Activations& acts) const {
       scratch.x = acts.blocks[i - begin_].x_in.clone();
       scratch.x0 = acts.x0;
       scratch.values = acts.values;
+      scratch.dense.resize(cfg_.n_layer + 1);
       block_forward(i, scratch, acts, acts.blocks[i - begin_]);
     }
     block_backward(i, grad, acts, acts.blocks[i - begin_]);
@@ -243,6 +337,7 @@ Bundle GPT::head_backward(Activations& acts, float grad_scale) const {
   ops::rmsnorm_backward(acts.head_x, acts.head_rstd, dn, g.x, 1.0f, false);
   if (cfg_.value().context_from_x0()) g.x0 = act({acts.B, cfg_.seq_len, C});
   g.values.resize(cfg_.n_layer);
+  g.dense.resize(cfg_.n_layer + 1);
   // Free what the loss end no longer needs.
   acts.logits = Tensor();
   return g;
@@ -252,6 +347,7 @@ void GPT::embed_backward(Bundle& grad, Activations& acts) const {
   VT_CHECK(is_first_stage());
   Tensor d = grad.x;
   if (grad.x0.defined()) ops::axpy(d, grad.x0);
+  if (!grad.dense.empty() && grad.dense[0].defined()) ops::axpy(d, grad.dense[0]);  // x_0
   Tensor demb = act(acts.emb_raw.shape());
   ops::rmsnorm_backward(acts.emb_raw, acts.emb_rstd, d, demb, 1.0f, false);
   ops::embedding_backward(demb, acts.input_ids, vocab_offset_, G(wte_));

@@ -171,13 +171,22 @@ class GPT {
   int local_hidden() const { return hidden_; }
   int64_t vocab_offset() const { return vocab_offset_; }
   const BlockShape& block_shape() const { return *shape_; }
-  // Local per-layer fixed attention bias (T, T) for --attn-bias, or undefined.
+  // Layer `layer`'s fixed attention bias (T, T) for --attn-bias (undefined without), and the
+  // fixed W0 slices of reparameterized projections: built on first use on the model's device.
   const Tensor& attention_bias(int layer) const;
+  // Which DenseFormer inputs x_j cross the boundary in front of layer `boundary`.
+  bool keeps_dense(int j, int boundary) const;
 
  private:
   friend class TrainKit;
   void block_forward(int layer, Bundle& bundle, Activations& acts, BlockActs& a) const;
   void block_backward(int layer, Bundle& grad, Activations& acts, BlockActs& a) const;
+  // DenseFormer's average after block i (dense.h): forward replaces bundle.x (x_{i+1}) by y_i;
+  // backward turns grad.x (d y_i) into d x_{i+1}.
+  void dense_forward(int i, Bundle& bundle) const;
+  void dense_backward(int i, Bundle& grad, const Activations& acts) const;
+  // Builds the fixed tensors (W0 slices, attention biases) once the store is finalized.
+  void ensure_fixed() const;
   XentArgs xent_args(const Activations& acts) const;
   Tensor P(int idx) const { return store_->param(idx); }
   Tensor G(int idx) const { return store_->grad(idx); }
@@ -199,8 +208,9 @@ class GPT {
   std::vector<InitRule> init_rules_;  // per store index
   int wte_ = -1, lm_head_ = -1;
   ValueSharedParams value_shared_;
-  std::vector<LayerParams> layers_;
-  std::vector<Tensor> attn_bias_;     // per local layer (undefined without --attn-bias)
+  mutable std::vector<LayerParams> layers_;  // mutable: Projection::base is filled lazily
+  mutable std::vector<Tensor> attn_bias_;     // per local layer (undefined without --attn-bias)
+  mutable bool fixed_ready_ = false;
   bool recompute_ = false;
   std::function<void(int)> layer_grads_hook_;
 };

@@ -52,6 +52,30 @@ ValueSources TrainKit::value_sources(const Tensor& n, const BlockActs& a, bool f
                               forward ? bundle_->values : acts_.values);
 }
 
+// The additions to plain softmax attention this layer makes: the --attn-bias bias, the shaped
+// gains (block shape), the NeuTRENO term (value mode, target layers).
+ops::AttnExtras TrainKit::extras(BlockActs& a, bool forward) const {
+  const ModelConfig& cfg = m_.cfg_;
+  const LayerParams& lp = params();
+  ops::AttnExtras ex;
+  ex.bias = m_.attention_bias(layer_);
+  if (lp.alpha >= 0) ex.mix.alpha = m_.P(lp.alpha);
+  if (lp.beta >= 0) ex.mix.beta = m_.P(lp.beta);
+  if (lp.gamma >= 0) ex.mix.gamma = m_.P(lp.gamma);
+  if (cfg.is_target(layer_)) {
+    ex.mix.lam = cfg.value().attention_output_v1_coef(cfg);
+    if (ex.mix.lam != 0.0f) {
+      const Tensor& v1 = (forward ? bundle_->values : acts_.values)[0];
+      ex.mix.v1 = v1.reshaped(a.v.shape());
+    }
+  }
+  if (ex.mix.active()) {
+    if (forward) a.y_soft = act(a.y.shape());
+    ex.soft = a.y_soft;
+  }
+  return ex;
+}
+
 Tensor TrainKit::attention(const Tensor& n, BlockActs& a) const {
   const ModelConfig& cfg = m_.cfg_;
   const LayerParams& lp = params();
@@ -88,16 +112,22 @@ Tensor TrainKit::attention(const Tensor& n, BlockActs& a) const {
   a.k_r = act(k.shape());
   ops::rope(q, a.q_r, base);
   ops::rope(k, a.k_r, base);
-  a.qn = act(q.shape());
-  a.kn = act(k.shape());
-  a.rstd_q = f32({N * H});
-  a.rstd_k = f32({N * Hkv});
-  ops::rmsnorm(a.q_r, a.qn, a.rstd_q, qk_scale, eps);
-  ops::rmsnorm(a.k_r, a.kn, a.rstd_k, qk_scale, eps);
+  if (cfg.use_qk_norm()) {
+    a.qn = act(q.shape());
+    a.kn = act(k.shape());
+    a.rstd_q = f32({N * H});
+    a.rstd_k = f32({N * Hkv});
+    ops::rmsnorm(a.q_r, a.qn, a.rstd_q, qk_scale, eps);
+    ops::rmsnorm(a.k_r, a.kn, a.rstd_k, qk_scale, eps);
+  } else {
+    a.qn = a.q_r;
+    a.kn = a.k_r;
+  }
   a.y = act(q.shape());
   a.lse = f32({B, H, T});
+  const ops::AttnExtras ex = extras(a, true);
   ops::attention(a.qn, a.kn, a.v, a.y, a.lse, cfg.layer_window(layer_),
-                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))));
+                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), ex);
   Tensor o = act({N, C});
   projection::forward_out(m_, lp.o, a.y.reshaped({N, qd}), o);
   m_.par_.tp_comm()->all_reduce_sum(o);
@@ -116,12 +146,27 @@ Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
   projection::backward_out(m_, lp.o, a.y.reshaped({N, qd}), dout, dy.reshaped({N, qd}));
   Tensor dqn = act(a.qn.shape()), dkn = act(a.kn.shape());
   Tensor dv = act(a.v.shape());
+  const ops::AttnExtras ex = extras(a, false);
+  AttnMixGrads mg;
+  const LayerParams& lps = params();
+  if (lps.alpha >= 0) mg.dalpha = m_.G(lps.alpha);
+  if (lps.beta >= 0) mg.dbeta = m_.G(lps.beta);
+  if (lps.gamma >= 0) mg.dgamma = m_.G(lps.gamma);
+  if (ex.mix.lam != 0.0f && !cfg.detach_v1) mg.dv1 = act(a.v.shape());
   ops::attention_backward(a.qn, a.kn, a.v, a.y, a.lse, dy, dqn, dkn, dv, cfg.layer_window(layer_),
-                          static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))));
-  const float qk_scale = cfg.qk_norm_scale;
-  Tensor dq = act(a.q_r.shape()), dk = act(a.k_r.shape());
-  ops::rmsnorm_backward(a.q_r, a.rstd_q, dqn, dq, qk_scale, false);
-  ops::rmsnorm_backward(a.k_r, a.rstd_k, dkn, dk, qk_scale, false);
+                          static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), ex, mg);
+  if (mg.dv1.defined()) value_ops::accumulate(bundle_->values[0], mg.dv1, 1.0f);
+  Tensor dq, dk;
+  if (cfg.use_qk_norm()) {
+    const float qk_scale = cfg.qk_norm_scale;
+    dq = act(a.q_r.shape());
+    dk = act(a.k_r.shape());
+    ops::rmsnorm_backward(a.q_r, a.rstd_q, dqn, dq, qk_scale, false);
+    ops::rmsnorm_backward(a.k_r, a.rstd_k, dkn, dk, qk_scale, false);
+  } else {
+    dq = dqn;
+    dk = dkn;
+  }
   ops::rope_backward(dq, dq, cfg.rope_base);
   ops::rope_backward(dk, dk, cfg.rope_base);
 

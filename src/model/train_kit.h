@@ -2,6 +2,7 @@
 // sequences of the micro-batch, activations saved in BlockActs for the backward, tensor
 // parallelism (heads and MLP columns local; sub-layer outputs and input gradients all-reduced).
 #pragma once
+#include "core/ops.h"
 #include "model/block_kit.h"
 #include "model/gpt.h"
 
@@ -15,6 +16,7 @@ class TrainKit final : public BlockKit {
       : m_(m), layer_(layer), bundle_(bundle), acts_(acts) {}
 
   int layer() const override { return layer_; }
+  const ModelConfig& config() const override { return m_.config(); }
   const LayerParams& params() const override { return m_.layer_params(layer_); }
 
   Tensor norm(const Tensor& x, NormActs& s) const override;
@@ -30,6 +32,7 @@ class TrainKit final : public BlockKit {
 
  private:
   ValueLayerCtx value_ctx() const;
+  ops::AttnExtras extras(BlockActs& a, bool forward) const;
   ValueSources value_sources(const Tensor& n, const BlockActs& a, bool forward) const;
   Tensor act(Shape s) const { return m_.act(std::move(s)); }
   Tensor f32(Shape s) const { return m_.f32(std::move(s)); }

@@ -22,6 +22,7 @@ const ValuePath& x0v_value_path();
 const ValuePath& bov_value_path();
 const ValuePath& bov_add_value_path();
 const ValuePath& value_embed_value_path();
+const ValuePath& neutreno_value_path();
 
 namespace {
 struct ModeEntry {
@@ -42,6 +43,7 @@ const ModeEntry kModes[] = {
     {ValueMode::kBov, bov_value_path},
     {ValueMode::kBovAdd, bov_add_value_path},
     {ValueMode::kValueEmbed, value_embed_value_path},
+    {ValueMode::kNeutreno, neutreno_value_path},
 };
 }  // namespace
 

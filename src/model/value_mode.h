@@ -23,6 +23,7 @@ enum class ValueMode {
   kBov,
   kBovAdd,
   kValueEmbed,
+  kNeutreno,
 };
 
 class ValuePath;

@@ -17,7 +17,10 @@ values:     --value MODE [--value-layers last-third|all|every-other|alternate|LI
             [--detach-v1] [--shared-table] [--bov-add-fixed]
             MODE: baseline resformer-identity resformer-constant resformer-learnable
                   resformer-plus resformer-sparse resformer-dense svformer v1 x0v bov bov-add
-                  value-embed
+                  value-embed neutreno [--neutreno-lambda 0.4]
+blocks:     --block prenorm|parallel|vskipinit|sas|sas-p [--norm none] [--qk-norm on|off]
+            [--reparam-init id|orth] [--attn-bias espa|uspa]
+            [--dense [--dense-dilation K] [--dense-period P]] (DenseFormer)
 layout:     --tp N --pp N (dp = world / (tp*pp))
 batch:      --micro-batch B (rows of T tokens) --global-batch TOKENS (multiple of B*T)
 schedule:   --steps N --matrix-lr 0.02 --lr-scale 1.0 --warmup 40 --warmdown 0.65
@@ -52,6 +55,42 @@ nlohmann::json TrainOptions::to_json() const {
           {"muon_ns_dtype", muon_ns_dtype}, {"core_every", core_every}, {"core_dir", core_dir}};
 }
 
+// --block and its options, DenseFormer, NeuTRENO's lambda (docs/model.md, "Block shapes").
+// Range and combination checks are the config's (ModelConfig::finalize and the block shape's
+// validate); here only the spelling of each value.
+static absl::Status parse_block_options(const Flags& f, ModelConfig& m) {
+  VT_ASSIGN_OR_RETURN(m.block, parse_block_shape(f.get_string("block", "prenorm")));
+  const std::string norm = f.get_string("norm", "rms");
+  if (norm != "rms" && norm != "none")
+    return absl::InvalidArgumentError(absl::StrCat("--norm must be rms or none, got '", norm, "'"));
+  m.norm_none = norm == "none";
+  if (f.has("qk-norm")) {
+    const std::string q = f.get_string("qk-norm");
+    if (q != "on" && q != "off")
+      return absl::InvalidArgumentError(absl::StrCat("--qk-norm must be on or off, got '", q, "'"));
+    m.qk_norm = q == "on" ? 1 : 0;
+  }
+  m.reparam_init = f.get_string("reparam-init", "");
+  if (f.has("reparam-init") && m.reparam_init.empty())
+    return absl::InvalidArgumentError("--reparam-init needs a value: id or orth");
+  m.attn_bias = f.get_string("attn-bias", "");
+  if (f.has("attn-bias") && m.attn_bias.empty())
+    return absl::InvalidArgumentError("--attn-bias needs a value: espa or uspa");
+  m.dense = f.get_bool("dense");
+  VT_ASSIGN_OR_RETURN(int64_t dil, f.get_int("dense-dilation", 1));
+  VT_ASSIGN_OR_RETURN(int64_t per, f.get_int("dense-period", 1));
+  if (!m.dense && (f.has("dense-dilation") || f.has("dense-period")))
+    return absl::InvalidArgumentError("--dense-dilation and --dense-period need --dense");
+  m.dense_dilation = static_cast<int>(dil);
+  m.dense_period = static_cast<int>(per);
+  if (f.has("neutreno-lambda")) {
+    if (m.value_mode != ValueMode::kNeutreno)
+      return absl::InvalidArgumentError("--neutreno-lambda applies only to --value neutreno");
+    VT_ASSIGN_OR_RETURN(m.neutreno_lambda, f.get_double("neutreno-lambda", m.neutreno_lambda));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int first) {
   VT_ASSIGN_OR_RETURN(
       Flags f,
@@ -62,9 +101,11 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
                     "ckpt-dir", "ckpt-every", "keep-last", "stop-at-step", "resume", "metrics", "seed", "matrix-lr",
                     "lr-scale", "warmup", "warmdown", "max-grad-norm", "log-every",
                     "sample-every", "device", "act-dtype", "device-comm", "muon-ns-dtype",
-                    "core-every", "core", "core-max-per-task"},
+                    "core-every", "core", "core-max-per-task", "block", "norm", "qk-norm",
+                    "reparam-init", "attn-bias", "dense-dilation", "dense-period",
+                    "neutreno-lambda"},
                    {"detach-v1", "shared-table", "bov-add-fixed", "polar-express", "recompute",
-                    "no-overlap-grad-sync"}));
+                    "no-overlap-grad-sync", "dense"}));
   if (!f.positional().empty())
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", f.positional()[0], "'\n", train_usage()));
@@ -98,6 +139,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   m.detach_v1 = f.get_bool("detach-v1");
   m.shared_table = f.get_bool("shared-table");
   m.bov_add_fixed = f.get_bool("bov-add-fixed");
+  VT_RETURN_IF_ERROR(parse_block_options(f, m));
   if (dim_given && f.has("heads") && m.n_head * m.head_dim != m.n_embd && !f.has("head-dim"))
     return absl::InvalidArgumentError(absl::StrCat("--heads ", m.n_head, " does not divide --dim ",
                                                    m.n_embd));
@@ -123,6 +165,8 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.metrics_path = f.get_string("metrics");
   VT_ASSIGN_OR_RETURN(int64_t seed, f.get_int("seed", static_cast<int64_t>(o.seed)));
   o.seed = static_cast<uint64_t>(seed);
+  // --reparam-init orth draws W0 from the run seed; the config keeps it (checkpoints, decoding).
+  if (o.model.reparam_init == "orth") o.model.reparam_seed = o.seed;
   VT_ASSIGN_OR_RETURN(o.matrix_lr, f.get_double("matrix-lr", o.matrix_lr));
   VT_ASSIGN_OR_RETURN(o.lr_scale, f.get_double("lr-scale", o.lr_scale));
   VT_ASSIGN_OR_RETURN(o.warmup_steps, f.get_int("warmup", o.warmup_steps));

@@ -267,9 +267,11 @@ absl::Status run_train(const TrainOptions& options, Communicator* world) {
     double whole_params = 0;
     for (const ParamInfo& p : whole.infos()) whole_params += static_cast<double>(p.numel());
     std::printf("model: %d layers, d=%d, %d heads (%d kv), T=%d, vocab %d | %.2fM params | "
-                "value mode %s\n",
+                "block %s%s%s | value mode %s%s\n",
                 cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.seq_len, cfg.vocab_size,
-                whole_params / 1e6, value_mode_name(cfg.value_mode));
+                whole_params / 1e6, block_shape_name(cfg.block), cfg.norm_none ? " (no norms)" : "",
+                cfg.attn_bias.empty() ? "" : (" + " + cfg.attn_bias).c_str(),
+                value_mode_name(cfg.value_mode), cfg.dense ? " + DenseFormer" : "");
     std::printf("layout: %d ranks = dp %d x tp %d x pp %d | this stage: layers %d..%d, %.2fM params\n",
                 world->size(), shape.dp, shape.tp, shape.pp, layer_begin, layer_end - 1,
                 params_global / 1e6);
