@@ -110,14 +110,16 @@ void register_qk(ParamRegistrar& r, int layer, LayerParams& lp, bool zero_wq) {
   lp.wk = r.matrix_cols(p + "attn.wk", C, cfg.kv_dim(), InitRule::uniform(-s, s), layer);
 }
 
-void register_mlp(ParamRegistrar& r, int layer, LayerParams& lp) {
+void register_mlp(ParamRegistrar& r, int layer, LayerParams& lp, bool proj_random) {
   const ModelConfig& cfg = r.config();
   const std::string p = layer_prefix(layer);
   const double s = matrix_bound(cfg);
   const int64_t C = cfg.n_embd;
   lp.fc = r.matrix_cols(p + "mlp.fc", C, cfg.mlp_hidden(), InitRule::uniform(-0.4 * s, 0.4 * s),
                         layer);
-  lp.proj = r.matrix_rows(p + "mlp.proj", cfg.mlp_hidden(), C, InitRule::zeros(), layer);
+  lp.proj = r.matrix_rows(p + "mlp.proj", cfg.mlp_hidden(), C,
+                          proj_random ? InitRule::uniform(-0.4 * s, 0.4 * s) : InitRule::zeros(),
+                          layer);
 }
 
 void register_vo_matrices(ParamRegistrar& r, int layer, LayerParams& lp, bool wo_random) {

@@ -45,8 +45,8 @@ class BlockShape {
 namespace block_params {
 // W_Q, W_K (U(-s, s), s = sqrt(3/d); W_Q zero when zero_wq).
 void register_qk(ParamRegistrar& r, int layer, LayerParams& lp, bool zero_wq);
-// W_fc (U(-0.4s, 0.4s)), W_proj (0).
-void register_mlp(ParamRegistrar& r, int layer, LayerParams& lp);
+// W_fc (U(-0.4s, 0.4s)), W_proj (0, or U(-0.4s, 0.4s) when proj_random).
+void register_mlp(ParamRegistrar& r, int layer, LayerParams& lp, bool proj_random = false);
 // A plain W_V matrix (U(-s, s)) and W_O (zero, or U(-s, s) when wo_random).
 void register_vo_matrices(ParamRegistrar& r, int layer, LayerParams& lp, bool wo_random);
 }  // namespace block_params

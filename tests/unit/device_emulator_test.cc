@@ -111,6 +111,27 @@ INSTANTIATE_TEST_SUITE_P(
       return s;
     });
 
+// Every block shape (with its options, NeuTRENO and DenseFormer) on the emulated device equals
+// the CPU exactly: forward, backward and three training steps.
+class EmulatedShapes : public Emulated, public ::testing::WithParamInterface<testing::Variant> {};
+
+TEST_P(EmulatedShapes, TrainingStepsEqualCpu) {
+  const ModelConfig cfg = testing::variant_config(GetParam());
+  const testing::StepRun cpu = testing::run_steps(cfg, Device::kCPU, DType::kF32, 3, 2);
+  const testing::StepRun dev = testing::run_steps(cfg, Device::kCUDA, DType::kF32, 3, 2);
+  EXPECT_EQ(cpu.losses, dev.losses);
+  ASSERT_EQ(cpu.first_grads.size(), dev.first_grads.size());
+  for (size_t i = 0; i < cpu.first_grads.size(); ++i)
+    ASSERT_EQ(cpu.first_grads[i], dev.first_grads[i]) << testing::param_at(cpu, i);
+  for (size_t i = 0; i < cpu.final_params.size(); ++i)
+    ASSERT_EQ(cpu.final_params[i], dev.final_params[i]) << testing::param_at(cpu, i);
+}
+
+INSTANTIATE_TEST_SUITE_P(Blocks, EmulatedShapes, ::testing::ValuesIn(testing::block_variants()),
+                         [](const ::testing::TestParamInfo<testing::Variant>& i) {
+                           return i.param.name;
+                         });
+
 // Whole training steps (forward, backward, Muon + AdamW) on the emulated device equal the CPU.
 TEST_F(Emulated, TrainingStepsEqualCpu) {
   for (ValueMode mode : {ValueMode::kBaseline, ValueMode::kBov, ValueMode::kValueEmbed}) {

@@ -3,6 +3,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "model/config.h"
 
 namespace vt::testing {
@@ -19,6 +23,57 @@ inline ModelConfig tiny_config(ValueMode mode, int seq_len = 32) {
   c.short_window = 8;
   c.value_mode = mode;
   EXPECT_TRUE(c.finalize().ok());
+  return c;
+}
+
+// Block shapes, their options, NeuTRENO and DenseFormer on the tiny config: one variant each
+// of what the device, layout and decoding tests cover (sas/sas-p run without GQA).
+struct Variant {
+  std::string name;
+  std::function<void(ModelConfig&)> apply;
+};
+
+inline std::vector<Variant> block_variants() {
+  auto simplified = [](BlockShapeKind b) {
+    return [b](ModelConfig& c) {
+      c.block = b;
+      c.n_kv_head = c.n_head;
+    };
+  };
+  return {
+      {"parallel", [](ModelConfig& c) { c.block = BlockShapeKind::kParallel; }},
+      {"vskipinit_neutreno",
+       [](ModelConfig& c) {
+         c.block = BlockShapeKind::kVSkipInit;
+         c.value_mode = ValueMode::kNeutreno;
+       }},
+      {"sas", simplified(BlockShapeKind::kSas)},
+      {"sas_p_espa",
+       [=](ModelConfig& c) {
+         simplified(BlockShapeKind::kSasP)(c);
+         c.attn_bias = "espa";
+       }},
+      {"sas_nonorm_orth",
+       [=](ModelConfig& c) {
+         simplified(BlockShapeKind::kSas)(c);
+         c.norm_none = true;
+         c.reparam_init = "orth";
+         c.reparam_seed = 9;
+       }},
+      {"dense_bov",
+       [](ModelConfig& c) {
+         c.dense = true;
+         c.dense_dilation = 2;
+         c.dense_period = 2;
+         c.value_mode = ValueMode::kBov;
+       }},
+  };
+}
+
+inline ModelConfig variant_config(const Variant& v, int seq_len = 32) {
+  ModelConfig c = tiny_config(ValueMode::kBaseline, seq_len);
+  v.apply(c);
+  EXPECT_TRUE(c.finalize().ok()) << v.name;
   return c;
 }
 

@@ -54,7 +54,10 @@ void register_attention_side(ParamRegistrar& r, int layer, LayerParams& lp) {
   const bool rep = layer == 0 || !cfg.reparam_init.empty();
   if (cfg.layer_has_wv(layer)) lp.v = rep ? reparam(r, p, "v", layer, true) : identity(r, p, "v", layer);
   lp.o = rep ? reparam(r, p, "o", layer, false) : identity(r, p, "o", layer);
-  block_params::register_mlp(r, layer, lp);
+  // W_proj starts random, as in the official code (N(0, 0.02) there): with W_proj = 0 the
+  // skipless block would start as a pure rescaling of its normalized input, and the gains in
+  // front of the next norm would have exactly zero gradient (AdamW would step them on noise).
+  block_params::register_mlp(r, layer, lp, true);
   const bool bias = !cfg.attn_bias.empty();
   lp.alpha = r.per_head(p + "alpha", InitRule::constant(bias ? 0.0 : 1.0), layer);
   lp.beta = r.per_head(p + "beta", InitRule::constant(1.0), layer);

@@ -15,7 +15,8 @@ namespace simplified {
 absl::Status validate(const ModelConfig& cfg, const char* shape);
 // W_Q (zero) and W_K; W_V / W_O: the identity times a gain (s_V, s_O) in layers >= 1, the
 // reparameterization s*W0 + r*dW in layer 0 (every layer with --reparam-init); the per-head
-// shaped-attention gains alpha, beta, gamma (1, 1, 1; 0, 1, 0 with --attn-bias); W_fc, W_proj;
+// shaped-attention gains alpha, beta, gamma (1, 1, 1; 0, 1, 0 with --attn-bias); W_fc and a
+// random W_proj;
 // the block gain g_attn (1) and g_mlp (0.1).
 void register_attention_side(ParamRegistrar& r, int layer, LayerParams& lp);
 // Does layer i keep its pre-norm(s)? (--norm none drops them in layers >= 1.)
