@@ -179,9 +179,14 @@ TEST_F(Emulated, Bf16TrainingLossFalls) {
 // The start-up memory estimate's activation term against what a forward pass really keeps on
 // the (emulated) device, with and without recomputation: within 25%.
 TEST_F(Emulated, MemoryEstimateMatchesForwardActivations) {
-  for (ValueMode mode : {ValueMode::kBaseline, ValueMode::kBov}) {
+  std::vector<std::pair<std::string, ModelConfig>> cfgs = {
+      {"baseline", testing::tiny_config(ValueMode::kBaseline, 64)},
+      {"bov", testing::tiny_config(ValueMode::kBov, 64)}};
+  for (const testing::Variant& v : testing::block_variants())
+    if (v.name == "sas" || v.name == "vskipinit_neutreno" || v.name == "dense_bov")
+      cfgs.push_back({v.name, testing::variant_config(v, 64)});
+  for (const auto& [name, cfg] : cfgs) {
     for (bool recompute : {false, true}) {
-      const ModelConfig cfg = testing::tiny_config(mode, 64);
       const int B = 4;
       ParamStore store;
       GPT model(cfg);
@@ -201,7 +206,7 @@ TEST_F(Emulated, MemoryEstimateMatchesForwardActivations) {
                                          DType::kBF16, recompute)
                              .activations;
       EXPECT_NEAR(measured, est, 0.25 * est)
-          << value_mode_name(mode) << (recompute ? " recompute" : "") << ": measured "
+          << name << (recompute ? " recompute" : "") << ": measured "
           << measured << " estimated " << est;
     }
   }
