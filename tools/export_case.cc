@@ -19,7 +19,7 @@ static absl::Status run(int argc, char** argv) {
                                     "vocab", "seq-len", "window", "window-pattern", "batch",
                                     "value-layers", "seed", "block", "norm", "qk-norm",
                                     "reparam-init", "attn-bias", "dense-dilation", "dense-period",
-                                    "neutreno-lambda"},
+                                    "neutreno-lambda", "perturb-scale"},
                                    {"detach-v1", "shared-table", "bov-add-fixed", "no-perturb",
                                     "dense"}));
   if (!flags.has("mode") || !flags.has("out"))
@@ -68,6 +68,7 @@ static absl::Status run(int argc, char** argv) {
   model.register_params(store);
   store.finalize();
   model.init_params(seed);
+  VT_ASSIGN_OR_RETURN(const double perturb_scale, flags.get_double("perturb-scale", 1.0));
   if (!flags.get_bool("no-perturb")) {
     // Move every weight off its init: zero-initialized projections would otherwise make the
     // gradients of everything upstream of them exactly zero.
@@ -75,7 +76,7 @@ static absl::Status run(int argc, char** argv) {
     for (int i = 0; i < store.size(); ++i) {
       Tensor p = store.param(i);
       const bool is_scalar = store.info(i).group == ParamGroup::kScalar;
-      const double amp = is_scalar ? 0.2 : 0.05;
+      const double amp = (is_scalar ? 0.2 : 0.05) * perturb_scale;
       for (int64_t j = 0; j < p.numel(); ++j) p.f32()[j] += static_cast<float>(rng.normal(0, amp));
     }
   }
