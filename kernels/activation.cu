@@ -17,7 +17,8 @@ template <class T>
 __global__ void relu2_forward_kernel(const T* x, T* y, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float r = fmaxf(to_f32(x[i]), 0.0f);
+    const float xi = to_f32(x[i]);
+    const float r = xi < 0.0f ? 0.0f : xi;  // NaN passes (fmaxf would drop it)
     y[i] = from_f32<T>(r * r);
   }
 }
@@ -26,7 +27,8 @@ template <class T>
 __global__ void relu2_backward_kernel(const T* x, const T* dy, T* dx, int64_t n, bool accumulate) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float r = fmaxf(to_f32(x[i]), 0.0f);
+    const float xi = to_f32(x[i]);
+    const float r = xi < 0.0f ? 0.0f : xi;  // NaN passes (fmaxf would drop it)
     float v = 2.0f * r * to_f32(dy[i]);
     if (accumulate) v += to_f32(dx[i]);
     dx[i] = from_f32<T>(v);

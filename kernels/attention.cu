@@ -23,11 +23,14 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/launch.cuh"
 
 namespace vt::cuda {
 namespace {
+
+using detail::nan_max;
 
 constexpr int kTile = 32;
 constexpr int kThreads = 128;
@@ -125,9 +128,9 @@ __global__ void __launch_bounds__(kThreads)
     if (tid < kTile) {  // online softmax, one thread per query row
       float* row = Ss + tid * kTile;
       float mx = -INFINITY;
-      for (int j = 0; j < kTile; ++j) mx = fmaxf(mx, row[j]);
+      for (int j = 0; j < kTile; ++j) mx = nan_max(mx, row[j]);
       const float m_old = m_s[tid];
-      const float m_new = fmaxf(m_old, mx);
+      const float m_new = nan_max(m_old, mx);
       if (m_new == -INFINITY) {  // nothing visible yet for this row
         for (int j = 0; j < kTile; ++j) row[j] = 0.0f;
         a_s[tid] = 1.0f;

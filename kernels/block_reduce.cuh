@@ -1,5 +1,6 @@
 // Device-side helpers shared by the kernels (include only from .cu files): warp and block sums
 // and maxima, and bf16/f32 load/store conversions so one kernel template serves both types.
+// Maxima propagate NaN (nan_max), unlike fmaxf: a non-finite input must reach the loss.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -16,13 +17,16 @@ __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+// max(a, b) that returns NaN when either is NaN (fmaxf returns the other operand).
+__device__ __forceinline__ float nan_max(float a, float b) { return (a != a || a > b) ? a : b; }
+
 template <class A>
 __device__ __forceinline__ A warp_sum(A v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 __device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 

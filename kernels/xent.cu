@@ -28,7 +28,7 @@ __global__ void xent_forward_kernel(const TL* logits, int64_t ld, int64_t n_vali
   const TL* l = logits + n * ld;
   float mx = -INFINITY;
   for (int64_t c = threadIdx.x; c < n_valid; c += blockDim.x)
-    mx = fmaxf(mx, cap * tanhf(to_f32(l[c]) * inv_cap));
+    mx = detail::nan_max(mx, cap * tanhf(to_f32(l[c]) * inv_cap));
   mx = block_max(mx);
   float sum = 0.0f;
   for (int64_t c = threadIdx.x; c < n_valid; c += blockDim.x)

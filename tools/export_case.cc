@@ -12,30 +12,59 @@
 
 using namespace vt;
 
+static const CommandSpec& export_command() {
+  static const CommandSpec spec = [] {
+    CommandSpec c;
+    c.name = "export_case";
+    c.synopsis = "export_case --mode MODE --out FILE.h5 [options]";
+    c.flags = {
+        required(text_flag("mode", "", "value mode")),
+        required(text_flag("out", "", "the case file to write")),
+        int_flag("layers", 6, 1, 64, ""),
+        int_flag("dim", 64, 1, 4096, ""),
+        int_flag("heads", 4, 1, 64, ""),
+        int_flag("kv-heads", 2, 1, 64, ""),
+        int_flag("head-dim", 16, 2, 512, ""),
+        int_flag("vocab", 251, 2, 1 << 20, ""),
+        int_flag("seq-len", 32, 2, 4096, ""),
+        int_flag("window", 8, 1, 4096, ""),
+        text_flag("window-pattern", "SSSL", ""),
+        int_flag("batch", 2, 1, 1024, ""),
+        text_flag("value-layers", "default", ""),
+        int_flag("seed", 1234, 0, 9.2e18, ""),
+        bool_flag("detach-v1", ""),
+        bool_flag("shared-table", ""),
+        bool_flag("bov-add-fixed", ""),
+        bool_flag("no-perturb", "keep the weights at their init"),
+        num_flag("perturb-scale", 1.0, 0, 100, "multiplies the perturbation amplitudes"),
+        choice_flag("block", "prenorm", {"prenorm", "parallel", "vskipinit", "sas", "sas-p"}, ""),
+        choice_flag("norm", "rms", {"rms", "none"}, ""),
+        no_default(choice_flag("qk-norm", "", {"on", "off"}, "")),
+        choice_flag("reparam-init", "", {"id", "orth"}, ""),
+        choice_flag("attn-bias", "", {"espa", "uspa"}, ""),
+        bool_flag("dense", "DenseFormer"),
+        int_flag("dense-dilation", 1, 1, 64, ""),
+        int_flag("dense-period", 1, 1, 64, ""),
+        num_flag("neutreno-lambda", 0.4, 0, 10, ""),
+    };
+    return c;
+  }();
+  return spec;
+}
+
 static absl::Status run(int argc, char** argv) {
-  VT_ASSIGN_OR_RETURN(Flags flags,
-                      Flags::parse(argc, argv, 1,
-                                   {"mode", "out", "layers", "dim", "heads", "kv-heads", "head-dim",
-                                    "vocab", "seq-len", "window", "window-pattern", "batch",
-                                    "value-layers", "seed", "block", "norm", "qk-norm",
-                                    "reparam-init", "attn-bias", "dense-dilation", "dense-period",
-                                    "neutreno-lambda", "perturb-scale"},
-                                   {"detach-v1", "shared-table", "bov-add-fixed", "no-perturb",
-                                    "dense"}));
-  if (!flags.has("mode") || !flags.has("out"))
-    return absl::InvalidArgumentError("usage: export_case --mode MODE --out FILE.h5 [options]");
+  VT_ASSIGN_OR_RETURN(Flags flags, Flags::parse(export_command(), argc, argv, 1));
+  if (flags.help_requested()) {
+    std::printf("%s", usage(export_command()).c_str());
+    return absl::OkStatus();
+  }
   ModelConfig cfg;
   VT_ASSIGN_OR_RETURN(cfg.value_mode, parse_value_mode(flags.get_string("mode")));
-  VT_ASSIGN_OR_RETURN(int64_t layers, flags.get_int("layers", 6));
-  VT_ASSIGN_OR_RETURN(int64_t dim, flags.get_int("dim", 64));
-  VT_ASSIGN_OR_RETURN(int64_t heads, flags.get_int("heads", 4));
-  VT_ASSIGN_OR_RETURN(int64_t kv_heads, flags.get_int("kv-heads", 2));
-  VT_ASSIGN_OR_RETURN(int64_t head_dim, flags.get_int("head-dim", 16));
-  VT_ASSIGN_OR_RETURN(int64_t vocab, flags.get_int("vocab", 251));
-  VT_ASSIGN_OR_RETURN(int64_t seq_len, flags.get_int("seq-len", 32));
-  VT_ASSIGN_OR_RETURN(int64_t window, flags.get_int("window", 8));
-  VT_ASSIGN_OR_RETURN(int64_t batch, flags.get_int("batch", 2));
-  VT_ASSIGN_OR_RETURN(int64_t seed, flags.get_int("seed", 1234));
+  const int64_t layers = flags.get_int("layers"), dim = flags.get_int("dim"),
+                heads = flags.get_int("heads"), kv_heads = flags.get_int("kv-heads"),
+                head_dim = flags.get_int("head-dim"), vocab = flags.get_int("vocab"),
+                seq_len = flags.get_int("seq-len"), window = flags.get_int("window"),
+                batch = flags.get_int("batch"), seed = flags.get_int("seed");
   cfg.n_layer = layers;
   cfg.n_embd = dim;
   cfg.n_head = heads;
@@ -44,23 +73,21 @@ static absl::Status run(int argc, char** argv) {
   cfg.vocab_size = vocab;
   cfg.seq_len = seq_len;
   cfg.short_window = window;
-  cfg.window_pattern = flags.get_string("window-pattern", "SSSL");
-  cfg.value_layers = flags.get_string("value-layers", "default");
+  cfg.window_pattern = flags.get_string("window-pattern");
+  cfg.value_layers = flags.get_string("value-layers");
   cfg.detach_v1 = flags.get_bool("detach-v1");
   cfg.shared_table = flags.get_bool("shared-table");
   cfg.bov_add_fixed = flags.get_bool("bov-add-fixed");
-  VT_ASSIGN_OR_RETURN(cfg.block, parse_block_shape(flags.get_string("block", "prenorm")));
-  cfg.norm_none = flags.get_string("norm", "rms") == "none";
+  VT_ASSIGN_OR_RETURN(cfg.block, parse_block_shape(flags.get_string("block")));
+  cfg.norm_none = flags.get_string("norm") == "none";
   if (flags.has("qk-norm")) cfg.qk_norm = flags.get_string("qk-norm") == "on" ? 1 : 0;
-  cfg.reparam_init = flags.get_string("reparam-init", "");
+  cfg.reparam_init = flags.get_string("reparam-init");
   cfg.reparam_seed = static_cast<uint64_t>(seed);
-  cfg.attn_bias = flags.get_string("attn-bias", "");
+  cfg.attn_bias = flags.get_string("attn-bias");
   cfg.dense = flags.get_bool("dense");
-  VT_ASSIGN_OR_RETURN(int64_t dil, flags.get_int("dense-dilation", 1));
-  VT_ASSIGN_OR_RETURN(int64_t per, flags.get_int("dense-period", 1));
-  cfg.dense_dilation = static_cast<int>(dil);
-  cfg.dense_period = static_cast<int>(per);
-  VT_ASSIGN_OR_RETURN(cfg.neutreno_lambda, flags.get_double("neutreno-lambda", 0.4));
+  cfg.dense_dilation = static_cast<int>(flags.get_int("dense-dilation"));
+  cfg.dense_period = static_cast<int>(flags.get_int("dense-period"));
+  cfg.neutreno_lambda = flags.get_double("neutreno-lambda");
   VT_RETURN_IF_ERROR(cfg.finalize());
 
   ParamStore store;
@@ -68,7 +95,7 @@ static absl::Status run(int argc, char** argv) {
   model.register_params(store);
   store.finalize();
   model.init_params(seed);
-  VT_ASSIGN_OR_RETURN(const double perturb_scale, flags.get_double("perturb-scale", 1.0));
+  const double perturb_scale = flags.get_double("perturb-scale");
   if (!flags.get_bool("no-perturb")) {
     // Move every weight off its init: zero-initialized projections would otherwise make the
     // gradients of everything upstream of them exactly zero.

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -234,7 +235,7 @@ absl::Status read_pieces(const CkptComm& comm, const ckpt::Opened& ck, const std
                        : absl::InvalidArgumentError(absl::StrCat(
                              path, " does not match the model: ", absl::StrJoin(problems, "; ")))));
   VT_ASSIGN_OR_RETURN(std::vector<DatasetPlan> plan, ckpt::plan_datasets(comm, pieces, {}));
-  std::vector<uint64_t> sums(plan.size(), 0);
+  std::vector<uint64_t> sums(plan.size(), 0), nonfinite(plan.size(), 0);
   std::vector<std::string> stored(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
     const DatasetPlan& d = plan[i];
@@ -244,11 +245,24 @@ absl::Status read_pieces(const CkptComm& comm, const ckpt::Opened& ck, const std
       stored[i] = ds->get_attr("checksum").value_or("");
       const Piece* p = d.piece >= 0 ? &pieces[d.piece] : nullptr;
       st = ds->read_slab(p ? &p->box : nullptr, p ? p->data : nullptr, h5::Transfer::kCollective);
-      if (st.ok() && d.owner) sums[i] = ckpt::checksum_box(p->data, p->global, p->box.start, p->box.count);
+      if (st.ok() && d.owner) {
+        sums[i] = ckpt::checksum_box(p->data, p->global, p->box.start, p->box.count);
+        const int64_t n = shape_numel(p->box.count);
+        for (int64_t k = 0; k < n; ++k) nonfinite[i] += !std::isfinite(p->data[k]);
+      }
     }
     VT_RETURN_IF_ERROR(comm.agree(st));
   }
   comm.sum(sums);
+  comm.sum(nonfinite);
+  std::vector<std::string> nonfinite_names;
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (nonfinite[i] > 0) nonfinite_names.push_back(absl::StrCat(plan[i].path, " (", nonfinite[i], ")"));
+  if (!nonfinite_names.empty())
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", path, " holds non-finite values (NaN or inf) in ",
+        absl::StrJoin(nonfinite_names, ", "),
+        ": it was written after the run diverged; use an earlier checkpoint"));
   std::vector<std::string> bad;
   for (size_t i = 0; i < plan.size(); ++i) {
     if (!plan[i].covered || ck.format_version < 2) continue;  // format 1 has no checksums

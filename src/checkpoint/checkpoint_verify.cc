@@ -2,6 +2,7 @@
 #include "checkpoint/checkpoint_verify.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -95,7 +96,7 @@ absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::stri
       problems.push_back(absl::StrCat("unexpected parameter ", n));
   // Checksums: rows of every dataset split evenly over the ranks; independent reads.
   const int64_t kBlock = int64_t{1} << 22;  // floats per read
-  std::vector<uint64_t> sums(names.size(), 0);
+  std::vector<uint64_t> sums(names.size(), 0), nonfinite(names.size(), 0);
   std::vector<std::string> stored(names.size());
   std::vector<float> buf;
   absl::Status read_error;
@@ -115,7 +116,8 @@ absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::stri
     if (ck.format_version >= 2) {
       auto c = ds.get_attr("checksum");
       if (!c.ok()) {
-        problems.push_back(absl::StrCat(names[i], " has no checksum attribute"));
+        problems.push_back(absl::StrCat(names[i], absl::IsNotFound(c.status()) ? " has no checksum attribute"
+                                                                              : absl::StrCat(": ", c.status().message())));
         continue;
       }
       stored[i] = *c;
@@ -136,13 +138,21 @@ absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::stri
       }
       buf.resize(n * row);
       read_error = ds.read_slab(&box, buf.data(), h5::Transfer::kIndependent);
-      if (read_error.ok()) sums[i] += ckpt::checksum_run(buf.data(), r * row, n * row);
+      if (!read_error.ok()) break;
+      sums[i] += ckpt::checksum_run(buf.data(), r * row, n * row);
+      for (float v : buf) nonfinite[i] += !std::isfinite(v);
     }
   }
   VT_RETURN_IF_ERROR(comm.agree(read_error.ok() ? read_error
                                                 : absl::DataLossError(absl::StrCat(
                                                       path, " is unreadable: ", read_error.message()))));
   comm.sum(sums);
+  comm.sum(nonfinite);
+  for (size_t i = 0; i < names.size(); ++i)
+    if (nonfinite[i] > 0)
+      problems.push_back(absl::StrCat(names[i], " holds ", nonfinite[i],
+                                      " non-finite value(s) (NaN or inf): the run had diverged "
+                                      "when it was written"));
   if (ck.format_version >= 2) {
     for (size_t i = 0; i < names.size(); ++i) {
       if (stored[i].empty()) continue;

@@ -115,11 +115,26 @@ absl::StatusOr<std::string> get_string_attr(hid_t loc, const std::string& name) 
     H5Aclose(attr);
     return absl::InvalidArgumentError(absl::StrCat("attribute ", name, " is not a string"));
   }
+  if (H5Tis_variable_str(type) > 0) {  // e.g. written by h5py
+    char* text = nullptr;
+    hid_t mem = H5Tcopy(H5T_C_S1);
+    H5Tset_size(mem, H5T_VARIABLE);
+    H5Tset_cset(mem, H5Tget_cset(type));  // HDF5 does not convert between ASCII and UTF-8
+    herr_t err = H5Aread(attr, mem, &text);
+    std::string out = err >= 0 && text != nullptr ? std::string(text) : std::string();
+    if (text != nullptr) H5free_memory(text);
+    H5Tclose(mem);
+    H5Tclose(type);
+    H5Aclose(attr);
+    if (err < 0) return absl::DataLossError(with_stack(absl::StrCat("cannot read attribute ", name)));
+    return out;
+  }
   size_t size = H5Tget_size(type);
   std::string out(size, '\0');
   hid_t mem = H5Tcopy(H5T_C_S1);
   H5Tset_size(mem, size);
   H5Tset_strpad(mem, H5T_STR_NULLPAD);
+  H5Tset_cset(mem, H5Tget_cset(type));
   herr_t err = H5Aread(attr, mem, out.data());
   H5Tclose(mem);
   H5Tclose(type);

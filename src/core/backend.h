@@ -80,6 +80,8 @@ class Backend {
   virtual size_t bytes_in_use() const = 0;
   virtual size_t peak_bytes() const = 0;
   virtual void reset_peak() = 0;
+  // Bytes the device can still allocate (-1: unknown, e.g. host memory: see host_memory.h).
+  virtual int64_t available_bytes() const { return -1; }
 
   // Dense algebra.
   virtual void gemm(const GemmArgs& g) = 0;

@@ -172,7 +172,7 @@ template <class T>
 void relu2_forward(const T* x, T* y, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const T r = x[i] > T(0) ? x[i] : T(0);
+    const T r = x[i] < T(0) ? T(0) : x[i];  // NaN passes
     y[i] = r * r;
   }
 }
@@ -182,13 +182,13 @@ void relu2_backward(const T* x, const T* dy, T* dx, int64_t n, bool accumulate) 
   if (accumulate) {
 #pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
-      const T r = x[i] > T(0) ? x[i] : T(0);
+      const T r = x[i] < T(0) ? T(0) : x[i];  // NaN passes
       dx[i] += T(2) * r * dy[i];
     }
   } else {
 #pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
-      const T r = x[i] > T(0) ? x[i] : T(0);
+      const T r = x[i] < T(0) ? T(0) : x[i];  // NaN passes
       dx[i] = T(2) * r * dy[i];
     }
   }

@@ -1,7 +1,9 @@
 // Portable SIMD helpers for the CPU kernels (GCC/Clang vector extensions, so the compiler picks
 // SSE, AVX2 or AVX-512 for the target): 8-lane float vectors, loads/stores, and vectorized
 // exp and tanh in float precision (exp: a degree-6 polynomial after range reduction, about 1 ulp,
-// inputs below -87 flush towards 0; tanh from exp, absolute error ~1e-7).
+// inputs below -87 flush towards 0; tanh from exp, absolute error ~1e-7). NaN in, NaN out: every
+// clamp is written so that a NaN compares false and passes through (a diverged run must show
+// NaN, never a plausible number).
 #pragma once
 #include <bit>
 #include <cstdint>
@@ -25,18 +27,19 @@ inline float hsum(f8 v) {
   for (int i = 0; i < kLanes; ++i) s += v[i];
   return s;
 }
+// Maxima that propagate NaN (a NaN lane wins), unlike std::max.
 inline float hmax(f8 v) {
   float m = v[0];
-  for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
+  for (int i = 1; i < kLanes; ++i) m = (m != m || m > v[i]) ? m : v[i];
   return m;
 }
-inline f8 vmax(f8 a, f8 b) { return a > b ? a : b; }
+inline f8 vmax(f8 a, f8 b) { return (a != a) | (a > b) ? a : b; }
 
 // exp on any float vector type V with its int32 vector type VI.
 template <class V, class VI>
 inline V vexp(V x) {
-  x = x > -87.0f ? x : V{} - 87.0f;
-  x = x < 88.0f ? x : V{} + 88.0f;
+  x = x < -87.0f ? V{} - 87.0f : x;  // NaN compares false: kept
+  x = x > 88.0f ? V{} + 88.0f : x;
   const V n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln 2)
   const V r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
   V p = V{} + 1.9875691500e-4f;

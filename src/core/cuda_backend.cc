@@ -257,6 +257,16 @@ class CudaBackend final : public Backend {
     return p;
   }
 
+  int64_t available_bytes() const override {
+    on_device();
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    return static_cast<int64_t>(free_b);
+  }
+
   void release(void* p) override {
     if (!p) return;
     {

@@ -1,9 +1,15 @@
-// Command-line flags: `--name value`, `--name=value` and boolean `--name`. The caller declares
-// which names it accepts; anything else is an error naming the flag, so typos never pass
-// silently. Typed getters return absl::Status errors for malformed values.
+// Command-line flags with declared types and limits, shared by every vtrain command and tool.
+// A command declares its flags once (a CommandSpec: name, type, default, range or choices, help
+// line, heading); parse() accepts `--name value`, `--name=value`, boolean `--name` and list flags
+// (`--input a b c`, values up to the next `--flag`), and refuses, naming the flag and the limit,
+// anything it cannot prove valid: an unknown flag, a missing value, a number that does not parse,
+// is not finite, or lies outside its range, a value not among the choices, a flag given twice.
+// After a successful parse the getters cannot fail. `--help`/`-h` anywhere sets help_requested()
+// and usage() renders the whole table, so `vtrain CMD --help` is generated from the same spec that
+// checks the input (docs/design.md, "CLI").
 #pragma once
+#include <cstdint>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -11,22 +17,69 @@
 
 namespace vt {
 
+enum class FlagType { kBool, kInt, kNumber, kText, kChoice, kList };
+
+struct FlagSpec {
+  std::string name;  // without the leading "--"
+  FlagType type = FlagType::kText;
+  std::string def;   // default as text (shown in --help); "" = none
+  double lo = 0, hi = 0;  // inclusive range of kInt / kNumber
+  std::vector<std::string> choices;  // kChoice
+  std::string help;
+  bool required = false;
+  bool allow_empty = false;  // kText: "" is a value (e.g. an empty prompt)
+};
+
+// Builders: int_flag("steps", 1000, 1, 1e12, "optimizer steps") etc. Integers accept 2e9 when
+// the value is integral. Numbers must be finite.
+FlagSpec int_flag(const std::string& name, int64_t def, double lo, double hi, const std::string& help);
+FlagSpec num_flag(const std::string& name, double def, double lo, double hi, const std::string& help);
+FlagSpec text_flag(const std::string& name, const std::string& def, const std::string& help);
+FlagSpec choice_flag(const std::string& name, const std::string& def,
+                     const std::vector<std::string>& choices, const std::string& help);
+FlagSpec bool_flag(const std::string& name, const std::string& help);
+FlagSpec list_flag(const std::string& name, const std::string& help);
+FlagSpec required(FlagSpec f);  // the command refuses to run without it
+FlagSpec no_default(FlagSpec f);  // read only when given (has()); --help shows no default
+
+struct CommandSpec {
+  std::string name;      // "vtrain train"
+  std::string synopsis;  // the first line after "usage: "
+  // Flags in --help order; a spec whose name starts with "#" is a heading line in --help.
+  std::vector<FlagSpec> flags;
+  int max_positional = 0;         // bare arguments accepted
+  std::string epilog;             // text after the table
+};
+
+// A heading in a CommandSpec's flag list (rendered as a blank line and the title).
+FlagSpec flag_heading(const std::string& title);
+
 class Flags {
  public:
-  // `value_flags` take a value, `bool_flags` do not.
-  static absl::StatusOr<Flags> parse(int argc, char** argv, int first,
-                                     const std::set<std::string>& value_flags,
-                                     const std::set<std::string>& bool_flags);
-  bool has(const std::string& name) const { return values_.count(name) > 0; }
-  bool get_bool(const std::string& name) const { return has(name); }
-  std::string get_string(const std::string& name, const std::string& def = "") const;
-  absl::StatusOr<int64_t> get_int(const std::string& name, int64_t def) const;
-  absl::StatusOr<double> get_double(const std::string& name, double def) const;
+  static absl::StatusOr<Flags> parse(const CommandSpec& spec, const std::vector<std::string>& args);
+  static absl::StatusOr<Flags> parse(const CommandSpec& spec, int argc, char** argv, int first);
+
+  bool help_requested() const { return help_; }
+  bool has(const std::string& name) const;  // given on the command line
+  bool get_bool(const std::string& name) const;
+  int64_t get_int(const std::string& name) const;  // the value given, else the default
+  double get_double(const std::string& name) const;
+  std::string get_string(const std::string& name) const;
+  std::vector<std::string> get_list(const std::string& name) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:
-  std::map<std::string, std::string> values_;
+  const FlagSpec& spec_of(const std::string& name) const;
+  std::map<std::string, FlagSpec> specs_;
+  std::map<std::string, std::vector<std::string>> values_;
   std::vector<std::string> positional_;
+  bool help_ = false;
 };
+
+// "usage: <synopsis>" and the flag table with defaults, ranges and choices.
+std::string usage(const CommandSpec& spec);
+
+// True when argv[first..] holds --help or -h (checked before anything else runs, MPI included).
+bool wants_help(int argc, char** argv, int first);
 
 }  // namespace vt

@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/check.h"
+#include "core/flags.h"
 #include "data/prepare_group.h"
 #include "data/prepare_steps.h"
 #include "data/shards.h"
@@ -288,103 +289,68 @@ absl::Status run(const PrepareOptions& opts, PrepareGroup& group, const fs::path
 
 }  // namespace
 
-std::string prepare_usage() {
-  return R"(usage: vtrain prepare --input FILE|DIR|'GLOB'|- [more ...] --out DATADIR
-                      --tokenizer bytes|bpe:N|tiktoken:FILE [options]
-  --input ...                  files, directories, quoted globs ('shards/*.jsonl.zst'), or - (stdin);
-                               .gz and .zst inputs are decompressed (told by their first bytes)
-  --format auto|jsonl|text     auto (default): .jsonl/.json/.ndjson[.gz|.zst] and stdin are JSON
-                               lines (one document per record), other files one document each
-  --text-field NAME            the JSON field holding a document's text (default text)
-  --on-bad-record fail|skip    fail (default): stop at the first bad record or corrupt stream,
-                               naming file and line, leaving --out untouched; skip: warn, leave it
-                               out, count it in meta.json
-  --val-fraction F             the last max(2, ceil(F*N)) tokens are validation (default 0.05)
-  --shard-tokens N             tokens per shard (default 100000000)
-  --shuffle-seed S             put the documents in a seeded random order (default 0: input order)
-  --tokenizer-sample-bytes N   bpe:N trains on this much text, a deterministic sample spread over
-                               the inputs (default 2000000000)
-  --unit-bytes N               plain JSON-lines files are split into units of N bytes for the
-                               ranks (default 67108864)
-  --threads N                  encoding threads per rank (default: OMP_NUM_THREADS or all cores)
-  --force --quiet
-Under mpirun (-np N, any number of nodes sharing the file system of --out) the work is split over
-the ranks and the output is byte for byte the one of a single process.
-)";
+const CommandSpec& prepare_command() {
+  static const CommandSpec spec = [] {
+    CommandSpec c;
+    c.name = "vtrain prepare";
+    c.synopsis =
+        "vtrain prepare --input FILE|DIR|'GLOB'|- [more ...] --out DATADIR\n"
+        "                      --tokenizer bytes|bpe:N|tiktoken:FILE [options]";
+    c.flags = {
+        required(list_flag("input",
+                           "files, directories, quoted globs ('shards/*.jsonl.zst'), or - (stdin); "
+                           ".gz and .zst inputs are decompressed (told by their first bytes)")),
+        required(text_flag("out", "", "the data directory to write")),
+        required(text_flag("tokenizer", "", "bytes, bpe:N (trained here) or tiktoken:FILE")),
+        choice_flag("format", "auto", {"auto", "jsonl", "text"},
+                    "auto: .jsonl/.json/.ndjson[.gz|.zst] and stdin are JSON lines (one document "
+                    "per record), other files one document each"),
+        text_flag("text-field", "text", "the JSON field holding a document's text"),
+        choice_flag("on-bad-record", "fail", {"fail", "skip"},
+                    "fail: stop at the first bad record or corrupt stream, naming file and line, "
+                    "leaving --out untouched; skip: warn, leave it out, count it in meta.json"),
+        num_flag("val-fraction", 0.05, 0, 1,
+                 "the last max(2, ceil(F*N)) tokens are validation (below 1; 0: no validation split)"),
+        int_flag("shard-tokens", 100000000, 1, 2147483646, "tokens per shard"),
+        int_flag("shuffle-seed", 0, 0, 9.2e18, "put the documents in a seeded random order (0: input order)"),
+        int_flag("tokenizer-sample-bytes", 2000000000, 1, 9.2e18,
+                 "bpe:N trains on this much text, a deterministic sample spread over the inputs"),
+        int_flag("unit-bytes", 67108864, 1, 9.2e18,
+                 "plain JSON-lines files are split into units of N bytes for the ranks"),
+        int_flag("threads", 0, 0, 4096, "encoding threads per rank (0: OMP_NUM_THREADS or all cores)"),
+        bool_flag("force", "replace the data files of a non-empty --out not made by prepare"),
+        bool_flag("quiet", "no progress lines"),
+    };
+    c.epilog =
+        "Under mpirun (-np N, any number of nodes sharing the file system of --out) the work is split\n"
+        "over the ranks and the output is byte for byte the one of a single process.\n";
+    return c;
+  }();
+  return spec;
 }
 
+std::string prepare_usage() { return usage(prepare_command()); }
+
 absl::StatusOr<PrepareOptions> parse_prepare_args(const std::vector<std::string>& args) {
+  VT_ASSIGN_OR_RETURN(Flags f, Flags::parse(prepare_command(), args));
   PrepareOptions o;
-  bool have_tok = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> absl::StatusOr<std::string> {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(a, " needs a value; ", prepare_usage()));
-      return args[++i];
-    };
-    // Integers may be written as 2e9.
-    auto count = [&](int64_t lo, int64_t hi, int64_t* out) -> absl::Status {
-      VT_ASSIGN_OR_RETURN(std::string v, value());
-      double d = 0;
-      if (!absl::SimpleAtoi(v, out)) {
-        if (!absl::SimpleAtod(v, &d) || d != std::floor(d) || d < -9e18 || d > 9e18)
-          return absl::InvalidArgumentError(absl::StrCat(a, " ", v, ": expected an integer"));
-        *out = static_cast<int64_t>(d);
-      }
-      if (*out < lo || *out > hi)
-        return absl::InvalidArgumentError(absl::StrCat(a, " ", v, ": expected an integer in [", lo, ", ", hi, "]"));
-      return absl::OkStatus();
-    };
-    if (a == "--input") {
-      VT_ASSIGN_OR_RETURN(std::string v, value());
-      o.inputs.push_back(v);
-      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) o.inputs.push_back(args[++i]);
-    } else if (a == "--out") {
-      VT_ASSIGN_OR_RETURN(o.out_dir, value());
-    } else if (a == "--tokenizer") {
-      VT_ASSIGN_OR_RETURN(o.tokenizer, value());
-      have_tok = true;
-    } else if (a == "--format") {
-      VT_ASSIGN_OR_RETURN(o.format, value());
-      if (o.format != "auto" && o.format != "jsonl" && o.format != "text")
-        return absl::InvalidArgumentError(absl::StrCat("--format ", o.format, ": expected auto, jsonl or text"));
-    } else if (a == "--text-field") {
-      VT_ASSIGN_OR_RETURN(o.text_field, value());
-    } else if (a == "--on-bad-record") {
-      VT_ASSIGN_OR_RETURN(std::string v, value());
-      if (v != "skip" && v != "fail")
-        return absl::InvalidArgumentError(absl::StrCat("--on-bad-record ", v, ": expected skip or fail"));
-      o.skip_bad_records = v == "skip";
-    } else if (a == "--val-fraction") {
-      VT_ASSIGN_OR_RETURN(std::string v, value());
-      if (!absl::SimpleAtod(v, &o.val_fraction) || !(o.val_fraction >= 0 && o.val_fraction < 1)) {
-        return absl::InvalidArgumentError(absl::StrCat("--val-fraction ", v, ": expected a number in [0, 1)"));
-      }
-    } else if (a == "--shard-tokens") {
-      VT_RETURN_IF_ERROR(count(1, INT32_MAX - 1, &o.shard_tokens));
-    } else if (a == "--shuffle-seed") {
-      int64_t v = 0;
-      VT_RETURN_IF_ERROR(count(0, INT64_MAX, &v));
-      o.shuffle_seed = static_cast<uint64_t>(v);
-    } else if (a == "--tokenizer-sample-bytes") {
-      VT_RETURN_IF_ERROR(count(1, INT64_MAX, &o.tokenizer_sample_bytes));
-    } else if (a == "--unit-bytes") {
-      VT_RETURN_IF_ERROR(count(1, INT64_MAX, &o.unit_bytes));
-    } else if (a == "--threads") {
-      int64_t v = 0;
-      VT_RETURN_IF_ERROR(count(1, 4096, &v));
-      o.threads = static_cast<int>(v);
-    } else if (a == "--force") {
-      o.force = true;
-    } else if (a == "--quiet") {
-      o.verbose = false;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("prepare: unknown argument '", a, "'; ", prepare_usage()));
-    }
-  }
-  if (o.inputs.empty()) return absl::InvalidArgumentError(absl::StrCat("prepare: --input is required; ", prepare_usage()));
-  if (o.out_dir.empty()) return absl::InvalidArgumentError(absl::StrCat("prepare: --out is required; ", prepare_usage()));
-  if (!have_tok) return absl::InvalidArgumentError(absl::StrCat("prepare: --tokenizer is required; ", prepare_usage()));
+  o.inputs = f.get_list("input");
+  o.out_dir = f.get_string("out");
+  o.tokenizer = f.get_string("tokenizer");
+  o.format = f.get_string("format");
+  o.text_field = f.get_string("text-field");
+  o.skip_bad_records = f.get_string("on-bad-record") == "skip";
+  o.val_fraction = f.get_double("val-fraction");
+  if (o.val_fraction >= 1)
+    return absl::InvalidArgumentError(absl::StrCat("--val-fraction ", o.val_fraction,
+                                                   ": expected a fraction below 1"));
+  o.shard_tokens = f.get_int("shard-tokens");
+  o.shuffle_seed = static_cast<uint64_t>(f.get_int("shuffle-seed"));
+  o.tokenizer_sample_bytes = f.get_int("tokenizer-sample-bytes");
+  o.unit_bytes = f.get_int("unit-bytes");
+  o.threads = static_cast<int>(f.get_int("threads"));
+  o.force = f.get_bool("force");
+  o.verbose = !f.get_bool("quiet");
   return o;
 }
 

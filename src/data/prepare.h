@@ -70,7 +70,8 @@ struct PrepareOptions {
   bool verbose = true;  // progress lines on stdout (rank 0)
 };
 
-// Parses the arguments after `vtrain prepare` (prepare_usage() lists them).
+// Parses the arguments after `vtrain prepare` (prepare_usage() lists them; --help is for the
+// caller to check first, core/flags.h wants_help).
 absl::StatusOr<PrepareOptions> parse_prepare_args(const std::vector<std::string>& args);
 std::string prepare_usage();
 

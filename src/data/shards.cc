@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -213,6 +214,41 @@ void ShardReader::read(int64_t offset, int64_t count, int32_t* out) const {
   } else {
     std::memcpy(out, base + offset * 4, static_cast<size_t>(count) * 4);
   }
+}
+
+absl::Status ShardReader::check_ids(int64_t vocab_size) const {
+  const uint8_t* base = map_ + kShardHeaderBytes;
+  const int64_t n = header_.num_tokens;
+  // The first offending offset over all threads (chunks are scanned in parallel; the minimum
+  // makes the message independent of the thread count).
+  int64_t first = n;
+#pragma omp parallel for schedule(static) reduction(min : first)
+  for (int64_t c = 0; c < n; c += kCheckChunk) {
+    const int64_t end = std::min(n, c + kCheckChunk);
+    for (int64_t i = c; i < end && i < first; ++i) {
+      int64_t v;
+      if (header_.token_width == 2) {
+        uint16_t u;
+        std::memcpy(&u, base + 2 * i, 2);
+        v = u;
+      } else {
+        uint32_t u;
+        std::memcpy(&u, base + 4 * i, 4);
+        v = u;
+      }
+      if (v >= vocab_size) {
+        first = i;
+        break;
+      }
+    }
+  }
+  if (first == n) return absl::OkStatus();
+  int32_t id = 0;
+  read(first, 1, &id);
+  return absl::DataLossError(absl::StrFormat(
+      "shard %s: token id %d at offset %d is outside the vocabulary [0, %d); the shard was made "
+      "with another tokenizer or is corrupt; re-run vtrain prepare",
+      path_, static_cast<uint32_t>(id), first, vocab_size));
 }
 
 }  // namespace vt::data

@@ -18,6 +18,7 @@ inline constexpr int32_t kShardMagicU32 = 20240801;
 inline constexpr int32_t kShardVersion = 1;
 inline constexpr int64_t kShardHeaderInts = 256;
 inline constexpr int64_t kShardHeaderBytes = kShardHeaderInts * 4;
+inline constexpr int64_t kCheckChunk = 1 << 20;  // tokens per thread work item of check_ids
 
 // Bytes per stored token for a vocabulary: 2 when every id fits in uint16 (vocab < 65536), else 4.
 int shard_token_width(int64_t vocab_size);
@@ -55,6 +56,9 @@ class ShardReader {
   int token_width() const { return header_.token_width; }
   // Copies tokens [offset, offset + count) into out (int32). Caller keeps the range in bounds.
   void read(int64_t offset, int64_t count, int32_t* out) const;
+  // Scans every token (OpenMP threads) and names the first one outside [0, vocab_size) with
+  // the file and its offset.
+  absl::Status check_ids(int64_t vocab_size) const;
 
  private:
   void release();

@@ -177,6 +177,7 @@ Bundle GPT::embed_forward(Activations& acts) const {
   Bundle b;
   b.x = act({acts.B, cfg_.seq_len, C});
   ops::rmsnorm(acts.emb_raw, b.x, acts.emb_rstd, 1.0f, cfg_.norm_eps);
+  if (block_output_hook_) block_output_hook_(-1, b.x);
   if (cfg_.value().context_from_x0()) b.x0 = b.x.clone();
   b.values.resize(cfg_.n_layer);
   b.dense.resize(cfg_.n_layer + 1);
@@ -196,6 +197,7 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts) const {
   for (int i = begin_; i < end_; ++i) {
     BlockActs& a = acts.blocks[i - begin_];
     block_forward(i, bundle, acts, a);
+    if (block_output_hook_) block_output_hook_(i, bundle.x);
     if (cfg_.dense) dense_forward(i, bundle);
     if (recompute_) {
       Tensor x_in = a.x_in;

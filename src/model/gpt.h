@@ -97,12 +97,15 @@ struct Activations {
   Tensor x0;                             // normalized embedding (modes reading x0)
   std::vector<Tensor> values;            // context values read by later layers (see Bundle)
   std::vector<Tensor> dense;             // DenseFormer inputs read by later averages
-  std::vector<Tensor> dense_out;         // [i] = block i's output x_{i+1} (DenseFormer)
   std::vector<double> value_coef;        // the value mode's per-pass coefficients
   std::vector<double> value_dcoef;       // their gradients, filled in backward
 };
 
 class BlockShape;
+
+// Sees (and may change) the residual stream after block `layer`'s forward (-1: the normalized
+// embedding): diagnostics of non-finite values and fault injection (train/nonfinite.h).
+using BlockOutputHook = std::function<void(int layer, const Tensor& x)>;
 
 class GPT {
  public:
@@ -154,6 +157,9 @@ class GPT {
   // data-parallel sum of that layer's gradients can start while backward goes on.
   void set_layer_grads_hook(std::function<void(int)> hook) { layer_grads_hook_ = std::move(hook); }
   bool recompute() const { return recompute_; }
+  // Installs (or, with an empty function, removes) the block-output observer. Not called when
+  // a block is recomputed in backward.
+  void set_block_output_hook(BlockOutputHook hook) { block_output_hook_ = std::move(hook); }
 
   // Which earlier layers' context values must be kept for later layers (the value mode says).
   bool keeps_value(int layer) const;
@@ -213,6 +219,7 @@ class GPT {
   mutable bool fixed_ready_ = false;
   bool recompute_ = false;
   std::function<void(int)> layer_grads_hook_;
+  BlockOutputHook block_output_hook_;
 };
 
 }  // namespace vt

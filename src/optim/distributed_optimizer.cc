@@ -111,12 +111,18 @@ void DistributedOptimizer::set_step_count(int64_t t) {
 }
 
 StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps) {
+  return step(step_index, total_steps, grad_norm());
+}
+
+double DistributedOptimizer::grad_norm() { return global_grad_norm(*store_, grid_, norm_mask_); }
+
+StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps, double grad_norm) {
   StepStats s;
   s.step = step_index;
   s.lr_multiplier = lr_multiplier(config_.schedule, step_index, total_steps);
   s.momentum = muon_momentum(config_.schedule, step_index);
   s.matrix_lr = config_.muon.lr * s.lr_multiplier;
-  s.grad_norm = global_grad_norm(*store_, grid_, norm_mask_);
+  s.grad_norm = grad_norm;
   s.clip_scale = clip_scale(s.grad_norm, config_.max_grad_norm);
   scale_grads(*store_, s.clip_scale);
   ++step_count_;

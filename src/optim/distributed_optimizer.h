@@ -54,6 +54,11 @@ class DistributedOptimizer {
   // stats as Optimizer::step). Gradients must already be summed over DP. Clipping scales the
   // store's grads in place; grads are not zeroed.
   StepStats step(int64_t step_index, int64_t total_steps);
+  // The same with the global grad norm already computed by grad_norm() (the trainer checks it
+  // for non-finite values before any weight changes).
+  StepStats step(int64_t step_index, int64_t total_steps, double grad_norm);
+  // Collective over the grid: the global gradient norm (every element counted once).
+  double grad_norm();
 
   // Checkpoint access by parameter name (local shapes, as on one process for this TP slice):
   // AdamW parameters have "exp_avg", "exp_avg_sq"; Muon parameters "momentum_buffer".

@@ -11,6 +11,7 @@ namespace vt {
 namespace {
 constexpr int kTagForward = 11;
 constexpr int kTagBackward = 12;
+constexpr int kTagControl = 13;  // "micro-batch i goes ahead" (1) or "the step ends here" (0)
 }  // namespace
 
 PipelineEngine::PipelineEngine(GPT& model, const ProcessGrid& grid) : model_(model), grid_(grid) {}
@@ -125,24 +126,52 @@ void PipelineEngine::backward_micro(float grad_scale, const std::function<void(i
     send_bundle(grad, model_.layer_begin(), B, grid_.coords().pp - 1, kTagBackward);
 }
 
+bool PipelineEngine::next_forward(int i) {
+  const int P = grid_.shape().pp, s = grid_.coords().pp;
+  float go = 1.0f;
+  if (s == 0) {
+    // The first stage decides for the whole pipeline: every rank of the stage (tp x dp) votes,
+    // so the data-parallel replicas and tensor-parallel ranks all end at the same micro-batch.
+    if (stop_check_) {
+      float stop = stop_check_() ? 1.0f : 0.0f;
+      grid_.stage()->all_reduce_max(&stop, 1);
+      go = stop > 0.0f ? 0.0f : 1.0f;
+    }
+  } else {
+    grid_.pp()->recv(&go, 1, s - 1, kTagControl);
+  }
+  if (s + 1 < P) grid_.pp()->send_async(&go, 1, s + 1, kTagControl);
+  if (go == 0.0f) stopped_ = true;
+  (void)i;
+  return go != 0.0f;
+}
+
 double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBatch& fetch,
                                   const std::function<void(int)>& on_last_layer_grads) {
   const int P = grid_.shape().pp, s = grid_.coords().pp;
   const int warmup = std::min(P - s - 1, M);
   double loss_sum = 0.0;
   inflight_.clear();
-  int backwards = 0;
-  // The last micro-batch's backward finishes each layer's gradients: tell the caller.
+  stopped_ = false;
+  int forwards = 0, backwards = 0;
+  // The last micro-batch's backward finishes each layer's gradients: tell the caller (not when
+  // a stop request ended the step early: its gradients are discarded).
   auto backward = [&] {
     ++backwards;
     backward_micro(grad_scale, backwards == M ? on_last_layer_grads : std::function<void(int)>());
   };
-  for (int i = 0; i < warmup; ++i) forward_micro(i, B, fetch, {}, true, loss_sum);
-  for (int i = 0; i < M - warmup; ++i) {
-    forward_micro(warmup + i, B, fetch, {}, true, loss_sum);
-    backward();
+  // 1F1B over at most M micro-batches: warm-up forwards, then one forward and one backward, then
+  // the remaining backwards. A stop request (next_forward) ends the forwards early on every
+  // stage at the same micro-batch; the cool-down still finishes what is in flight.
+  auto forward = [&]() -> bool {
+    if (stopped_ || forwards == M || !next_forward(forwards)) return false;
+    forward_micro(forwards++, B, fetch, {}, true, loss_sum);
+    return true;
+  };
+  for (int i = 0; i < warmup && forward(); ++i) {
   }
-  for (int i = 0; i < warmup; ++i) backward();
+  while (forwards < M && forward()) backward();
+  while (backwards < forwards) backward();
   grid_.pp()->wait_sends();
   VT_CHECK(inflight_.empty());
   VT_CHECK_MSG(max_inflight_ <= static_cast<size_t>(P - s),
@@ -152,7 +181,8 @@ double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBat
 
 double PipelineEngine::forward_only(int M, int B, const FetchBatch& fetch, const OnLoss& on_loss) {
   double loss_sum = 0.0;
-  for (int i = 0; i < M; ++i) forward_micro(i, B, fetch, on_loss, false, loss_sum);
+  stopped_ = false;
+  for (int i = 0; i < M && next_forward(i); ++i) forward_micro(i, B, fetch, on_loss, false, loss_sum);
   grid_.pp()->wait_sends();
   return loss_sum;
 }

@@ -35,6 +35,15 @@ class PipelineEngine {
   // micro-batch's activations there.
   double forward_only(int M, int B, const FetchBatch& fetch, const OnLoss& on_loss = {});
 
+  // Stop requests between micro-batches: before each forward, the first stage's ranks (tp x dp)
+  // vote with `check` (e.g. "a stop signal arrived") and pass the decision down the pipeline
+  // with the micro-batch; when any votes to stop, train_step / forward_only end the forwards
+  // there on every rank, finish the backwards in flight and return early, and stopped() says
+  // so (the step's gradients are partial: discard them; on_last_layer_grads is not called).
+  // So a stop is honoured within one micro-batch's pass through the pipeline, whatever M.
+  void set_stop_check(std::function<bool()> check) { stop_check_ = std::move(check); }
+  bool stopped() const { return stopped_; }
+
   // The tensors crossing the boundary in front of layer `boundary` (shapes for B rows).
   struct Slot {
     enum Kind { kX, kX0, kValue, kDense } kind;
@@ -43,6 +52,7 @@ class PipelineEngine {
   std::vector<Slot> boundary_slots(int boundary) const;
 
  private:
+  bool next_forward(int i);  // the stop vote before forward i (see set_stop_check)
   void forward_micro(int i, int B, const FetchBatch& fetch, const OnLoss& on_loss, bool keep,
                      double& loss_sum);
   void backward_micro(float grad_scale, const std::function<void(int)>& layer_hook);
@@ -55,6 +65,8 @@ class PipelineEngine {
   std::vector<int32_t> in_, tg_;
   std::vector<Activations> inflight_;  // FIFO of micro-batches awaiting backward
   size_t max_inflight_ = 0;
+  std::function<bool()> stop_check_;
+  bool stopped_ = false;
 };
 
 }  // namespace vt

@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "data/loader.h"
 #include "model/decode.h"
+#include "parallel/failure.h"
 #include "parallel/mpi_communicator.h"
+#include "train/preflight.h"
 
 namespace vt {
 
@@ -17,17 +19,16 @@ absl::StatusOr<EvalResult> evaluate(PipelineEngine& engine, const ProcessGrid& g
   const ModelConfig& cfg = engine.model().config();
   data::LoaderOptions lo;
   lo.vocab_size = cfg.vocab_size;
-  VT_ASSIGN_OR_RETURN(data::DataLoader val, data::DataLoader::open(data_dir, "val", lo));
+  auto val_or = data::DataLoader::open(data_dir, "val", lo);
+  if (!val_or.ok()) return agreed(val_or.status());  // every rank reads the same directory
+  data::DataLoader val = std::move(*val_or);
   const int64_t T = cfg.seq_len, dp = grid.shape().dp;
   const int64_t rows_per_micro = static_cast<int64_t>(micro_batch) * dp;
   // Distinct tokens only (never wrap around the split), whole global batches.
-  const int64_t rows = std::min<int64_t>(max_tokens / T, (val.tokens_per_epoch() - 1) / T);
-  const int micro = static_cast<int>(rows / rows_per_micro);
-  if (micro < 1)
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the validation split of ", data_dir, " has ", val.tokens_per_epoch(),
-        " tokens, fewer than one batch of ", rows_per_micro, " x ", T + 1,
-        "; prepare with a larger --val-fraction or use a smaller --micro-batch"));
+  auto micro_or = eval_micro_batches(data_dir, val.tokens_per_epoch(), T, micro_batch,
+                                     static_cast<int>(dp), max_tokens);
+  if (!micro_or.ok()) return agreed(micro_or.status());  // the same on every rank
+  const int micro = *micro_or;
   double sums[4] = {0, 0, 0, 0};  // nats, nats on byte tokens, bytes, tokens
   auto fetch = [&](int, int32_t* in, int32_t* tg) {
     absl::Status st = val.next_batch_into(rows_per_micro, T, grid.coords().dp, dp, in, tg);

@@ -20,6 +20,7 @@ struct TrainOptions {
   int64_t steps = 100;
   int64_t eval_every = 0;   // 0: only at the end
   int64_t eval_tokens = 65536;
+  int64_t final_eval_tokens = 65536;  // the evaluation after the last step (0: none)
   std::string ckpt_dir;
   int64_t ckpt_every = 0;   // 0: only at the end (when ckpt_dir is set)
   int64_t stop_at_step = 0; // > 0: save and stop after this step, as on a stop signal
@@ -47,12 +48,16 @@ struct TrainOptions {
   std::string device_comm = "auto";
   bool recompute = false;  // rerun each block's forward in backward instead of saving it
   bool overlap_grad_sync = true;
-  std::string muon_ns_dtype = "default";  // f32 | bf16 (default: bf16 on cuda, else f32)  // start each layer's data-parallel gradient sum in backward
+  std::string muon_ns_dtype = "default";  // f32 | bf16 (default: bf16 on cuda, else f32)
+  bool skip_memory_check = false;  // start even when the estimate exceeds free memory
+  std::string on_nonfinite = "stop";  // stop | skip-step
+  int64_t max_nonfinite_steps = 3;    // skip-step: stop after this many in a row
 
   int64_t tokens_per_micro() const { return static_cast<int64_t>(micro_batch) * model.seq_len; }
   nlohmann::json to_json() const;
 };
 
+const CommandSpec& train_command();
 std::string train_usage();
 // Parses `vtrain train` flags; reads the data dir's vocabulary size.
 absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int first);

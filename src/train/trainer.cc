@@ -1,56 +1,37 @@
-// The training loop (see trainer.h).
+// The training run (see trainer.h).
 #include "train/trainer.h"
 
-#include <fcntl.h>
 #include <omp.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_dir.h"
-#include "core/arena.h"
 #include "core/backend.h"
+#include "core/ops.h"
 #include "core/rng.h"
-#include "data/loader.h"
-#include "data/tokenizer.h"
-#include "eval/core_bundle.h"
 #include "eval/core_eval.h"
 #include "model/flops.h"
-#include "model/gpt.h"
-#include "optim/distributed_optimizer.h"
-#include "optim/grad_sync.h"
-#include "optim/optimizer.h"
 #include "parallel/comm_watchdog.h"
 #include "parallel/failure.h"
 #include "parallel/mpi_communicator.h"
-#include "parallel/pipeline.h"
-#include "parallel/process_grid.h"
-#include "train/device_setup.h"
 #include "train/evaluate.h"
 #include "train/memory_estimate.h"
-#include "train/metrics.h"
+#include "train/preflight.h"
 
 namespace vt {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// Set by SIGUSR1/SIGTERM (Slurm's warning before the time limit, or scancel): the loop saves a
-// checkpoint at the next step boundary and stops with kExitRequeue.
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 double now_seconds() {
   using clock = std::chrono::steady_clock;
@@ -78,30 +59,12 @@ double cpu_peak_flops(Communicator* world) {
   return per_core * std::min(threads, nodes * cores);
 }
 
-// Resolves --resume to a checkpoint path, or "" to start fresh. `auto` takes the newest
-// checkpoint of --ckpt-dir that verifies (a corrupt newest one falls back to the previous).
-absl::StatusOr<std::string> resume_path(const TrainOptions& o, const ProcessGrid& grid) {
-  if (o.resume == "none") return std::string();
-  if (o.resume != "auto") return o.resume;
-  if (o.ckpt_dir.empty()) return absl::InvalidArgumentError("--resume auto needs --ckpt-dir");
-  // Rank 0 decides, so every rank takes the same (collective) path even while rank 0 is
-  // already creating the directory.
-  float exists = grid.world()->rank() == 0 && fs::exists(o.ckpt_dir) ? 1.0f : 0.0f;
-  grid.world()->broadcast(&exists, 1, 0);
-  if (exists == 0.0f) return std::string();
-  return find_latest_good(o.ckpt_dir, &grid);
+// Bytes the device backend holds now and at most (0 on the CPU).
+double device_bytes() {
+  return has_backend(Device::kCUDA) ? static_cast<double>(backend(Device::kCUDA).bytes_in_use()) : 0.0;
 }
-
-using TrainOptimizer = optim::DistributedOptimizer;
-
-// Optimizer states as tensors of each parameter's local shape (ZeRO shards gathered over DP:
-// a collective, called by every rank in the same order).
-std::vector<NamedTensor> gather_optimizer_states(const ParamStore& store, TrainOptimizer& opt) {
-  std::vector<NamedTensor> out;
-  for (const ParamInfo& info : store.infos())
-    for (const std::string& kind : opt.state_kinds(info.name))
-      out.push_back({"/optim/" + info.name + "/" + kind, opt.gather_state(info.name, kind)});
-  return out;
+double device_peak_bytes() {
+  return has_backend(Device::kCUDA) ? static_cast<double>(backend(Device::kCUDA).peak_bytes()) : 0.0;
 }
 
 // Gradients of parameters replicated over the pipeline are summed over it; then the
@@ -117,319 +80,429 @@ void sync_gradients(ParamStore& store, const ProcessGrid& grid, optim::Overlappe
   dp_sync.finish();
 }
 
-absl::StatusOr<CheckpointMeta> load_training_state(const std::string& path, const ModelConfig& cfg,
-                                                   ParamStore& store, TrainOptimizer& opt,
-                                                   const ProcessGrid& grid) {
-  std::vector<NamedTensor> states = gather_optimizer_states(store, opt);  // shapes to fill
-  // Checkpoints are read into host memory; a device store gets the values copied over.
-  ParamStore host = store.device() == Device::kCPU ? store : store.host_mirror();
-  VT_ASSIGN_OR_RETURN(CheckpointMeta meta, load_checkpoint(path, cfg, host, states, &grid));
-  if (store.device() != Device::kCPU) store.copy_params_from(host);
-  store.refresh_compute_copy();
-  for (const NamedTensor& t : states) {
-    const size_t a = t.path.find('/', 1), b = t.path.rfind('/');
-    opt.scatter_state(t.path.substr(a + 1, b - a - 1), t.path.substr(b + 1), t.tensor);
-  }
-  opt.set_step_count(meta.step);
-  return meta;
-}
-
-// Rank 0 holds an exclusive flock on <ckpt_dir>/.vtrain.lock for the whole run, so two runs (a
-// resumed job and a leftover of the killed one, say) never write one checkpoint directory at
-// once. The kernel drops the lock when the process ends, however it ends.
-absl::Status lock_checkpoint_dir(const std::string& dir, const ProcessGrid& grid, int* fd_out) {
-  float ok = 1.0f;
-  std::string why;
-  if (grid.world()->rank() == 0) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    const std::string lock = (fs::path(dir) / ".vtrain.lock").string();
-    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      ok = 0.0f;
-      if (fd >= 0) ::close(fd);
-    } else {
-      *fd_out = fd;
-    }
-  }
-  grid.world()->broadcast(&ok, 1, 0);
-  if (ok == 0.0f)
-    return agreed(absl::FailedPreconditionError(absl::StrCat(
-        "another vtrain run is using --ckpt-dir ", dir,
-        " (it holds .vtrain.lock); stop that run or choose another directory")));
-  return absl::OkStatus();
-}
+// Set by SIGUSR1/SIGTERM (Slurm's warning before the time limit, scancel, mpirun forwarding
+// its own SIGTERM): the run saves the last completed step and stops with kExitRequeue.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 }  // namespace
-
-// Bytes the device backend holds now and at most (0 on the CPU).
-double device_bytes() {
-  return has_backend(Device::kCUDA) ? static_cast<double>(backend(Device::kCUDA).bytes_in_use()) : 0.0;
-}
-double device_peak_bytes() {
-  return has_backend(Device::kCUDA) ? static_cast<double>(backend(Device::kCUDA).peak_bytes()) : 0.0;
-}
 
 void install_stop_signal_handlers() {
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 }
 
-absl::Status run_train(const TrainOptions& options, Communicator* world) {
-  TrainOptions o = options;
-  const ModelConfig& cfg = o.model;
+int stop_signal_received() { return g_stop_signal; }
+
+Trainer::Trainer(const TrainOptions& options, Communicator* world)
+    : o_(options), world_(world), rank0_(world->rank() == 0) {}
+
+Trainer::~Trainer() = default;
+
+absl::Status Trainer::setup() {
+  const ModelConfig& cfg = o_.model;
   // Layout errors are the same on every rank: agreed, so each rank exits with one message.
-  auto shape_or = make_grid_shape(world->size(), o.tp, o.pp, cfg);
+  auto shape_or = make_grid_shape(world_->size(), o_.tp, o_.pp, cfg);
   if (!shape_or.ok()) return agreed(shape_or.status());
-  const GridShape shape = *shape_or;
-  const int64_t rows_per_micro = static_cast<int64_t>(o.micro_batch) * shape.dp;  // global rows
-  if (o.global_batch == 0) o.global_batch = rows_per_micro * cfg.seq_len;
-  if (o.global_batch % (rows_per_micro * cfg.seq_len) != 0)
+  shape_ = *shape_or;
+  rows_per_micro_ = static_cast<int64_t>(o_.micro_batch) * shape_.dp;  // global rows
+  if (o_.global_batch == 0) o_.global_batch = rows_per_micro_ * cfg.seq_len;
+  if (o_.global_batch % (rows_per_micro_ * cfg.seq_len) != 0)
     return agreed(absl::InvalidArgumentError(absl::StrCat(
-        "--global-batch ", o.global_batch, " tokens is not a multiple of micro-batch ",
-        o.micro_batch, " x seq-len ", cfg.seq_len, " x data-parallel size ", shape.dp)));
-  const int M = static_cast<int>(o.global_batch / (rows_per_micro * cfg.seq_len));
-  VT_ASSIGN_OR_RETURN(const DevicePlan device, setup_device(o, world));
-  ProcessGrid grid(world, shape);
-  VT_ASSIGN_OR_RETURN(const std::string comm_desc, setup_device_comms(o, device, grid));
-  const bool rank0 = world->rank() == 0;
-  auto [layer_begin, layer_end] = stage_layers(cfg.n_layer, shape.pp, grid.coords().pp);
+        "--global-batch ", o_.global_batch, " tokens is not a multiple of micro-batch ",
+        o_.micro_batch, " x seq-len ", cfg.seq_len, " x data-parallel size ", shape_.dp)));
+  micro_batches_ = static_cast<int>(o_.global_batch / (rows_per_micro_ * cfg.seq_len));
+  VT_ASSIGN_OR_RETURN(inject_, FaultInjection::from_env());
+  VT_ASSIGN_OR_RETURN(device_, setup_device(o_, world_));
+  grid_ = std::make_unique<ProcessGrid>(world_, shape_);
+  VT_ASSIGN_OR_RETURN(comm_desc_, setup_device_comms(o_, device_, *grid_));
+  std::tie(layer_begin_, layer_end_) = stage_layers(cfg.n_layer, shape_.pp, grid_->coords().pp);
   ModelParallel par;
-  par.tp = grid.tp();
-  par.layer_begin = layer_begin;
-  par.layer_end = layer_end;
-  ParamStore store;
-  GPT model(cfg, par);
-  model.set_recompute(o.recompute);
-  model.register_params(store);
-  store.finalize(device.device, device.act_dtype);
-  model.init_params(o.seed);
-  PipelineEngine engine(model, grid);
+  par.tp = grid_->tp();
+  par.layer_begin = layer_begin_;
+  par.layer_end = layer_end_;
+  model_ = std::make_unique<GPT>(cfg, par);
+  model_->set_recompute(o_.recompute);
+  model_->register_params(store_);
 
-  optim::OptimizerConfig oc = optim::OptimizerConfig::defaults(cfg.n_embd);
-  oc.muon.lr = o.matrix_lr * o.lr_scale;
-  for (optim::AdamWHyper* h : {&oc.adamw.embedding, &oc.adamw.lm_head, &oc.adamw.value_table,
-                               &oc.adamw.scalar})
-    h->lr *= o.lr_scale;
-  oc.schedule.warmup_steps = o.warmup_steps;
-  oc.schedule.warmdown_frac = o.warmdown_frac;
-  oc.max_grad_norm = o.max_grad_norm;
-  if (o.polar_express) oc.muon.ns = optim::NsKind::kPolarExpress;
-  oc.muon.ns_dtype = o.muon_ns_dtype == "bf16" ? DType::kBF16 : DType::kF32;
-  TrainOptimizer opt(&store, oc, grid);
-  optim::OverlappedGradSync dp_sync(&store, grid.dp());
-  auto layer_grads_done = [&](int layer) { dp_sync.layer_done(layer); };
+  // Memory before anything large is allocated: the parameters are registered, not allocated.
+  const MemoryEstimate mem = estimate_memory(cfg, store_, shape_, grid_->coords(),
+                                             layer_end_ - layer_begin_, o_.micro_batch,
+                                             device_.act_dtype, o_.recompute);
+  memory_line_ = mem.to_string();
+  VT_RETURN_IF_ERROR(check_memory_fits(mem, device_.device, o_.skip_memory_check, world_));
 
+  // The data: the training shards' ids, the validation split against what evaluations read.
   data::LoaderOptions lo;
   lo.vocab_size = cfg.vocab_size;
-  lo.seed = o.seed;
-  VT_ASSIGN_OR_RETURN(data::DataLoader train, data::DataLoader::open(o.data_dir, "train", lo));
-  VT_ASSIGN_OR_RETURN(auto tokenizer, data::load_tokenizer(o.data_dir));
-  const std::vector<int32_t> token_bytes = data::token_bytes_table(*tokenizer);
-
-  int64_t start_step = 0, tokens_seen = 0;
-  int lock_fd = -1;
-  if (!o.ckpt_dir.empty()) VT_RETURN_IF_ERROR(lock_checkpoint_dir(o.ckpt_dir, grid, &lock_fd));
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { if (fd >= 0) ::close(fd); }
-  } lock_closer{lock_fd};
-  VT_ASSIGN_OR_RETURN(std::string resume_from, resume_path(o, grid));
-  if (!resume_from.empty()) {
-    VT_ASSIGN_OR_RETURN(CheckpointMeta meta, load_training_state(resume_from, cfg, store, opt, grid));
-    start_step = meta.step;
-    tokens_seen = meta.tokens;
-    VT_RETURN_IF_ERROR(train.load_state_json(meta.loader_state));
-    if (rank0)
-      std::printf("resumed from %s at step %lld\n", resume_from.c_str(),
-                  static_cast<long long>(start_step));
+  lo.seed = o_.seed;
+  {
+    auto train = data::DataLoader::open(o_.data_dir, "train", lo);
+    if (!train.ok()) return agreed(train.status());
+    train_ = std::make_unique<data::DataLoader>(std::move(*train));
+    auto tok = data::load_tokenizer(o_.data_dir);
+    if (!tok.ok()) return agreed(tok.status());
+    tokenizer_ = std::move(*tok);
   }
-  if (!o.ckpt_dir.empty() && rank0) {
-    std::error_code ec;
-    fs::create_directories(o.ckpt_dir, ec);
-    if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create --ckpt-dir ", o.ckpt_dir, ": ", ec.message()));
-    VT_RETURN_IF_ERROR(tokenizer->save((fs::path(o.ckpt_dir) / "tokenizer.json").string()));
+  token_bytes_ = data::token_bytes_table(*tokenizer_);
+  VT_RETURN_IF_ERROR(check_train_ids(*train_, world_));
+  const int64_t eval_tokens = std::max(o_.eval_every > 0 ? o_.eval_tokens : 0, o_.final_eval_tokens);
+  if (eval_tokens > 0) {
+    absl::Status st = check_eval_split(o_.data_dir, cfg.vocab_size, cfg.seq_len, o_.micro_batch,
+                                       shape_.dp, eval_tokens, world_);
+    if (!st.ok())
+      return agreed(absl::Status(st.code(), absl::StrCat(st.message(),
+                                                         o_.eval_every > 0 ? "" : "; or pass --final-eval-tokens 0 to train without evaluating")));
   }
-  MetricsLog metrics;
-  if (rank0) VT_RETURN_IF_ERROR(metrics.open(o.metrics_path, start_step > 0));
+  if (o_.core_every > 0) {
+    auto tasks = eval::load_core_bundle(o_.core_dir, static_cast<int>(o_.core_max_per_task));
+    if (!tasks.ok()) return agreed(tasks.status());
+    core_tasks_ = std::move(*tasks);
+  }
 
-  double params_global = static_cast<double>(store.total_numel());
-  const double fpt = flops_per_token(cfg);
+  // Allocation, init, optimizer.
+  store_.finalize(device_.device, device_.act_dtype);
+  model_->init_params(o_.seed);
+  engine_ = std::make_unique<PipelineEngine>(*model_, *grid_);
+  engine_->set_stop_check([] { return stop_signal_received() != 0; });
+  optim::OptimizerConfig oc = optim::OptimizerConfig::defaults(cfg.n_embd);
+  oc.muon.lr = o_.matrix_lr * o_.lr_scale;
+  for (optim::AdamWHyper* h : {&oc.adamw.embedding, &oc.adamw.lm_head, &oc.adamw.value_table,
+                               &oc.adamw.scalar})
+    h->lr *= o_.lr_scale;
+  oc.schedule.warmup_steps = o_.warmup_steps;
+  oc.schedule.warmdown_frac = o_.warmdown_frac;
+  oc.max_grad_norm = o_.max_grad_norm;
+  if (o_.polar_express) oc.muon.ns = optim::NsKind::kPolarExpress;
+  oc.muon.ns_dtype = o_.muon_ns_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  opt_ = std::make_unique<optim::DistributedOptimizer>(&store_, oc, *grid_);
+  dp_sync_ = std::make_unique<optim::OverlappedGradSync>(&store_, grid_->dp());
+
+  // The checkpoint directory: locked, then resumed from.
+  if (!o_.ckpt_dir.empty()) {
+    VT_ASSIGN_OR_RETURN(lock_, CheckpointDirLock::acquire(o_.ckpt_dir, *grid_));
+  }
+  VT_ASSIGN_OR_RETURN(resumed_from_, resume_path(o_, *grid_));
+  if (!resumed_from_.empty()) {
+    VT_ASSIGN_OR_RETURN(CheckpointMeta meta,
+                        load_training_state(resumed_from_, cfg, store_, *opt_, *grid_));
+    if (meta.step > o_.steps)
+      return agreed(absl::InvalidArgumentError(absl::StrCat(
+          "--steps ", o_.steps, " is below the step of the checkpoint this run resumes (step ",
+          meta.step, ", ", resumed_from_, "); --steps is the run's total: pass ", meta.step,
+          " or more")));
+    completed_step_ = meta.step;
+    last_saved_step_ = meta.step;
+    tokens_seen_ = meta.tokens;
+    VT_RETURN_IF_ERROR(train_->load_state_json(meta.loader_state));
+  }
+  loader_state_ = train_->state_json();
+  if (!o_.ckpt_dir.empty() && rank0_) {
+    VT_RETURN_IF_ERROR(tokenizer_->save((fs::path(o_.ckpt_dir) / "tokenizer.json").string()));
+  }
+  if (rank0_) VT_RETURN_IF_ERROR(metrics_.open(o_.metrics_path, completed_step_ > 0));
+
+  flops_per_token_ = flops_per_token(cfg);
   // MFU's peak: on GPUs the bf16 dense peak of an H100/H200 SXM (989 TFLOP/s per GPU; set
   // VTRAIN_PEAK_TFLOPS for other parts), on CPUs a nominal figure per core.
   const char* peak_env = std::getenv("VTRAIN_PEAK_TFLOPS");
-  const double peak = o.device == "cuda"
-                          ? (peak_env ? std::atof(peak_env) : 989.0) * 1e12 * world->size()
-                          : cpu_peak_flops(world);
-  if (rank0) {
-    ParamStore whole;  // registration only: the whole model's parameter count
-    GPT(cfg).register_params(whole);
-    double whole_params = 0;
-    for (const ParamInfo& p : whole.infos()) whole_params += static_cast<double>(p.numel());
-    std::printf("model: %d layers, d=%d, %d heads (%d kv), T=%d, vocab %d | %.2fM params | "
-                "block %s%s%s | value mode %s%s\n",
-                cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.seq_len, cfg.vocab_size,
-                whole_params / 1e6, block_shape_name(cfg.block), cfg.norm_none ? " (no norms)" : "",
-                cfg.attn_bias.empty() ? "" : (" + " + cfg.attn_bias).c_str(),
-                value_mode_name(cfg.value_mode), cfg.dense ? " + DenseFormer" : "");
-    std::printf("layout: %d ranks = dp %d x tp %d x pp %d | this stage: layers %d..%d, %.2fM params\n",
-                world->size(), shape.dp, shape.tp, shape.pp, layer_begin, layer_end - 1,
-                params_global / 1e6);
-    std::printf("batch: %lld tokens/step = %d rows x %d tokens x dp %d x %d micro-batches; %lld steps\n",
-                static_cast<long long>(o.global_batch), o.micro_batch, cfg.seq_len, shape.dp, M,
-                static_cast<long long>(o.steps));
-    std::printf("device: %s | communication: %s\n", device.description.c_str(),
-                comm_desc.c_str());
-    std::printf("memory estimate (rank 0): %s\n",
-                estimate_memory(cfg, store, shape, grid.coords(), layer_end - layer_begin,
-                                o.micro_batch, device.act_dtype, o.recompute)
-                    .to_string()
-                    .c_str());
-    std::fflush(stdout);
-  }
+  peak_flops_ = o_.device == "cuda" ? (peak_env ? std::atof(peak_env) : 989.0) * 1e12 * world_->size()
+                                    : cpu_peak_flops(world_);
+  print_banner();
+  return absl::OkStatus();
+}
 
-  auto save = [&](int64_t step) -> absl::Status {
-    if (o.ckpt_dir.empty()) return absl::OkStatus();
-    CheckpointMeta meta;
-    meta.step = step;
-    meta.tokens = tokens_seen;
-    meta.loader_state = train.state_json();
-    meta.extra = o.to_json();
-    std::vector<NamedTensor> states = gather_optimizer_states(store, opt);
-    // Checkpoints are written from host memory: a device store is copied out first.
-    const ParamStore host = store.device() == Device::kCPU ? store : store.host_mirror();
-    VT_ASSIGN_OR_RETURN(std::string path, save_checkpoint_in_dir(o.ckpt_dir, step, cfg, host, meta,
-                                                                 states, &grid, o.keep_last));
-    if (rank0) std::printf("saved checkpoint %s\n", path.c_str());
-    return absl::OkStatus();
-  };
-  // Sums over the data-parallel replicas and the pipeline (only the last stage has losses).
-  auto reduce_replicas = [&](double* v, int n) {
-    grid.pp()->all_reduce_sum(v, n);
-    grid.dp()->all_reduce_sum(v, n);
-  };
-  auto run_eval = [&](int64_t step) -> absl::Status {
-    VT_ASSIGN_OR_RETURN(EvalResult r, evaluate(engine, grid, o.data_dir, o.micro_batch,
-                                               o.eval_tokens, token_bytes));
-    if (rank0) {
-      std::printf("eval step %lld | val loss %.4f | val bpb %.4f (%lld tokens)\n",
-                  static_cast<long long>(step), r.loss, r.bpb, static_cast<long long>(r.tokens));
-      metrics.write({{"step", step}, {"val_loss", r.loss}, {"val_bpb", r.bpb}});
-      std::fflush(stdout);
-    }
-    return absl::OkStatus();
-  };
+void Trainer::print_banner() const {
+  if (!rank0_) return;
+  const ModelConfig& cfg = o_.model;
+  ParamStore whole;  // registration only: the whole model's parameter count
+  GPT(cfg).register_params(whole);
+  double whole_params = 0;
+  for (const ParamInfo& p : whole.infos()) whole_params += static_cast<double>(p.numel());
+  std::printf("model: %d layers, d=%d, %d heads (%d kv), T=%d, vocab %d | %.2fM params | "
+              "block %s%s%s | value mode %s%s\n",
+              cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.seq_len, cfg.vocab_size,
+              whole_params / 1e6, block_shape_name(cfg.block), cfg.norm_none ? " (no norms)" : "",
+              cfg.attn_bias.empty() ? "" : (" + " + cfg.attn_bias).c_str(),
+              value_mode_name(cfg.value_mode), cfg.dense ? " + DenseFormer" : "");
+  std::printf("layout: %d ranks = dp %d x tp %d x pp %d | this stage: layers %d..%d, %.2fM params\n",
+              world_->size(), shape_.dp, shape_.tp, shape_.pp, layer_begin_, layer_end_ - 1,
+              static_cast<double>(store_.total_numel()) / 1e6);
+  std::printf("batch: %lld tokens/step = %d rows x %d tokens x dp %d x %d micro-batches; %lld steps\n",
+              static_cast<long long>(o_.global_batch), o_.micro_batch, cfg.seq_len, shape_.dp,
+              micro_batches_, static_cast<long long>(o_.steps));
+  std::printf("device: %s | communication: %s\n", device_.description.c_str(), comm_desc_.c_str());
+  std::printf("memory estimate (rank 0): %s\n", memory_line_.c_str());
+  if (!resumed_from_.empty())
+    std::printf("resumed from %s at step %lld\n", resumed_from_.c_str(),
+                static_cast<long long>(completed_step_));
+  std::fflush(stdout);
+}
 
-  // CORE during training: the bundle is read once; scores go to stdout and the metrics log.
-  std::vector<eval::CoreTask> core_tasks;
-  if (o.core_every > 0) {
-    auto tasks = eval::load_core_bundle(o.core_dir, static_cast<int>(o.core_max_per_task));
-    if (!tasks.ok()) return agreed(tasks.status());
-    core_tasks = std::move(*tasks);
-  }
-  auto run_core = [&](int64_t step) -> absl::Status {
-    auto progress = [&](const std::string& line) {
-      if (rank0) std::printf("%s\n", line.c_str());
-    };
-    VT_ASSIGN_OR_RETURN(eval::CoreResult r, eval::evaluate_core(model, grid, core_tasks, *tokenizer, progress));
-    if (rank0) {
-      nlohmann::json centered = nlohmann::json::object(), accuracy = nlohmann::json::object();
-      for (const eval::CoreTaskResult& t : r.tasks) {
-        centered[t.label] = t.centered;
-        accuracy[t.label] = t.accuracy;
-      }
-      std::printf("core step %lld | CORE %.4f (%zu tasks)\n", static_cast<long long>(step), r.core, r.tasks.size());
-      metrics.write({{"step", step}, {"core", r.core}, {"core_centered", centered}, {"core_accuracy", accuracy}});
-      std::fflush(stdout);
-    }
-    return absl::OkStatus();
-  };
-
-  const int64_t B = o.micro_batch, T = cfg.seq_len;
-  auto fetch_train = [&](int, int32_t* in, int32_t* tg) {
-    absl::Status st = train.next_batch_into(rows_per_micro, T, grid.coords().dp, shape.dp, in, tg);
+FetchBatch Trainer::fetch_from(data::DataLoader& loader) {
+  const int64_t T = o_.model.seq_len, rows = rows_per_micro_;
+  return [this, &loader, T, rows](int, int32_t* in, int32_t* tg) {
+    absl::Status st = loader.next_batch_into(rows, T, grid_->coords().dp, shape_.dp, in, tg);
     if (!st.ok()) abort_job(std::string(st.message()));
   };
-  const double t_start = now_seconds();
-  double t_last = t_start;
-  if (start_step == 0 && o.eval_every > 0) VT_RETURN_IF_ERROR(run_eval(0));
-  for (int64_t step = start_step; step < o.steps; ++step) {
-    const double comm_before = comm_seconds_total();
-    store.zero_grads();
-    const float grad_scale = 1.0f / static_cast<float>(o.global_batch);
-    double loss_sum = engine.train_step(
-        M, static_cast<int>(B), grad_scale, fetch_train,
-        o.overlap_grad_sync ? std::function<void(int)>(layer_grads_done) : std::function<void(int)>());
-    sync_gradients(store, grid, dp_sync);
-    reduce_replicas(&loss_sum, 1);
-    const double loss = loss_sum / static_cast<double>(o.global_batch);
-    if (!std::isfinite(loss))
-      return absl::InternalError(absl::StrCat("loss became ", loss, " at step ", step + 1,
-                                              "; lower the learning rate (--lr-scale) or enable "
-                                              "--max-grad-norm"));
-    optim::StepStats st = opt.step(step, o.steps);
-    tokens_seen += o.global_batch;
-    const int64_t done = step + 1;
-    const double t = now_seconds();
-    const double tok_per_s = o.global_batch / std::max(1e-9, t - t_last);
-    const double mfu = fpt * tok_per_s / peak;
-    t_last = t;
-    if (rank0) {
-      metrics.write({{"step", done},
-                     {"loss", loss},
-                     {"lr", st.matrix_lr},
-                     {"tokens", tokens_seen},
-                     {"tok_per_s", tok_per_s},
-                     {"mfu", mfu},
-                     {"grad_norm", st.grad_norm},
-                     {"comm_s", comm_seconds_total() - comm_before},
-                     {"device_bytes", device_bytes()},
-                     {"device_peak_bytes", device_peak_bytes()}});
-      if (done % o.log_every == 0 || done == o.steps || done == start_step + 1) {
-        const double elapsed = t - t_start;
-        const double eta = elapsed / (done - start_step) * (o.steps - done);
-        std::printf("%s\n", progress_line(done, o.steps, loss, st.matrix_lr, tok_per_s, mfu, eta).c_str());
-        if (done == start_step + 1 && device.device != Device::kCPU)
-          std::printf("device memory after the first step: %.2f GiB in use, peak %.2f GiB\n",
-                      device_bytes() / 1073741824.0, device_peak_bytes() / 1073741824.0);
-        std::fflush(stdout);
+}
+
+absl::Status Trainer::save(int64_t step) {
+  if (o_.ckpt_dir.empty() || step == last_saved_step_) return absl::OkStatus();
+  // Never a checkpoint of non-finite weights (an update can overflow even from finite
+  // gradients): one reduction over the parameters, agreed by every rank.
+  double sq = ops::sum_squares(store_.params_tensor());
+  world_->all_reduce_sum(&sq, 1);
+  if (!std::isfinite(sq))
+    return agreed(absl::DataLossError(absl::StrCat(
+        "the weights after step ", step, " are not finite (",
+        diagnose_nonfinite(*model_, store_, *grid_, {}), "); no checkpoint was written; lower the "
+        "learning rate (--lr-scale) or enable --max-grad-norm")));
+  CheckpointMeta meta;
+  meta.step = step;
+  meta.tokens = tokens_seen_;
+  meta.loader_state = loader_state_;
+  meta.extra = o_.to_json();
+  std::vector<NamedTensor> states = gather_optimizer_states(store_, *opt_);
+  // Checkpoints are written from host memory: a device store is copied out first.
+  const ParamStore host = store_.device() == Device::kCPU ? store_ : store_.host_mirror();
+  VT_ASSIGN_OR_RETURN(std::string path, save_checkpoint_in_dir(o_.ckpt_dir, step, o_.model, host, meta,
+                                                               states, grid_.get(), o_.keep_last));
+  last_saved_step_ = step;
+  if (rank0_) {
+    std::printf("saved checkpoint %s\n", path.c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::evaluate(int64_t step, int64_t max_tokens) {
+  VT_ASSIGN_OR_RETURN(EvalResult r, vt::evaluate(*engine_, *grid_, o_.data_dir, o_.micro_batch,
+                                                 max_tokens, token_bytes_));
+  if (rank0_) {
+    std::printf("eval step %lld | val loss %.4f | val bpb %.4f (%lld tokens)\n",
+                static_cast<long long>(step), r.loss, r.bpb, static_cast<long long>(r.tokens));
+    metrics_.write({{"step", step}, {"val_loss", r.loss}, {"val_bpb", r.bpb}});
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::core(int64_t step) {
+  auto progress = [&](const std::string& line) {
+    if (rank0_) std::printf("%s\n", line.c_str());
+  };
+  VT_ASSIGN_OR_RETURN(eval::CoreResult r,
+                      eval::evaluate_core(*model_, *grid_, core_tasks_, *tokenizer_, progress));
+  if (rank0_) {
+    nlohmann::json centered = nlohmann::json::object(), accuracy = nlohmann::json::object();
+    for (const eval::CoreTaskResult& t : r.tasks) {
+      centered[t.label] = t.centered;
+      accuracy[t.label] = t.accuracy;
+    }
+    std::printf("core step %lld | CORE %.4f (%zu tasks)\n", static_cast<long long>(step), r.core,
+                r.tasks.size());
+    metrics_.write({{"step", step}, {"core", r.core}, {"core_centered", centered}, {"core_accuracy", accuracy}});
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+void Trainer::replay_forward(const BlockOutputHook& observer) {
+  data::LoaderOptions lo;
+  lo.vocab_size = o_.model.vocab_size;
+  lo.seed = o_.seed;
+  auto again = data::DataLoader::open(o_.data_dir, "train", lo);
+  if (!again.ok() || !again->load_state_json(loader_state_).ok()) return;  // opened once already
+  const int64_t step_1based = completed_step_ + 1;
+  model_->set_block_output_hook([&](int layer, const Tensor& x) {
+    if (inject_.at(step_1based, FaultInjection::Where::kActivation) && inject_.layer == layer)
+      ops::scale_copy(x, x, inject_.value);
+    observer(layer, x);
+  });
+  engine_->forward_only(micro_batches_, o_.micro_batch, fetch_from(*again));
+  model_->set_block_output_hook(nullptr);
+}
+
+absl::Status Trainer::nonfinite_step(int64_t index, double loss, double grad_norm, bool* skip) {
+  const std::string where = diagnose_nonfinite(
+      *model_, store_, *grid_, [this](const BlockOutputHook& obs) { replay_forward(obs); });
+  const std::string what = absl::StrCat(
+      std::isfinite(loss) ? absl::StrCat("the gradient norm is ", grad_norm)
+                          : absl::StrCat("the loss is ", loss),
+      " at step ", index + 1);
+  ++nonfinite_in_row_;
+  const bool weights_bad = where.find("parameters with non-finite") != std::string::npos;
+  if (o_.on_nonfinite == "skip-step" && !weights_bad && nonfinite_in_row_ < o_.max_nonfinite_steps) {
+    ++skipped_steps_;
+    if (rank0_) {
+      std::printf("skipping step %lld: %s (%s); update discarded (%lld in a row, %lld in all)\n",
+                  static_cast<long long>(index + 1), what.c_str(), where.c_str(),
+                  static_cast<long long>(nonfinite_in_row_), static_cast<long long>(skipped_steps_));
+      metrics_.write({{"step", index + 1}, {"skipped", true}, {"loss", loss}, {"grad_norm", grad_norm}});
+      std::fflush(stdout);
+    }
+    *skip = true;
+    return absl::OkStatus();
+  }
+  const std::string last = last_saved_step_ >= 0 && !o_.ckpt_dir.empty()
+                               ? absl::StrCat("the last checkpoint, step ", last_saved_step_, ", is in ", o_.ckpt_dir)
+                               : std::string("no checkpoint was written");
+  return agreed(absl::DataLossError(absl::StrCat(
+      "training diverged: ", what,
+      nonfinite_in_row_ > 1 ? absl::StrCat(" (", nonfinite_in_row_, " non-finite steps in a row)") : "",
+      "; ", where, "; the weights of this step were not updated or saved (", last,
+      "); lower the learning rate (--lr-scale), enable --max-grad-norm, or use --on-nonfinite "
+      "skip-step to skip isolated bad steps")));
+}
+
+absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
+  const int64_t step_1based = index + 1;
+  const ModelConfig& cfg = o_.model;
+  if (inject_.at(step_1based, FaultInjection::Where::kWeight) && store_.find(inject_.param) >= 0) {
+    ops::add_scalar(store_.param(inject_.param), 0, inject_.value);
+    store_.refresh_compute_copy();
+  }
+  if (inject_.at(step_1based, FaultInjection::Where::kActivation))
+    model_->set_block_output_hook([&](int layer, const Tensor& x) {
+      if (layer == inject_.layer) ops::scale_copy(x, x, inject_.value);
+    });
+  store_.zero_grads();
+  const float grad_scale = 1.0f / static_cast<float>(o_.global_batch);
+  auto layer_grads_done = [&](int layer) { dp_sync_->layer_done(layer); };
+  double loss_sum = engine_->train_step(
+      micro_batches_, o_.micro_batch, grad_scale, fetch_from(*train_),
+      o_.overlap_grad_sync ? std::function<void(int)>(layer_grads_done) : std::function<void(int)>());
+  model_->set_block_output_hook(nullptr);
+  if (engine_->stopped()) return StepOutcome::kStopped;  // partial gradients: discarded
+  sync_gradients(store_, *grid_, *dp_sync_);
+  if (inject_.at(step_1based, FaultInjection::Where::kGradient) && store_.find(inject_.param) >= 0)
+    ops::add_scalar(store_.grad(inject_.param), 0, inject_.value);
+  // Sums over the data-parallel replicas and the pipeline (only the last stage has losses).
+  grid_->pp()->all_reduce_sum(&loss_sum, 1);
+  grid_->dp()->all_reduce_sum(&loss_sum, 1);
+  const double loss = loss_sum / static_cast<double>(o_.global_batch);
+  (void)cfg;
+
+  const double grad_norm = opt_->grad_norm();
+  if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+    bool skip = false;
+    VT_RETURN_IF_ERROR(nonfinite_step(index, loss, grad_norm, &skip));
+    completed_step_ = step_1based;  // the data of the step is consumed; no update
+    opt_->set_step_count(step_1based);
+    tokens_seen_ += o_.global_batch;
+    loader_state_ = train_->state_json();
+    return StepOutcome::kSkipped;
+  }
+  nonfinite_in_row_ = 0;
+  const double comm_before = comm_seconds_total();
+  optim::StepStats st = opt_->step(index, o_.steps, grad_norm);
+  completed_step_ = step_1based;
+  tokens_seen_ += o_.global_batch;
+  loader_state_ = train_->state_json();
+  log_step(step_1based, loss, st, comm_seconds_total() - comm_before);
+  return StepOutcome::kApplied;
+}
+
+void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s) {
+  const double t = now_seconds();
+  const double tok_per_s = o_.global_batch / std::max(1e-9, t - t_last_);
+  const double mfu = flops_per_token_ * tok_per_s / peak_flops_;
+  t_last_ = t;
+  if (!rank0_) return;
+  metrics_.write({{"step", done},
+                  {"loss", loss},
+                  {"lr", st.matrix_lr},
+                  {"tokens", tokens_seen_},
+                  {"tok_per_s", tok_per_s},
+                  {"mfu", mfu},
+                  {"grad_norm", st.grad_norm},
+                  {"comm_s", comm_s},
+                  {"device_bytes", device_bytes()},
+                  {"device_peak_bytes", device_peak_bytes()}});
+  if (done % o_.log_every == 0 || done == o_.steps || done == first_step_ + 1) {
+    const double elapsed = t - t_start_;
+    const double eta = elapsed / static_cast<double>(done - first_step_) * static_cast<double>(o_.steps - done);
+    std::printf("%s\n", progress_line(done, o_.steps, loss, st.matrix_lr, tok_per_s, mfu, eta).c_str());
+    if (done == first_step_ + 1 && device_.device != Device::kCPU)
+      std::printf("device memory after the first step: %.2f GiB in use, peak %.2f GiB\n",
+                  device_bytes() / 1073741824.0, device_peak_bytes() / 1073741824.0);
+    std::fflush(stdout);
+  }
+}
+
+absl::Status Trainer::stop_here(const std::string& why) {
+  VT_RETURN_IF_ERROR(save(completed_step_));
+  if (rank0_) {
+    std::printf("%s: checkpoint of step %lld saved, exiting with code %d so the job can be "
+                "resumed (--resume auto)\n",
+                why.c_str(), static_cast<long long>(completed_step_), kExitRequeue);
+    std::fflush(stdout);
+  }
+  return absl::AbortedError("stopped after saving a checkpoint");
+}
+
+absl::Status Trainer::run() {
+  first_step_ = completed_step_;
+  if (completed_step_ == o_.steps && !resumed_from_.empty()) {
+    if (rank0_)
+      std::printf("the checkpoint %s is already at --steps %lld: nothing to train\n",
+                  resumed_from_.c_str(), static_cast<long long>(o_.steps));
+    return absl::OkStatus();
+  }
+  const std::string signal_stop = "stop signal received";
+  t_start_ = t_last_ = now_seconds();
+  if (completed_step_ == 0 && o_.eval_every > 0) {
+    VT_RETURN_IF_ERROR(evaluate(0, o_.eval_tokens));
+    if (engine_->stopped()) return stop_here(signal_stop);
+  }
+  for (int64_t index = completed_step_; index < o_.steps; ++index) {
+    VT_ASSIGN_OR_RETURN(StepOutcome outcome, train_step(index));
+    if (outcome == StepOutcome::kStopped) return stop_here(absl::StrCat(signal_stop, " during step ", index + 1));
+    const int64_t done = index + 1;
+    if (done == o_.steps) break;
+    if (outcome == StepOutcome::kApplied) {
+      if (o_.eval_every > 0 && done % o_.eval_every == 0) {
+        VT_RETURN_IF_ERROR(evaluate(done, o_.eval_tokens));
+        if (engine_->stopped()) return stop_here(signal_stop);
+        t_last_ = now_seconds();  // the next step's tok/s excludes the evaluation
+      }
+      if (o_.core_every > 0 && done % o_.core_every == 0) {
+        VT_RETURN_IF_ERROR(core(done));
+        t_last_ = now_seconds();
+      }
+      if (o_.sample_every > 0 && done % o_.sample_every == 0 && world_->size() == 1 &&
+          device_.device == Device::kCPU) {
+        SampleOptions so;
+        so.max_tokens = 48;
+        so.temperature = 0;
+        std::vector<int32_t> prompt = {tokenizer_->bos_id()};
+        auto text = tokenizer_->decode(sample(*model_, prompt, so));
+        std::printf("sample: %s\n", text.ok() ? text->c_str() : "<undecodable>");
       }
     }
-    if (o.eval_every > 0 && done % o.eval_every == 0 && done != o.steps) {
-      VT_RETURN_IF_ERROR(run_eval(done));
-      t_last = now_seconds();  // the next step's tok/s excludes the evaluation
-    }
-    if (o.core_every > 0 && done % o.core_every == 0 && done != o.steps) {
-      VT_RETURN_IF_ERROR(run_core(done));
-      t_last = now_seconds();
-    }
-    if (o.sample_every > 0 && done % o.sample_every == 0 && world->size() == 1 &&
-        device.device == Device::kCPU) {
-      SampleOptions so;
-      so.max_tokens = 48;
-      so.temperature = 0;
-      std::vector<int32_t> prompt = {tokenizer->bos_id()};
-      auto text = tokenizer->decode(sample(model, prompt, so));
-      std::printf("sample: %s\n", text.ok() ? text->c_str() : "<undecodable>");
-    }
-    if (o.ckpt_every > 0 && done % o.ckpt_every == 0 && done != o.steps) VT_RETURN_IF_ERROR(save(done));
-    // Every rank must agree to stop at the same step, whichever received the signal.
-    double stop = g_stop_signal + (done == o.stop_at_step ? 1 : 0);
-    world->all_reduce_sum(&stop, 1);
-    if (stop > 0 && done != o.steps) {
-      if (!(o.ckpt_every > 0 && done % o.ckpt_every == 0)) VT_RETURN_IF_ERROR(save(done));
-      if (rank0)
-        std::printf("stop signal received: checkpoint of step %lld saved, exiting with code %d "
-                    "so the job can be requeued and resumed\n",
-                    static_cast<long long>(done), kExitRequeue);
-      std::fflush(stdout);
-      return absl::AbortedError("stopped by signal after saving a checkpoint");
-    }
+    if (o_.ckpt_every > 0 && done % o_.ckpt_every == 0) VT_RETURN_IF_ERROR(save(done));
+    if (done == o_.stop_at_step) return stop_here(absl::StrCat("--stop-at-step ", done));
+    // A signal only some ranks received (the first stage's vote between micro-batches sees
+    // only its own ranks): every rank agrees at the step's end.
+    float stop = stop_signal_received() != 0 ? 1.0f : 0.0f;
+    world_->all_reduce_max(&stop, 1);
+    if (stop > 0.0f) return stop_here(signal_stop);
   }
-  VT_RETURN_IF_ERROR(run_eval(o.steps));
-  if (o.core_every > 0) VT_RETURN_IF_ERROR(run_core(o.steps));
-  VT_RETURN_IF_ERROR(save(o.steps));
+  // The run's state first: a failing evaluation must not cost it.
+  VT_RETURN_IF_ERROR(save(o_.steps));
+  if (o_.final_eval_tokens > 0) VT_RETURN_IF_ERROR(evaluate(o_.steps, o_.final_eval_tokens));
+  if (o_.core_every > 0) VT_RETURN_IF_ERROR(core(o_.steps));
+  if (skipped_steps_ > 0 && rank0_)
+    std::printf("%lld step(s) were skipped for non-finite values (--on-nonfinite skip-step)\n",
+                static_cast<long long>(skipped_steps_));
   return absl::OkStatus();
+}
+
+absl::Status run_train(const TrainOptions& options, Communicator* world) {
+  Trainer trainer(options, world);
+  VT_RETURN_IF_ERROR(trainer.setup());
+  return trainer.run();
 }
 
 }  // namespace vt

@@ -1,23 +1,113 @@
-// The training loop of `vtrain train`: builds the model and optimizer, streams batches from the
-// loader (gradient accumulation up to the global batch), steps, logs metrics and progress,
-// evaluates, samples, checkpoints and resumes. Single process today; the distributed engine
-// slots in through the model's parallel context.
+// The training run of `vtrain train` (docs/design.md, "Training loop"): a Trainer sets up the
+// layout, device, model, optimizer and data, checks before step 1 what can be checked
+// (train/preflight.h), resumes, then steps: forward/backward over the micro-batches, gradient
+// sums, a finite check of the loss and gradient norm (train/nonfinite.h) before the optimizer
+// touches the weights, metrics and progress, periodic evaluation, CORE, samples and checkpoints.
+// At the end it saves the final checkpoint first and evaluates after, so a failing evaluation
+// never costs the run's state. A stop request (SIGUSR1/SIGTERM, or --stop-at-step) saves the
+// last completed step and ends with kExitRequeue: a signal is read between micro-batches
+// (PipelineEngine::set_stop_check) and at every step end, so it is honoured within one
+// micro-batch's pass through the pipeline plus the save, however large the step.
 #pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
+#include "core/arena.h"
 #include "core/communicator.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
+#include "eval/core_bundle.h"
+#include "model/gpt.h"
+#include "optim/distributed_optimizer.h"
+#include "optim/grad_sync.h"
+#include "parallel/pipeline.h"
+#include "parallel/process_grid.h"
+#include "train/device_setup.h"
+#include "train/metrics.h"
+#include "train/nonfinite.h"
 #include "train/options.h"
+#include "train/run_state.h"
 
 namespace vt {
 
-// Exit code of `vtrain train` after a stop signal (SIGUSR1/SIGTERM) made it save a checkpoint and
-// stop early: the run is incomplete and resumes with --resume auto.
+// Exit code of `vtrain train` after a stop request made it save a checkpoint and stop early:
+// the run is incomplete and resumes with --resume auto.
 inline constexpr int kExitRequeue = 75;
 
-// SIGUSR1/SIGTERM make a running training save at the next step boundary and stop (exit 75).
-// Installed first thing in `vtrain train`, before MPI starts, so an early signal is not fatal.
+// SIGUSR1/SIGTERM ask a running training to save and stop (exit 75). Installed first thing in
+// `vtrain train`, before MPI starts, so an early signal is not fatal.
 void install_stop_signal_handlers();
 
-// Runs on every rank of `world` (a SelfCommunicator for one process).
+// The stop signal received so far (0: none).
+int stop_signal_received();
+
+class Trainer {
+ public:
+  // Every rank of `world` (a SelfCommunicator for one process) builds one.
+  Trainer(const TrainOptions& options, Communicator* world);
+  ~Trainer();
+
+  // Layout, device, model, optimizer, data, checks before step 1, resume. Collective; errors
+  // are agreed by every rank and nothing is written to --ckpt-dir before they pass.
+  absl::Status setup();
+  // The steps, then the final checkpoint, evaluation and CORE. Collective. Returns an Aborted
+  // status after a stop request saved the run (the caller exits with kExitRequeue).
+  absl::Status run();
+
+ private:
+  enum class StepOutcome { kApplied, kSkipped, kStopped };
+  absl::Status stop_here(const std::string& why);
+  absl::StatusOr<StepOutcome> train_step(int64_t index);
+  absl::Status nonfinite_step(int64_t index, double loss, double grad_norm, bool* skip);
+  absl::Status evaluate(int64_t step, int64_t max_tokens);
+  absl::Status core(int64_t step);
+  absl::Status save(int64_t step);
+  void print_banner() const;
+  void log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s);
+  void replay_forward(const BlockOutputHook& observer);
+  FetchBatch fetch_from(data::DataLoader& loader);
+
+  TrainOptions o_;
+  Communicator* world_;
+  bool rank0_ = false;
+  GridShape shape_;
+  int micro_batches_ = 1;  // M: micro-batches per step and data-parallel rank
+  int64_t rows_per_micro_ = 0;
+  DevicePlan device_;
+  std::unique_ptr<ProcessGrid> grid_;
+  std::string comm_desc_;
+  int layer_begin_ = 0, layer_end_ = 0;
+  ParamStore store_;
+  std::unique_ptr<GPT> model_;
+  std::unique_ptr<PipelineEngine> engine_;
+  std::unique_ptr<optim::DistributedOptimizer> opt_;
+  std::unique_ptr<optim::OverlappedGradSync> dp_sync_;
+  std::unique_ptr<data::DataLoader> train_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  std::vector<int32_t> token_bytes_;
+  std::vector<eval::CoreTask> core_tasks_;
+  CheckpointDirLock lock_;
+  MetricsLog metrics_;
+  std::string memory_line_;
+  std::string resumed_from_;
+  FaultInjection inject_;
+
+  // The state a save writes.
+  int64_t completed_step_ = 0;   // steps done (the optimizer step count)
+  int64_t first_step_ = 0;       // completed_step_ when run() started
+  int64_t tokens_seen_ = 0;
+  nlohmann::json loader_state_;  // the loader position after completed_step_
+  int64_t last_saved_step_ = -1;
+
+  int64_t nonfinite_in_row_ = 0, skipped_steps_ = 0;
+  double peak_flops_ = 1, flops_per_token_ = 0;
+  double t_start_ = 0, t_last_ = 0;
+};
+
+// Runs a whole training on every rank of `world`.
 absl::Status run_train(const TrainOptions& opts, Communicator* world);
 
 }  // namespace vt

@@ -110,11 +110,11 @@ def test_user_errors_are_clear(datadir, tmp_path):
     expect_error(["eval", "--ckpt", tmp_path / "none.h5", "--data", datadir], r"none\.h5")
     expect_error(["frobnicate"], r"unknown command")
     expect_error(["train", "--data", datadir, *TINY, "--device", "tpu"],
-                 r"--device must be cpu, cuda or emulated")
+                 r"--device tpu: expected one of cpu, cuda, emulated")
     expect_error(["train", "--data", datadir, *TINY, "--act-dtype", "fp8"],
-                 r"--act-dtype must be f32 or bf16")
+                 r"--act-dtype \S+: expected one of f32, bf16")
     expect_error(["train", "--data", datadir, *TINY, "--muon-ns-dtype", "f16"],
-                 r"--muon-ns-dtype must be f32 or bf16")
+                 r"--muon-ns-dtype \S+: expected one of f32, bf16")
     # No usable GPU (CUDA_VISIBLE_DEVICES="" hides them, on a GPU and on the CUDA emulation
     # alike): `devices` says so with exit 3 and --device cuda is refused up front.
     hidden = dict(os.environ, CUDA_VISIBLE_DEVICES="")

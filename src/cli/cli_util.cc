@@ -1,0 +1,29 @@
+// Helpers the commands share (see commands.h).
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+
+namespace vt::cli {
+
+namespace fs = std::filesystem;
+
+int report_error(const char* cmd, const char* message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "vtrain %s: error: %s\n", cmd, message);
+  return 2;
+}
+
+absl::StatusOr<std::unique_ptr<data::Tokenizer>> tokenizer_for_checkpoint(
+    const std::string& ckpt, const nlohmann::json& meta_extra, const std::string& data_dir) {
+  if (!data_dir.empty()) return data::load_tokenizer(data_dir);
+  const fs::path beside = fs::path(ckpt).parent_path() / "tokenizer.json";
+  if (fs::exists(beside)) return data::load_tokenizer(beside.string());
+  const std::string trained_on = meta_extra.is_object() ? meta_extra.value("data_dir", "") : "";
+  if (!trained_on.empty() && fs::exists(trained_on)) return data::load_tokenizer(trained_on);
+  return absl::NotFoundError(absl::StrCat("no tokenizer.json next to ", ckpt,
+                                          " and the training data directory is gone; pass --data DATADIR"));
+}
+
+}  // namespace vt::cli

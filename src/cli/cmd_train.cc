@@ -1,0 +1,38 @@
+// `vtrain train` on one rank or under mpirun (train/options.h, train/trainer.h). Errors end every
+// rank (parallel/failure.h: run_guarded); a stop request that saved a checkpoint exits with
+// kExitRequeue.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/flags.h"
+#include "parallel/failure.h"
+#include "parallel/mpi_communicator.h"
+#include "train/options.h"
+#include "train/trainer.h"
+
+namespace vt::cli {
+
+int cmd_train(int argc, char** argv) {
+  if (wants_help(argc, argv, 2)) {
+    std::printf("%s", train_usage().c_str());
+    return 0;
+  }
+  install_stop_signal_handlers();
+  MpiSession mpi(&argc, &argv);
+  MpiCommunicator world(MPI_COMM_WORLD);
+  Communicator* comm = world.size() > 1 ? static_cast<Communicator*>(&world) : self_communicator();
+  bool requeue = false;
+  const int code = run_guarded([&]() -> absl::Status {
+    auto o = parse_train_options(argc, argv, 2);
+    if (!o.ok()) return agreed(o.status());  // every rank parses the same flags
+    absl::Status st = run_train(*o, comm);
+    if (absl::IsAborted(st)) {  // stopped by a signal after saving: resumable
+      requeue = true;
+      return absl::OkStatus();
+    }
+    return st;
+  });
+  return code == 0 && requeue ? kExitRequeue : code;
+}
+
+}  // namespace vt::cli

@@ -1,0 +1,40 @@
+// Checks a training run makes before step 1, so that what can be known up front never surfaces
+// after hours of training: the memory the layout needs against what the host (or the device)
+// has free, the validation split against one evaluation batch and the vocabulary, and every
+// token id of the training shards against the vocabulary. Each returns an error agreed by every
+// rank, naming the cause and what to change.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/communicator.h"
+#include "core/tensor.h"
+#include "data/loader.h"
+#include "train/memory_estimate.h"
+
+namespace vt {
+
+// Collective over `world`. The estimate of every rank against the memory it draws from: the
+// device's free memory for a CUDA device, else the host's available memory shared by the ranks
+// of that host. `skip` (--skip-memory-check) turns a refusal into a warning.
+absl::Status check_memory_fits(const MemoryEstimate& estimate, Device device, bool skip,
+                               Communicator* world);
+
+// Micro-batches of `micro_batch` rows x dp an evaluation of at most `max_tokens` reads from a
+// validation split of `val_tokens` tokens (never wrapping around it), or an error saying the
+// split is too small for one.
+absl::StatusOr<int> eval_micro_batches(const std::string& data_dir, int64_t val_tokens, int64_t T,
+                                       int micro_batch, int dp, int64_t max_tokens);
+
+// Collective. The validation split exists, holds one evaluation batch, and the tokens an
+// evaluation of `max_tokens` reads are inside the vocabulary (file and offset named otherwise).
+absl::Status check_eval_split(const std::string& data_dir, int64_t vocab_size, int64_t T,
+                              int micro_batch, int dp, int64_t max_tokens, Communicator* world);
+
+// Collective. Every token of the training shards is inside the vocabulary: the shards are
+// scanned in parallel, shard i by world rank i % size, with OpenMP threads.
+absl::Status check_train_ids(const data::DataLoader& train, Communicator* world);
+
+}  // namespace vt
