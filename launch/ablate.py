@@ -499,7 +499,9 @@ def main(argv: list[str]) -> int:
                           "`vtrain prepare --input FILE --out DATADIR --tokenizer bpe:N`")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    runs = [Run(a, d, seed, args, out) for d in args.depths for a in args.arms for seed in args.seeds]
+    # Seed-major order: the arms alternate (a, b, c, a, b, c, ...), so that a change of the
+    # machine's load during the ablation spreads over every arm instead of favouring some.
+    runs = [Run(a, d, seed, args, out) for d in args.depths for seed in args.seeds for a in args.arms]
     print(f"ablate: {len(args.arms)} arms x {len(args.depths)} depth(s) x {len(args.seeds)} "
           f"seed(s) = {len(runs)} runs of {args.steps} steps, seeds {args.seeds}, data {args.data}, "
           f"eval every {args.eval_every}, jobs {args.jobs}"

@@ -630,9 +630,22 @@ def _jit_value_and_grad(params, inputs, targets, config_json, fixed):
                                        fixed)
 
 
+def default_fixed(config: dict) -> dict:
+    """The W0 of every reparameterized projection when reparam_init is "" or "id": the
+    identity (reparam_init "orth" draws them at random: the caller must pass them)."""
+    if config.get("reparam_init") == "orth":
+        raise ValueError("reparam_init orth: pass the orthogonal W0 matrices as `fixed`")
+    d = int(config["n_embd"])
+    return {k.replace("_resid", "_base").replace("attn.v_", "attn.wv_").replace("attn.o_", "attn.wo_"):
+            np.eye(d) for k in expected_param_shapes(config) if k.endswith(("v_resid", "o_resid"))}
+
+
 def loss_and_grads(params, inputs, targets, config, jit: bool = True, fixed=None):
     """(loss, {name: dloss/dparam}) in float64. With jit, compiled code is cached per config.
-    fixed: untrained tensors by name (the W0 of reparameterized projections)."""
+    fixed: untrained tensors by name (the W0 of reparameterized projections; default: the
+    identity, see default_fixed)."""
+    if fixed is None:
+        fixed = default_fixed(config)
     p64 = {k: jnp.asarray(np.asarray(v, dtype=np.float64)) for k, v in params.items()}
     f64 = {k: jnp.asarray(np.asarray(v, dtype=np.float64)) for k, v in (fixed or {}).items()}
     inputs = jnp.asarray(np.asarray(inputs, dtype=np.int32))
