@@ -75,9 +75,10 @@ TEST_F(GpuTraining, F32BlockShapesMatchCpu) {
     const ModelConfig cfg = testing::variant_config(v);
     const double perturb = cfg.norm_none ? 0.015 : 0.05;
     const testing::StepRun cpu =
-        testing::run_steps(cfg, Device::kCPU, DType::kF32, 3, 2, 1234, 1.0, perturb);
+        testing::run_steps(cfg, Device::kCPU, DType::kF32, 3, 2, 1234, v.lr_scale, perturb);
     const testing::StepRun gpu =
-        testing::run_steps(cfg, Device::kCUDA, DType::kF32, 3, 2, 1234, 1.0, perturb);
+        testing::run_steps(cfg, Device::kCUDA, DType::kF32, 3, 2, 1234, v.lr_scale, perturb);
+    for (double l : cpu.losses) ASSERT_TRUE(std::isfinite(l)) << v.name << " diverged";
     for (size_t s = 0; s < cpu.losses.size(); ++s)
       EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-5 * cpu.losses[s]) << v.name << " step " << s;
     std::string where;

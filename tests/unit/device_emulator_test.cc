@@ -117,8 +117,10 @@ class EmulatedShapes : public Emulated, public ::testing::WithParamInterface<tes
 
 TEST_P(EmulatedShapes, TrainingStepsEqualCpu) {
   const ModelConfig cfg = testing::variant_config(GetParam());
-  const testing::StepRun cpu = testing::run_steps(cfg, Device::kCPU, DType::kF32, 3, 2);
-  const testing::StepRun dev = testing::run_steps(cfg, Device::kCUDA, DType::kF32, 3, 2);
+  const double lr = GetParam().lr_scale;
+  const testing::StepRun cpu = testing::run_steps(cfg, Device::kCPU, DType::kF32, 3, 2, 1234, lr);
+  const testing::StepRun dev = testing::run_steps(cfg, Device::kCUDA, DType::kF32, 3, 2, 1234, lr);
+  for (double l : cpu.losses) ASSERT_TRUE(std::isfinite(l)) << "training diverged";
   EXPECT_EQ(cpu.losses, dev.losses);
   ASSERT_EQ(cpu.first_grads.size(), dev.first_grads.size());
   for (size_t i = 0; i < cpu.first_grads.size(); ++i)
