@@ -375,7 +375,7 @@ def table(rows: list[dict], reference: str | None = None) -> tuple[str, str]:
     spread = seeds > 1
     pm = " +- std" if spread else ""
     head = (f"| run | depth | params | final val loss{pm} | final val bpb{pm} | "
-            f"delta bpb vs {ref_name} | tok/s | ms/step | speed vs {ref_name} |")
+            f"delta bpb vs {ref_name} | tok/s{pm} | ms/step | speed vs {ref_name} |")
     lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for g in groups:
         depth = "-" if g["depth"] is None else str(g["depth"])
@@ -388,8 +388,9 @@ def table(rows: list[dict], reference: str | None = None) -> tuple[str, str]:
             return fmt(v[0]) + (f" +- {fmt(v[1])}" if spread else "")
         delta = (g["val_bpb"][0] - ref["val_bpb"][0]) if ref and ref["ok"] else None
         speed = (g["tok_s"][0] / ref["tok_s"][0]) if ref and ref["ok"] else None
+        tok = fmt(g["tok_s"][0], ",.0f") + (f" +- {fmt(g['tok_s'][1], ',.0f')}" if spread else "")
         lines.append(f"| {g['arm']} | {depth} | {fmt_params(g['params'])} | {ms(g['val_loss'])} | "
-                     f"{ms(g['val_bpb'])} | {fmt(delta, '+.4f')} | {fmt(g['tok_s'][0], ',.0f')} | "
+                     f"{ms(g['val_bpb'])} | {fmt(delta, '+.4f')} | {tok} | "
                      f"{fmt(g['ms_step'], '.1f')} | {fmt(speed, '.3f')}x |")
     return "\n".join(lines), ref_name
 

@@ -21,7 +21,7 @@ struct ModelConfig {
   int vocab_size = 32768;  // real vocabulary; storage is padded to a multiple of 64
   int seq_len = 256;
   std::string window_pattern = "SSSL";
-  int short_window = 0;    // 0: ceil(T/4/128)*128 (MODEL.md)
+  int short_window = 0;    // 0: ceil(T/4/128)*128 (docs/model.md)
   double rope_base = 100000.0;
   double norm_eps = 1e-6;
   double qk_norm_scale = 1.2;

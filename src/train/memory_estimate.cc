@@ -26,7 +26,16 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   for (const ParamInfo& p : store.infos())
     (p.group == ParamGroup::kMatrix ? matrix : other) += static_cast<double>(p.numel());
   const double n = matrix + other;
-  m.params = 4 * n;
+  // Fixed tensors beside the parameters: the W0 of reparameterized projections (sas/sas-p: layer
+  // 0's V and O, every layer's with --reparam-init; C x C/tp each) and --attn-bias's T x T bias
+  // per layer.
+  const bool simplified = cfg.block == BlockShapeKind::kSas || cfg.block == BlockShapeKind::kSasP;
+  const double reparam = !simplified ? 0 : !cfg.reparam_init.empty() ? 2.0 * layers
+                                                                      : (coords.pp == 0 ? 2 : 0);
+  const double fixed = reparam * cfg.n_embd * (static_cast<double>(cfg.n_embd) / shape.tp) +
+                       (cfg.attn_bias.empty() ? 0 : layers * static_cast<double>(cfg.seq_len) *
+                                                        cfg.seq_len);
+  m.params = 4 * (n + fixed);
   m.grads = 4 * n;
   m.compute_copy = act_dtype == DType::kBF16 ? 2 * n : 0;  // the bf16 weight copy
   m.optimizer = 4 * matrix + 8 * other / shape.dp;

@@ -1,7 +1,7 @@
 """Independent JAX reference of the vtrain model family (the "oracle").
 
 Written from the model reference docs/model.md (equations, pinned choices, parameter names; it
-restates ../../shared/MODEL.md) and tests/reference/FORMAT.md (config keys) only, never from the
+restates the specification MODEL.md) and tests/reference/FORMAT.md (config keys) only, never from the
 C++. Everything is computed in float64 on the CPU with plain jnp ops: full T x T attention with
 an explicit mask, every attention-matrix term (shaped attention's I and C, E-SPA/U-SPA biases
 from a generic Cholesky) as an explicit T x T matrix, no fusion.
@@ -71,7 +71,7 @@ V1_MODES = frozenset(
 # Modes whose target layers store no W_V (the value never comes from n_i W_V^i there).
 NO_WV_ON_TARGET = frozenset({"svformer", "v1", "bov"})
 
-# Constants fixed by MODEL.md (compare_case checks that a case's config agrees with them).
+# Constants fixed by the model reference (compare_case checks that a case's config agrees with them).
 SPEC_CONSTANTS = {
     "rope_base": 100000.0,
     "norm_eps": 1e-6,
@@ -82,7 +82,7 @@ SPEC_CONSTANTS = {
     "value_embed_gate_scale": 3.0,
 }
 
-# Fixed mixing coefficients (l1 on V1, l2 on the context value) from MODEL.md section 2.
+# Fixed mixing coefficients (l1 on V1, l2 on the context value) from docs/model.md, "Value paths".
 FIXED_COEFFS = {
     "resformer-identity": (0.5, 0.5),
     "resformer-constant": (2.0, 1.0),
