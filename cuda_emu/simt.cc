@@ -42,8 +42,9 @@ struct Fiber {
   const char* file = "";
   unsigned line = 0;
   int bar_kind = 0, bar_pred = 0, bar_result = 0;
-  // At a warp collective.
+  // At a warp collective (wname: the operation's name for an exchange).
   detail::WarpOp wop = detail::WarpOp::kSync;
+  const char* wname = nullptr;
   unsigned wmask = 0, wsize = 0;
   int warg = 0, wwidth = 32;
   uint64_t wval[2] = {0, 0}, wres[2] = {0, 0};
@@ -89,8 +90,14 @@ const char* op_name(detail::WarpOp op) {
     case detail::WarpOp::kBallot: return "__ballot_sync";
     case detail::WarpOp::kAny: return "__any_sync";
     case detail::WarpOp::kAll: return "__all_sync";
+    case detail::WarpOp::kExchange: return "warp matrix operation";
   }
   return "?";
+}
+
+// The name of the collective a fiber waits at (an exchange names its operation).
+const char* fiber_op_name(const Fiber& f) {
+  return f.wop == detail::WarpOp::kExchange && f.wname ? f.wname : op_name(f.wop);
 }
 
 const char* barrier_name(int kind) {
@@ -244,7 +251,7 @@ int release_warp(Executor& ex, unsigned n, unsigned w, int only, std::string* fa
       if (group & ~m) {
         const unsigned l = unsigned(__builtin_ctz(group & ~m));
         *fault = where(ex) + ": thread " + std::to_string(32 * w + l) + " calls " +
-                 op_name(lf[l].wop) + " (" + site(lf[l].file, lf[l].line) +
+                 fiber_op_name(lf[l]) + " (" + site(lf[l].file, lf[l].line) +
                  ") with a mask that does not include its own lane";
         return -1;
       }
@@ -252,15 +259,35 @@ int release_warp(Executor& ex, unsigned n, unsigned w, int only, std::string* fa
       if (need & ~group) continue;  // some lanes of the mask are elsewhere: not complete (yet)
       for (unsigned t = group; t; t &= t - 1) {
         const unsigned l = unsigned(__builtin_ctz(t));
-        if (lf[l].wop != lf[l0].wop || lf[l].wsize != lf[l0].wsize) {
+        if (lf[l].wop != lf[l0].wop || lf[l].wsize != lf[l0].wsize ||
+            (lf[l].wop == detail::WarpOp::kExchange &&
+             (lf[l].wval[1] != lf[l0].wval[1] || lf[l].line != lf[l0].line ||
+              std::strcmp(lf[l].file, lf[l0].file) != 0))) {
           *fault = where(ex) + ": divergent warp collectives in warp " + std::to_string(w) +
-                   ": lane " + std::to_string(l0) + " at " + op_name(lf[l0].wop) + " (" +
+                   ": lane " + std::to_string(l0) + " at " + fiber_op_name(lf[l0]) + " (" +
                    site(lf[l0].file, lf[l0].line) + "), lane " + std::to_string(l) + " at " +
-                   op_name(lf[l].wop) + " (" + site(lf[l].file, lf[l].line) + ")";
+                   fiber_op_name(lf[l]) + " (" + site(lf[l].file, lf[l].line) + ")";
           return -1;
         }
       }
       const detail::WarpOp op = lf[l0].wop;
+      if (op == detail::WarpOp::kExchange) {  // one call over every lane's record
+        void* records[32] = {};
+        for (unsigned t = group; t; t &= t - 1) {
+          const unsigned l = unsigned(__builtin_ctz(t));
+          records[l] = reinterpret_cast<void*>(uintptr_t(lf[l].wval[0]));
+        }
+        const auto fn = reinterpret_cast<detail::WarpExchangeFn>(uintptr_t(lf[l0].wval[1]));
+        if (const char* err = fn(records, group)) {
+          *fault = where(ex) + ": warp " + std::to_string(w) + ": " + fiber_op_name(lf[l0]) +
+                   " (" + site(lf[l0].file, lf[l0].line) + "): " + err;
+          return -1;
+        }
+        for (unsigned t = group; t; t &= t - 1) lf[__builtin_ctz(t)].st = St::kRunnable;
+        ex.warp_waiting[w] &= ~group;
+        ++released;
+        continue;
+      }
       unsigned bits = 0;
       for (unsigned t = group; t; t &= t - 1) {
         const unsigned l = unsigned(__builtin_ctz(t));
@@ -271,7 +298,7 @@ int release_warp(Executor& ex, unsigned n, unsigned w, int only, std::string* fa
         Fiber& f = lf[l];
         const int width = f.wwidth;
         if (width < 1 || width > 32 || (width & (width - 1))) {
-          *fault = where(ex) + ": " + op_name(op) + " (" + site(f.file, f.line) + ") with width " +
+          *fault = where(ex) + ": " + fiber_op_name(f) + " (" + site(f.file, f.line) + ") with width " +
                    std::to_string(width) + " (must be a power of 2 <= 32)";
           return -1;
         }
@@ -371,7 +398,7 @@ std::string describe_stall(const Executor& ex, unsigned n) {
     if (f.st == St::kBarrier)
       sites[std::string(barrier_name(f.bar_kind)) + " at " + site(f.file, f.line)].push_back(i);
     else if (f.st == St::kWarp)
-      sites[std::string(op_name(f.wop)) + " at " + site(f.file, f.line) + " (mask 0x" + [&] {
+      sites[std::string(fiber_op_name(f)) + " at " + site(f.file, f.line) + " (mask 0x" + [&] {
         char b[16];
         std::snprintf(b, sizeof b, "%08x", f.wmask);
         return std::string(b);
@@ -422,6 +449,8 @@ bool run_block(Executor& ex, uint3 bidx, bool reverse, std::string* fault) {
     f.t.linear = i;
     f.t.lane = i & 31;
     f.t.warp = i >> 5;
+    f.t.async_copies.clear();  // a previous block's copies never land in this one
+    f.t.async_groups.clear();
     f.st = St::kNotStarted;
   }
   const unsigned nwarps = (n + 31) / 32, tail = n - 32 * (nwarps - 1);
@@ -603,6 +632,22 @@ void warp_collective(WarpOp op, unsigned mask, uint64_t value[2], unsigned size,
   if (f->st != St::kRunnable) suspend(f);
   value[0] = f->wres[0];
   value[1] = f->wres[1];
+}
+
+void thread_fault(const char* what, const std::source_location& loc) {
+  Fiber* f = running_fiber(what);
+  Executor& ex = tl_exec;
+  if (ex.pending_fault.empty())
+    ex.pending_fault = where(ex) + ": thread " + std::to_string(f->t.linear) + ": " + what +
+                       " (" + site(loc.file_name(), loc.line()) + ")";
+}
+
+void warp_exchange(const char* name, unsigned mask, void* record, WarpExchangeFn fn,
+                   const std::source_location& loc) {
+  uint64_t v[2] = {uint64_t(uintptr_t(record)), uint64_t(uintptr_t(fn))};
+  Fiber* f = running_fiber(name);
+  f->wname = name;
+  warp_collective(WarpOp::kExchange, mask, v, 0, 0, 32, loc);
 }
 
 }  // namespace detail

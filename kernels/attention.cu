@@ -1,7 +1,9 @@
-// CUDA causal sliding-window GQA attention (forward + backward), flash-style tiles.
+// CUDA causal sliding-window GQA attention (forward + backward), flash-style tiles: the reference
+// kernels. The CUDA backend runs bf16 attention on the tensor-core kernels of attention_tc.cu
+// where they apply; these run f32 (and everything else) and are what the tensor-core kernels are
+// tested against.
 //
-// Correctness first, no tuning yet (no tensor cores, scalar fp32 dot products from shared
-// memory). Tiles are kTile query rows x kTile key rows; every tile is converted to fp32 in shared
+// Correctness first, no tuning (no tensor cores, scalar fp32 dot products from shared memory). Tiles are kTile query rows x kTile key rows; every tile is converted to fp32 in shared
 // memory with a row stride of hd + 1 (avoids bank conflicts on the column walks).
 //
 // Forward: one block per (query tile, head, batch). It visits only the key tiles its rows can
@@ -333,17 +335,11 @@ void check_shape(const AttnShape& s) {
                   "B, H, Hkv must be <= 65535 (grid y/z limits)");
 }
 
-// Sets the kernel's dynamic shared-memory limit to `bytes` after checking the device allows it.
+// Raises the kernel's dynamic shared-memory limit to `bytes` (checked against the device).
 template <class Kernel>
 void prepare_smem(Kernel kernel, size_t bytes) {
-  int dev = 0, max_optin = 0;
-  VT_CUDA_CHECK(cudaGetDevice(&dev));
-  VT_CUDA_CHECK(
-      cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  VT_CUDA_REQUIRE(bytes <= size_t(max_optin),
-                  "attention head dim too large for this GPU's shared memory per block");
-  VT_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  set_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes,
+                   "attention (reference kernel) at this head dim");
 }
 
 // Dynamic shared memory of each kernel (see the layouts above the kernels).

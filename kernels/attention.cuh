@@ -1,4 +1,6 @@
-// CUDA causal sliding-window GQA attention, forward and backward: host launchers.
+// CUDA causal sliding-window GQA attention, forward and backward: host launchers of the reference
+// kernels (scalar fp32 on CUDA cores, any head dim, f32 or bf16). The fast bf16 path is
+// attention_tc.cuh (tensor cores).
 //
 // Same semantics and layouts as vt::cpu::attention_forward / attention_backward
 // (src/core/cpu_kernels.h): query t sees key s iff 0 <= t - s < window; query head h reads KV

@@ -1,4 +1,5 @@
-// Out-of-line parts of cuda_check.cuh: the failure report and the device-count probe.
+// Out-of-line parts of cuda_check.cuh: the failure report, the dynamic shared-memory opt-in and
+// the device-count probe.
 #include "kernels/cuda_check.cuh"
 
 #include <cstdio>
@@ -17,6 +18,20 @@ void require_fail(const char* cond, const char* msg, const char* file, int line)
                msg ? msg : "");
   std::fflush(stderr);
   std::abort();
+}
+
+void set_dynamic_smem(const void* kernel, size_t bytes, const char* what) {
+  int dev = 0, max_optin = 0;
+  VT_CUDA_CHECK(cudaGetDevice(&dev));
+  VT_CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (bytes > size_t(max_optin)) {
+    std::fprintf(stderr,
+                 "%s needs %zu bytes of shared memory per block; this GPU offers %d\n", what,
+                 bytes, max_optin);
+    std::abort();
+  }
+  VT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     int(bytes)));
 }
 
 int cuda_device_count() {

@@ -2,6 +2,7 @@
 // decides at run time whether the CUDA backend can be used (0 when there is no driver or GPU).
 // Host-only header: safe to include from .cc files compiled by the host compiler.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
@@ -17,6 +18,11 @@ namespace vt::cuda {
 // Number of usable CUDA devices; 0 (never an error) when no driver, no device or a driver too
 // old for this runtime. Clears the sticky runtime error such a probe leaves behind.
 int cuda_device_count();
+
+// Allows `kernel` (a __global__ function, as const void*) `bytes` of dynamic shared memory per
+// block on the current device, after checking the device offers that much (aborts naming
+// `what` otherwise). Needed above 48 KiB.
+void set_dynamic_smem(const void* kernel, size_t bytes, const char* what);
 
 // Grid size for a grid-stride loop over n elements with `threads` threads per block.
 inline unsigned grid_for(int64_t n, int threads) {

@@ -1,7 +1,8 @@
 // Rotary embedding (rotate-half pairing j <-> j + hd/2) on the GPU; same semantics as
-// vt::cpu::rope_forward/backward, including pos_offset. f32 or bf16 tensors (B, T, heads, hd),
-// angles and rotation computed in fp32 from double-precision frequencies. Device pointers; the
-// output may alias the input.
+// vt::cpu::rope_forward/backward, including pos_offset. f32 or bf16 tensors (B, T, heads, hd);
+// the output may alias the input. Angles come from a table of cos/sin per (position, pair)
+// built once (rope_table) instead of double-precision exp2/cos/sin per element: the CUDA backend
+// keeps one table per (head dim, base), grown when a call needs later positions.
 #pragma once
 #include <cstdint>
 
@@ -10,17 +11,22 @@
 
 namespace vt::cuda {
 
+// table[p * hd/2 + j] = (cos a, sin a), a = p * base^(-2j/hd), for positions p < `positions`:
+// the angle in double (p * inv_freq reaches ~1e4 radians at long context, where an fp32 product
+// would lose ~1e-3 of phase), its cos and sin rounded to fp32, as the CPU's tables. hd even.
+void rope_table(float2* table, int64_t positions, int64_t hd, double base, cudaStream_t stream);
+
 // Forward rotation: y[j] = x[j] cos - x[j+hd/2] sin, y[j+hd/2] = x[j+hd/2] cos + x[j] sin with
-// angle (t + pos_offset) * base^(-2j/hd). hd must be even.
+// the angle of position t + pos_offset; `table` must cover positions < T + pos_offset.
 void rope_forward(const float* x, float* y, int64_t B, int64_t T, int64_t heads, int64_t hd,
-                  double base, int64_t pos_offset, cudaStream_t stream);
+                  const float2* table, int64_t pos_offset, cudaStream_t stream);
 void rope_forward(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t B, int64_t T, int64_t heads,
-                  int64_t hd, double base, int64_t pos_offset, cudaStream_t stream);
+                  int64_t hd, const float2* table, int64_t pos_offset, cudaStream_t stream);
 // The transpose (inverse rotation) applied to dy.
 void rope_backward(const float* dy, float* dx, int64_t B, int64_t T, int64_t heads, int64_t hd,
-                   double base, int64_t pos_offset, cudaStream_t stream);
+                   const float2* table, int64_t pos_offset, cudaStream_t stream);
 void rope_backward(const __nv_bfloat16* dy, __nv_bfloat16* dx, int64_t B, int64_t T,
-                   int64_t heads, int64_t hd, double base, int64_t pos_offset,
+                   int64_t heads, int64_t hd, const float2* table, int64_t pos_offset,
                    cudaStream_t stream);
 
 }  // namespace vt::cuda

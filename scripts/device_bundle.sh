@@ -31,7 +31,7 @@ done
 
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DVTRAIN_CUDA=ON -DVTRAIN_CUDA_EMULATION=OFF \
   -DVTRAIN_NATIVE=OFF -DVTRAIN_PYTHON="$PWD/.venv/bin/python" >/dev/null
-gpu_targets=(vtrain memory_plan)
+gpu_targets=(vtrain memory_plan attention_bench)
 for t in tests/gpu/*_test.cc; do gpu_targets+=("$(basename "$t" .cc)"); done
 cmake --build "$BUILD" -j "$JOBS" --target "${gpu_targets[@]}"
 # The bundle must not need the build machine's CPU: no AVX-512 or other -march=native code.
@@ -47,8 +47,8 @@ fi
 rm -rf "$OUT"
 mkdir -p "$OUT/root/usr/bin" "$OUT/root/tests" "$OUT/root/usr/lib/x86_64-linux-gnu" \
          "$OUT/root/usr/share"
-bins=("$BUILD/vtrain" "$BUILD/memory_plan" /usr/bin/orterun /usr/bin/orted)
-cp -L "$BUILD/vtrain" "$BUILD/memory_plan" "$OUT/root/usr/bin/"
+bins=("$BUILD/vtrain" "$BUILD/memory_plan" "$BUILD/attention_bench" /usr/bin/orterun /usr/bin/orted)
+cp -L "$BUILD/vtrain" "$BUILD/memory_plan" "$BUILD/attention_bench" "$OUT/root/usr/bin/"
 cp -L /usr/bin/orterun /usr/bin/orted "$OUT/root/usr/bin/"
 ln -sf orterun "$OUT/root/usr/bin/mpirun"
 for t in tests/gpu/*_test.cc; do

@@ -10,7 +10,8 @@
 #   cli     tests/gpu/test_gpu_train_cli.py (f32 losses = CPU, bf16 runs whose loss falls,
 #           2 ranks on one GPU through MPI staging, a GPU checkpoint resumed on the CPU, d12
 #           baseline and bov with tok/s and memory printed)
-#   bench   bench/bench_gpu_vs_torch.py on d12 and d24 (baseline, bov)
+#   bench   tools/attention_bench (tensor-core vs reference attention, d24/d32 heads), then
+#           bench/bench_gpu_vs_torch.py on d12 and d24 (baseline, bov)
 # Open MPI runs without ssh/rsh (plm isolated: one node) and without cross-memory attach (CMA
 # needs ptrace rights a container may not give).
 # Usage: bash scripts/device_check.sh [tests|cli|bench|all ...] (default: tests cli); exit code:
@@ -44,6 +45,7 @@ export B ROOT LOGS
 mkdir -p "$B/tests"
 ln -sf "$ROOT/usr/bin/vtrain" "$B/vtrain"
 ln -sf "$ROOT/usr/bin/memory_plan" "$B/memory_plan"
+ln -sf "$ROOT/usr/bin/attention_bench" "$B/attention_bench"
 for t in "$ROOT"/tests/*_test; do ln -sf "$t" "$B/tests/$(basename "$t")"; done
 
 { nvidia-smi -L; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH";
@@ -69,6 +71,11 @@ stage_tests() {
 }
 stage_cli() { VTRAIN_BUILD=$B python3 tests/gpu/test_gpu_train_cli.py; }
 stage_bench() {
+  # Attention kernels first (short): tensor cores vs the reference kernels at d24 and d32 heads.
+  "$B/attention_bench" --B 8 --T 2048 --H 12 --Hkv 12 --hd 128 --window 2048,512 \
+    --json "$LOGS/attention_d24.json" &&
+  "$B/attention_bench" --B 4 --T 2048 --H 16 --Hkv 16 --hd 128 --window 2048,512 \
+    --json "$LOGS/attention_d32.json" &&
   python3 bench/bench_gpu_vs_torch.py --presets d12,d24 --modes baseline,bov --seq-len 2048 \
     --micro-batch d12=16,d24=8 --steps 20 --warmup 10 --vtrain "$B/vtrain" --json "$LOGS/bench.json"
 }

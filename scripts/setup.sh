@@ -9,7 +9,8 @@ APT_PACKAGES=(build-essential cmake pkg-config git
   libabsl-dev libgtest-dev libopenblas-dev libopenblas0-openmp libpcre2-dev nlohmann-json3-dev
   zlib1g-dev libzstd-dev zstd
   bible-kjv python3-venv
-  slurmctld slurmd slurm-client munge iproute2 util-linux)  # last line: tests/cluster
+  slurmctld slurmd slurm-client munge iproute2 util-linux   # tests/cluster
+  clang libclang-rt-14-dev libomp-dev)                      # tests/fuzz (libFuzzer)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -2,15 +2,18 @@
 #include "checkpoint/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_plan.h"
 #include "checkpoint/checkpoint_verify.h"
@@ -75,6 +78,15 @@ void fsync_path(const std::string& path) {
   ::close(fd);
 }
 
+// Bytes the file system holding `dir` still accepts from this user (-1: unknown).
+int64_t free_bytes(const std::string& dir) {
+  struct statvfs v;
+  if (::statvfs(dir.c_str(), &v) != 0) return -1;
+  return static_cast<int64_t>(v.f_bavail) * static_cast<int64_t>(v.f_frsize);
+}
+
+std::string mib(double bytes) { return absl::StrFormat("%.1f MiB", bytes / (1024.0 * 1024.0)); }
+
 nlohmann::json layout_json(const ProcessGrid* grid) {
   if (!grid) return {{"tp", 1}, {"dp", 1}, {"pp", 1}, {"world", 1}};
   const GridShape& g = grid->shape();
@@ -105,7 +117,9 @@ absl::Status write_datasets(const CkptComm& comm, h5::File& f, const std::vector
     if (st.ok()) st = ds->set_attr("checksum", ckpt::checksum_hex(sums[i]));
     if (st.ok()) {
       const Piece* p = d.owner ? &pieces[d.piece] : nullptr;
-      st = ds->write_slab(p ? &p->box : nullptr, p ? p->data : nullptr, h5::Transfer::kCollective);
+      // Independent writes: a rank whose write fails (a full disk) gets its error back at once;
+      // a failing collective write can leave the ranks in different states.
+      st = ds->write_slab(p ? &p->box : nullptr, p ? p->data : nullptr, h5::Transfer::kIndependent);
     }
     VT_RETURN_IF_ERROR(comm.agree(st));
   }
@@ -168,12 +182,42 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
           .dump()));
 
   const std::string tmp = path + ".tmp";
+  // Room for the file (data, plus HDF5's metadata: a generous 1 MiB + 1%) before writing, so a
+  // full disk is a plain message, not a failure half-way through a collective write.
+  const std::string dir = std::filesystem::absolute(path).parent_path().string();
+  double data_bytes = 0;
+  for (const DatasetPlan& d : plan) data_bytes += 4.0 * static_cast<double>(shape_numel(d.global));
+  const double need = data_bytes * 1.01 + (1 << 20);
+  absl::Status room;
+  // VTRAIN_SKIP_SPACE_CHECK=1 (tests only) lets a save run into the full disk for real.
+  const char* skip_check = std::getenv("VTRAIN_SKIP_SPACE_CHECK");
+  if (comm.rank() == 0 && !(skip_check && std::string(skip_check) == "1")) {
+    const int64_t have = free_bytes(dir);
+    if (have >= 0 && need > static_cast<double>(have))
+      room = absl::ResourceExhaustedError(absl::StrCat(
+          "not enough space for checkpoint ", path, ": it needs about ", mib(need), ", the file "
+          "system holding ", dir, " has ", mib(static_cast<double>(have)), " free"));
+  }
+  VT_RETURN_IF_ERROR(comm.agree(room));
+  // Any failure from here on: say how full the file system is, the usual cause.
+  auto with_space = [&](absl::Status st) {
+    if (st.ok() || comm.rank() != 0) return st;
+    const int64_t have = free_bytes(dir);
+    return absl::Status(st.code(), absl::StrCat(st.message(), " (the file system holding ", dir,
+                                                " has ", mib(static_cast<double>(have)), " free",
+                                                static_cast<double>(have) < need ? ": it is full" : "",
+                                                ")"));
+  };
   {
     absl::StatusOr<h5::File> f = h5::File::create(tmp, comm.comm(), /*dense_attributes=*/true);
-    VT_RETURN_IF_ERROR(comm.agree(f.status()));
-    VT_RETURN_IF_ERROR(comm.agree(write_header(*f, cfg, meta_json)));
-    VT_RETURN_IF_ERROR(write_datasets(comm, *f, plan, *pieces, sums));
-    VT_RETURN_IF_ERROR(comm.agree(f->close()));
+    VT_RETURN_IF_ERROR(comm.agree(with_space(f.status())));
+    absl::Status written = comm.agree(with_space(write_header(*f, cfg, meta_json)));
+    if (written.ok()) written = comm.agree(with_space(write_datasets(comm, *f, plan, *pieces, sums)));
+    if (!written.ok()) {
+      f->abandon();  // closing would flush collectively: see h5::File::abandon
+      return written;
+    }
+    VT_RETURN_IF_ERROR(comm.agree(with_space(f->close())));
   }
   if (comm.rank() == 0) fsync_path(tmp);
   comm.barrier();

@@ -60,10 +60,16 @@ absl::StatusOr<CheckpointMeta> read_meta(const h5::File& f, int format_version) 
   };
   if (format_version == 1) {
     VT_ASSIGN_OR_RETURN(nlohmann::json j, json_attr("meta"));
-    m.step = j.value("step", int64_t{0});
-    m.tokens = j.value("tokens", int64_t{0});
-    m.loader_state = j.value("loader_state", nlohmann::json());
-    m.extra = j.value("extra", nlohmann::json());
+    if (!j.is_object() && !j.is_null())
+      return absl::DataLossError("attribute meta is not a JSON object");
+    try {  // a field of the wrong type throws
+      m.step = j.value("step", int64_t{0});
+      m.tokens = j.value("tokens", int64_t{0});
+      m.loader_state = j.value("loader_state", nlohmann::json());
+      m.extra = j.value("extra", nlohmann::json());
+    } catch (const nlohmann::json::exception& e) {
+      return absl::DataLossError(absl::StrCat("attribute meta: ", e.what()));
+    }
     m.library_version = "vtrain (format 1)";
     m.layout = {{"tp", 1}, {"dp", 1}, {"pp", 1}, {"world", 1}};
     return m;
@@ -206,8 +212,9 @@ std::string format_checkpoint_info(const CheckpointInfo& info) {
   const nlohmann::json& l = info.meta.layout;
   absl::StrAppend(&out, "  format ", kCheckpointFormat, " v", info.format_version, ", written by ",
                   info.meta.library_version, " on layout ",
-                  l.is_object() ? absl::StrCat("tp=", l.value("tp", 1), " dp=", l.value("dp", 1),
-                                               " pp=", l.value("pp", 1))
+                  l.is_object() ? absl::StrCat("tp=", l.value("tp", nlohmann::json(1)).dump(),
+                                               " dp=", l.value("dp", nlohmann::json(1)).dump(),
+                                               " pp=", l.value("pp", nlohmann::json(1)).dump())
                                 : std::string("?"),
                   "\n");
   absl::StrAppend(&out, "  step ", info.meta.step, ", ", info.meta.tokens, " tokens\n");

@@ -10,14 +10,41 @@
 namespace vt::h5 {
 
 namespace {
+
+// HDF5 closes whatever is still open from an atexit handler. After a failed close (a full disk:
+// the flush fails, then H5Fclose fails half-way) that handler dereferences a half-freed file and
+// the process dies with SIGSEGV after printing the real error. vtrain closes its files itself,
+// so the handler is turned off before the library initializes (static initialization).
+[[maybe_unused]] const bool kNoAtexit = [] {
+  H5dont_atexit();
+  return true;
+}();
 // Silences HDF5's own error stack printing; we report through absl::Status.
 struct QuietErrors {
   QuietErrors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 };
 const QuietErrors kQuiet;
 
+// One line per HDF5 error record. The file drivers write long records ("file write failed:
+// time = ..., filename = ..., errno = 28, error message = 'No space left on device', buf = ...");
+// those are cut to "file write failed: No space left on device (errno 28)".
+std::string condense(std::string d) {
+  const size_t m = d.find("error message = '");
+  if (m != std::string::npos) {
+    const size_t a = m + 17, b = d.find('\'', a);
+    std::string head = d.substr(0, d.find(':'));
+    std::string why = d.substr(a, b == std::string::npos ? std::string::npos : b - a);
+    const size_t e = d.find("errno = ");
+    std::string err;
+    if (e != std::string::npos) err = " (errno " + d.substr(e + 8, d.find(',', e) - e - 8) + ")";
+    d = head + ": " + why + err;
+  }
+  std::replace(d.begin(), d.end(), '\n', ' ');
+  return d;
+}
+
 herr_t collect_error(unsigned, const H5E_error2_t* e, void* out) {
-  if (e->desc && e->desc[0]) static_cast<std::vector<std::string>*>(out)->push_back(e->desc);
+  if (e->desc && e->desc[0]) static_cast<std::vector<std::string>*>(out)->push_back(condense(e->desc));
   return 0;
 }
 
@@ -279,9 +306,10 @@ File::~File() {
 absl::Status File::close() {
   if (id_ < 0) return absl::OkStatus();
   herr_t e1 = H5Fflush(id_, H5F_SCOPE_GLOBAL);
-  std::string why = e1 < 0 ? error_stack() : "";
+  std::string why = e1 < 0 ? error_stack() : "";  // the first failure says what went wrong
   herr_t e2 = H5Fclose(id_);
-  if (e2 < 0) why = error_stack();
+  if (e2 < 0 && why.empty()) why = error_stack();
+  H5Eclear2(H5E_DEFAULT);
   id_ = -1;
   if (e1 < 0 || e2 < 0) return absl::InternalError(with_stack("cannot flush and close an HDF5 file", why));
   return absl::OkStatus();

@@ -20,7 +20,9 @@ absl::StatusOr<std::unique_ptr<data::Tokenizer>> tokenizer_for_checkpoint(
   if (!data_dir.empty()) return data::load_tokenizer(data_dir);
   const fs::path beside = fs::path(ckpt).parent_path() / "tokenizer.json";
   if (fs::exists(beside)) return data::load_tokenizer(beside.string());
-  const std::string trained_on = meta_extra.is_object() ? meta_extra.value("data_dir", "") : "";
+  std::string trained_on;
+  if (meta_extra.is_object() && meta_extra.contains("data_dir") && meta_extra["data_dir"].is_string())
+    trained_on = meta_extra["data_dir"].get<std::string>();
   if (!trained_on.empty() && fs::exists(trained_on)) return data::load_tokenizer(trained_on);
   return absl::NotFoundError(absl::StrCat("no tokenizer.json next to ", ckpt,
                                           " and the training data directory is gone; pass --data DATADIR"));

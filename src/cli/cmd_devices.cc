@@ -1,11 +1,13 @@
-// `vtrain devices`: the CUDA devices this build can use (or that the device is the emulation).
-// Exit 0 when at least one is usable, 3 when none.
+// `vtrain devices`: the CPU side (the BLAS build, its threading model, the OpenMP and BLAS thread
+// counts) and the CUDA devices this build can use (or that the device is the emulation). Exit 0
+// when at least one CUDA device is usable, 3 when none.
 #include <cstdio>
 #include <string>
 
 #include "cli/commands.h"
 #include "core/flags.h"
 #include "core/backend.h"
+#include "core/blas_info.h"
 
 namespace vt::cli {
 
@@ -16,7 +18,8 @@ const CommandSpec& devices_command() {
     CommandSpec c;
     c.name = "vtrain devices";
     c.synopsis = "vtrain devices";
-    c.epilog = "Lists the usable CUDA devices; exit 0 when at least one, 3 when none.\n";
+    c.epilog = "Prints the BLAS build and threads, then the usable CUDA devices; exit 0 when at least\n"
+               "one CUDA device, 3 when none.\n";
     return c;
   }();
   return spec;
@@ -31,6 +34,7 @@ int cmd_devices(int argc, char** argv) {
   }
   absl::StatusOr<Flags> f = Flags::parse(devices_command(), argc, argv, 2);
   if (!f.ok()) return report_error("devices", std::string(f.status().message()).c_str());
+  std::printf("%s\n", blas_description().c_str());
   const int n = cuda_device_count_or_zero();
 #if VTRAIN_HAS_CUDA
   std::printf("%d CUDA device(s) usable (vtrain built with CUDA)\n", n);

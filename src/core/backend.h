@@ -65,8 +65,11 @@ class Backend {
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
 
-  // Memory (bytes). alloc returns zero-filled memory aligned to at least 64 bytes.
+  // Memory (bytes). alloc returns zero-filled memory aligned to at least 64 bytes;
+  // alloc_uninitialized the same without the fill, for memory written in full before it is read
+  // (Tensor::empty). A backend without a cheaper way falls back to alloc.
   virtual void* alloc(size_t bytes) = 0;
+  virtual void* alloc_uninitialized(size_t bytes) { return alloc(bytes); }
   virtual void release(void* p) = 0;
   virtual void fill_zero(void* p, size_t bytes) = 0;
   virtual void copy_bytes(void* dst, const void* src, size_t bytes, CopyKind kind) = 0;

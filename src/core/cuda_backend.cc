@@ -18,11 +18,13 @@
 //
 // Memory. alloc() is cudaMallocAsync + cudaMemsetAsync(0) on the stream (zeroed, from the
 // device's default memory pool, whose release threshold is raised so freed blocks stay cached
-// instead of going back to the driver at every synchronization); release() is cudaFreeAsync on
-// the stream, so memory is recycled only after every op queued before the release has run.
+// instead of going back to the driver at every synchronization); alloc_uninitialized() (behind
+// Tensor::empty: copies and casts that write every element) skips the memset. release() is
+// cudaFreeAsync on the stream, so memory is recycled only after every op queued before the
+// release has run.
 // bytes_in_use/peak_bytes count what alloc() handed out (64-byte rounded, like the CPU backend),
 // not the backend's own scratch (cuBLASLt workspace, attention-backward workspace, reduction
-// scratch, fp32 temporaries of mixed-dtype calls).
+// scratch, RoPE cos/sin tables, fp32 temporaries of mixed-dtype calls).
 //
 // Dtypes. Activations are f32 or bf16. When all activation arguments of a call share one dtype
 // the f32 or bf16 kernel runs directly; a call mixing f32 and bf16 activations (which the CPU
@@ -30,6 +32,11 @@
 // rounds the outputs back to bf16: exactly what the CPU backend does (fp32 math on widened
 // inputs, one rounding of each bf16 output). rstd, lse, gates, cross-entropy statistics,
 // parameters, gradients and optimizer states are f32.
+//
+// Attention. bf16 attention runs on the flash kernels on tensor cores (kernels/attention_tc.cuh)
+// wherever they apply (head dim 32/64/128, 16-byte aligned tensors); f32, mixed-dtype and other
+// head dims run the reference kernels (kernels/attention.cuh), and so does everything after
+// set_cuda_attention_kernels(kReference) or VTRAIN_CUDA_ATTENTION=reference (core/cuda_backend.h).
 //
 // Differences from the CPU backend that tests must allow for: summation orders (block
 // reductions instead of sequential loops; row sums in fp32 where the CPU uses fp64 in
@@ -47,11 +54,14 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,6 +76,7 @@
 #include "kernels/adamw.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/attention_mix.cuh"
+#include "kernels/attention_tc.cuh"
 #include "kernels/cast.cuh"
 #include "core/cuda_backend.h"
 #include "kernels/cuda_check.cuh"
@@ -118,6 +129,37 @@ Mix mix_of(std::initializer_list<const Tensor*> ts) {
 // (cudaSetDevice is per host thread). Only this backend and NcclCommunicator set the device,
 // and both pick the same one, so the cached value stays true.
 thread_local int tl_current_device = -1;
+
+// CudaAttentionKernels (core/cuda_backend.h): -1 until read from VTRAIN_CUDA_ATTENTION.
+std::atomic<int> g_attention_kernels{-1};
+
+CudaAttentionKernels attention_kernels_now() {
+  int k = g_attention_kernels.load();
+  if (k < 0) {
+    const char* env = std::getenv("VTRAIN_CUDA_ATTENTION");
+    k = int(CudaAttentionKernels::kTensorCores);
+    if (env && std::strcmp(env, "reference") == 0) {
+      k = int(CudaAttentionKernels::kReference);
+    } else {
+      VT_CHECK_MSG(!env || !*env || std::strcmp(env, "tensor-cores") == 0,
+                   "VTRAIN_CUDA_ATTENTION must be 'reference' or 'tensor-cores', got '" << env
+                                                                                       << "'");
+    }
+    g_attention_kernels = k;
+  }
+  return CudaAttentionKernels(k);
+}
+
+// Whether an attention call runs on the tensor-core kernels: every tensor bf16 and 16-byte
+// aligned, a head dim they handle, and not switched to the reference kernels.
+bool use_tensor_core_attention(const cuda::AttnShape& s, std::initializer_list<const Tensor*> ts) {
+  if (attention_kernels_now() != CudaAttentionKernels::kTensorCores) return false;
+  if (!cuda::attention_tc_supported(s)) return false;
+  for (const Tensor* t : ts)
+    if (t->dtype() != DType::kBF16 || reinterpret_cast<uintptr_t>(t->raw()) % 16 != 0)
+      return false;
+  return true;
+}
 
 // An fp32 device view of an f32 or bf16 tensor for the mixed-dtype path: the tensor's own memory
 // when it is f32; for bf16, a stream-ordered fp32 temporary, widened from the tensor when
@@ -218,6 +260,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaSetDevice(device_);
     if (attn_ws_) cudaFreeAsync(attn_ws_, stream_);
+    for (auto& [key, t] : rope_tables_) cudaFreeAsync(t.p, stream_);
     cudaStreamSynchronize(stream_);
     gemm_.reset();
     cudaFree(reduce_scratch_);
@@ -233,7 +276,11 @@ class CudaBackend final : public Backend {
   // ---------------------------------------------------------------------------------------------
   // Memory
 
-  void* alloc(size_t bytes) override {
+  void* alloc(size_t bytes) override { return allocate(bytes, true); }
+  // No fill: for tensors written in full before they are read (Tensor::empty: copies, casts).
+  void* alloc_uninitialized(size_t bytes) override { return allocate(bytes, false); }
+
+  void* allocate(size_t bytes, bool zero) {
     on_device();
     const size_t a = std::max<size_t>(64, (bytes + 63) / 64 * 64);
     void* p = nullptr;
@@ -249,7 +296,7 @@ class CudaBackend final : public Backend {
     }
     VT_CUDA_CHECK(err);
     VT_CHECK_MSG(reinterpret_cast<uintptr_t>(p) % 64 == 0, "cuda: allocation not 64-byte aligned");
-    VT_CUDA_CHECK(cudaMemsetAsync(p, 0, a, stream_));
+    if (zero) VT_CUDA_CHECK(cudaMemsetAsync(p, 0, a, stream_));
     std::lock_guard<std::mutex> lock(mem_mu_);
     sizes_[p] = a;
     in_use_ += a;
@@ -546,13 +593,16 @@ class CudaBackend final : public Backend {
             bool backward) override {
     on_device();
     const int64_t B = x.dim(0), T = x.dim(1), H = x.dim(2), hd = x.dim(3);
+    VT_CHECK_MSG(hd % 2 == 0 && hd >= 2, "rope needs an even head dim, got " << hd);
+    VT_CHECK_MSG(pos_offset >= 0, "rope position offset must be >= 0, got " << pos_offset);
+    const float2* table = rope_table(hd, base, T + pos_offset);
     on_acts(
         stream_,
         [&](auto xp, auto yp) {
           if (backward)
-            cuda::rope_backward(xp, yp, B, T, H, hd, base, pos_offset, stream_);
+            cuda::rope_backward(xp, yp, B, T, H, hd, table, pos_offset, stream_);
           else
-            cuda::rope_forward(xp, yp, B, T, H, hd, base, pos_offset, stream_);
+            cuda::rope_forward(xp, yp, B, T, H, hd, table, pos_offset, stream_);
         },
         in(x), out(y));
   }
@@ -568,6 +618,11 @@ class CudaBackend final : public Backend {
     const cuda::AttnShape s = ops::attention_shape(q, k, window);
     float* l = f32_of(lse);
     const float* b = maybe_f32(bias);
+    // The tensor-core kernels know no logit bias (E-SPA/U-SPA): those take the reference kernels.
+    if (b == nullptr && use_tensor_core_attention(s, {&q, &k, &v, &out})) {
+      cuda::attention_tc_forward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, s, scale, stream_);
+      return;
+    }
     on_acts(
         stream_,
         [&](auto qp, auto kp, auto vp, auto op) {
@@ -587,6 +642,12 @@ class CudaBackend final : public Backend {
     const float* b = maybe_f32(bias);
     // The workspace is reused by every call: safe because all calls are ordered on stream_.
     std::lock_guard<std::mutex> lock(scratch_mu_);
+    if (b == nullptr && use_tensor_core_attention(s, {&q, &k, &v, &out, &dout, &dq, &dk, &dv})) {
+      void* ws = attention_workspace(cuda::attention_tc_backward_workspace_bytes(s));
+      cuda::attention_tc_backward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, bf16p(dout),
+                                  bf16p(dq), bf16p(dk), bf16p(dv), s, scale, ws, stream_);
+      return;
+    }
     void* ws = attention_workspace(cuda::attention_backward_workspace_bytes(s));
     on_acts(
         stream_,
@@ -824,6 +885,25 @@ class CudaBackend final : public Backend {
     return *reduce_host_;
   }
 
+  // The RoPE cos/sin table of (hd, base) covering positions < `positions`: made on first use,
+  // regrown (to at least twice its size, so decoding token by token rebuilds it rarely) when a
+  // call reaches further; the old one is freed on the stream after the calls that read it.
+  const float2* rope_table(int64_t hd, double base, int64_t positions) {
+    std::lock_guard<std::mutex> lock(rope_mu_);
+    RopeTable& t = rope_tables_[{hd, base}];
+    if (positions > t.positions) {
+      const int64_t grown = std::max<int64_t>({positions, 2 * t.positions, 64});
+      float2* p = nullptr;
+      VT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p),
+                                    sizeof(float2) * size_t(grown) * size_t(hd / 2), stream_));
+      cuda::rope_table(p, grown, hd, base, stream_);
+      if (t.p) VT_CUDA_CHECK(cudaFreeAsync(t.p, stream_));
+      t.p = p;
+      t.positions = grown;
+    }
+    return t.p;
+  }
+
   // The attention-backward workspace, grown (stream-ordered) when a call needs more. The old
   // block is freed on the stream, after the calls that used it. scratch_mu_ held.
   void* attention_workspace(size_t bytes) {
@@ -847,6 +927,13 @@ class CudaBackend final : public Backend {
   double* reduce_host_ = nullptr;      // pinned host copy of the result
   void* attn_ws_ = nullptr;
   size_t attn_ws_bytes_ = 0;
+
+  struct RopeTable {
+    float2* p = nullptr;
+    int64_t positions = 0;
+  };
+  std::mutex rope_mu_;  // the RoPE tables
+  std::map<std::pair<int64_t, double>, RopeTable> rope_tables_;  // by (head dim, base)
 
   mutable std::mutex mem_mu_;  // the allocation table and counters
   std::unordered_map<void*, size_t> sizes_;
@@ -874,6 +961,9 @@ std::vector<std::string> cuda_device_descriptions() {
   }
   return out;
 }
+
+void set_cuda_attention_kernels(CudaAttentionKernels k) { g_attention_kernels = int(k); }
+CudaAttentionKernels cuda_attention_kernels() { return attention_kernels_now(); }
 
 cudaStream_t cuda_backend_stream() {
   if (!has_backend(Device::kCUDA)) return nullptr;

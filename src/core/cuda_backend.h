@@ -10,4 +10,14 @@ namespace vt {
 // the CUDA backend (none registered, or the device emulator).
 cudaStream_t cuda_backend_stream();
 
+// The attention kernels the CUDA backend runs for bf16 activations. kTensorCores (the default):
+// the flash kernels on tensor cores (kernels/attention_tc.cuh) wherever they apply (head dim 32,
+// 64 or 128, 16-byte aligned tensors), the reference kernels (kernels/attention.cuh) otherwise;
+// kReference: always the reference kernels. f32 and mixed-dtype calls always run the reference
+// kernels. The environment variable VTRAIN_CUDA_ATTENTION=reference|tensor-cores sets the
+// starting choice; tests switch with set_cuda_attention_kernels.
+enum class CudaAttentionKernels { kTensorCores, kReference };
+void set_cuda_attention_kernels(CudaAttentionKernels k);
+CudaAttentionKernels cuda_attention_kernels();
+
 }  // namespace vt

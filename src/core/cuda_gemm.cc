@@ -1,7 +1,7 @@
-// cuBLASLt GEMM wrapper (see cuda_gemm.h for the semantics). No algorithm cache yet: every call
-// builds its descriptors and asks the heuristic for one algorithm (a later tuning step can cache
-// by shape). The heuristic is told the real alignment of each pointer so it never picks a
-// kernel that assumes more.
+// cuBLASLt GEMM wrapper (see cuda_gemm.h for the semantics). Each problem key gets one plan
+// (descriptors + the heuristic's algorithm), made on first use and cached. The heuristic is told
+// the real alignment of each pointer (part of the key) so it never picks a kernel that assumes
+// more.
 #if VTRAIN_HAS_CUDA
 #include "core/cuda_gemm.h"
 
@@ -28,13 +28,17 @@ uint32_t alignment_of(const void* p) {
   return al;
 }
 
-// RAII for the per-call descriptors.
-struct Descs {
+}  // namespace
+
+// The descriptors of one problem and the algorithm chosen for it.
+struct Gemm::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~Descs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatmulAlgo_t algo{};
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
     if (c) cublasLtMatrixLayoutDestroy(c);
     if (b) cublasLtMatrixLayoutDestroy(b);
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -42,14 +46,13 @@ struct Descs {
   }
 };
 
-}  // namespace
-
 Gemm::Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
   VT_CUBLASLT_CHECK(cublasLtCreate(&handle_));
   if (workspace_bytes_ > 0) VT_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 }
 
 Gemm::~Gemm() {
+  plans_.clear();
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(handle_);
 }
@@ -88,6 +91,24 @@ void Gemm::matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   // something to rely on: rejected.
   VT_CUDA_REQUIRE(K > 0, "gemm with K = 0 is not supported");
 
+  const Key key{trans_a, trans_b, M,        N,        K,        lda,
+                ldb,     ldc,     int(ab_type), int(c_type), alignment_of(A), alignment_of(B),
+                alignment_of(C)};
+  const Plan& p = plan(key);
+  VT_CUBLASLT_CHECK(cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c,
+                                   &p.algo, workspace_, workspace_bytes_, stream));
+}
+
+const Gemm::Plan& Gemm::plan(const Key& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) {
+    ++hits_;
+    return *it->second;
+  }
+  ++misses_;
+  const auto [trans_a, trans_b, M, N, K, lda, ldb, ldc, ab, ct, al_A, al_B, al_C] = key;
+  const cudaDataType_t ab_type = cudaDataType_t(ab), c_type = cudaDataType_t(ct);
   // Column-major problem: C'(m = N, n = M) = op'(A') op'(B'), A' = B, B' = A.
   const uint64_t m = uint64_t(N), n = uint64_t(M), k = uint64_t(K);
   const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // on A' = B
@@ -96,38 +117,58 @@ void Gemm::matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   const uint64_t a_rows = trans_b ? k : m, a_cols = trans_b ? m : k;
   const uint64_t b_rows = trans_a ? n : k, b_cols = trans_a ? k : n;
 
-  Descs d;
-  VT_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  VT_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+  auto d = std::make_unique<Plan>();
+  VT_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  VT_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
                                                    sizeof(op_a)));
-  VT_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+  VT_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                                    sizeof(op_b)));
-  VT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d.a, ab_type, a_rows, a_cols, ldb));
-  VT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d.b, ab_type, b_rows, b_cols, lda));
-  VT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d.c, c_type, m, n, ldc));
+  VT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d->a, ab_type, a_rows, a_cols, ldb));
+  VT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d->b, ab_type, b_rows, b_cols, lda));
+  VT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d->c, c_type, m, n, ldc));
 
-  VT_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  cublasLtMatmulPreference_t pref = nullptr;
+  VT_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = workspace_bytes_;
-  VT_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const uint32_t al_a = alignment_of(B), al_b = alignment_of(A), al_c = alignment_of(C);
-  VT_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-  VT_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-  VT_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-  VT_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
-
+  // A' = B, B' = A: the heuristic's A alignment is that of our B, and so on.
+  const uint32_t al_a = al_B, al_b = al_A, al_c = al_C;
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  VT_CUBLASLT_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, d.pref, 1,
-                                                   &heur, &found));
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                              &al_a, sizeof(al_a));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                              &al_b, sizeof(al_b));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                              &al_c, sizeof(al_c));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                              &al_c, sizeof(al_c));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(handle_, d->op, d->a, d->b, d->c, d->c, pref, 1, &heur,
+                                        &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  VT_CUBLASLT_CHECK(st);
   VT_CUDA_REQUIRE(found > 0, "cuBLASLt found no algorithm for this GEMM (types/alignment)");
+  d->algo = heur.algo;
+  return *plans_.emplace(key, std::move(d)).first->second;
+}
 
-  VT_CUBLASLT_CHECK(cublasLtMatmul(handle_, d.op, &alpha, B, d.a, A, d.b, &beta, C, d.c, C, d.c,
-                                   &heur.algo, workspace_, workspace_bytes_, stream));
+size_t Gemm::plans() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plans_.size();
+}
+uint64_t Gemm::hits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hits_;
+}
+uint64_t Gemm::misses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return misses_;
 }
 
 }  // namespace vt::cuda

@@ -7,8 +7,13 @@
 // Types: fp32 A/B/C (pure fp32 compute, CUBLAS_COMPUTE_32F, no TF32: used by the tests), and
 // bf16 A/B with fp32 accumulation writing bf16 or fp32 C. alpha and beta are fp32.
 // The Gemm object owns the cuBLASLt handle and a device workspace; calls enqueue on `stream`.
-// One Gemm per thread (the workspace is shared by its calls, which must be on one stream or
-// otherwise ordered).
+// Calls may come from several host threads but must be ordered (one stream, or otherwise: they
+// share the workspace).
+//
+// Plans are cached: the matmul descriptor, the three matrix layouts and the algorithm the
+// heuristic picked are made once per problem key (transposes, M, N, K, leading dims, types and
+// the alignment of each pointer) and reused by every later call with that key, so a training
+// step asks cuBLASLt for nothing but the matmuls themselves.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -16,6 +21,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
 
 namespace vt::cuda {
 
@@ -37,7 +46,18 @@ class Gemm {
                   const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
                   float beta, float* C, int64_t ldc, cudaStream_t stream);
 
+ // Cached plans, and how many calls found theirs (hits) or made one (misses).
+  size_t plans() const;
+  uint64_t hits() const;
+  uint64_t misses() const;
+
  private:
+  struct Plan;
+  // trans_a, trans_b, M, N, K, lda, ldb, ldc, ab type, c type, alignments of A, B, C.
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
+                         int, uint32_t, uint32_t, uint32_t>;
+  const Plan& plan(const Key& key);
+
   void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
               int64_t ldc, cudaDataType_t ab_type, cudaDataType_t c_type, cudaStream_t stream);
@@ -45,6 +65,9 @@ class Gemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  mutable std::mutex mu_;  // the plan cache and counters
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+  uint64_t hits_ = 0, misses_ = 0;
 };
 
 }  // namespace vt::cuda

@@ -43,6 +43,14 @@ std::string shape_str(const Shape& s) {
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
+  return make(std::move(shape), dtype, device, true);
+}
+
+Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
+  return make(std::move(shape), dtype, device, false);
+}
+
+Tensor Tensor::make(Shape shape, DType dtype, Device device, bool zero) {
   Tensor t;
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
@@ -53,13 +61,13 @@ Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
   if (device == Device::kCPU) {
     void* p = std::aligned_alloc(64, alloc);
     VT_CHECK_MSG(p != nullptr, "out of memory allocating " << bytes << " bytes");
-    std::memset(p, 0, alloc);
+    if (zero) std::memset(p, 0, alloc);
     t.storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
     t.data_ = p;
     return t;
   }
   Backend* b = &backend(device);
-  void* p = b->alloc(alloc);
+  void* p = zero ? b->alloc(alloc) : b->alloc_uninitialized(alloc);
   t.storage_ = std::shared_ptr<void>(p, [b](void* q) { b->release(q); });
   t.data_ = p;
   return t;
@@ -136,13 +144,13 @@ void Tensor::copy_from(const Tensor& src) const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t = zeros(shape_, dtype_, device_);
+  Tensor t = empty(shape_, dtype_, device_);  // copy_from writes every element
   t.copy_from(*this);
   return t;
 }
 
 Tensor Tensor::to(Device device) const {
-  Tensor t = zeros(shape_, dtype_, device);
+  Tensor t = empty(shape_, dtype_, device);  // copy_from writes every element
   t.copy_from(*this);
   return t;
 }
@@ -152,8 +160,8 @@ Tensor Tensor::to(Device device, DType dtype) const {
   VT_CHECK_MSG((dtype_ == DType::kF32 || dtype_ == DType::kBF16) &&
                    (dtype == DType::kF32 || dtype == DType::kBF16),
                "no conversion " << dtype_name(dtype_) << " -> " << dtype_name(dtype));
-  // Convert on the source device, then move.
-  Tensor conv = zeros(shape_, dtype, device_);
+  // Convert on the source device, then move (the conversion writes every element).
+  Tensor conv = empty(shape_, dtype, device_);
   if (device_ == Device::kCPU) {
     const int64_t n = numel();
     if (dtype == DType::kBF16) {

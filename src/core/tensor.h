@@ -28,6 +28,9 @@ class Tensor {
   Tensor() = default;
   // Allocates zero-filled storage on `device` (through its backend for a device).
   static Tensor zeros(Shape shape, DType dtype = DType::kF32, Device device = Device::kCPU);
+  // Allocates storage whose contents are unspecified (a device tensor skips the zero fill): only
+  // for tensors written in full before anything reads them.
+  static Tensor empty(Shape shape, DType dtype = DType::kF32, Device device = Device::kCPU);
   // A tensor of host values (f32 or i32) placed on `device`.
   static Tensor from_host(const float* data, Shape shape, Device device);
   static Tensor from_host(const int32_t* data, Shape shape, Device device);
@@ -69,6 +72,7 @@ class Tensor {
   double item(int64_t index = 0) const;
 
  private:
+  static Tensor make(Shape shape, DType dtype, Device device, bool zero);
   void check_host(DType want) const;
 
  public:

@@ -50,7 +50,8 @@ bool made_by_prepare(const fs::path& dir) {
   std::ifstream f(dir / kMetaFile);
   if (!f) return false;
   nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-  return !j.is_discarded() && j.is_object() && j.value("created_by", "") == kCreatedBy;
+  return !j.is_discarded() && j.is_object() && j.contains("created_by") &&
+         j["created_by"].is_string() && j["created_by"].get<std::string>() == kCreatedBy;
 }
 
 // Files prepare owns inside a data directory.

@@ -107,6 +107,8 @@ absl::Status Tokenizer::save(const std::string& path) const {
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 
+constexpr int64_t kMaxTiktokenRank = int64_t{1} << 22;  // 4M ids; o200k has 200k
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& ranks_path) {
   VT_ASSIGN_OR_RETURN(std::string text, read_file(ranks_path, "tiktoken ranks file"));
   std::vector<std::string> tokens;
@@ -124,9 +126,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& rank
           "%s:%d: expected '<base64 token bytes> <rank>' (a .tiktoken ranks file), got '%s'",
           ranks_path, line_no, std::string(line.substr(0, 80))));
     }
-    if (rank >= (int64_t{1} << 30)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s:%d: rank %d is too large", ranks_path, line_no, rank));
+    // Ranks may leave gaps (unused ids), but a rank sizes the vocabulary: refuse one beyond any
+    // real vocabulary instead of allocating it.
+    if (rank >= kMaxTiktokenRank) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s:%d: rank %d is beyond vtrain's vocabulary limit of %d ids", ranks_path, line_no,
+          rank, kMaxTiktokenRank));
     }
     if (static_cast<int64_t>(tokens.size()) <= rank) tokens.resize(rank + 1);
     if (!tokens[rank].empty()) {
@@ -155,9 +160,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dat
   };
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return bad("not valid JSON");
-  if (j.value("format", "") != "vtrain-tokenizer") return bad("missing \"format\": \"vtrain-tokenizer\"");
-  if (j.value("version", 0) != 1) return bad("unsupported version (expected 1)");
-  try {
+  try {  // any field of the wrong JSON type throws: reported as a corrupt file
+    if (j.value("format", "") != "vtrain-tokenizer") return bad("missing \"format\": \"vtrain-tokenizer\"");
+    if (j.value("version", 0) != 1) return bad("unsupported version (expected 1)");
     const std::string kind = j.at("kind").get<std::string>();
     std::vector<std::string> tokens;
     for (const auto& b64 : j.at("tokens")) {

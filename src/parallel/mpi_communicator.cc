@@ -174,10 +174,19 @@ MpiCommunicator* MpiCommunicator::split(int color, int key, const std::string& n
 MpiSession::MpiSession(int* argc, char*** argv) {
   int init = 0;
   MPI_Initialized(&init);
-  if (!init) MPI_Init(argc, argv);
+  // Every thread may call MPI (the asynchronous checkpoint writer, train/async_saver.h).
+  int provided = 0;
+  if (!init) MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+bool MpiSession::thread_multiple() {
+  int init = 0, level = MPI_THREAD_SINGLE;
+  MPI_Initialized(&init);
+  if (init) MPI_Query_thread(&level);
+  return level >= MPI_THREAD_MULTIPLE;
 }
 
 MpiSession::~MpiSession() {

@@ -65,6 +65,8 @@ class MpiSession {
   MpiSession(int* argc, char*** argv);
   ~MpiSession();
   int world_rank() const { return rank_; }
+  // Whether MPI allows calls from several threads at once (MPI_THREAD_MULTIPLE).
+  static bool thread_multiple();
   int world_size() const { return size_; }
 
  private:

@@ -1,7 +1,9 @@
 // NcclCommunicator (see nccl_communicator.h): host code over the NCCL API, built when vtrain is
 // built with CUDA (real NCCL, or the emulation's NCCL over MPI). Failures abort the whole job
 // (MPI_Abort) with a message naming the rank and the operation, so a failed collective never
-// leaves the other ranks hanging.
+// leaves the other ranks hanging. Calls on device memory are stream-ordered on stream() (the CUDA
+// backend's compute stream by default) and return without waiting; only host memory (staged
+// tensors) and barrier() make the host wait.
 #if VTRAIN_HAS_CUDA
 #include "parallel/nccl_communicator.h"
 
@@ -118,8 +120,9 @@ NcclCommunicator::~NcclCommunicator() {
   // Deferred sends still pending go out now (a peer may be waiting for them).
   if (comm_ && !pending_.empty()) {
     flush_sends("~NcclCommunicator");
-    cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(stream());
   }
+  if (order_ev_) cudaEventDestroy(order_ev_);
   if (async_stream_) {
     cudaStreamSynchronize(async_stream_);
     cudaStreamDestroy(async_stream_);
@@ -143,81 +146,100 @@ void NcclCommunicator::check(ncclResult_t r, const char* op) const {
   die(rank_, op, why);
 }
 
-void NcclCommunicator::sync(const char* op) const {
-  check_cuda(cudaStreamSynchronize(stream_), rank_, op);
+cudaStream_t NcclCommunicator::stream() const {
+  if (stream_set_) return stream_;
+  const cudaStream_t bs = cuda_backend_stream();
+  return bs ? bs : stream_;
 }
 
-void NcclCommunicator::order_after_backend(const char* op) const {
-  // Started sums first: the backend's stream then waits for them, and the host waits for it.
-  if (async_pending_) const_cast<NcclCommunicator*>(this)->all_reduce_wait();
-  const cudaStream_t bs = cuda_backend_stream();
-  if (bs != nullptr && bs != stream_) check_cuda(cudaStreamSynchronize(bs), rank_, op);
+void NcclCommunicator::sync(const char* op) const {
+  check_cuda(cudaStreamSynchronize(stream()), rank_, op);
+}
+
+// `to` waits (on the device) for what is queued on `from` so far.
+void NcclCommunicator::stream_wait(cudaStream_t to, cudaStream_t from, const char* op) {
+  if (order_ev_ == nullptr)
+    check_cuda(cudaEventCreateWithFlags(&order_ev_, cudaEventDisableTiming), rank_, op);
+  check_cuda(cudaEventRecord(order_ev_, from), rank_, op);
+  check_cuda(cudaStreamWaitEvent(to, order_ev_, 0), rank_, op);
+}
+
+void NcclCommunicator::order_after_backend(const char* op) {
+  // Started sums first (the backend's stream then waits for them, on the device).
+  if (async_pending_) all_reduce_wait();
+  const cudaStream_t bs = cuda_backend_stream(), s = stream();
+  if (bs != nullptr && bs != s) stream_wait(s, bs, op);
+}
+
+void NcclCommunicator::order_before_backend(const char* op) {
+  const cudaStream_t bs = cuda_backend_stream(), s = stream();
+  if (bs != nullptr && bs != s) stream_wait(bs, s, op);
 }
 
 void NcclCommunicator::all_reduce_sum(float* data, int64_t n) {
   order_after_backend("all_reduce_sum");
   flush_sends("all_reduce_sum");
-  check(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclSum, comm_, stream_),
+  check(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclSum, comm_, stream()),
         "all_reduce_sum(f32)");
-  sync("all_reduce_sum(f32)");
+  order_before_backend("all_reduce_sum(f32)");
 }
 
 void NcclCommunicator::all_reduce_sum(double* data, int64_t n) {
   order_after_backend("all_reduce_sum");
   flush_sends("all_reduce_sum");
-  check(ncclAllReduce(data, data, size_t(n), ncclFloat64, ncclSum, comm_, stream_),
+  check(ncclAllReduce(data, data, size_t(n), ncclFloat64, ncclSum, comm_, stream()),
         "all_reduce_sum(f64)");
-  sync("all_reduce_sum(f64)");
+  order_before_backend("all_reduce_sum(f64)");
 }
 
 void NcclCommunicator::all_reduce_max(float* data, int64_t n) {
   order_after_backend("all_reduce_max");
   flush_sends("all_reduce_max");
-  check(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclMax, comm_, stream_),
+  check(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclMax, comm_, stream()),
         "all_reduce_max");
-  sync("all_reduce_max");
+  order_before_backend("all_reduce_max");
 }
 
 void NcclCommunicator::all_gather(const float* in, float* out, int64_t n) {
   order_after_backend("all_gather");
   flush_sends("all_gather");
-  check(ncclAllGather(in, out, size_t(n), ncclFloat32, comm_, stream_), "all_gather");
-  sync("all_gather");
+  check(ncclAllGather(in, out, size_t(n), ncclFloat32, comm_, stream()), "all_gather");
+  order_before_backend("all_gather");
 }
 
 void NcclCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
   order_after_backend("reduce_scatter_sum");
   flush_sends("reduce_scatter_sum");
-  check(ncclReduceScatter(in, out, size_t(n), ncclFloat32, ncclSum, comm_, stream_),
+  check(ncclReduceScatter(in, out, size_t(n), ncclFloat32, ncclSum, comm_, stream()),
         "reduce_scatter_sum");
-  sync("reduce_scatter_sum");
+  order_before_backend("reduce_scatter_sum");
 }
 
 void NcclCommunicator::broadcast(float* data, int64_t n, int root) {
   order_after_backend("broadcast");
   flush_sends("broadcast");
-  check(ncclBroadcast(data, data, size_t(n), ncclFloat32, root, comm_, stream_), "broadcast");
-  sync("broadcast");
+  check(ncclBroadcast(data, data, size_t(n), ncclFloat32, root, comm_, stream()), "broadcast");
+  order_before_backend("broadcast");
 }
 
 void NcclCommunicator::send(const float* data, int64_t n, int peer, int /*tag*/) {
   const char* op = "send";
   order_after_backend(op);
   issue_with_pending(data, nullptr, size_t(n), ncclFloat32, peer, op);
-  sync(op);
+  order_before_backend(op);
 }
 
 void NcclCommunicator::recv(float* data, int64_t n, int peer, int /*tag*/) {
   const char* op = "recv";
   order_after_backend(op);
   issue_with_pending(nullptr, data, size_t(n), ncclFloat32, peer, op);
-  sync(op);
+  order_before_backend(op);
 }
 
 void NcclCommunicator::barrier() {
   order_after_backend("barrier");
   flush_sends("barrier");
-  check(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_), "barrier");
+  check(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream()), "barrier");
   sync("barrier");
 }
 
@@ -234,7 +256,7 @@ void NcclCommunicator::wait_sends() {
   if (pending_.empty()) return;
   order_after_backend(op);
   issue_with_pending(nullptr, nullptr, 0, ncclFloat32, -1, op);
-  sync(op);
+  order_before_backend(op);
 }
 
 void NcclCommunicator::defer_send(const void* src, size_t bytes, cudaMemcpyKind kind, size_t count,
@@ -243,24 +265,27 @@ void NcclCommunicator::defer_send(const void* src, size_t bytes, cudaMemcpyKind 
   ps.count = count;
   ps.type = type;
   ps.peer = peer;
-  check_cuda(cudaMallocAsync(&ps.buf, bytes, stream_), rank_, op);
-  check_cuda(cudaMemcpyAsync(ps.buf, src, bytes, kind, stream_), rank_, op);
-  // The copy must be taken before the caller reuses the source (ops the CUDA backend queues next
-  // run on its own stream, and a host source may be freed on return).
-  sync(op);
+  const cudaStream_t s = stream();
+  check_cuda(cudaMallocAsync(&ps.buf, bytes, s), rank_, op);
+  check_cuda(cudaMemcpyAsync(ps.buf, src, bytes, kind, s), rank_, op);
+  // The copy is taken before the caller reuses the source: a device source is overwritten only by
+  // work the backend queues later (ordered after the copy), and a host source is pageable memory,
+  // which cudaMemcpyAsync has read by the time it returns.
+  order_before_backend(op);
   pending_.push_back(ps);
 }
 
 void NcclCommunicator::issue_with_pending(const void* send_buf, void* recv_buf, size_t count,
                                           ncclDataType_t type, int peer, const char* op) {
+  const cudaStream_t s = stream();
   check(ncclGroupStart(), op);
   for (const PendingSend& ps : pending_)
-    check(ncclSend(ps.buf, ps.count, ps.type, ps.peer, comm_, stream_), op);
-  if (send_buf != nullptr) check(ncclSend(send_buf, count, type, peer, comm_, stream_), op);
-  if (recv_buf != nullptr) check(ncclRecv(recv_buf, count, type, peer, comm_, stream_), op);
+    check(ncclSend(ps.buf, ps.count, ps.type, ps.peer, comm_, stream()), op);
+  if (send_buf != nullptr) check(ncclSend(send_buf, count, type, peer, comm_, s), op);
+  if (recv_buf != nullptr) check(ncclRecv(recv_buf, count, type, peer, comm_, s), op);
   check(ncclGroupEnd(), op);
   // Stream-ordered: the buffers are recycled only after the sends have run.
-  for (const PendingSend& ps : pending_) check_cuda(cudaFreeAsync(ps.buf, stream_), rank_, op);
+  for (const PendingSend& ps : pending_) check_cuda(cudaFreeAsync(ps.buf, s), rank_, op);
   pending_.clear();
 }
 
@@ -270,7 +295,14 @@ void NcclCommunicator::flush_sends(const char* op) {
 
 // ---------------------------------------------------------------------------------------------
 // Tensor calls: order with the backend, stage host tensors, one NCCL call in the tensor's dtype,
-// copy staged results back, synchronize stream_.
+// copy staged results back; wait only when host memory is involved.
+
+void NcclCommunicator::done(const char* op, bool host_memory) {
+  if (host_memory)
+    sync(op);  // the staged copies into and out of host memory are complete
+  else
+    order_before_backend(op);
+}
 
 void NcclCommunicator::all_reduce(const Tensor& t, ncclRedOp_t red, const char* op) {
   if (size_ == 1 || t.numel() == 0) return;
@@ -278,11 +310,11 @@ void NcclCommunicator::all_reduce(const Tensor& t, ncclRedOp_t red, const char* 
   order_after_backend(op);
   flush_sends(op);
   {
-    Staged b(t, true, stream_, rank_, op);
-    check(ncclAllReduce(b.p(), b.p(), size_t(t.numel()), type, red, comm_, stream_), op);
+    Staged b(t, true, stream(), rank_, op);
+    check(ncclAllReduce(b.p(), b.p(), size_t(t.numel()), type, red, comm_, stream()), op);
     b.store_back();
   }
-  sync(op);
+  done(op, t.on_host());
 }
 
 void NcclCommunicator::all_reduce_sum_start(const Tensor& t) {
@@ -300,12 +332,12 @@ void NcclCommunicator::all_reduce_sum_start(const Tensor& t) {
     check_cuda(cudaEventCreateWithFlags(&async_done_, cudaEventDisableTiming), rank_, op);
   }
   // The sum runs after everything queued so far on the backend's stream (which wrote t) and on
-  // stream_ (the deferred sends just issued), without blocking the host.
-  const cudaStream_t bs = cuda_backend_stream();
-  check_cuda(cudaEventRecord(async_ready_, bs ? bs : stream_), rank_, op);
+  // stream() (the deferred sends just issued), without blocking the host.
+  const cudaStream_t bs = cuda_backend_stream(), s = stream();
+  check_cuda(cudaEventRecord(async_ready_, bs ? bs : s), rank_, op);
   check_cuda(cudaStreamWaitEvent(async_stream_, async_ready_, 0), rank_, op);
-  if (bs && bs != stream_) {
-    check_cuda(cudaEventRecord(async_ready_, stream_), rank_, op);
+  if (bs && bs != s) {
+    check_cuda(cudaEventRecord(async_ready_, s), rank_, op);
     check_cuda(cudaStreamWaitEvent(async_stream_, async_ready_, 0), rank_, op);
   }
   check(ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, ncclSum, comm_, async_stream_),
@@ -318,9 +350,9 @@ void NcclCommunicator::all_reduce_wait() {
   const char* op = "all_reduce_sum (wait)";
   async_pending_ = false;
   check_cuda(cudaEventRecord(async_done_, async_stream_), rank_, op);
-  const cudaStream_t bs = cuda_backend_stream();
-  check_cuda(cudaStreamWaitEvent(bs ? bs : stream_, async_done_, 0), rank_, op);
-  if (bs && bs != stream_) check_cuda(cudaStreamWaitEvent(stream_, async_done_, 0), rank_, op);
+  const cudaStream_t bs = cuda_backend_stream(), s = stream();
+  check_cuda(cudaStreamWaitEvent(bs ? bs : s, async_done_, 0), rank_, op);
+  if (bs && bs != s) check_cuda(cudaStreamWaitEvent(s, async_done_, 0), rank_, op);
 }
 
 void NcclCommunicator::all_reduce_sum(const Tensor& t) {
@@ -339,11 +371,11 @@ void NcclCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   order_after_backend(op);
   flush_sends(op);
   {
-    Staged bi(in, true, stream_, rank_, op), bo(out, false, stream_, rank_, op);
-    check(ncclAllGather(bi.p(), bo.p(), size_t(in.numel()), type, comm_, stream_), op);
+    Staged bi(in, true, stream(), rank_, op), bo(out, false, stream(), rank_, op);
+    check(ncclAllGather(bi.p(), bo.p(), size_t(in.numel()), type, comm_, stream()), op);
     bo.store_back();
   }
-  sync(op);
+  done(op, in.on_host() || out.on_host());
 }
 
 void NcclCommunicator::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
@@ -354,12 +386,12 @@ void NcclCommunicator::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
   order_after_backend(op);
   flush_sends(op);
   {
-    Staged bi(in, true, stream_, rank_, op), bo(out, false, stream_, rank_, op);
-    check(ncclReduceScatter(bi.p(), bo.p(), size_t(out.numel()), type, ncclSum, comm_, stream_),
+    Staged bi(in, true, stream(), rank_, op), bo(out, false, stream(), rank_, op);
+    check(ncclReduceScatter(bi.p(), bo.p(), size_t(out.numel()), type, ncclSum, comm_, stream()),
           op);
     bo.store_back();
   }
-  sync(op);
+  done(op, in.on_host() || out.on_host());
 }
 
 void NcclCommunicator::broadcast(const Tensor& t, int root) {
@@ -369,11 +401,11 @@ void NcclCommunicator::broadcast(const Tensor& t, int root) {
   order_after_backend(op);
   flush_sends(op);
   {
-    Staged b(t, rank_ == root, stream_, rank_, op);
-    check(ncclBroadcast(b.p(), b.p(), size_t(t.numel()), type, root, comm_, stream_), op);
+    Staged b(t, rank_ == root, stream(), rank_, op);
+    check(ncclBroadcast(b.p(), b.p(), size_t(t.numel()), type, root, comm_, stream()), op);
     if (rank_ != root) b.store_back();
   }
-  sync(op);
+  done(op, t.on_host());
 }
 
 void NcclCommunicator::send(const Tensor& t, int peer, int /*tag*/) {
@@ -382,10 +414,10 @@ void NcclCommunicator::send(const Tensor& t, int peer, int /*tag*/) {
   const ncclDataType_t type = nccl_type(t, rank_, op);
   order_after_backend(op);
   {
-    Staged b(t, true, stream_, rank_, op);
+    Staged b(t, true, stream(), rank_, op);
     issue_with_pending(b.p(), nullptr, size_t(t.numel()), type, peer, op);
   }
-  sync(op);
+  done(op, t.on_host());
 }
 
 void NcclCommunicator::send_async(const Tensor& t, int peer, int /*tag*/) {
@@ -406,11 +438,11 @@ void NcclCommunicator::recv(const Tensor& t, int peer, int /*tag*/) {
   const ncclDataType_t type = nccl_type(t, rank_, op);
   order_after_backend(op);
   {
-    Staged b(t, false, stream_, rank_, op);
+    Staged b(t, false, stream(), rank_, op);
     issue_with_pending(nullptr, b.p(), size_t(t.numel()), type, peer, op);
     b.store_back();
   }
-  sync(op);
+  done(op, t.on_host());
 }
 
 }  // namespace vt

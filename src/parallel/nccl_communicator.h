@@ -8,19 +8,16 @@
 // (process_device_index(), core/process_device.h: the same device the CUDA backend uses, chosen
 // from the node-local rank of the process, never from its rank inside `comm`).
 //
-// Semantics: every call (but send_async, see below) enqueues on stream() and then synchronizes
-// that stream, so when it returns the result is in the buffer and the input may be reused (the
-// blocking behaviour of MpiCommunicator). By default stream() is the legacy default stream
-// (nullptr); set_stream() switches to another one, e.g. set_stream(cuda_backend_stream())
-// (core/cuda_backend.h) to run the collectives on the CUDA backend's own stream.
-//
-// Ordering with the CUDA backend (src/core/cuda_backend.cc), whose ops are queued on its own
-// stream and may still be running when a collective is called: before every NCCL call (float*,
-// double* and Tensor calls alike) the communicator synchronizes the backend's stream unless
-// stream() is that stream (then stream order already puts the collective after every queued
-// op). After the call it synchronizes stream(), so ops the backend queues next see the result.
-// Net effect: each collective is a full host-side barrier between the backend's work before and
-// after it.
+// Semantics: calls on device memory are queued on stream() and return without waiting for them:
+// by default stream() is the CUDA backend's own stream (core/cuda_backend.h), so a collective
+// runs after every op the backend queued before it and before every op it queues next, on the
+// device, with no host synchronization at all (this is what lets a training step queue its work
+// ahead of the GPU). The legacy default stream (plain cudaMemcpy) waits for the backend's
+// blocking stream, so reading a result that way, or through Tensor copies (which synchronize),
+// sees it. set_stream() picks another stream; the communicator then orders it with the backend's
+// stream by events (device-side waits) in both directions. The host waits only where host memory
+// takes part: Tensor calls on host tensors (staged, see below) return with the result in host
+// memory, and barrier() returns once every rank has reached it.
 //
 // Tensor calls (f32 -> ncclFloat32, bf16 -> ncclBfloat16; other dtypes are an error):
 //   - device tensors (Device::kCUDA with the CUDA backend registered) go to NCCL as they are,
@@ -41,14 +38,14 @@
 // as with MPI's buffered sends); the deferred sends are issued, in call order and in one NCCL
 // group (ncclGroupStart/End) with the next recv or blocking send of this communicator, so a rank
 // that sends to its neighbour and then receives from it never waits for a peer that is doing the
-// same. wait_sends() issues whatever is still deferred and waits for it; collectives and the
-// destructor issue pending sends first. Caveat (where this differs from MPI): a deferred send is
+// same. wait_sends() issues whatever is still deferred (stream-ordered, like every call);
+// collectives and the destructor issue pending sends first. Caveat (where this differs from MPI): a deferred send is
 // not on the wire until this rank next receives, sends, waits or runs a collective on this
 // communicator, so a peer must not wait for it while this rank blocks on something else (e.g. a
 // collective of another group that the peer would have to join first). A deferred send to
 // oneself must be received by the very next recv (a group holding an unmatched self-send never
-// completes). send (blocking) returns once the peer has received, and two ranks that both send
-// first with it deadlock.
+// completes). send (not deferred) completes on the device once the peer has received, and two
+// ranks that both send first with it deadlock (their streams do).
 #pragma once
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -104,15 +101,27 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_wait() override;
 
   int device() const { return device_; }
-  cudaStream_t stream() const { return stream_; }
-  void set_stream(cudaStream_t s) { stream_ = s; }
+  // The stream the calls run on: the one given to set_stream, else the CUDA backend's stream
+  // while a CUDA backend is registered, else the legacy default stream.
+  cudaStream_t stream() const;
+  void set_stream(cudaStream_t s) {
+    stream_ = s;
+    stream_set_ = true;
+  }
   ncclComm_t nccl_comm() const { return comm_; }
 
  private:
   void check(ncclResult_t r, const char* op) const;
   void sync(const char* op) const;
-  // Waits for the CUDA backend's queued work unless stream() is the backend's stream.
-  void order_after_backend(const char* op) const;
+  // Device-side ordering with the CUDA backend's stream when stream() is another one (an event,
+  // never a host wait): the collective after the backend's queued work, the backend's later work
+  // after the collective. order_after_backend also completes started sums (all_reduce_wait).
+  void order_after_backend(const char* op);
+  void order_before_backend(const char* op);
+  void stream_wait(cudaStream_t to, cudaStream_t from, const char* op);
+  // End of a call: a host wait when host memory took part (staged tensors), else
+  // order_before_backend.
+  void done(const char* op, bool host_memory);
   void all_reduce(const Tensor& t, ncclRedOp_t red, const char* op);
   // Copies `bytes` from src into a new device buffer and queues a send of it (see above).
   void defer_send(const void* src, size_t bytes, cudaMemcpyKind kind, size_t count,
@@ -136,7 +145,9 @@ class NcclCommunicator final : public Communicator {
   bool async_pending_ = false;
 
   ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // set_stream's choice (see stream())
+  bool stream_set_ = false;
+  cudaEvent_t order_ev_ = nullptr;  // ordering between stream() and the backend's stream
   float* scratch_ = nullptr;  // one float on the device, for barrier()
   int size_ = 1, rank_ = 0, device_ = 0;
 };

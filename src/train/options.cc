@@ -89,6 +89,9 @@ const CommandSpec& train_command() {
         text_flag("ckpt-dir", "", "checkpoint directory (one run at a time)"),
         int_flag("ckpt-every", 0, 0, 1e12, "save every N steps (0: only at the end)"),
         int_flag("keep-last", 3, 0, 1e6, "checkpoints kept (0: all)"),
+        bool_flag("async-save",
+                  "write checkpoints in the background: training pauses only to copy the state to "
+                  "host memory (which needs that memory once more)"),
         text_flag("resume", "none", "auto (the newest good checkpoint of --ckpt-dir), PATH or none"),
         text_flag("metrics", "", "metrics JSON lines file"),
         int_flag("stop-at-step", 0, 0, 1e12, "save and exit 75 after step N, as on SIGUSR1"),
@@ -219,6 +222,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.recompute = f.get_bool("recompute");
   o.overlap_grad_sync = !f.get_bool("no-overlap-grad-sync");
   o.skip_memory_check = f.get_bool("skip-memory-check");
+  o.async_save = f.get_bool("async-save");
   o.on_nonfinite = f.get_string("on-nonfinite");
   o.max_nonfinite_steps = f.get_int("max-nonfinite-steps");
   o.device = f.get_string("device");

@@ -49,7 +49,8 @@ struct TrainOptions {
   bool recompute = false;  // rerun each block's forward in backward instead of saving it
   bool overlap_grad_sync = true;
   std::string muon_ns_dtype = "default";  // f32 | bf16 (default: bf16 on cuda, else f32)
-  bool skip_memory_check = false;  // start even when the estimate exceeds free memory
+  bool skip_memory_check = false;
+  bool async_save = false;  // write checkpoints in the background (train/checkpoint_writer.h)  // start even when the estimate exceeds free memory
   std::string on_nonfinite = "stop";  // stop | skip-step
   int64_t max_nonfinite_steps = 3;    // skip-step: stop after this many in a row
 

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "core/backend.h"
+#include "core/blas_info.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "eval/core_eval.h"
@@ -182,6 +183,10 @@ absl::Status Trainer::setup() {
   if (!o_.ckpt_dir.empty()) {
     VT_ASSIGN_OR_RETURN(lock_, CheckpointDirLock::acquire(o_.ckpt_dir, *grid_));
   }
+  if (!o_.ckpt_dir.empty()) {
+    VT_ASSIGN_OR_RETURN(writer_, CheckpointWriter::create(world_, *grid_, o_.ckpt_dir, o_.keep_last,
+                                                          o_.async_save));
+  }
   VT_ASSIGN_OR_RETURN(resumed_from_, resume_path(o_, *grid_));
   if (!resumed_from_.empty()) {
     VT_ASSIGN_OR_RETURN(CheckpointMeta meta,
@@ -232,6 +237,7 @@ void Trainer::print_banner() const {
               static_cast<long long>(o_.global_batch), o_.micro_batch, cfg.seq_len, shape_.dp,
               micro_batches_, static_cast<long long>(o_.steps));
   std::printf("device: %s | communication: %s\n", device_.description.c_str(), comm_desc_.c_str());
+  std::printf("%s\n", blas_description().c_str());
   std::printf("memory estimate (rank 0): %s\n", memory_line_.c_str());
   if (!resumed_from_.empty())
     std::printf("resumed from %s at step %lld\n", resumed_from_.c_str(),
@@ -258,21 +264,53 @@ absl::Status Trainer::save(int64_t step) {
         "the weights after step ", step, " are not finite (",
         diagnose_nonfinite(*model_, store_, *grid_, {}), "); no checkpoint was written; lower the "
         "learning rate (--lr-scale) or enable --max-grad-norm")));
+  const double t0 = now_seconds();
   CheckpointMeta meta;
   meta.step = step;
   meta.tokens = tokens_seen_;
   meta.loader_state = loader_state_;
   meta.extra = o_.to_json();
   std::vector<NamedTensor> states = gather_optimizer_states(store_, *opt_);
-  // Checkpoints are written from host memory: a device store is copied out first.
-  const ParamStore host = store_.device() == Device::kCPU ? store_ : store_.host_mirror();
-  VT_ASSIGN_OR_RETURN(std::string path, save_checkpoint_in_dir(o_.ckpt_dir, step, o_.model, host, meta,
-                                                               states, grid_.get(), o_.keep_last));
+  // A background write gets a copy of the parameters; a synchronous one reads the store (a
+  // device store is copied to the host either way: checkpoints are written from host memory).
+  CheckpointSnapshot snap;
+  if (writer_->asynchronous()) {
+    snap = take_snapshot(step, o_.model, store_, meta, std::move(states));
+  } else {
+    snap.step = step;
+    snap.cfg = o_.model;
+    snap.params = store_.device() == Device::kCPU ? store_ : store_.host_mirror();
+    snap.meta = meta;
+    snap.states = std::move(states);
+  }
+  const bool async = writer_->asynchronous();
+  const int64_t prev = last_saved_step_;
+  absl::Status st = writer_->write(std::move(snap), [this, async](const std::string& path, double s) {
+    std::printf("saved checkpoint %s (%.2f s%s)\n", path.c_str(), s, async ? ", in the background" : "");
+    std::fflush(stdout);
+  });
+  // The checkpoint code agrees on its errors: every rank holds the same one.
+  if (!st.ok())
+    return agreed(absl::Status(st.code(), absl::StrCat(st.message(), "; the previous checkpoint (",
+                                                       prev >= 0 ? absl::StrCat("step ", prev) : "none",
+                                                       ") stays latest")));
   last_saved_step_ = step;
+  const double pause = now_seconds() - t0;
   if (rank0_) {
-    std::printf("saved checkpoint %s\n", path.c_str());
+    if (async) std::printf("checkpoint of step %lld: training paused %.3f s for the snapshot\n",
+                           static_cast<long long>(step), pause);
+    metrics_.write({{"step", step}, {"ckpt_pause_s", pause}, {"ckpt_async", async}});
     std::fflush(stdout);
   }
+  t_last_ += pause;  // the next step's tok/s excludes the save
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::finish_saves() {
+  if (!writer_) return absl::OkStatus();
+  absl::Status st = writer_->wait();
+  if (!st.ok())
+    return agreed(absl::Status(st.code(), absl::StrCat(st.message(), "; the previous checkpoint stays latest")));
   return absl::OkStatus();
 }
 
@@ -433,6 +471,7 @@ void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, do
 
 absl::Status Trainer::stop_here(const std::string& why) {
   VT_RETURN_IF_ERROR(save(completed_step_));
+  VT_RETURN_IF_ERROR(finish_saves());
   if (rank0_) {
     std::printf("%s: checkpoint of step %lld saved, exiting with code %d so the job can be "
                 "resumed (--resume auto)\n",
@@ -491,6 +530,7 @@ absl::Status Trainer::run() {
   }
   // The run's state first: a failing evaluation must not cost it.
   VT_RETURN_IF_ERROR(save(o_.steps));
+  VT_RETURN_IF_ERROR(finish_saves());
   if (o_.final_eval_tokens > 0) VT_RETURN_IF_ERROR(evaluate(o_.steps, o_.final_eval_tokens));
   if (o_.core_every > 0) VT_RETURN_IF_ERROR(core(o_.steps));
   if (skipped_steps_ > 0 && rank0_)

@@ -25,6 +25,7 @@
 #include "optim/grad_sync.h"
 #include "parallel/pipeline.h"
 #include "parallel/process_grid.h"
+#include "train/checkpoint_writer.h"
 #include "train/device_setup.h"
 #include "train/metrics.h"
 #include "train/nonfinite.h"
@@ -65,6 +66,7 @@ class Trainer {
   absl::Status evaluate(int64_t step, int64_t max_tokens);
   absl::Status core(int64_t step);
   absl::Status save(int64_t step);
+  absl::Status finish_saves();  // waits for a background write; its error, agreed
   void print_banner() const;
   void log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s);
   void replay_forward(const BlockOutputHook& observer);
@@ -90,6 +92,7 @@ class Trainer {
   std::vector<int32_t> token_bytes_;
   std::vector<eval::CoreTask> core_tasks_;
   CheckpointDirLock lock_;
+  std::unique_ptr<CheckpointWriter> writer_;
   MetricsLog metrics_;
   std::string memory_line_;
   std::string resumed_from_;

@@ -114,15 +114,16 @@ def test_requeue_real_vtrain_resumes_from_latest(slurm, datadir, tmp_path):
 
 
 def test_time_limit_signal_requeues_and_resumes(slurm, datadir, standin, tmp_path):
-    """The real time-limit path: --time=1 with --signal=B:USR1@45 (overriding the script's @120,
-    which a one-minute job would get at once). Slurm signals the batch shell 15-45 s in; the job
+    """The real time-limit path: --time=2 with --signal=B:USR1@90 (overriding the script's @120,
+    which a two-minute job would get at once). Slurm signals the batch shell 30-60 s in (its timer
+    checks about every 30 s: with one minute and @45 a loaded machine missed the window); the job
     saves, requeues itself and resumes at the saved step. Cancelled once it runs again (the
     scancel test above covers running to completion after a requeue)."""
     binary = standin  # paced steps: the time limit must arrive mid-run (see the test above)
     run = tmp_path / "timelimit"
     knobs = vtrain_knobs(datadir, 1000, 50, VTRAIN_BIN=binary, STANDIN_STEP_MS=200)
-    job, log = slurm.submit(run, 2, knobs, "--time=1", "--signal=B:USR1@45")
-    slurm.wait(job, sc.requeued, timeout=120, log=log)
+    job, log = slurm.submit(run, 2, knobs, "--time=2", "--signal=B:USR1@90")
+    slurm.wait(job, sc.requeued, timeout=180, log=log)
     deadline = time.time() + 60
     while time.time() < deadline and not cu.resumes(Path(log).read_text(errors="replace")):
         time.sleep(0.5)

@@ -20,10 +20,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/backend.h"
 #include "core/bf16.h"
+#include "core/cuda_backend.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "gpu_test_util.h"
@@ -106,6 +108,30 @@ const char* name_of(DType dt) { return dtype_name(dt); }
 
 // ------------------------------------------------------------------------------------------------
 // Memory and copies
+
+// Tensor::empty skips the zero fill on the device: on the CUDA emulation, whose fresh memory is
+// 0xff bytes (NaN), an empty tensor reads as NaN (on a GPU its contents are unspecified, not
+// checked), and copies made through it (to, clone, dtype conversion: written in full before being
+// read) are exact. A zero fill that such a copy needed would show as NaN here.
+TEST_F(CudaBackendTest, EmptySkipsTheZeroFill) {
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (std::string(prop.name).find("emulation") != std::string::npos) {
+    const Tensor e = Tensor::empty({100}, kF32, kGPU);
+    for (float v : vals(e)) ASSERT_TRUE(std::isnan(v)) << "the emulation's fill, not zeros";
+    const Tensor z = Tensor::zeros({100}, kF32, kGPU);
+    for (float v : vals(z)) ASSERT_EQ(v, 0.0f);
+  }
+  const std::vector<float> x = randn(1000, 5);
+  const Tensor h = host(x, {1000});
+  const Tensor g = h.to(kGPU);             // host -> device through empty storage
+  EXPECT_EQ(vals(g), x);
+  EXPECT_EQ(vals(g.clone()), x);           // device -> device
+  const Tensor gb = g.to(kGPU, kBF16);     // conversion on the device
+  const Tensor hb = h.to(kCPU, kBF16);
+  EXPECT_EQ(vals(gb), vals(hb));
+  EXPECT_EQ(vals(gb.to(kGPU, kF32)), vals(hb.to(kCPU, kF32)));
+}
 
 TEST_F(CudaBackendTest, AllocIsZeroedAlignedAndTracked) {
   Backend& b = backend(kGPU);
@@ -399,6 +425,15 @@ TEST_F(CudaBackendTest, RopeMatchesCpu) {
       EXPECT_TRUE(close(x, rtol_for(dt, 1e-5), atol));
     }
   }
+  // Decoding token by token: one position per call at growing offsets, so the backend's cached
+  // table (per head dim and base) is regrown along the way; every call still matches the CPU.
+  for (int64_t offset = 0; offset < 150; offset += 7) {
+    SCOPED_TRACE(testing::Message() << "decode offset " << offset);
+    Pair x = pair(randn(3 * 1 * 2 * 32, seed++), {3, 1, 2, 32}), y = zeros({3, 1, 2, 32});
+    ops::rope(x.c, y.c, 10000.0, offset);
+    ops::rope(x.g, y.g, 10000.0, offset);
+    ASSERT_TRUE(close(y, 1e-5, 1e-5 * max_abs(vals(x.c))));
+  }
 }
 
 // Tolerances of tests/gpu/attention_test.cc: f32 1e-5 (forward) / 1e-4 (backward) relative
@@ -434,6 +469,55 @@ TEST_F(CudaBackendTest, AttentionMatchesCpu) {
       expect_rel_norm(dv, bf ? 3e-2 : 1e-4, "dv");
     }
   }
+}
+
+// bf16 attention runs on the tensor-core kernels by default and on the reference kernels when
+// switched: both within the bf16 tolerances above of the CPU, and not bitwise equal to each other
+// (the tensor-core kernels round P and dS to bf16), which shows the switch takes effect; f32
+// always runs the reference kernels (bitwise the same result either way). hd 24 is not a
+// tensor-core head dim: it falls back to the reference kernels.
+TEST_F(CudaBackendTest, AttentionKernelsSwitch) {
+  const CudaAttentionKernels before = cuda_attention_kernels();
+  EXPECT_EQ(before, CudaAttentionKernels::kTensorCores) << "the default";
+  uint64_t seed = 900;
+  for (int64_t hd : {64, 24}) {
+    for (DType dt : {kBF16, kF32}) {
+      SCOPED_TRACE(testing::Message() << name_of(dt) << " hd " << hd);
+      const int64_t B = 1, T = 90, H = 2, Hkv = 1, W = 50;
+      const Shape qs = {B, T, H, hd}, ks = {B, T, Hkv, hd};
+      const float scale = 1.0f / std::sqrt(float(hd));
+      Pair q = pair(randn(B * T * H * hd, seed++), qs, dt);
+      Pair k = pair(randn(B * T * Hkv * hd, seed++), ks, dt);
+      Pair v = pair(randn(B * T * Hkv * hd, seed++), ks, dt);
+      Pair dout = pair(randn(B * T * H * hd, seed++), qs, dt);
+      std::vector<float> outs[2], dqs[2];
+      for (int pass = 0; pass < 2; ++pass) {
+        set_cuda_attention_kernels(pass == 0 ? CudaAttentionKernels::kTensorCores
+                                             : CudaAttentionKernels::kReference);
+        Pair out = zeros(qs, dt), lse = zeros({B, H, T});
+        ops::attention(q.c, k.c, v.c, out.c, lse.c, W, scale);
+        ops::attention(q.g, k.g, v.g, out.g, lse.g, W, scale);
+        const bool bf = dt == kBF16;
+        expect_rel_norm(out, bf ? 1e-2 : 1e-5, "out");
+        Pair dq = zeros(qs, dt), dk = zeros(ks, dt), dv = zeros(ks, dt);
+        ops::attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c, W, scale);
+        ops::attention_backward(q.g, k.g, v.g, out.g, lse.g, dout.g, dq.g, dk.g, dv.g, W, scale);
+        expect_rel_norm(dq, bf ? 3e-2 : 1e-4, "dq");
+        expect_rel_norm(dk, bf ? 3e-2 : 1e-4, "dk");
+        expect_rel_norm(dv, bf ? 3e-2 : 1e-4, "dv");
+        outs[pass] = vals(out.g);
+        dqs[pass] = vals(dq.g);
+      }
+      if (dt == kBF16 && hd == 64) {
+        EXPECT_NE(outs[0], outs[1]) << "tensor cores and reference kernels gave identical bits";
+        EXPECT_NE(dqs[0], dqs[1]);
+      } else {
+        EXPECT_EQ(outs[0], outs[1]) << "the reference kernels both times";
+        EXPECT_EQ(dqs[0], dqs[1]);
+      }
+    }
+  }
+  set_cuda_attention_kernels(before);
 }
 
 // relu^2 and its derivative are the same fp32 products on both sides: 1e-6.

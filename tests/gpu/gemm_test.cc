@@ -140,4 +140,43 @@ TEST(GpuGemm, Bf16ToBf16MatchesCblasAllTransposes) {
     }
 }
 
+// The plan cache: a second call of a shape (a hit) computes exactly what the first (a miss)
+// did, for two shapes interleaved; a pointer of lower alignment is another key (a new plan whose
+// algorithm may assume only that alignment), still correct.
+TEST(GpuGemm, CachedPlansGiveTheSameResults) {
+  VT_SKIP_WITHOUT_CUDA();
+  vt::cuda::Gemm gemm;
+  const Problem p1(false, true, 301), p2(true, false, 302);  // two keys (transposes, ld's)
+  DeviceBuffer<float> A1(p1.A), B1(p1.B), A2(p2.A), B2(p2.B);
+  auto run = [&](const Problem& p, const DeviceBuffer<float>& A, const DeviceBuffer<float>& B) {
+    DeviceBuffer<float> C(p.C0);
+    gemm(p.ta, p.tb, p.M, p.N, p.K, p.alpha, A.p, p.lda, B.p, p.ldb, p.beta, C.p, p.ldc, nullptr);
+    VT_CUDA_CHECK(cudaDeviceSynchronize());
+    return C.get();
+  };
+  const auto c1_miss = run(p1, A1, B1), c2_miss = run(p2, A2, B2);
+  EXPECT_EQ(gemm.misses(), 2u);
+  EXPECT_EQ(gemm.hits(), 0u);
+  const auto c1_hit = run(p1, A1, B1), c2_hit = run(p2, A2, B2);
+  EXPECT_EQ(gemm.misses(), 2u);
+  EXPECT_EQ(gemm.hits(), 2u);
+  EXPECT_EQ(gemm.plans(), 2u);
+  EXPECT_EQ(c1_hit, c1_miss);
+  EXPECT_EQ(c2_hit, c2_miss);
+  p1.expect_close(c1_hit, 1.0, 0.0);
+  p2.expect_close(c2_hit, 1.0, 0.0);
+  // p1's shape with B one float past an aligned address: only the alignment differs, and that is
+  // another key (a plan whose algorithm may assume only 4-byte alignment).
+  const Problem p3(false, true, 303);
+  std::vector<float> b_off(p3.B.size() + 1, 0.0f);
+  std::copy(p3.B.begin(), p3.B.end(), b_off.begin() + 1);
+  DeviceBuffer<float> A3(p3.A), B3(b_off), C3(p3.C0);
+  gemm(false, true, p3.M, p3.N, p3.K, p3.alpha, A3.p, p3.lda, B3.p + 1, p3.ldb, p3.beta, C3.p,
+       p3.ldc, nullptr);
+  VT_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(gemm.misses(), 3u);
+  EXPECT_EQ(gemm.plans(), 3u);
+  p3.expect_close(C3.get(), 1.0, 0.0);
+}
+
 }  // namespace

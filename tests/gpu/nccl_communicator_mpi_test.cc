@@ -3,16 +3,22 @@
 // the process grid makes them: every rank uses the device of its node-local rank for the CUDA
 // backend and for NCCL alike (a data-parallel group on a multi-GPU node must not pick the device
 // from its rank inside the group); Tensor collectives on device and host tensors in f32 and
-// bf16; 1F1B-style exchanges where both neighbours send first; non-blocking sums. Skipped when
-// the machine has fewer GPUs than ranks on it.
+// bf16; 1F1B-style exchanges where both neighbours send first; non-blocking sums; calls on device
+// tensors queued on the backend's stream without the host waiting. Skipped when the machine has
+// fewer GPUs than ranks on it.
 // vtrain-mpi-ranks: 2 4
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/backend.h"
+#include "core/cuda_backend.h"
 #include "core/process_device.h"
 #include "core/tensor.h"
 #include "kernels/cuda_check.cuh"
@@ -138,6 +144,86 @@ TEST_F(NcclMpi, StartedSumsCompleteAtTheWait) {
     }
     EXPECT_EQ(ts[size_t(k)].to_host_f32(), want) << "sum " << k;
   }
+}
+
+// A gate on a stream (cudaLaunchHostFunc): the stream's later work waits until open() (or until
+// the watchdog opens it after `limit`, recording that it had to).
+class StreamGate {
+ public:
+  explicit StreamGate(std::chrono::seconds limit) {
+    watchdog_ = std::thread([this, limit] {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_for(lock, limit, [&] { return open_; })) {
+        fired_ = true;
+        open_ = true;
+        cv_.notify_all();
+      }
+    });
+  }
+  ~StreamGate() {
+    open();
+    watchdog_.join();
+  }
+  static void CUDART_CB hold(void* p) {
+    auto* g = static_cast<StreamGate*>(p);
+    std::unique_lock<std::mutex> lock(g->mu_);
+    g->cv_.wait(lock, [&] { return g->open_; });
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  bool fired() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fired_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false, fired_ = false;
+  std::thread watchdog_;
+};
+
+// With the backend's stream held by a gate, collectives and point-to-point calls on device
+// tensors return at once: they are queued on that stream behind the gate, and nothing waits on
+// the host (a call that synchronized would block until the watchdog opened the gate). Once the
+// gate opens, the queued work runs and the results are right.
+TEST_F(NcclMpi, DeviceCallsQueueOnTheComputeStreamWithoutWaiting) {
+  NcclCommunicator comm(MPI_COMM_WORLD);
+  const cudaStream_t bs = cuda_backend_stream();
+  ASSERT_NE(bs, nullptr);
+  EXPECT_EQ(comm.stream(), bs) << "collectives run on the backend's stream";
+  const int64_t n = 24;
+  const auto mine = values(me_, size_t(n));
+  const Tensor sum = Tensor::from_host(mine.data(), {n}, Device::kCPU).to(Device::kCUDA);
+  const Tensor all = Tensor::zeros({n * world_}, DType::kF32, Device::kCUDA);
+  const Tensor out = Tensor::from_host(mine.data(), {n}, Device::kCPU).to(Device::kCUDA);
+  const Tensor in = Tensor::zeros({n}, DType::kF32, Device::kCUDA);
+  const int right = (me_ + 1) % world_, left = (me_ + world_ - 1) % world_;
+  bool fired = false;
+  {
+    StreamGate gate(std::chrono::seconds(60));
+    VT_CUDA_CHECK(cudaLaunchHostFunc(bs, StreamGate::hold, &gate));
+    comm.all_gather(sum, all);
+    comm.all_reduce_sum(sum);
+    comm.send_async(out, right, 0);
+    comm.recv(in, left, 0);
+    comm.wait_sends();
+    fired = gate.fired();  // before the gate opens: did any call wait for the stream?
+    gate.open();
+  }
+  EXPECT_FALSE(fired) << "a call on device tensors waited on the host for the backend's stream";
+  std::vector<float> want(size_t(n), 0.0f);
+  for (int r = 0; r < world_; ++r) {
+    const auto v = values(r, size_t(n));
+    for (size_t i = 0; i < v.size(); ++i) want[i] += v[i];
+  }
+  EXPECT_EQ(sum.to_host_f32(), want);
+  const auto g = all.to_host_f32();
+  for (int r = 0; r < world_; ++r) EXPECT_EQ(g[size_t(r * n + 3)], values(r, size_t(n))[3]);
+  EXPECT_EQ(in.to_host_f32(), values(left, size_t(n)));
 }
 
 }  // namespace

@@ -71,11 +71,13 @@ def test_resume_same_layout_is_exact_and_other_layouts_match(datadir, tmp_path):
             assert other[step] == pytest.approx(ref[step], rel=1e-5), (ranks, tp, pp, step)
 
 
-def test_kill_during_save_keeps_previous_checkpoint(datadir, tmp_path):
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+def test_kill_during_save_keeps_previous_checkpoint(datadir, tmp_path, async_save):
     ckpt = tmp_path / "ckpt"
-    # Save every step; kill -9 the moment a .tmp file (a save in progress) appears.
+    # Save every step; kill -9 the moment a .tmp file (a save in progress) appears. With
+    # --async-save the write is on a background thread while training goes on.
     cmd = [VTRAIN, "train", "--data", str(datadir), *MODEL, "--steps", "200", "--ckpt-dir",
-           str(ckpt), "--ckpt-every", "1", "--keep-last", "2"]
+           str(ckpt), "--ckpt-every", "1", "--keep-last", "2"] + (["--async-save"] if async_save else [])
     killed_during_save = 0
     for attempt in range(3):
         p = subprocess.Popen(cmd + (["--resume", "auto"] if attempt else []), env=ENV,
@@ -94,6 +96,11 @@ def test_kill_during_save_keeps_previous_checkpoint(datadir, tmp_path):
         # Whatever the moment, auto-resume finds the newest complete checkpoint and continues.
         steps = sorted(int(f.name[5:13]) for f in ckpt.glob("step_*.h5"))
         assert steps, "no complete checkpoint survived"
+        # `latest` names a complete checkpoint that verifies (never the interrupted one).
+        pointed = (ckpt / "latest").read_text().strip()
+        assert pointed in {f"step_{s:08d}.h5" for s in steps}, (pointed, steps)
+        v = subprocess.run([VTRAIN, "ckpt", "verify", str(ckpt / pointed)], capture_output=True, text=True)
+        assert v.returncode == 0, v.stderr
         r = subprocess.run([VTRAIN, "train", "--data", str(datadir), *MODEL, "--steps", "200",
                             "--ckpt-dir", str(ckpt), "--resume", "auto",
                             "--stop-at-step", str(steps[-1] + 1)],

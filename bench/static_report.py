@@ -1,0 +1,340 @@
+"""Static performance report of a vtrain training step on one H100, without a GPU.
+
+For a preset (d24, d32: MODEL.md's depth-parameterised GPTs, baseline value mode, bf16
+activations), every kernel a training step launches on one GPU, with
+  - FLOPs and HBM bytes per step (the FLOPs the kernel executes: for attention, whole 64 x 64
+    tiles, masked elements included; bytes: each tensor read or written once from HBM, i.e. what
+    the kernel cannot avoid moving, L2 reuse assumed for re-read tiles);
+  - registers, static + dynamic shared memory and the resulting blocks per SM (occupancy), from
+    the ptxas -v reports of the nvcc build (tools/kernel_resources.py); cuBLASLt GEMMs have none;
+  - the roofline time on an H100 SXM: max(FLOPs / peak, bytes / 3.35 TB/s), peak 989 TFLOP/s for
+    tensor-core (bf16 mma) work and 67 TFLOP/s for CUDA-core fp32 work;
+  - optionally a measured column (--measured FILE: JSON {kernel row name: seconds per step}),
+    for a GPU session (docs/gpu-session.md).
+From the sum: the step time and MFU (model FLOPs of MODEL.md section 4 / (time x 989 TFLOP/s))
+the design can at best reach, with the reference (CUDA-core) attention for comparison.
+
+What it is not: a prediction. Real kernels reach a fraction of the roofline (mma.sync kernels on
+H100 run well below the 989 TFLOP/s that wgmma reaches; launch gaps, the tails of small grids,
+synchronization), and communication between GPUs is left out. It bounds what the design allows.
+
+  .venv/bin/python bench/static_report.py [--build build] [--presets d24,d32] [--markdown]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import kernel_resources as kr  # noqa: E402
+
+# H100 SXM5.
+PEAK_TC = 989e12      # dense bf16 tensor-core FLOP/s
+PEAK_FP32 = 67e12     # CUDA-core fp32 FLOP/s
+HBM = 3.35e12         # bytes/s
+SMS = 132
+SM_REGS, SM_SMEM, SM_THREADS, SM_BLOCKS = 65536, 228 * 1024, 2048, 32
+RESERVED_SMEM = 1024  # per block (sm_90)
+
+BF16, F32 = 2, 4
+
+
+def preset(name: str, micro_batch: int) -> dict:
+    """src/model/config.cc config_from_depth: n_embd = 64 depth rounded up to 128, hd 128, MHA,
+    vocab 32768 (padded to 64), T 2048, MLP 4x, windows SSSL with the last layer long, short
+    window ceil(T/4/128)*128."""
+    depth = int(name[1:])
+    C = (64 * depth + 127) // 128 * 128
+    T = 2048
+    short = ((T + 3) // 4 + 127) // 128 * 128
+    windows = [T if (i == depth - 1 or "SSSL"[i % 4] == "L") else min(short, T)
+               for i in range(depth)]
+    return dict(name=name, L=depth, C=C, H=C // 128, Hkv=C // 128, hd=128, V=32768,
+                Vp=(32768 + 63) // 64 * 64, T=T, hidden=4 * C, windows=windows, B=micro_batch)
+
+
+def model_flops_per_token(c: dict) -> float:
+    """MODEL.md section 4 (src/model/flops.cc): 6 x matmul params + attention 12 H hd min(W, T)."""
+    C, L = c["C"], c["L"]
+    per_layer = C * C + 2 * C * c["Hkv"] * c["hd"] + C * C + 2 * C * c["hidden"]
+    matmul = L * per_layer + C * c["V"]
+    attn = sum(12.0 * c["H"] * c["hd"] * min(w, c["T"]) for w in c["windows"])
+    return 6.0 * matmul + attn
+
+
+# --- attention tiles, exactly as the kernels visit them ----------------------------------------
+def tc_attention(T: int, W: int, hd: int, H: int, Hkv: int, B: int) -> dict:
+    """FLOPs of kernels/attention_tc.cu (tiles: forward and dQ 64 queries x 64 keys, dK/dV 64
+    keys x 32 queries), per call over B sequences."""
+    fwd_tiles = 0
+    for t0 in range(0, T, 64):
+        t_last = min(t0 + 64, T) - 1
+        fwd_tiles += t_last // 64 - max(0, t0 - W + 1) // 64 + 1
+    kv_steps = 0
+    for s0 in range(0, T, 64):
+        s_last = min(s0 + 64, T) - 1
+        t_end = min(T, s_last + W)
+        kv_steps += (t_end - 1) // 32 - s0 // 32 + 1
+    fwd = B * H * fwd_tiles * 2 * (2 * 64 * 64 * hd)           # S, O += P V
+    dq = B * H * fwd_tiles * 3 * (2 * 64 * 64 * hd)            # S, dP, dQ
+    dkdv = B * H * kv_steps * 4 * (2 * 64 * 32 * hd)           # S^T, dV, dP^T, dK
+    return dict(fwd=fwd, dq=dq, dkdv=dkdv)
+
+
+def ref_attention(T: int, W: int, hd: int, H: int, Hkv: int, B: int) -> dict:
+    """FLOPs of the reference kernels/attention.cu (32 x 32 tiles, fp32 FMA on CUDA cores)."""
+    tiles = 0
+    for t0 in range(0, T, 32):
+        t1 = min(t0 + 32, T)
+        tiles += (t1 - 1) // 32 - max(0, t0 - W + 1) // 32 + 1  # s0 steps from max(0, t0-W+1)
+    kv = 0
+    for s0 in range(0, T, 32):
+        s1 = min(s0 + 32, T)
+        t_end = min(s1 - 1 + W, T)
+        kv += (t_end - s0 + 31) // 32
+    fwd = B * H * tiles * 2 * (2 * 32 * 32 * hd)
+    dq = B * H * tiles * 3 * (2 * 32 * 32 * hd)
+    dkdv = B * H * kv * 4 * (2 * 32 * 32 * hd)
+    return dict(fwd=fwd, dq=dq, dkdv=dkdv)
+
+
+# --- the step's kernels -------------------------------------------------------------------------
+class Row:
+    def __init__(self, name, kernel, calls, flops, nbytes, tensor_cores, threads=256, dyn_smem=0):
+        self.name, self.kernel, self.calls = name, kernel, calls
+        self.flops, self.bytes, self.tc = flops, nbytes, tensor_cores
+        self.threads, self.dyn_smem = threads, dyn_smem
+
+    def roofline(self) -> float:
+        peak = PEAK_TC if self.tc else PEAK_FP32
+        return max(self.flops / peak, self.bytes / HBM)
+
+    def bound(self) -> str:
+        peak = PEAK_TC if self.tc else PEAK_FP32
+        return "compute" if self.flops / peak >= self.bytes / HBM else "memory"
+
+
+def gemm(M, N, K, out_bytes=BF16, accumulate=False):
+    """2MNK FLOPs; bf16 A, B read once, C written once (read too when accumulating)."""
+    return 2.0 * M * N * K, BF16 * (M * K + K * N) + out_bytes * M * N * (2 if accumulate else 1)
+
+
+def step_rows(c: dict, reference_attention: bool) -> list[Row]:
+    B, T, C, L, H, Hkv, hd = c["B"], c["T"], c["C"], c["L"], c["H"], c["Hkv"], c["hd"]
+    N, F, Vp = B * T, c["hidden"], c["Vp"]
+    qd, kvd = H * hd, Hkv * hd
+    rows: list[Row] = []
+    acc: dict[str, list] = {}
+
+    def add(name, kernel, flops, nbytes, tc=False, calls=1, threads=256, dyn_smem=0):
+        if name in acc:
+            acc[name][2] += flops
+            acc[name][3] += nbytes
+            acc[name][5] += calls
+        else:
+            acc[name] = [name, kernel, flops, nbytes, tc, calls, threads, dyn_smem]
+
+    # Forward + backward GEMMs of the blocks: y = x W (dx = dy W^T, dW += x^T dy in fp32).
+    for (k_in, k_out, what) in [(C, qd, "wq"), (C, kvd, "wk"), (C, kvd, "wv"), (qd, C, "wo"),
+                                (C, F, "fc"), (F, C, "proj")]:
+        f, b = gemm(N, k_out, k_in)
+        add("GEMM forward (x W)", "cuBLASLt", L * f, L * b, True, L)
+        f, b = gemm(N, k_in, k_out)
+        add("GEMM backward dx (dy W^T)", "cuBLASLt", L * f, L * b, True, L)
+        f, b = gemm(k_in, k_out, N, out_bytes=F32, accumulate=True)
+        add("GEMM backward dW (x^T dy, fp32)", "cuBLASLt", L * f, L * b, True, L)
+    # lm_head and its gradients.
+    f, b = gemm(N, Vp, C)
+    add("GEMM forward (x W)", "cuBLASLt", f, b, True)
+    f, b = gemm(N, C, Vp)
+    add("GEMM backward dx (dy W^T)", "cuBLASLt", f, b, True)
+    f, b = gemm(C, Vp, N, out_bytes=F32, accumulate=True)
+    add("GEMM backward dW (x^T dy, fp32)", "cuBLASLt", f, b, True)
+
+    # Attention.
+    smem_tc = {"fwd": (64 + 4 * 64) * hd * BF16, "dq": (2 * 64 + 4 * 64) * hd * BF16 + 2 * 64 * F32,
+               "dkdv": (2 * 64 + 4 * 32) * hd * BF16 + 4 * 32 * F32}
+    smem_ref = {"fwd": F32 * (4 * 32 * (hd + 1) + 32 * 32 + 3 * 32),
+                "dq": F32 * (5 * 32 * (hd + 1) + 32 * 32 + 2 * 32),
+                "dkdv": F32 * (6 * 32 * (hd + 1) + 2 * 32 * 32 + 2 * 32)}
+    q_bytes, kv_bytes, stat = N * qd * BF16, N * kvd * BF16, B * H * T * F32
+    for W in c["windows"]:
+        if reference_attention:
+            fl = ref_attention(T, W, hd, H, Hkv, B)
+            add("attention forward", "attn_fwd_kernel<bf16>", fl["fwd"],
+                2 * q_bytes + 2 * kv_bytes + stat, False, 1, 128, smem_ref["fwd"])
+            add("attention backward D", "attn_bwd_d_kernel<bf16>", 2.0 * N * qd,
+                2 * q_bytes + stat, False, 1, 256)
+            add("attention backward dQ", "attn_bwd_dq_kernel<bf16>", fl["dq"],
+                3 * q_bytes + 2 * kv_bytes + 2 * stat, False, 1, 128, smem_ref["dq"])
+            add("attention backward dK dV", "attn_bwd_dkdv_kernel<bf16>", fl["dkdv"],
+                2 * q_bytes + 4 * kv_bytes + 2 * stat, False, 1, 128, smem_ref["dkdv"])
+        else:
+            fl = tc_attention(T, W, hd, H, Hkv, B)
+            add("attention forward", f"attn_tc_fwd_kernel<{hd}>", fl["fwd"],
+                2 * q_bytes + 2 * kv_bytes + stat, True, 1, 128, smem_tc["fwd"])
+            add("attention backward D", f"attn_tc_bwd_d_kernel<{hd}>", 2.0 * N * qd,
+                2 * q_bytes + stat, False, 1, 256)
+            add("attention backward dQ", f"attn_tc_dq_kernel<{hd}>", fl["dq"],
+                3 * q_bytes + 2 * kv_bytes + 2 * stat, True, 1, 128, smem_tc["dq"])
+            add("attention backward dK dV", f"attn_tc_dkdv_kernel<{hd}>", fl["dkdv"],
+                2 * q_bytes + 4 * kv_bytes + 2 * stat, True, 1, 128, smem_tc["dkdv"])
+
+    # Memory-bound kernels of the blocks (bf16 activations; rstd and statistics fp32).
+    e = BF16
+    add("rmsnorm forward (x, q, k)", "rmsnorm_forward_kernel<bf16>", L * 3 * N * (2 * C + qd + kvd),
+        L * (e * 2 * (2 * N * C + N * qd + N * kvd) + F32 * N * (2 + H + Hkv)), calls=4 * L)
+    add("rmsnorm backward (x, q, k)", "rmsnorm_backward_kernel<bf16>",
+        L * 6 * N * (2 * C + qd + kvd),
+        L * (e * (4 * 2 * N * C + 3 * (N * qd + N * kvd)) + F32 * N * (2 + H + Hkv)), calls=4 * L)
+    add("rope forward + backward", "rope_kernel<bf16>", L * 2 * 6 * N * (qd + kvd) / 2,
+        L * 2 * (e * 2 * (N * qd + N * kvd) + 8 * T * hd // 2), calls=4 * L)
+    add("relu^2 forward + backward", "relu2_forward_kernel<bf16>", L * 3 * N * F,
+        L * e * (2 * N * F + 3 * N * F), calls=2 * L)
+    add("residual adds (axpy)", "axpy_kernel<bf16>", L * 2 * 2 * N * C, L * 2 * 3 * e * N * C,
+        calls=2 * L)
+    add("copies (x saved twice, value copy)", "cudaMemcpyAsync", 0,
+        L * (2 * 2 * e * N * C + 2 * e * N * kvd), calls=3 * L)
+    add("backward adds and value gradient", "axpy_kernel<bf16>", L * 2 * N * (C + kvd),
+        L * 3 * e * N * (C + kvd), calls=2 * L)
+    # Embedding, final norm, cross entropy.
+    add("embedding gather + scatter-add", "gather_kernel<bf16>", N * C,
+        F32 * N * C + e * N * C + e * N * C + F32 * 2 * N * C, calls=2)
+    add("rmsnorm forward (x, q, k)", "rmsnorm_forward_kernel<bf16>", 3 * N * C * 2,
+        e * 4 * N * C + F32 * 2 * N, calls=2)
+    add("rmsnorm backward (x, q, k)", "rmsnorm_backward_kernel<bf16>", 6 * N * C * 2,
+        e * 6 * N * C + F32 * 2 * N, calls=2)
+    add("cross entropy forward + backward", "xent_forward_kernel<bf16>", 8.0 * N * Vp,
+        e * N * Vp + e * 2 * N * Vp, calls=2)
+    return [Row(*[a[0], a[1], a[5], a[2], a[3], a[4], a[6], a[7]]) for a in acc.values()]
+
+
+def optimizer_rows(c: dict, accum: int) -> list[Row]:
+    """Once per optimizer step, amortized over `accum` micro-batches: Muon (momentum, 5
+    Newton-Schulz iterations in bf16, apply) on the block matrices, AdamW on embedding and
+    lm_head, the bf16 compute copy of the weights, the gradient zeroing."""
+    C, L, F, Vp, kvd = c["C"], c["L"], c["hidden"], c["Vp"], c["Hkv"] * c["hd"]
+    mats = L * [(C, C), (C, kvd), (C, kvd), (C, C), (C, F), (F, C)]
+    block_params = sum(r * k for r, k in mats)
+    other = 2 * Vp * C
+    ns_flops, ns_bytes = 0.0, 0.0
+    for r, k in mats:
+        m, n = min(r, k), max(r, k)
+        ns_flops += 5 * (2 * m * m * n + 2 * m * m * m + 2 * m * m * n)
+        ns_bytes += 5 * BF16 * (3 * m * n + 3 * m * m + 2 * m * n + m * n)
+    a = 1.0 / accum
+    return [
+        Row("Muon Newton-Schulz GEMMs (5 steps, bf16)", "cuBLASLt", 3 * 5 * len(mats) * a,
+            ns_flops * a, ns_bytes * a, True),
+        Row("Muon momentum + apply", "muon_momentum_kernel", 2 * len(mats) * a,
+            6 * block_params * a, (16 + 12) * block_params * a, False),
+        Row("AdamW (embedding, lm_head)", "adamw_kernel", a, 12 * other * a, 28 * other * a, False),
+        Row("bf16 copy of the weights, zeroed gradients", "f32_to_bf16_kernel", 2 * a, 0.0,
+            (F32 + BF16 + F32) * (block_params + other) * a, False),
+    ]
+
+
+# --- resources and occupancy --------------------------------------------------------------------
+def load_resources(build: str) -> dict[str, dict]:
+    try:
+        reports = kr.ptxas_reports(build)
+    except FileNotFoundError:
+        return {}
+    names = kr.demangle(list(reports))
+    return {kr.short_name(names[k]): v for k, v in reports.items()}
+
+
+def occupancy(regs: int, threads: int, smem: int) -> int:
+    """Blocks per SM on an H100 (registers allocated per warp in units of 256)."""
+    warps = (threads + 31) // 32
+    warp_regs = math.ceil(max(regs, 1) * 32 / 256) * 256
+    by_regs = SM_REGS // (warps * warp_regs)
+    by_smem = SM_SMEM // (smem + RESERVED_SMEM)
+    by_threads = SM_THREADS // threads
+    return max(0, min(by_regs, by_smem, by_threads, SM_BLOCKS))
+
+
+def table(c: dict, rows: list[Row], res: dict, measured: dict, markdown: bool) -> tuple[float, str]:
+    total = sum(r.roofline() for r in rows)
+    lines = []
+    head = ["kernel", "launch", "calls", "GFLOP", "MB", "regs", "smem KiB", "blocks/SM",
+            "roofline us", "bound", "share", "measured us"]
+    lines.append(head)
+    for r in sorted(rows, key=lambda r: -r.roofline()):
+        info = res.get(r.kernel)
+        if info:
+            smem = info["smem"] + r.dyn_smem
+            regs = str(info["regs"])
+            occ = occupancy(info["regs"], r.threads, smem)
+            occ_s = f"{occ} ({occ * r.threads * 100 // SM_THREADS}%)"
+            smem_s = f"{smem / 1024:.1f}"
+        else:
+            regs, smem_s, occ_s = "-", "-", "-"
+        meas = measured.get(r.name)
+        lines.append([r.name, r.kernel, f"{r.calls:g}", f"{r.flops / 1e9:,.1f}",
+                      f"{r.bytes / 1e6:,.1f}", regs, smem_s, occ_s, f"{r.roofline() * 1e6:,.0f}",
+                      r.bound(), f"{100 * r.roofline() / total:.1f}%",
+                      f"{meas * 1e6:,.0f}" if meas is not None else "-"])
+    if markdown:
+        for l in lines[1:]:
+            l[1] = f"`{l[1]}`"  # template brackets would read as HTML
+        out = ["| " + " | ".join(lines[0]) + " |", "|" + "---|" * len(lines[0])]
+        out += ["| " + " | ".join(l) + " |" for l in lines[1:]]
+    else:
+        widths = [max(len(l[i]) for l in lines) for i in range(len(lines[0]))]
+        out = ["  ".join(x.ljust(w) for x, w in zip(l, widths)) for l in lines]
+    return total, "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.environ.get("VTRAIN_BUILD", os.path.join(ROOT, "build")))
+    ap.add_argument("--presets", default="d24,d32")
+    ap.add_argument("--micro-batch", default="d24:16,d32:8",
+                    help="sequences of T tokens per GPU per micro-step, per preset")
+    ap.add_argument("--tokens-per-optimizer-step", type=int, default=65536,
+                    help="per GPU (nanochat: 524288 tokens over 8 GPUs)")
+    ap.add_argument("--measured", help="JSON {row name: seconds per step} from a GPU run")
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    mb = dict(kv.split(":") for kv in args.micro_batch.split(","))
+    res = load_resources(args.build)
+    if not res:
+        print(f"(no ptxas reports under {args.build}: registers and occupancy left out)")
+    measured = json.load(open(args.measured)) if args.measured else {}
+    for name in args.presets.split(","):
+        c = preset(name, int(mb.get(name, 8)))
+        tokens = c["B"] * c["T"]
+        accum = max(1, args.tokens_per_optimizer_step // tokens)
+        model_flops = model_flops_per_token(c) * tokens
+        print(f"\n## {name}: L {c['L']}, d {c['C']}, {c['H']} heads x hd {c['hd']}, T {c['T']}, "
+              f"windows {c['windows'][0]}/{c['T']} (SSSL), micro-batch {c['B']} x {c['T']} = "
+              f"{tokens} tokens, optimizer every {accum} micro-batches\n")
+        results = {}
+        for ref in (False, True):
+            rows = step_rows(c, ref) + optimizer_rows(c, accum)
+            total, text = table(c, rows, res, measured if not ref else {}, args.markdown)
+            results[ref] = (total, rows)
+            if not ref:
+                print(text)
+        t_tc, rows_tc = results[False]
+        t_ref, rows_ref = results[True]
+        attn = lambda rows: sum(r.roofline() for r in rows if r.name.startswith("attention"))
+        li = "- " if args.markdown else ""
+        print(f"\n{li}model FLOPs per micro-step (MODEL.md): {model_flops / 1e12:.2f} TFLOP; "
+              f"executed: {sum(r.flops for r in rows_tc) / 1e12:.2f} TFLOP")
+        print(f"{li}roofline step time: {t_tc * 1e3:.1f} ms -> at best {tokens / t_tc:,.0f} tok/s, "
+              f"MFU {100 * model_flops / (t_tc * PEAK_TC):.0f}% "
+              f"(attention {100 * attn(rows_tc) / t_tc:.0f}% of it)")
+        print(f"{li}with the reference attention (CUDA cores): {t_ref * 1e3:.1f} ms, MFU "
+              f"{100 * model_flops / (t_ref * PEAK_TC):.0f}% (attention "
+              f"{100 * attn(rows_ref) / t_ref:.0f}%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

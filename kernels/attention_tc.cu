@@ -1,0 +1,730 @@
+// Flash attention on tensor cores: forward, D = rowsum(dO * O), dQ, dK/dV (attention_tc.cuh).
+//
+// All products are warp-level mma.sync m16n8k16 (bf16 in, fp32 accumulate) on operands read from
+// shared memory with ldmatrix (kernels/mma.cuh); tiles move global -> shared with cp.async,
+// double-buffered so the next tile loads while this one is multiplied. Shared tiles are bf16 rows
+// of hd elements whose 16-byte chunks are XOR-swizzled by row (Tile below), so the 8 rows an
+// ldmatrix reads fall in 8 different bank groups. Four warps per block, each owning 16 rows of
+// the block's output tile; nothing T x T is ever stored.
+//
+// Forward, block = (64 queries, head, batch), heaviest query tiles launched first. Per key tile
+// of 64 keys, per warp: S = Q K^T (16 x 64, Q's fragments kept in registers), masked only when
+// the tile crosses the diagonal or the window's edge, scaled to log2 units; online softmax with
+// the running max m and the lane's partial row sum l; P (bf16) becomes the left operand of
+// O += P V directly from the score registers (tc::a_from_c). Key tiles no row of the block can
+// see are never visited: the loop runs over [max(0, t0 - W + 1), t0 + 63] only. At the end
+// out = O / l and lse = (m + log2 l) ln 2, through a shared staging tile for 16-byte stores.
+// The epilogue (FwdEpilogue) is where per-head output terms of other block shapes belong: it
+// sees each output element with its row, column, 1/l and the row's final max.
+//
+// Backward recomputes P = exp2(S log2e scale - lse log2e):
+//   dS = P (dP - D) scale with dP = dO V^T, D = rowsum(dO * O) (a small kernel first);
+//   dQ = dS K (kernel 1: block = 64 queries of one head, loops over their visible key tiles);
+//   dV = P^T dO, dK = dS^T Q (kernel 2: block = 64 keys of one KV head, each warp 16 keys, loops
+//   over the query heads of the group and the 32-query tiles that see the keys).
+// S and dP are computed twice (once per kernel), the price of writing every gradient once,
+// deterministically, without atomics.
+#include "kernels/attention_tc.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+
+#include "kernels/block_reduce.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/launch.cuh"
+#include "kernels/mma.cuh"
+
+namespace vt::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using tc::FragA;
+using tc::FragB;
+using tc::FragC;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Forward and dQ: 64 query rows (16 per warp) x 64-key tiles. dK/dV: 64 keys (16 per warp) x
+// 32-query tiles (fewer live score registers next to the two hd-wide accumulators).
+constexpr int kFwdRows = 16 * kWarps, kFwdKeys = 64;
+constexpr int kKvKeys = 16 * kWarps, kKvRows = 32;
+
+// A shared tile of bf16 rows of HD elements. Chunk c (elements 8c..8c+7) of row r sits at chunk
+// c ^ f(r): with >= 8 chunks per row f(r) = r % 8; with 4 (HD 32, two rows per 128 bytes)
+// f(r) = (r / 2) % 4. Either way the 8 consecutive rows of an ldmatrix hit 8 distinct 16-byte
+// bank groups, and a row's chunks are only permuted (reads and writes use the same map).
+template <int HD>
+struct Tile {
+  static_assert(HD == 32 || HD == 64 || HD == 128, "head dims 32, 64, 128");
+  static constexpr int kChunks = HD / 8;
+  __device__ __forceinline__ static int chunk(int row, int c) {
+    if constexpr (kChunks >= 8)
+      return c ^ (row & 7);
+    else
+      return c ^ ((row >> 1) & (kChunks - 1));
+  }
+  // Element offset of (row, col).
+  __device__ __forceinline__ static int at(int row, int col) {
+    return row * HD + (chunk(row, col >> 3) << 3) + (col & 7);
+  }
+};
+
+// Rows [row0, row0 + ROWS) of head `head` of a (B, T, heads, HD) tensor into a shared tile, as
+// 16-byte cp.async copies; rows at or past T become zeros.
+template <int HD, int ROWS>
+__device__ __forceinline__ void load_rows_async(bf16* tile, const bf16* __restrict__ g, int64_t b,
+                                                int64_t row0, int64_t T, int heads, int head) {
+  constexpr int kChunks = HD / 8;
+  for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const int64_t t = row0 + r;
+    const bool valid = t < T;
+    const bf16* src = g + ((b * T + (valid ? t : 0)) * heads + head) * HD + c * 8;
+    tc::cp_async16(tile + r * HD + (Tile<HD>::chunk(r, c) << 3), src, valid);
+  }
+}
+
+// ROWS fp32 values [row0, row0 + ROWS) of a (B, H, T) statistic of head `head`; 0 past T.
+template <int ROWS>
+__device__ __forceinline__ void load_stats_async(float* dst, const float* __restrict__ g,
+                                                 int64_t b, int64_t row0, int64_t T, int H,
+                                                 int head) {
+  for (int i = threadIdx.x; i < ROWS; i += kThreads) {
+    const int64_t t = row0 + i;
+    const bool valid = t < T;
+    tc::cp_async4(dst + i, g + (b * H + head) * T + (valid ? t : 0), valid);
+  }
+}
+
+// A shared tile back to rows [row0, row0 + ROWS) of head `head` of (B, T, heads, HD), 16 bytes
+// per copy; rows at or past T are not written.
+template <int HD, int ROWS>
+__device__ __forceinline__ void store_rows(bf16* __restrict__ g, const bf16* tile, int64_t b,
+                                           int64_t row0, int64_t T, int heads, int head) {
+  constexpr int kChunks = HD / 8;
+  for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const int64_t t = row0 + r;
+    if (t < T)
+      *reinterpret_cast<uint4*>(g + ((b * T + t) * heads + head) * HD + c * 8) =
+          *reinterpret_cast<const uint4*>(tile + r * HD + (Tile<HD>::chunk(r, c) << 3));
+  }
+}
+
+// Fragments, from a shared tile (see kernels/mma.cuh for the lane -> row address patterns).
+// A operand, rows [r0, r0 + 16) x cols [k0, k0 + 16) of a tile stored [m][k].
+template <int HD>
+__device__ __forceinline__ FragA frag_a(const bf16* tile, int r0, int k0) {
+  const int l = threadIdx.x & 31;
+  FragA a;
+  tc::ldsm_x4(a.r, tile + Tile<HD>::at(r0 + (l & 15), k0 + (l >> 4) * 8));
+  return a;
+}
+// B operands of two n-tiles [n0, n0 + 8), [n0 + 8, n0 + 16) for k in [k0, k0 + 16), from a tile
+// stored [n][k] (B = tile^T: K in S = Q K^T).
+template <int HD>
+__device__ __forceinline__ void frag_b_nk(FragB& b0, FragB& b1, const bf16* tile, int n0, int k0) {
+  const int l = threadIdx.x & 31;
+  uint32_t x[4];
+  tc::ldsm_x4(x, tile + Tile<HD>::at(n0 + (l & 7) + (l >> 4) * 8, k0 + ((l >> 3) & 1) * 8));
+  b0 = FragB{{x[0], x[1]}};
+  b1 = FragB{{x[2], x[3]}};
+}
+// The same from a tile stored [k][n] (B = tile: V in O = P V), through ldmatrix .trans.
+template <int HD>
+__device__ __forceinline__ void frag_b_kn(FragB& b0, FragB& b1, const bf16* tile, int k0, int n0) {
+  const int l = threadIdx.x & 31;
+  uint32_t x[4];
+  tc::ldsm_x4_trans(x, tile + Tile<HD>::at(k0 + (l & 7) + ((l >> 3) & 1) * 8, n0 + (l >> 4) * 8));
+  b0 = FragB{{x[0], x[1]}};
+  b1 = FragB{{x[2], x[3]}};
+}
+
+// Writes a warp's 16 x HD accumulator rows [r0, r0 + 16), times mul[0] (rows g) and mul[1]
+// (rows g + 8), into a shared tile as bf16.
+template <int HD>
+__device__ __forceinline__ void stage_rows(bf16* tile, const FragC (&acc)[HD / 8], int r0,
+                                           const float (&mul)[2]) {
+  const int l = threadIdx.x & 31, g = l >> 2, c = l & 3;
+#pragma unroll
+  for (int nt = 0; nt < HD / 8; ++nt) {
+    const int col = nt * 8 + 2 * c;
+    *reinterpret_cast<uint32_t*>(tile + Tile<HD>::at(r0 + g, col)) =
+        tc::pack_bf16(acc[nt].x[0] * mul[0], acc[nt].x[1] * mul[0]);
+    *reinterpret_cast<uint32_t*>(tile + Tile<HD>::at(r0 + g + 8, col)) =
+        tc::pack_bf16(acc[nt].x[2] * mul[1], acc[nt].x[3] * mul[1]);
+  }
+}
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+__device__ __forceinline__ bool visible(int64_t t, int64_t s, int64_t W) {
+  return s <= t && t - s < W;
+}
+
+// Maxima propagate NaN (detail::nan_max), so a non-finite score reaches out and lse.
+__device__ __forceinline__ float quad_max(float x) {
+  x = detail::nan_max(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return detail::nan_max(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// The output of one element of a query row: O / l. Per-head terms of other attention shapes
+// (e.g. alpha v_t + beta softmax(.)v - gamma mean(v)) are added here: the epilogue runs once per
+// output tile with the row (t), the column, 1/l and the row's final log2-unit max at hand.
+struct FwdEpilogue {
+  __device__ __forceinline__ static float row_scale(float l) { return l > 0.0f ? 1.0f / l : 0.0f; }
+};
+
+// Dynamic shared memory as 16-byte aligned bf16 (cp.async and ldmatrix need the alignment).
+#define VT_ATTN_SMEM(name)                     \
+  VT_DYNAMIC_SHARED(uint4, name##_raw);        \
+  bf16* const name = reinterpret_cast<bf16*>(name##_raw)
+
+// ---------------------------------------------------------------------------------------------
+// Forward. Shared: Q (64 x HD) | K (2 x 64 x HD) | V (2 x 64 x HD).
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    attn_tc_fwd_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                       const bf16* __restrict__ v, bf16* __restrict__ out,
+                       float* __restrict__ lse, int64_t T, int H, int Hkv, int64_t W,
+                       float scale_log2) {
+  constexpr int kN = HD / 8;         // n-tiles of O
+  constexpr int kK = HD / 16;        // k-steps of S = Q K^T
+  constexpr int kS = kFwdKeys / 8;   // n-tiles of S
+  VT_ATTN_SMEM(smem);
+  bf16* const Qs = smem;
+  bf16* const Ks = Qs + kFwdRows * HD;
+  bf16* const Vs = Ks + 2 * kFwdKeys * HD;
+
+  const int64_t t0 = int64_t(gridDim.x - 1 - blockIdx.x) * kFwdRows;  // heaviest tiles first
+  const int h = blockIdx.y, kvh = h / (H / Hkv);
+  const int64_t b = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int64_t t_last = min64(t0 + kFwdRows, T) - 1;
+  const int64_t j_begin = max64(0, t0 - W + 1) / kFwdKeys, j_end = t_last / kFwdKeys;
+  const int64_t row0 = t0 + warp * 16 + g, row1 = row0 + 8;  // this lane's two query rows
+
+  load_rows_async<HD, kFwdRows>(Qs, q, b, t0, T, H, h);
+  load_rows_async<HD, kFwdKeys>(Ks, k, b, j_begin * kFwdKeys, T, Hkv, kvh);
+  load_rows_async<HD, kFwdKeys>(Vs, v, b, j_begin * kFwdKeys, T, Hkv, kvh);
+  tc::cp_async_commit();
+
+  FragA qf[kK];
+  FragC o[kN];
+#pragma unroll
+  for (int nt = 0; nt < kN; ++nt) o[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int64_t j = j_begin; j <= j_end; ++j) {
+    const int buf = int(j - j_begin) & 1;
+    const bf16* Kt = Ks + buf * kFwdKeys * HD;
+    const bf16* Vt = Vs + buf * kFwdKeys * HD;
+    if (j < j_end) {  // next tile into the other buffer (free since the last iteration's barrier)
+      load_rows_async<HD, kFwdKeys>(Ks + (buf ^ 1) * kFwdKeys * HD, k, b, (j + 1) * kFwdKeys, T,
+                                    Hkv, kvh);
+      load_rows_async<HD, kFwdKeys>(Vs + (buf ^ 1) * kFwdKeys * HD, v, b, (j + 1) * kFwdKeys, T,
+                                    Hkv, kvh);
+      tc::cp_async_commit();
+      tc::cp_async_wait<1>();
+    } else {
+      tc::cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (j == j_begin) {
+#pragma unroll
+      for (int kk = 0; kk < kK; ++kk) qf[kk] = frag_a<HD>(Qs, warp * 16, kk * 16);
+    }
+
+    // S = Q K^T, 16 x 64 per warp.
+    FragC s[kS];
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt) s[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int kk = 0; kk < kK; ++kk)
+#pragma unroll
+      for (int np = 0; np < kS / 2; ++np) {
+        FragB b0, b1;
+        frag_b_nk<HD>(b0, b1, Kt, np * 16, kk * 16);
+        tc::mma_bf16(s[2 * np], qf[kk], b0);
+        tc::mma_bf16(s[2 * np + 1], qf[kk], b1);
+      }
+
+    // Scale to log2 units; mask only a tile that crosses the diagonal or the window's edge.
+    const int64_t s0 = j * kFwdKeys;
+    const bool masked = s0 + kFwdKeys - 1 > t0 || t0 + kFwdRows - 1 - s0 >= W;
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float x = s[nt].x[i] * scale_log2;
+        if (masked && !visible(i < 2 ? row0 : row1, s0 + nt * 8 + 2 * c + (i & 1), W))
+          x = -INFINITY;
+        s[nt].x[i] = x;
+      }
+
+    // Online softmax, rows g (x[0], x[1]) and g + 8 (x[2], x[3]).
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kS; ++nt)
+        mx = detail::nan_max(mx, detail::nan_max(s[nt].x[2 * rr], s[nt].x[2 * rr + 1]));
+      mx = quad_max(mx);
+      const float m_new = detail::nan_max(m[rr], mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet
+      const float alpha = exp2f(m[rr] - m_use);                // 0 while m was -inf
+      m[rr] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kS; ++nt) {
+        const float p0 = exp2f(s[nt].x[2 * rr] - m_use), p1 = exp2f(s[nt].x[2 * rr + 1] - m_use);
+        s[nt].x[2 * rr] = p0;
+        s[nt].x[2 * rr + 1] = p1;
+        sum += p0 + p1;
+      }
+      l[rr] = l[rr] * alpha + sum;
+#pragma unroll
+      for (int nt = 0; nt < kN; ++nt) {
+        o[nt].x[2 * rr] *= alpha;
+        o[nt].x[2 * rr + 1] *= alpha;
+      }
+    }
+
+    // O += P V: P's score registers are the A operand of 16-key steps.
+#pragma unroll
+    for (int kk = 0; kk < kFwdKeys / 16; ++kk) {
+      const FragA pa = tc::a_from_c(s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < kN / 2; ++np) {
+        FragB b0, b1;
+        frag_b_kn<HD>(b0, b1, Vt, kk * 16, np * 16);
+        tc::mma_bf16(o[2 * np], pa, b0);
+        tc::mma_bf16(o[2 * np + 1], pa, b1);
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+  }
+
+  // Epilogue: row sums over the quad, out = O / l through the Q tile (each warp only ever read
+  // its own 16 rows of it), lse in natural log.
+  float inv[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    l[rr] = quad_sum(l[rr]);
+    inv[rr] = FwdEpilogue::row_scale(l[rr]);
+  }
+  stage_rows<HD>(Qs, o, warp * 16, inv);
+  if (c == 0) {
+    if (row0 < T) lse[(b * H + h) * T + row0] = (m[0] + log2f(l[0])) * kLn2;
+    if (row1 < T) lse[(b * H + h) * T + row1] = (m[1] + log2f(l[1])) * kLn2;
+  }
+  __syncthreads();
+  store_rows<HD, kFwdRows>(out, Qs, b, t0, T, H, h);
+}
+
+// ---------------------------------------------------------------------------------------------
+// D[b,h,t] = sum_c dO[b,t,h,c] * O[b,t,h,c]: HD/8 threads per row, 16 bytes each.
+template <int HD>
+__global__ void attn_tc_bwd_d_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout,
+                                     float* __restrict__ D, int64_t rows, int64_t T, int H) {
+  constexpr int kPer = HD / 8;  // threads per row (a power of 2 dividing 32)
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t r = idx / kPer;
+  const int part = int(idx % kPer);
+  float acc = 0.0f;
+  if (r < rows) {
+    const uint4 ov = *reinterpret_cast<const uint4*>(out + r * HD + part * 8);
+    const uint4 dv = *reinterpret_cast<const uint4*>(dout + r * HD + part * 8);
+    bf16 o8[8], d8[8];
+    __builtin_memcpy(static_cast<void*>(o8), &ov, sizeof(ov));
+    __builtin_memcpy(static_cast<void*>(d8), &dv, sizeof(dv));
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc = fmaf(__bfloat162float(o8[e]), __bfloat162float(d8[e]), acc);
+  }
+#pragma unroll
+  for (int off = kPer / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (r < rows && part == 0) {
+    const int64_t bt = r / H, h = r % H, b = bt / T, t = bt % T;
+    D[(b * H + h) * T + t] = acc;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// dQ. Shared: Q, dO (64 x HD) | K, V (2 x 64 x HD) | lse, D (64 fp32).
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    attn_tc_dq_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                      const bf16* __restrict__ v, const bf16* __restrict__ dout,
+                      const float* __restrict__ lse, const float* __restrict__ D,
+                      bf16* __restrict__ dq, int64_t T, int H, int Hkv, int64_t W, float scale,
+                      float scale_log2) {
+  constexpr int kN = HD / 8, kK = HD / 16, kS = kFwdKeys / 8;
+  VT_ATTN_SMEM(smem);
+  bf16* const Qs = smem;
+  bf16* const dOs = Qs + kFwdRows * HD;
+  bf16* const Ks = dOs + kFwdRows * HD;
+  bf16* const Vs = Ks + 2 * kFwdKeys * HD;
+  float* const lse_s = reinterpret_cast<float*>(Vs + 2 * kFwdKeys * HD);
+  float* const D_s = lse_s + kFwdRows;
+
+  const int64_t t0 = int64_t(gridDim.x - 1 - blockIdx.x) * kFwdRows;
+  const int h = blockIdx.y, kvh = h / (H / Hkv);
+  const int64_t b = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int64_t t_last = min64(t0 + kFwdRows, T) - 1;
+  const int64_t j_begin = max64(0, t0 - W + 1) / kFwdKeys, j_end = t_last / kFwdKeys;
+  const int64_t row0 = t0 + warp * 16 + g, row1 = row0 + 8;
+
+  load_rows_async<HD, kFwdRows>(Qs, q, b, t0, T, H, h);
+  load_rows_async<HD, kFwdRows>(dOs, dout, b, t0, T, H, h);
+  load_stats_async<kFwdRows>(lse_s, lse, b, t0, T, H, h);
+  load_stats_async<kFwdRows>(D_s, D, b, t0, T, H, h);
+  load_rows_async<HD, kFwdKeys>(Ks, k, b, j_begin * kFwdKeys, T, Hkv, kvh);
+  load_rows_async<HD, kFwdKeys>(Vs, v, b, j_begin * kFwdKeys, T, Hkv, kvh);
+  tc::cp_async_commit();
+
+  FragC acc[kN];
+#pragma unroll
+  for (int nt = 0; nt < kN; ++nt) acc[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+  float lse2[2] = {0.0f, 0.0f}, Dr[2] = {0.0f, 0.0f};
+
+  for (int64_t j = j_begin; j <= j_end; ++j) {
+    const int buf = int(j - j_begin) & 1;
+    const bf16* Kt = Ks + buf * kFwdKeys * HD;
+    const bf16* Vt = Vs + buf * kFwdKeys * HD;
+    if (j < j_end) {
+      load_rows_async<HD, kFwdKeys>(Ks + (buf ^ 1) * kFwdKeys * HD, k, b, (j + 1) * kFwdKeys, T,
+                                    Hkv, kvh);
+      load_rows_async<HD, kFwdKeys>(Vs + (buf ^ 1) * kFwdKeys * HD, v, b, (j + 1) * kFwdKeys, T,
+                                    Hkv, kvh);
+      tc::cp_async_commit();
+      tc::cp_async_wait<1>();
+    } else {
+      tc::cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (j == j_begin) {
+      lse2[0] = lse_s[warp * 16 + g] * kLog2e;
+      lse2[1] = lse_s[warp * 16 + g + 8] * kLog2e;
+      Dr[0] = D_s[warp * 16 + g];
+      Dr[1] = D_s[warp * 16 + g + 8];
+    }
+
+    // S = Q K^T and dP = dO V^T, 16 x 64 per warp.
+    FragC s[kS], dp[kS];
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt) {
+      s[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+      dp[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+    }
+#pragma unroll
+    for (int kk = 0; kk < kK; ++kk) {
+      const FragA qa = frag_a<HD>(Qs, warp * 16, kk * 16);
+      const FragA da = frag_a<HD>(dOs, warp * 16, kk * 16);
+#pragma unroll
+      for (int np = 0; np < kS / 2; ++np) {
+        FragB b0, b1;
+        frag_b_nk<HD>(b0, b1, Kt, np * 16, kk * 16);
+        tc::mma_bf16(s[2 * np], qa, b0);
+        tc::mma_bf16(s[2 * np + 1], qa, b1);
+        frag_b_nk<HD>(b0, b1, Vt, np * 16, kk * 16);
+        tc::mma_bf16(dp[2 * np], da, b0);
+        tc::mma_bf16(dp[2 * np + 1], da, b1);
+      }
+    }
+
+    // dS = P (dP - D) scale, kept in s.
+    const int64_t s0 = j * kFwdKeys;
+    const bool masked = s0 + kFwdKeys - 1 > t0 || t0 + kFwdRows - 1 - s0 >= W;
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int rr = i >> 1;
+        float p = exp2f(s[nt].x[i] * scale_log2 - lse2[rr]);
+        if (masked && !visible(rr ? row1 : row0, s0 + nt * 8 + 2 * c + (i & 1), W)) p = 0.0f;
+        s[nt].x[i] = p * (dp[nt].x[i] - Dr[rr]) * scale;
+      }
+
+    // dQ += dS K.
+#pragma unroll
+    for (int kk = 0; kk < kFwdKeys / 16; ++kk) {
+      const FragA sa = tc::a_from_c(s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < kN / 2; ++np) {
+        FragB b0, b1;
+        frag_b_kn<HD>(b0, b1, Kt, kk * 16, np * 16);
+        tc::mma_bf16(acc[2 * np], sa, b0);
+        tc::mma_bf16(acc[2 * np + 1], sa, b1);
+      }
+    }
+    __syncthreads();
+  }
+
+  const float one[2] = {1.0f, 1.0f};
+  stage_rows<HD>(Qs, acc, warp * 16, one);  // each warp read only its own rows of Q
+  __syncthreads();
+  store_rows<HD, kFwdRows>(dq, Qs, b, t0, T, H, h);
+}
+
+// ---------------------------------------------------------------------------------------------
+// dK, dV. Shared: K, V (64 x HD) | Q, dO (2 x 32 x HD) | lse, D (2 x 32 fp32).
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    attn_tc_dkdv_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                        const bf16* __restrict__ v, const bf16* __restrict__ dout,
+                        const float* __restrict__ lse, const float* __restrict__ D,
+                        bf16* __restrict__ dk, bf16* __restrict__ dv, int64_t T, int H, int Hkv,
+                        int64_t W, float scale, float scale_log2) {
+  constexpr int kN = HD / 8, kK = HD / 16, kS = kKvRows / 8;
+  VT_ATTN_SMEM(smem);
+  bf16* const Ks = smem;
+  bf16* const Vs = Ks + kKvKeys * HD;
+  bf16* const Qs = Vs + kKvKeys * HD;
+  bf16* const dOs = Qs + 2 * kKvRows * HD;
+  float* const lse_s = reinterpret_cast<float*>(dOs + 2 * kKvRows * HD);
+  float* const D_s = lse_s + 2 * kKvRows;
+
+  const int64_t s0 = int64_t(blockIdx.x) * kKvKeys;  // early key tiles (most queries) first
+  const int kvh = blockIdx.y, group = H / Hkv;
+  const int64_t b = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int64_t s_last = min64(s0 + kKvKeys, T) - 1;
+  const int64_t t_end = min64(T, s_last + W);  // queries [s0, t_end) see a key here
+  const int64_t i_begin = s0 / kKvRows, n_i = (t_end - 1) / kKvRows - i_begin + 1;
+  const int64_t steps = n_i * group;  // (head, query tile) pairs, head-major
+  const int64_t key0 = s0 + warp * 16 + g, key1 = key0 + 8;  // this lane's two keys
+
+  auto load_step = [&](int64_t u, int buf) {
+    const int h = kvh * group + int(u / n_i);
+    const int64_t t = (i_begin + u % n_i) * kKvRows;
+    load_rows_async<HD, kKvRows>(Qs + buf * kKvRows * HD, q, b, t, T, H, h);
+    load_rows_async<HD, kKvRows>(dOs + buf * kKvRows * HD, dout, b, t, T, H, h);
+    load_stats_async<kKvRows>(lse_s + buf * kKvRows, lse, b, t, T, H, h);
+    load_stats_async<kKvRows>(D_s + buf * kKvRows, D, b, t, T, H, h);
+  };
+  load_rows_async<HD, kKvKeys>(Ks, k, b, s0, T, Hkv, kvh);
+  load_rows_async<HD, kKvKeys>(Vs, v, b, s0, T, Hkv, kvh);
+  load_step(0, 0);
+  tc::cp_async_commit();
+
+  FragC dk_acc[kN], dv_acc[kN];
+#pragma unroll
+  for (int nt = 0; nt < kN; ++nt) {
+    dk_acc[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+    dv_acc[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+  }
+
+  for (int64_t u = 0; u < steps; ++u) {
+    const int buf = int(u & 1);
+    const bf16* Qt = Qs + buf * kKvRows * HD;
+    const bf16* dOt = dOs + buf * kKvRows * HD;
+    const float* lse_t = lse_s + buf * kKvRows;
+    const float* D_t = D_s + buf * kKvRows;
+    if (u + 1 < steps) {
+      load_step(u + 1, buf ^ 1);
+      tc::cp_async_commit();
+      tc::cp_async_wait<1>();
+    } else {
+      tc::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int64_t t0 = (i_begin + u % n_i) * kKvRows;
+
+    // S^T = K Q^T (16 keys x 32 queries per warp) -> P^T.
+    FragC p[kS];
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt) p[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int kk = 0; kk < kK; ++kk) {
+      const FragA ka = frag_a<HD>(Ks, warp * 16, kk * 16);
+#pragma unroll
+      for (int np = 0; np < kS / 2; ++np) {
+        FragB b0, b1;
+        frag_b_nk<HD>(b0, b1, Qt, np * 16, kk * 16);
+        tc::mma_bf16(p[2 * np], ka, b0);
+        tc::mma_bf16(p[2 * np + 1], ka, b1);
+      }
+    }
+    const bool masked = t0 < s0 + kKvKeys - 1 || t0 + kKvRows - 1 - s0 >= W;
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = nt * 8 + 2 * c + (i & 1);  // query t0 + col
+        float x = exp2f(p[nt].x[i] * scale_log2 - lse_t[col] * kLog2e);
+        if (masked && !visible(t0 + col, i < 2 ? key0 : key1, W)) x = 0.0f;
+        p[nt].x[i] = x;
+      }
+
+    // dV += P^T dO.
+#pragma unroll
+    for (int kk = 0; kk < kKvRows / 16; ++kk) {
+      const FragA pa = tc::a_from_c(p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < kN / 2; ++np) {
+        FragB b0, b1;
+        frag_b_kn<HD>(b0, b1, dOt, kk * 16, np * 16);
+        tc::mma_bf16(dv_acc[2 * np], pa, b0);
+        tc::mma_bf16(dv_acc[2 * np + 1], pa, b1);
+      }
+    }
+
+    // dP^T = V dO^T -> dS^T = P^T (dP^T - D) scale, in p.
+    FragC dp[kS];
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt) dp[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int kk = 0; kk < kK; ++kk) {
+      const FragA va = frag_a<HD>(Vs, warp * 16, kk * 16);
+#pragma unroll
+      for (int np = 0; np < kS / 2; ++np) {
+        FragB b0, b1;
+        frag_b_nk<HD>(b0, b1, dOt, np * 16, kk * 16);
+        tc::mma_bf16(dp[2 * np], va, b0);
+        tc::mma_bf16(dp[2 * np + 1], va, b1);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = nt * 8 + 2 * c + (i & 1);
+        p[nt].x[i] = p[nt].x[i] * (dp[nt].x[i] - D_t[col]) * scale;
+      }
+
+    // dK += dS^T Q.
+#pragma unroll
+    for (int kk = 0; kk < kKvRows / 16; ++kk) {
+      const FragA sa = tc::a_from_c(p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < kN / 2; ++np) {
+        FragB b0, b1;
+        frag_b_kn<HD>(b0, b1, Qt, kk * 16, np * 16);
+        tc::mma_bf16(dk_acc[2 * np], sa, b0);
+        tc::mma_bf16(dk_acc[2 * np + 1], sa, b1);
+      }
+    }
+    __syncthreads();
+  }
+
+  // Each warp read only its own 16 rows of K and V: stage dK, dV there.
+  const float one[2] = {1.0f, 1.0f};
+  stage_rows<HD>(Ks, dk_acc, warp * 16, one);
+  stage_rows<HD>(Vs, dv_acc, warp * 16, one);
+  __syncthreads();
+  store_rows<HD, kKvKeys>(dk, Ks, b, s0, T, Hkv, kvh);
+  store_rows<HD, kKvKeys>(dv, Vs, b, s0, T, Hkv, kvh);
+}
+
+// ---------------------------------------------------------------------------------------------
+template <int HD>
+constexpr size_t fwd_smem() {
+  return sizeof(bf16) * size_t(kFwdRows + 4 * kFwdKeys) * HD;
+}
+template <int HD>
+constexpr size_t dq_smem() {
+  return sizeof(bf16) * size_t(2 * kFwdRows + 4 * kFwdKeys) * HD + sizeof(float) * 2 * kFwdRows;
+}
+template <int HD>
+constexpr size_t dkdv_smem() {
+  return sizeof(bf16) * size_t(2 * kKvKeys + 4 * kKvRows) * HD + sizeof(float) * 4 * kKvRows;
+}
+
+void check_args(const AttnShape& s, std::initializer_list<const void*> ptrs) {
+  VT_CUDA_REQUIRE(s.B >= 1 && s.T >= 1 && s.H >= 1 && s.Hkv >= 1,
+                  "attention shape must have B, T, H, Hkv >= 1");
+  VT_CUDA_REQUIRE(s.H % s.Hkv == 0, "H must be a multiple of Hkv");
+  VT_CUDA_REQUIRE(s.window >= 1, "attention window must be >= 1");
+  VT_CUDA_REQUIRE(attention_tc_supported(s),
+                  "tensor-core attention handles head dims 32, 64 and 128 only");
+  VT_CUDA_REQUIRE(s.H <= 65535 && s.B <= 65535, "B and H must be <= 65535 (grid y/z limits)");
+  for (const void* p : ptrs)
+    VT_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0,
+                    "tensor-core attention needs 16-byte aligned q, k, v, out, dout, dq, dk, dv");
+}
+
+template <int HD>
+void forward_hd(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
+                const AttnShape& s, float scale, cudaStream_t stream) {
+  const int64_t W = std::min(s.window, s.T);
+  set_dynamic_smem(reinterpret_cast<const void*>(attn_tc_fwd_kernel<HD>), fwd_smem<HD>(),
+                   "tensor-core attention forward");
+  const dim3 grid(unsigned((s.T + kFwdRows - 1) / kFwdRows), unsigned(s.H), unsigned(s.B));
+  VT_LAUNCH(attn_tc_fwd_kernel<HD>, grid, kThreads, fwd_smem<HD>(), stream, q, k, v, out, lse,
+            s.T, int(s.H), int(s.Hkv), W, scale * kLog2e);
+  VT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int HD>
+void backward_hd(const bf16* q, const bf16* k, const bf16* v, const bf16* out, const float* lse,
+                 const bf16* dout, bf16* dq, bf16* dk, bf16* dv, const AttnShape& s, float scale,
+                 float* D, cudaStream_t stream) {
+  const int64_t W = std::min(s.window, s.T);
+  const int H = int(s.H), Hkv = int(s.Hkv);
+  const int64_t rows = s.B * s.T * s.H;
+  const int64_t threads = rows * (HD / 8);
+  VT_LAUNCH(attn_tc_bwd_d_kernel<HD>, unsigned((threads + 255) / 256), 256, 0, stream, out, dout,
+            D, rows, s.T, H);
+  VT_CUDA_CHECK(cudaGetLastError());
+
+  set_dynamic_smem(reinterpret_cast<const void*>(attn_tc_dq_kernel<HD>), dq_smem<HD>(),
+                   "tensor-core attention backward (dQ)");
+  const dim3 gq(unsigned((s.T + kFwdRows - 1) / kFwdRows), unsigned(H), unsigned(s.B));
+  VT_LAUNCH(attn_tc_dq_kernel<HD>, gq, kThreads, dq_smem<HD>(), stream, q, k, v, dout, lse, D, dq,
+            s.T, H, Hkv, W, scale, scale * kLog2e);
+  VT_CUDA_CHECK(cudaGetLastError());
+
+  set_dynamic_smem(reinterpret_cast<const void*>(attn_tc_dkdv_kernel<HD>), dkdv_smem<HD>(),
+                   "tensor-core attention backward (dK, dV)");
+  const dim3 gkv(unsigned((s.T + kKvKeys - 1) / kKvKeys), unsigned(Hkv), unsigned(s.B));
+  VT_LAUNCH(attn_tc_dkdv_kernel<HD>, gkv, kThreads, dkdv_smem<HD>(), stream, q, k, v, dout, lse,
+            D, dk, dv, s.T, H, Hkv, W, scale, scale * kLog2e);
+  VT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+bool attention_tc_supported(const AttnShape& s) {
+  return s.hd == 32 || s.hd == 64 || s.hd == 128;
+}
+
+size_t attention_tc_backward_workspace_bytes(const AttnShape& s) {
+  return sizeof(float) * size_t(s.B) * size_t(s.H) * size_t(s.T);
+}
+
+void attention_tc_forward(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
+                          const AttnShape& s, float scale, cudaStream_t stream) {
+  check_args(s, {q, k, v, out});
+  switch (s.hd) {
+    case 32: forward_hd<32>(q, k, v, out, lse, s, scale, stream); break;
+    case 64: forward_hd<64>(q, k, v, out, lse, s, scale, stream); break;
+    default: forward_hd<128>(q, k, v, out, lse, s, scale, stream); break;
+  }
+}
+
+void attention_tc_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* out,
+                           const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv,
+                           const AttnShape& s, float scale, void* workspace,
+                           cudaStream_t stream) {
+  check_args(s, {q, k, v, out, dout, dq, dk, dv});
+  VT_CUDA_REQUIRE(workspace != nullptr, "attention backward needs a workspace");
+  float* D = static_cast<float*>(workspace);
+  switch (s.hd) {
+    case 32: backward_hd<32>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, stream); break;
+    case 64: backward_hd<64>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, stream); break;
+    default: backward_hd<128>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, stream); break;
+  }
+}
+
+}  // namespace vt::cuda

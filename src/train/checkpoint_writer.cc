@@ -1,0 +1,88 @@
+// Synchronous and background checkpoint writes (see checkpoint_writer.h).
+#include "train/checkpoint_writer.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "parallel/mpi_communicator.h"
+
+namespace vt {
+
+namespace {
+double now_seconds() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+CheckpointSnapshot take_snapshot(int64_t step, const ModelConfig& cfg, const ParamStore& store,
+                                 CheckpointMeta meta, std::vector<NamedTensor> states) {
+  CheckpointSnapshot s;
+  s.step = step;
+  s.cfg = cfg;
+  s.params = store.host_mirror();  // a copy even for a host store: training goes on changing it
+  s.meta = std::move(meta);
+  s.states = std::move(states);
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create(
+    Communicator* world, const ProcessGrid& grid, std::string dir, int keep_last, bool async) {
+  std::unique_ptr<CheckpointWriter> w(new CheckpointWriter());
+  w->dir_ = std::move(dir);
+  w->keep_last_ = keep_last;
+  w->grid_ = &grid;
+  if (!async) return w;
+  if (world->size() == 1) {
+    // One process: the checkpoint code makes no MPI calls; the writer shares the grid.
+    w->async_ = true;
+    return w;
+  }
+  if (!MpiSession::thread_multiple()) {
+    if (world->rank() == 0)
+      std::fprintf(stderr, "vtrain: warning: --async-save needs MPI_THREAD_MULTIPLE, which this "
+                           "MPI does not provide; checkpoints are written synchronously\n");
+    return w;
+  }
+  auto* mpi = dynamic_cast<MpiCommunicator*>(world);
+  if (mpi == nullptr) return w;
+  MPI_Comm dup = MPI_COMM_NULL;
+  MPI_Comm_dup(mpi->comm(), &dup);
+  w->world_dup_ = std::make_unique<MpiCommunicator>(dup, "checkpoint-writer");
+  w->own_grid_ = std::make_unique<ProcessGrid>(w->world_dup_.get(), grid.shape());
+  w->async_ = true;
+  return w;
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status CheckpointWriter::wait() {
+  if (!thread_.joinable()) return absl::OkStatus();
+  thread_.join();
+  absl::Status st = last_;
+  last_ = absl::OkStatus();
+  return st;
+}
+
+absl::Status CheckpointWriter::write(CheckpointSnapshot snap,
+                                     std::function<void(const std::string&, double)> on_written) {
+  VT_RETURN_IF_ERROR(wait());
+  const ProcessGrid* grid = own_grid_ ? own_grid_.get() : grid_;
+  const bool rank0 = grid->world()->rank() == 0;
+  auto job = [this, grid, rank0, snap = std::move(snap), on_written]() -> absl::Status {
+    const double t0 = now_seconds();
+    absl::StatusOr<std::string> path = save_checkpoint_in_dir(
+        dir_, snap.step, snap.cfg, snap.params, snap.meta, snap.states, grid, keep_last_);
+    if (!path.ok()) return path.status();
+    if (rank0 && on_written) on_written(*path, now_seconds() - t0);
+    return absl::OkStatus();
+  };
+  if (!async_) return job();
+  thread_ = std::thread([this, job = std::move(job)]() mutable { last_ = job(); });
+  return absl::OkStatus();
+}
+
+}  // namespace vt

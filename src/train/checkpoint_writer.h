@@ -1,0 +1,69 @@
+// Writes a run's checkpoints into --ckpt-dir, synchronously or in the background (--async-save).
+// A save first takes a snapshot of the step's state into host memory (the parameters copied out
+// of the store, the optimizer states gathered over data parallelism: collective, on the training
+// thread), then writes it with save_checkpoint_in_dir (.tmp, verify, rename, `latest`, keep-last
+// K: the same file and the same crash guarantees either way). Asynchronously, a background thread
+// writes while training goes on; it uses a duplicate of the world communicator and a process grid
+// of its own, so its collectives never meet the training thread's (MPI_THREAD_MULTIPLE), and it is
+// the only user of HDF5 while it runs (the next save, and the end of the run, wait for it). The
+// snapshot costs the host memory of the parameters and optimizer states once more.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/checkpoint.h"
+#include "core/arena.h"
+#include "core/communicator.h"
+#include "parallel/process_grid.h"
+
+namespace vt {
+
+struct CheckpointSnapshot {
+  int64_t step = 0;
+  ModelConfig cfg;
+  ParamStore params;               // a host store of its own (not a view of the live one)
+  CheckpointMeta meta;
+  std::vector<NamedTensor> states;  // host tensors of their own
+};
+
+class CheckpointWriter {
+ public:
+  // Collective over `world` (the duplicate communicator and the writer's grid). `async` needs
+  // MPI_THREAD_MULTIPLE on a multi-rank world; without it the writer says so and writes
+  // synchronously (asynchronous() is false).
+  static absl::StatusOr<std::unique_ptr<CheckpointWriter>> create(Communicator* world,
+                                                                  const ProcessGrid& grid,
+                                                                  std::string dir, int keep_last,
+                                                                  bool async);
+  ~CheckpointWriter();
+
+  bool asynchronous() const { return async_; }
+  // Collective. Writes `snap`: now, or in the background after the previous background write is
+  // done (its error, if any, is returned instead and `snap` is not written). `on_written(path,
+  // seconds)` runs on rank 0 when the file is complete (on the writer's thread when async).
+  absl::Status write(CheckpointSnapshot snap,
+                     std::function<void(const std::string&, double)> on_written);
+  // Collective: waits for a background write; its status, the same on every rank.
+  absl::Status wait();
+
+ private:
+  CheckpointWriter() = default;
+  std::string dir_;
+  int keep_last_ = 0;
+  bool async_ = false;
+  const ProcessGrid* grid_ = nullptr;           // the training grid (synchronous writes)
+  std::unique_ptr<Communicator> world_dup_;      // the writer thread's world (async, multi-rank)
+  std::unique_ptr<ProcessGrid> own_grid_;
+  std::thread thread_;
+  absl::Status last_;  // the background write's status (valid once joined)
+};
+
+// A snapshot of a store and optimizer states for CheckpointWriter::write (host copies).
+CheckpointSnapshot take_snapshot(int64_t step, const ModelConfig& cfg, const ParamStore& store,
+                                 CheckpointMeta meta, std::vector<NamedTensor> states);
+
+}  // namespace vt

@@ -1,0 +1,275 @@
+"""Bad input gets a clear error and nothing is lost: a table of refusals across prepare, train,
+eval, generate and ckpt. Each case runs one command and asserts its exit code (2: a refusal,
+never a signal or an abort), a fragment of the message that names the actual cause, and that
+nothing was written or overwritten (the output directories it names are byte for byte as before,
+or still absent). The inputs are made here: a small prepared corpus and variants of it (a tiny or
+missing validation split, ids outside the vocabulary in a train or val shard, a corrupt shard
+header), checkpoints (good, with NaN weights, truncated, not HDF5), tokenizer files and corpora
+with bad records."""
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+BUILD = os.environ.get("VTRAIN_BUILD", "build")
+VTRAIN = os.path.join(BUILD, "vtrain")
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+TINY = ["--layers", "2", "--dim", "32", "--heads", "2", "--seq-len", "32", "--window", "16",
+        "--micro-batch", "2", "--eval-tokens", "1024"]
+
+
+def vt(*args, timeout=300, env=None):
+    return subprocess.run([VTRAIN, *map(str, args)], capture_output=True, text=True,
+                          errors="replace", env=env or ENV, timeout=timeout)
+
+
+def shard_tokens(path):
+    hdr = np.fromfile(path, dtype=np.int32, count=256)
+    dt = np.uint16 if hdr[0] == 20240520 else np.uint32
+    return hdr, np.fromfile(path, dtype=dt, offset=1024)
+
+
+def write_shard(path, hdr, toks):
+    with open(path, "wb") as f:
+        f.write(hdr.astype(np.int32).tobytes())
+        f.write(toks.tobytes())
+
+
+@pytest.fixture(scope="module")
+def W(tmp_path_factory):
+    """Every input the cases use, made once."""
+    root = tmp_path_factory.mktemp("bad")
+    w = {"root": root}
+    text = subprocess.run(["bible", "Gen1:1-Gen10:32"], capture_output=True, text=True).stdout
+    (root / "corpus.txt").write_text(text)
+    w["corpus"] = root / "corpus.txt"
+    r = vt("prepare", "--input", w["corpus"], "--out", root / "data", "--tokenizer", "bpe:300",
+           "--val-fraction", "0.1", "--quiet")
+    assert r.returncode == 0, r.stderr
+    w["data"] = root / "data"
+    # Variants of the data directory.
+    r = vt("prepare", "--input", w["corpus"], "--out", root / "tinyval", "--tokenizer", "bpe:300",
+           "--val-fraction", "0.0001", "--quiet")
+    assert r.returncode == 0, r.stderr
+    w["tinyval"] = root / "tinyval"
+    r = vt("prepare", "--input", w["corpus"], "--out", root / "noval", "--tokenizer", "bpe:300",
+           "--val-fraction", "0", "--quiet")
+    assert r.returncode == 0, r.stderr
+    w["noval"] = root / "noval"
+    for name, split, at in (("oovval", "val", 100), ("oovtrain", "train", 5000)):
+        d = root / name
+        shutil.copytree(w["data"], d)
+        path = d / f"{split}_000000.bin"
+        hdr, toks = shard_tokens(path)
+        toks = toks.copy()
+        toks[at] = 65000
+        write_shard(path, hdr, toks)
+        w[name] = d
+    d = root / "badheader"
+    shutil.copytree(w["data"], d)
+    raw = bytearray((d / "train_000000.bin").read_bytes())
+    raw[0:4] = (12345).to_bytes(4, "little")
+    (d / "train_000000.bin").write_bytes(bytes(raw))
+    w["badheader"] = d
+    d = root / "notok"
+    shutil.copytree(w["data"], d)
+    (d / "tokenizer.json").unlink()
+    w["notok"] = d
+    # Checkpoints: a 2-step run.
+    r = vt("train", "--data", w["data"], *TINY, "--steps", "2", "--ckpt-dir", root / "ckdir")
+    assert r.returncode == 0, r.stderr
+    w["ckdir"] = root / "ckdir"
+    w["ckpt"] = root / "ckdir" / "step_00000002.h5"
+    w["nan_ckpt"] = root / "nan.h5"
+    shutil.copy(w["ckpt"], w["nan_ckpt"])
+    with h5py.File(w["nan_ckpt"], "r+") as f:
+        ds = f["model"]["blocks.1.mlp.fc"]
+        a = ds[...]
+        a[0, 0] = np.nan
+        ds[...] = a  # the checksum no longer matches either: verify names both problems
+    w["trunc_ckpt"] = root / "trunc.h5"
+    w["trunc_ckpt"].write_bytes(w["ckpt"].read_bytes()[:5000])
+    w["garbage"] = root / "garbage.h5"
+    w["garbage"].write_bytes(b"not an hdf5 file at all\n" * 100)
+    # Tokenizer files.
+    w["tt_huge"] = root / "huge.tiktoken"
+    w["tt_huge"].write_text("YQ== 0\nYg== 1073741800\n")
+    w["tt_bad"] = root / "bad.tiktoken"
+    w["tt_bad"].write_text("YQ== 0\nthis line is not base64 and a rank\n")
+    w["tt_dup"] = root / "dup.tiktoken"
+    w["tt_dup"].write_text("YQ== 0\nYg== 0\n")
+    # Corpora with bad records.
+    w["nofield"] = root / "nofield.jsonl"
+    w["nofield"].write_text('{"text": "fine"}\n{"body": "no text field"}\n')
+    w["badjson"] = root / "badjson.jsonl"
+    w["badjson"].write_text('{"text": "fine"}\n{"text": "cut off\n')
+    w["badutf8"] = root / "badutf8.jsonl"
+    w["badutf8"].write_bytes(b'{"text": "fine"}\n{"text": "\xff\xfe broken"}\n')
+    gz = gzip.compress(b'{"text": "a document"}\n' * 2000)
+    w["truncgz"] = root / "trunc.jsonl.gz"
+    w["truncgz"].write_bytes(gz[: len(gz) // 2])
+    w["file"] = root / "plain_file"
+    w["file"].write_text("I am a file, not a directory\n")
+    w["emptydir"] = root / "emptydir"
+    w["emptydir"].mkdir()
+    return w
+
+
+def snapshot(path):
+    """Every file under `path` with its bytes' hash, or None when `path` does not exist."""
+    if not os.path.lexists(path):
+        return None
+    if os.path.isfile(path):
+        return {"": hashlib.sha1(open(path, "rb").read()).hexdigest()}
+    out = {}
+    for d, _, files in os.walk(path):
+        for f in files:
+            p = os.path.join(d, f)
+            out[os.path.relpath(p, path)] = hashlib.sha1(open(p, "rb").read()).hexdigest()
+    return out
+
+
+# (id, argv with {placeholders}, message regex, paths that must be untouched)
+# {new} is a fresh path under the case's directory; {copy} a private copy of the checkpoint
+# directory; the other names are inputs from W.
+CASES = [
+    # ---------------- prepare ----------------
+    ("prep-no-input", ["prepare", "--out", "{new}", "--tokenizer", "bytes"], r"--input is required", ["{new}"]),
+    ("prep-missing-file", ["prepare", "--input", "{root}/missing.txt", "--out", "{new}", "--tokenizer", "bytes"], r"missing\.txt", ["{new}"]),
+    ("prep-out-is-file", ["prepare", "--input", "{corpus}", "--out", "{file}", "--tokenizer", "bytes"], r"exists and is not a directory", ["{file}"]),
+    ("prep-out-not-ours", ["prepare", "--input", "{corpus}", "--out", "{ckdir}", "--tokenizer", "bytes"], r"not empty and was not made by vtrain prepare", ["{ckdir}"]),
+    ("prep-out-is-input", ["prepare", "--input", "{data}", "--out", "{data}", "--tokenizer", "bytes"], r"is also an --input", ["{data}"]),
+    ("prep-bad-tokenizer", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "wordpiece"], r"wordpiece", ["{new}"]),
+    ("prep-bpe-not-number", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "bpe:abc"], r"expected bpe:N", ["{new}"]),
+    ("prep-bpe-too-small", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "bpe:10"], r"N >= 257", ["{new}"]),
+    ("prep-tiktoken-missing", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "tiktoken:{root}/no.tiktoken"], r"no\.tiktoken", ["{new}"]),
+    ("prep-tiktoken-huge-rank", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "tiktoken:{tt_huge}"], r"huge\.tiktoken:2: rank 1073741800 is beyond vtrain's vocabulary limit", ["{new}"]),
+    ("prep-tiktoken-malformed", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "tiktoken:{tt_bad}"], r"bad\.tiktoken:2: expected '<base64 token bytes> <rank>'", ["{new}"]),
+    ("prep-tiktoken-duplicate", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "tiktoken:{tt_dup}"], r"rank 0 appears twice", ["{new}"]),
+    ("prep-val-fraction-range", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "bytes", "--val-fraction", "1.5"], r"--val-fraction 1\.5: out of range", ["{new}"]),
+    ("prep-val-fraction-one", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "bytes", "--val-fraction", "1"], r"expected a fraction below 1", ["{new}"]),
+    ("prep-val-fraction-nan", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "bytes", "--val-fraction", "nan"], r"expected a finite number", ["{new}"]),
+    ("prep-shard-tokens-zero", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "bytes", "--shard-tokens", "0"], r"--shard-tokens 0: out of range", ["{new}"]),
+    ("prep-format-choice", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "bytes", "--format", "xml"], r"--format xml: expected one of auto, jsonl, text", ["{new}"]),
+    ("prep-on-bad-record-choice", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "bytes", "--on-bad-record", "maybe"], r"expected one of fail, skip", ["{new}"]),
+    ("prep-threads-negative", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "bytes", "--threads", "-1"], r"--threads -1: out of range", ["{new}"]),
+    ("prep-json-no-field", ["prepare", "--input", "{nofield}", "--out", "{new}", "--tokenizer", "bytes"], r"nofield\.jsonl:2", ["{new}"]),
+    ("prep-json-cut-off", ["prepare", "--input", "{badjson}", "--out", "{new}", "--tokenizer", "bytes"], r"badjson\.jsonl:2", ["{new}"]),
+    ("prep-json-bad-utf8", ["prepare", "--input", "{badutf8}", "--out", "{new}", "--tokenizer", "bytes"], r"badutf8\.jsonl:2", ["{new}"]),
+    ("prep-truncated-gzip", ["prepare", "--input", "{truncgz}", "--out", "{new}", "--tokenizer", "bytes"], r"trunc\.jsonl\.gz", ["{new}"]),
+    ("prep-unknown-flag", ["prepare", "--input", "{corpus}", "--out", "{new}", "--tokenizer", "bytes", "--bogus"], r"unknown flag --bogus", ["{new}"]),
+    ("prep-existing-keeps", ["prepare", "--input", "{root}/missing.txt", "--out", "{data}", "--tokenizer", "bytes"], r"missing\.txt", ["{data}"]),
+    # ---------------- train: flags ----------------
+    ("train-no-data", ["train", "--steps", "1"], r"--data is required", []),
+    ("train-data-missing", ["train", "--data", "{root}/nope"], r"is not a directory; make one with `vtrain prepare`", []),
+    ("train-data-no-tokenizer", ["train", "--data", "{notok}", *TINY], r"tokenizer", []),
+    ("train-micro-batch-zero", ["train", "--data", "{data}", "--micro-batch", "0"], r"--micro-batch 0: out of range", []),
+    ("train-steps-zero", ["train", "--data", "{data}", "--steps", "0"], r"--steps 0: out of range", []),
+    ("train-log-every-zero", ["train", "--data", "{data}", "--log-every", "0"], r"--log-every 0: out of range", []),
+    ("train-lr-scale-huge", ["train", "--data", "{data}", "--lr-scale", "1e30"], r"--lr-scale 1e30: out of range", []),
+    ("train-lr-scale-nan", ["train", "--data", "{data}", "--lr-scale", "nan"], r"--lr-scale nan: expected a finite number", []),
+    ("train-warmup-negative", ["train", "--data", "{data}", "--warmup", "-5"], r"--warmup -5: out of range", []),
+    ("train-keep-last-negative", ["train", "--data", "{data}", "--keep-last", "-2"], r"--keep-last -2: out of range", []),
+    ("train-warmdown-range", ["train", "--data", "{data}", "--warmdown", "1.5"], r"--warmdown 1\.5: out of range", []),
+    ("train-max-grad-norm-negative", ["train", "--data", "{data}", "--max-grad-norm", "-1"], r"--max-grad-norm -1: out of range", []),
+    ("train-seed-negative", ["train", "--data", "{data}", "--seed", "-1"], r"--seed -1: out of range", []),
+    ("train-eval-tokens-zero", ["train", "--data", "{data}", "--eval-tokens", "0"], r"--eval-tokens 0: out of range", []),
+    ("train-steps-not-integer", ["train", "--data", "{data}", "--steps", "2.5"], r"--steps 2\.5: expected an integer", []),
+    ("train-global-batch-multiple", ["train", "--data", "{data}", *TINY, "--global-batch", "100"], r"not a multiple of micro-batch x seq-len", []),
+    ("train-heads-divide", ["train", "--data", "{data}", "--layers", "2", "--dim", "64", "--heads", "3"], r"--heads 3 does not divide --dim 64", []),
+    ("train-kv-heads", ["train", "--data", "{data}", "--kv-heads", "3"], r"--kv-heads 3 must divide --heads", []),
+    ("train-head-dim-odd", ["train", "--data", "{data}", "--layers", "2", "--dim", "64", "--heads", "2", "--head-dim", "3"], r"head dimension must be even", []),
+    ("train-window-pattern", ["train", "--data", "{data}", "--window-pattern", "XYZ"], r"--window-pattern 'XYZ'", []),
+    ("train-value-mode", ["train", "--data", "{data}", *TINY, "--value", "resformer"], r"unknown value mode 'resformer'", []),
+    ("train-value-layers", ["train", "--data", "{data}", *TINY, "--value", "v1", "--value-layers", "1,7"], r"7", []),
+    ("train-tp-ranks", ["train", "--data", "{data}", *TINY, "--tp", "2"], r"does not divide the 1 ranks", []),
+    ("train-device-choice", ["train", "--data", "{data}", "--device", "tpu"], r"--device tpu: expected one of cpu, cuda, emulated", []),
+    ("train-on-nonfinite-choice", ["train", "--data", "{data}", "--on-nonfinite", "ignore"], r"expected one of stop, skip-step", []),
+    ("train-duplicate-flag", ["train", "--data", "{data}", "--steps", "2", "--steps", "3"], r"--steps is given twice", []),
+    ("train-positional", ["train", "--data", "{data}", "extra"], r"unexpected argument 'extra'", []),
+    ("train-core-needs-dir", ["train", "--data", "{data}", *TINY, "--core-every", "2"], r"--core-every needs --core", []),
+    ("train-core-dir-missing", ["train", "--data", "{data}", *TINY, "--core-every", "2", "--core", "{root}/nobundle", "--ckpt-dir", "{new}"], r"nobundle", ["{new}"]),
+    ("train-stop-at-step", ["train", "--data", "{data}", *TINY, "--steps", "5", "--stop-at-step", "5"], r"--stop-at-step 5 is not before the last step", []),
+    ("train-resume-auto-no-dir", ["train", "--data", "{data}", *TINY, "--resume", "auto"], r"--resume auto needs --ckpt-dir", []),
+    ("train-resume-missing", ["train", "--data", "{data}", *TINY, "--resume", "{root}/none.h5"], r"none\.h5: no such checkpoint file", []),
+    ("train-ckpt-dir-is-file", ["train", "--data", "{data}", *TINY, "--ckpt-dir", "{file}"], r"--ckpt-dir \S+plain_file exists and is not a directory", ["{file}"]),
+    # ---------------- train: checked before step 1 ----------------
+    ("train-micro-batch-huge", ["train", "--data", "{data}", "--micro-batch", "100000000"], r"--micro-batch 100000000: out of range", []),
+    ("train-memory-micro-batch", ["train", "--data", "{data}", "--layers", "2", "--dim", "32", "--heads", "2", "--micro-batch", "10000000", "--ckpt-dir", "{new}"], r"does not fit in memory: .*--skip-memory-check", ["{new}"]),
+    ("train-memory-seq-len", ["train", "--data", "{data}", "--preset", "d12", "--seq-len", "1000000", "--ckpt-dir", "{new}"], r"does not fit in memory", ["{new}"]),
+    ("train-val-too-small", ["train", "--data", "{tinyval}", *TINY, "--ckpt-dir", "{new}"], r"the validation split of \S+ holds \d+ tokens.*--final-eval-tokens 0", ["{new}"]),
+    ("train-no-val-split", ["train", "--data", "{noval}", *TINY, "--ckpt-dir", "{new}"], r"has no val shards", ["{new}"]),
+    ("train-oov-val", ["train", "--data", "{oovval}", *TINY, "--ckpt-dir", "{new}"], r"val_000000\.bin: token id 65000 at offset 100 is outside the vocabulary", ["{new}"]),
+    ("train-oov-train", ["train", "--data", "{oovtrain}", *TINY, "--ckpt-dir", "{new}"], r"train_000000\.bin: token id 65000 at offset 5000 is outside the vocabulary", ["{new}"]),
+    ("train-bad-shard-header", ["train", "--data", "{badheader}", *TINY, "--ckpt-dir", "{new}"], r"train_000000\.bin.*magic", ["{new}"]),
+    ("train-resume-fewer-steps", ["train", "--data", "{data}", *TINY, "--steps", "1", "--ckpt-dir", "{copy}", "--resume", "auto"], r"--steps 1 is below the step of the checkpoint this run resumes \(step 2", ["{copy}"]),
+    ("train-resume-other-model", ["train", "--data", "{data}", "--layers", "3", "--dim", "32", "--heads", "2", "--seq-len", "32", "--ckpt-dir", "{copy}", "--resume", "auto", "--steps", "4"], r"n_layer", ["{copy}"]),
+    ("train-resume-garbage", ["train", "--data", "{data}", *TINY, "--resume", "{garbage}"], r"not an HDF5 file", ["{garbage}"]),
+    ("train-resume-nan", ["train", "--data", "{data}", *TINY, "--resume", "{nan_ckpt}", "--steps", "4"], r"non-finite values \(NaN or inf\) in /model/blocks\.1\.mlp\.fc", ["{nan_ckpt}"]),
+    # ---------------- eval ----------------
+    ("eval-no-ckpt", ["eval", "--data", "{data}"], r"--ckpt is required", []),
+    ("eval-nothing", ["eval", "--ckpt", "{ckpt}"], r"nothing to evaluate", []),
+    ("eval-tokens-zero", ["eval", "--ckpt", "{ckpt}", "--data", "{data}", "--tokens", "0"], r"--tokens 0: out of range", []),
+    ("eval-micro-batch-zero", ["eval", "--ckpt", "{ckpt}", "--data", "{data}", "--micro-batch", "0"], r"--micro-batch 0: out of range", []),
+    ("eval-ckpt-missing", ["eval", "--ckpt", "{root}/none.h5", "--data", "{data}"], r"none\.h5", []),
+    ("eval-nan-ckpt", ["eval", "--ckpt", "{nan_ckpt}", "--data", "{data}"], r"/model/blocks\.1\.mlp\.fc", []),
+    ("eval-val-too-small", ["eval", "--ckpt", "{ckpt}", "--data", "{tinyval}"], r"the validation split of \S+ holds \d+ tokens", []),
+    ("eval-tp-ranks", ["eval", "--ckpt", "{ckpt}", "--data", "{data}", "--tp", "2"], r"does not divide the 1 ranks", []),
+    ("eval-core-missing", ["eval", "--ckpt", "{ckpt}", "--core", "{root}/nobundle"], r"nobundle", []),
+    # ---------------- generate ----------------
+    ("gen-max-tokens-huge", ["generate", "--ckpt", "{ckpt}", "--max-tokens", "4294967296"], r"--max-tokens 4294967296: out of range", []),
+    ("gen-max-tokens-negative", ["generate", "--ckpt", "{ckpt}", "--max-tokens", "-5"], r"--max-tokens -5: out of range", []),
+    ("gen-temperature-nan", ["generate", "--ckpt", "{ckpt}", "--temperature", "nan"], r"--temperature nan: expected a finite number", []),
+    ("gen-temperature-negative", ["generate", "--ckpt", "{ckpt}", "--temperature", "-1"], r"--temperature -1: out of range", []),
+    ("gen-top-k-negative", ["generate", "--ckpt", "{ckpt}", "--top-k", "-1"], r"--top-k -1: out of range", []),
+    ("gen-no-ckpt", ["generate", "--prompt", "x"], r"--ckpt is required", []),
+    ("gen-nan-ckpt", ["generate", "--ckpt", "{nan_ckpt}", "--prompt", "x"], r"/model/blocks\.1\.mlp\.fc", []),
+    ("gen-garbage", ["generate", "--ckpt", "{garbage}", "--prompt", "x"], r"not an HDF5 file", []),
+    ("gen-truncated", ["generate", "--ckpt", "{trunc_ckpt}", "--prompt", "x"], r"trunc\.h5", []),
+    # ---------------- ckpt ----------------
+    ("ckpt-no-args", ["ckpt"], r"usage: vtrain ckpt inspect\|verify PATH", []),
+    ("ckpt-unknown-sub", ["ckpt", "frobnicate", "{ckpt}"], r"usage: vtrain ckpt inspect\|verify PATH", []),
+    ("ckpt-verify-missing", ["ckpt", "verify", "{root}/none.h5"], r"none\.h5", []),
+    ("ckpt-verify-truncated", ["ckpt", "verify", "{trunc_ckpt}"], r"trunc\.h5", []),
+    ("ckpt-verify-nan", ["ckpt", "verify", "{nan_ckpt}"], r"/model/blocks\.1\.mlp\.fc holds 1 non-finite value", []),
+    ("ckpt-inspect-garbage", ["ckpt", "inspect", "{garbage}"], r"not an HDF5 file", []),
+    # ---------------- the binary ----------------
+    ("unknown-command", ["frobnicate"], r"unknown command 'frobnicate'", []),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_refused(W, tmp_path, case):
+    name, argv, pattern, untouched = case
+    subs = {k: str(v) for k, v in W.items()}
+    subs["new"] = str(tmp_path / "new")
+    if any("{copy}" in a for a in argv) or "{copy}" in untouched:
+        shutil.copytree(W["ckdir"], tmp_path / "copy")
+        subs["copy"] = str(tmp_path / "copy")
+    fill = lambda s: s.format(**subs) if isinstance(s, str) else s
+    args = [fill(a) for a in argv]
+    watched = {p: snapshot(fill(p)) for p in untouched}
+    r = vt(*args)
+    assert r.returncode == 2, (name, r.returncode, r.stdout[-800:], r.stderr[-1500:])
+    assert re.search(pattern, r.stderr, re.S), (name, r.stderr[-1500:])
+    for bad in ("uncaught exception", "bad_alloc", "crashed with signal", "Floating point", "Aborted"):
+        assert bad not in r.stderr, (name, r.stderr[-1500:])
+    for p, before in watched.items():
+        assert snapshot(fill(p)) == before, f"{name}: {fill(p)} changed"
+    if "{new}" in untouched:
+        assert not os.path.exists(subs["new"] + ".prepare-tmp"), name
+
+
+def test_every_command_answers_help():
+    for cmd in ("prepare", "train", "eval", "generate", "ckpt", "devices"):
+        r = vt(cmd, "--help")
+        assert r.returncode == 0, (cmd, r.stderr)
+        assert r.stdout.startswith(f"usage: vtrain {cmd}"), (cmd, r.stdout[:200])
+

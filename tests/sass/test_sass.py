@@ -1,0 +1,85 @@
+"""The CI check on the compiled sm_90 kernels (no GPU needed), from the nvcc objects of
+vtrain_kernels_sm90: their ptxas -v reports (kept at build time by scripts/ptxas_log.sh) and
+their SASS (cuobjdump, from the venv's nvidia-cuda-cuobjdump + nvidia-cuda-nvdisasm):
+
+  - no kernel of kernels/*.cu spills registers (ptxas: 0 bytes spill stores/loads; the binary:
+    0 bytes of local memory), and the reports belong to these objects (registers agree);
+  - the tensor-core attention kernels (kernels/attention_tc.cu) run on tensor cores: at least the
+    HMMA (mma.sync) count of one unrolled loop body of each kernel, which follows from its tiling
+    (forward HD: S = Q K^T HD/16 x 8 plus O += P V 4 x HD/8; dQ 3 HD/2; dK/dV HD), with ldmatrix
+    (LDSM) and cp.async (LDGSTS) feeding them.
+Runs in about 10 s (cuobjdump on 14 objects).
+"""
+import os
+import sys
+
+import pytest
+
+ROOT = os.environ.get("VTRAIN_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("VTRAIN_BUILD", os.path.join(ROOT, "build"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import kernel_resources as kr  # noqa: E402
+
+OBJECTS = kr.kernel_objects(BUILD)
+if not OBJECTS:
+    pytest.skip("no nvcc kernel objects in the build (built without CUDA)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def cuobjdump():
+    return kr.find_cuobjdump()  # fails, naming the packages, when they are missing
+
+
+def test_every_kernel_file_has_a_ptxas_report():
+    sources = sorted(f for f in os.listdir(os.path.join(ROOT, "kernels")) if f.endswith(".cu"))
+    have = sorted(os.path.basename(o)[:-2] for o in OBJECTS if os.path.exists(o + ".ptxas.txt"))
+    assert have == sources
+
+
+def test_no_kernel_spills(cuobjdump):
+    exe, env = cuobjdump
+    reports = kr.ptxas_reports(BUILD)
+    assert len(reports) > 40, "too few kernels in the ptxas reports"
+    names = kr.demangle(list(reports))
+    spilling = [f"{kr.short_name(names[k])}: {r['spill_stores']} B stored, {r['spill_loads']} B loaded"
+                for k, r in reports.items() if r["spill_stores"] or r["spill_loads"]]
+    assert not spilling, "register spills: " + "; ".join(spilling)
+    for obj in OBJECTS:
+        for k, r in kr.res_usage(obj, exe, env).items():
+            assert r["local"] == 0, f"{kr.short_name(names.get(k, k))} uses local memory"
+            assert k in reports, f"{k} is in {obj} but not in its ptxas report (stale report?)"
+            assert r["regs"] == reports[k]["regs"], f"{k}: ptxas report and binary disagree"
+
+
+EXPECTED_MMA = {  # HMMA per unrolled loop body, from the tiling (see kernels/attention_tc.cu)
+    "attn_tc_fwd_kernel": lambda hd: hd // 16 * 8 + 4 * hd // 8,
+    "attn_tc_dq_kernel": lambda hd: 2 * (hd // 16 * 8) + 4 * hd // 8,
+    "attn_tc_dkdv_kernel": lambda hd: 2 * (hd // 16 * 4) + 2 * (2 * hd // 8),
+}
+
+
+def test_attention_kernels_use_tensor_cores(cuobjdump):
+    exe, env = cuobjdump
+    obj = os.path.join(kr.objects_dir(BUILD), "attention_tc.cu.o")
+    ops = kr.sass_opcodes(obj, exe, env)
+    names = {k: kr.short_name(v) for k, v in kr.demangle(list(ops)).items()}
+    seen = set()
+    for k, counts in ops.items():
+        base, _, rest = names[k].partition("<")
+        if base not in EXPECTED_MMA:
+            continue
+        hd = int(rest.rstrip(">"))
+        seen.add((base, hd))
+        want = EXPECTED_MMA[base](hd)
+        print(f"{names[k]:28s} HMMA {counts['HMMA']:4d} (>= {want}) LDSM {counts['LDSM']:4d} "
+              f"LDGSTS {counts['LDGSTS']:3d} FFMA {counts['FFMA']:4d}")
+        assert counts["HMMA.16816.F32.BF16"] >= want, f"{names[k]}: too few bf16 HMMA"
+        assert counts["LDSM"] > 0 and counts["LDGSTS"] > 0, f"{names[k]}: no ldmatrix / cp.async"
+    assert seen == {(b, hd) for b in EXPECTED_MMA for hd in (32, 64, 128)}
+
+
+def test_reference_attention_has_no_tensor_cores(cuobjdump):
+    # The check can fail: the scalar reference kernels compile to no HMMA at all.
+    exe, env = cuobjdump
+    ops = kr.sass_opcodes(os.path.join(kr.objects_dir(BUILD), "attention.cu.o"), exe, env)
+    assert ops and all(c["HMMA"] == 0 for c in ops.values())

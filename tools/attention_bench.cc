@@ -1,0 +1,185 @@
+// attention_bench: times the CUDA attention kernels on one device, the tensor-core flash kernels
+// (kernels/attention_tc.cuh) against the reference kernels (kernels/attention.cuh) in the same
+// run, bf16, forward and backward, and prints milliseconds per call, TFLOP/s and the ratio.
+// For a GPU session (docs/gpu-session.md, scripts/device_check.sh bench); on the CUDA emulation
+// it runs too (tiny shapes only: the numbers then say nothing about a GPU).
+//
+//   attention_bench [--B 16] [--T 2048] [--H 12] [--Hkv 12] [--hd 128] [--window 2048,512]
+//                   [--iters 10] [--warmup 3] [--json FILE]
+//
+// TFLOP/s counts the useful work, FlashAttention's convention: forward 4 B H hd sum_t
+// min(t + 1, W) (Q K^T and P V over the visible keys), backward 2.5 times that.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.cuh"
+#include "kernels/attention_tc.cuh"
+#include "kernels/cuda_check.cuh"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t bytes) { VT_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  ~Buf() { cudaFree(p); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+void fill_random(bf16* d, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<bf16> h(n);
+  for (auto& x : h) x = __float2bfloat16(nd(rng));
+  VT_CUDA_CHECK(cudaMemcpy(d, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+}
+
+// Milliseconds per call of f, over `iters` calls after `warmup`.
+template <class F>
+double time_ms(F f, int warmup, int iters) {
+  for (int i = 0; i < warmup; ++i) f();
+  cudaEvent_t a, b;
+  VT_CUDA_CHECK(cudaEventCreate(&a));
+  VT_CUDA_CHECK(cudaEventCreate(&b));
+  VT_CUDA_CHECK(cudaEventRecord(a, nullptr));
+  for (int i = 0; i < iters; ++i) f();
+  VT_CUDA_CHECK(cudaEventRecord(b, nullptr));
+  VT_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  VT_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return double(ms) / iters;
+}
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "attention_bench: %s\nusage: attention_bench [--B N] [--T N] [--H N] [--Hkv N] "
+               "[--hd 32|64|128] [--window W[,W...]] [--iters N] [--warmup N] [--json FILE]\n",
+               why);
+  std::exit(2);
+}
+
+long long number(const char* flag, const char* v) {
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  if (!end || *end || x < 1) usage((std::string(flag) + " takes a positive integer").c_str());
+  return x;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  vt::cpu::AttnShape s;
+  s.B = 16, s.T = 2048, s.H = 12, s.Hkv = 12, s.hd = 128;
+  std::vector<long long> windows = {2048, 512};
+  int iters = 10, warmup = 3;
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) usage(("missing value after " + a).c_str());
+    const char* v = argv[++i];
+    if (a == "--B") s.B = number("--B", v);
+    else if (a == "--T") s.T = number("--T", v);
+    else if (a == "--H") s.H = number("--H", v);
+    else if (a == "--Hkv") s.Hkv = number("--Hkv", v);
+    else if (a == "--hd") s.hd = number("--hd", v);
+    else if (a == "--iters") iters = int(number("--iters", v));
+    else if (a == "--warmup") warmup = int(number("--warmup", v));
+    else if (a == "--json") json = v;
+    else if (a == "--window") {
+      windows.clear();
+      std::stringstream ss(v);
+      std::string w;
+      while (std::getline(ss, w, ',')) windows.push_back(number("--window", w.c_str()));
+    } else {
+      usage(("unknown flag " + a).c_str());
+    }
+  }
+  if (s.H % s.Hkv != 0) usage("--H must be a multiple of --Hkv");
+  if (!vt::cuda::attention_tc_supported(s)) usage("--hd must be 32, 64 or 128");
+  if (vt::cuda::cuda_device_count() == 0) {
+    std::fprintf(stderr, "attention_bench: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  VT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s\nB %lld T %lld H %lld Hkv %lld hd %lld, bf16, %d iterations\n",
+              prop.name, (long long)s.B, (long long)s.T, (long long)s.H, (long long)s.Hkv,
+              (long long)s.hd, iters);
+
+  const size_t nq = size_t(s.B * s.T * s.H * s.hd), nk = size_t(s.B * s.T * s.Hkv * s.hd);
+  Buf q(nq * 2), k(nk * 2), v(nk * 2), dout(nq * 2), out(nq * 2), dq(nq * 2), dk(nk * 2),
+      dv(nk * 2), lse(size_t(s.B * s.H * s.T) * 4);
+  Buf ws(std::max(vt::cuda::attention_backward_workspace_bytes(s),
+                  vt::cuda::attention_tc_backward_workspace_bytes(s)));
+  fill_random(q.as<bf16>(), nq, 1);
+  fill_random(k.as<bf16>(), nk, 2);
+  fill_random(v.as<bf16>(), nk, 3);
+  fill_random(dout.as<bf16>(), nq, 4);
+  const float scale = 1.0f / std::sqrt(float(s.hd));
+
+  std::string js = "{";
+  std::printf("%-8s %-10s %12s %12s %10s\n", "window", "pass", "tensor ms", "reference ms",
+              "ref / tc");
+  for (long long W : windows) {
+    s.window = W;
+    double useful = 0;  // forward FLOPs over the visible keys
+    for (int64_t t = 0; t < s.T; ++t) useful += double(std::min<int64_t>(t + 1, W));
+    useful *= 4.0 * double(s.B) * double(s.H) * double(s.hd);
+    auto fwd_tc = [&] {
+      vt::cuda::attention_tc_forward(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), out.as<bf16>(),
+                                     lse.as<float>(), s, scale, nullptr);
+    };
+    auto fwd_ref = [&] {
+      vt::cuda::attention_forward(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), out.as<bf16>(),
+                                  lse.as<float>(), s, scale, nullptr);
+    };
+    auto bwd_tc = [&] {
+      vt::cuda::attention_tc_backward(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), out.as<bf16>(),
+                                      lse.as<float>(), dout.as<bf16>(), dq.as<bf16>(),
+                                      dk.as<bf16>(), dv.as<bf16>(), s, scale, ws.p, nullptr);
+    };
+    auto bwd_ref = [&] {
+      vt::cuda::attention_backward(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), out.as<bf16>(),
+                                   lse.as<float>(), dout.as<bf16>(), dq.as<bf16>(),
+                                   dk.as<bf16>(), dv.as<bf16>(), s, scale, ws.p, nullptr);
+    };
+    const double f_tc = time_ms(fwd_tc, warmup, iters), f_ref = time_ms(fwd_ref, warmup, iters);
+    fwd_tc();  // backward reads the tensor-core forward's out and lse
+    const double b_tc = time_ms(bwd_tc, warmup, iters), b_ref = time_ms(bwd_ref, warmup, iters);
+    const double tf = useful / 1e9;  // ms -> TFLOP/s: flops / (ms * 1e-3) / 1e12
+    std::printf("%-8lld %-10s %8.3f (%5.1f TF/s) %8.3f (%5.1f TF/s) %8.2fx\n", W, "forward", f_tc,
+                tf / f_tc, f_ref, tf / f_ref, f_ref / f_tc);
+    std::printf("%-8lld %-10s %8.3f (%5.1f TF/s) %8.3f (%5.1f TF/s) %8.2fx\n", W, "backward", b_tc,
+                2.5 * tf / b_tc, b_ref, 2.5 * tf / b_ref, b_ref / b_tc);
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "%s\"%lld\": {\"fwd_tc_ms\": %.4f, \"fwd_ref_ms\": %.4f, \"bwd_tc_ms\": %.4f, "
+                  "\"bwd_ref_ms\": %.4f}",
+                  js.size() > 1 ? ", " : "", W, f_tc, f_ref, b_tc, b_ref);
+    js += buf;
+  }
+  js += "}\n";
+  if (!json.empty()) {
+    FILE* f = std::fopen(json.c_str(), "w");
+    if (!f) usage(("cannot write " + json).c_str());
+    std::fputs(js.c_str(), f);
+    std::fclose(f);
+  }
+  return 0;
+}
