@@ -1,5 +1,5 @@
 # bench/jax_model.py owns the JAX peer used by bench_cpu_vs_jax.py: a float32 implementation of
-# the value-residual transformer (shared/MODEL.md, docs/model-conventions.md) and of its two
+# the value-residual transformer (shared/MODEL.md, docs/model.md) and of its two
 # optimizers (Muon for block matrices, AdamW for the rest), with a jit-compiled training step.
 # Written from the specification, not from vtrain's C++: it is a speed peer, not the numerical
 # oracle (that one lives in tests/reference/).

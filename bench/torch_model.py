@@ -1,5 +1,5 @@
 # bench/torch_model.py owns the PyTorch peer used by bench_gpu_vs_torch.py: the value-residual
-# transformer of shared/MODEL.md with the choices of docs/model-conventions.md, written the way a
+# transformer of shared/MODEL.md with the choices of docs/model.md, written the way a
 # tuned nanochat-style PyTorch trainer writes it (bf16 autocast, torch.compile, SDPA/flash or
 # flex_attention, batched bf16 Newton-Schulz, fused AdamW), plus the Muon + AdamW optimizers with
 # vtrain's groups, hyperparameters and schedules. Device-agnostic: the same code runs in float64
@@ -176,7 +176,7 @@ class Config:
         return 6.0 * float(self.matmul_params()) + attn
 
     def param_shapes(self) -> dict:
-        """{name: shape} exactly as vtrain registers them (docs/model-conventions.md)."""
+        """{name: shape} exactly as vtrain registers them (docs/model.md)."""
         C, Vp, K, Q, Hm = self.n_embd, self.vocab_padded, self.kv_dim, self.q_dim, self.hidden
         out = {"wte": (Vp, C)}
         for i in range(self.n_layer):

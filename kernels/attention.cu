@@ -16,6 +16,9 @@
 // the visible key tiles), dK/dV (one block per (key tile, KV head, batch), loops over the query
 // heads of the group and the query tiles that can see the key tile, t in [s0, s1 - 1 + W)).
 // Each output element has one owner block and a fixed summation order: deterministic, no atomics.
+//
+// An optional fixed bias (f32 (T, T), [query][key], --attn-bias) is added to the scaled scores
+// wherever they are formed (forward and both backward kernels); masked entries are never read.
 #include "kernels/attention.cuh"
 
 #include <algorithm>
@@ -82,7 +85,7 @@ template <class T>
 __global__ void __launch_bounds__(kThreads)
     attn_fwd_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                     T* __restrict__ out, float* __restrict__ lse, int64_t Tn, int H, int Hkv,
-                    int hd, int64_t W, float scale) {
+                    int hd, int64_t W, float scale, const float* __restrict__ bias) {
   VT_DYNAMIC_SHARED(float, smem);
   const int ld = hd + 1;
   float* Qs = smem;
@@ -117,7 +120,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int idx = tid; idx < kTile * kTile; idx += blockDim.x) {
       const int i = idx / kTile, j = idx % kTile;
       float sc = -INFINITY;
-      if (visible(t0 + i, s0 + j, Tn, W)) sc = dot(Qs + i * ld, Ks + j * ld, hd) * scale;
+      if (visible(t0 + i, s0 + j, Tn, W)) {
+        sc = dot(Qs + i * ld, Ks + j * ld, hd) * scale;
+        if (bias) sc += bias[(t0 + i) * Tn + s0 + j];
+      }
       Ss[idx] = sc;
     }
     __syncthreads();
@@ -191,12 +197,13 @@ __device__ void load_rows(float* lse_s, float* D_s, const float* lse, const floa
 __device__ void probs_and_dscores(float* Ps, float* dSs, const float* Qs, const float* dOs,
                                   const float* Ks, const float* Vs, const float* lse_s,
                                   const float* D_s, int ld, int hd, int64_t t0, int64_t s0,
-                                  int64_t Tn, int64_t W, float scale) {
+                                  int64_t Tn, int64_t W, float scale, const float* bias) {
   for (int idx = threadIdx.x; idx < kTile * kTile; idx += blockDim.x) {
     const int i = idx / kTile, j = idx % kTile;
     float p = 0.0f, ds = 0.0f;
     if (visible(t0 + i, s0 + j, Tn, W)) {
-      p = expf(dot(Qs + i * ld, Ks + j * ld, hd) * scale - lse_s[i]);
+      const float b = bias ? bias[(t0 + i) * Tn + s0 + j] : 0.0f;
+      p = expf(dot(Qs + i * ld, Ks + j * ld, hd) * scale + b - lse_s[i]);
       const float dp = dot(dOs + i * ld, Vs + j * ld, hd);
       ds = p * (dp - D_s[i]) * scale;
     }
@@ -211,7 +218,7 @@ __global__ void __launch_bounds__(kThreads)
     attn_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                        const float* __restrict__ lse, const float* __restrict__ D,
                        const T* __restrict__ dout, T* __restrict__ dq, int64_t Tn, int H,
-                       int Hkv, int hd, int64_t W, float scale) {
+                       int Hkv, int hd, int64_t W, float scale, const float* __restrict__ bias) {
   VT_DYNAMIC_SHARED(float, smem);
   const int ld = hd + 1;
   float* Qs = smem;
@@ -241,7 +248,8 @@ __global__ void __launch_bounds__(kThreads)
     load_tile(Ks, ld, k, b, s0, Tn, Hkv, g, hd);
     load_tile(Vs, ld, v, b, s0, Tn, Hkv, g, hd);
     __syncthreads();
-    probs_and_dscores(nullptr, dSs, Qs, dOs, Ks, Vs, lse_s, D_s, ld, hd, t0, s0, Tn, W, scale);
+    probs_and_dscores(nullptr, dSs, Qs, dOs, Ks, Vs, lse_s, D_s, ld, hd, t0, s0, Tn, W, scale,
+                      bias);
     __syncthreads();
     for (int idx = tid; idx < kTile * hd; idx += blockDim.x) {
       const int i = idx / hd, c = idx % hd;
@@ -262,7 +270,7 @@ __global__ void __launch_bounds__(kThreads)
                          const T* __restrict__ v, const float* __restrict__ lse,
                          const float* __restrict__ D, const T* __restrict__ dout,
                          T* __restrict__ dk, T* __restrict__ dv, int64_t Tn, int H, int Hkv,
-                         int hd, int64_t W, float scale) {
+                         int hd, int64_t W, float scale, const float* __restrict__ bias) {
   VT_DYNAMIC_SHARED(float, smem);
   const int ld = hd + 1;
   float* Ks = smem;
@@ -298,7 +306,7 @@ __global__ void __launch_bounds__(kThreads)
       load_tile(dOs, ld, dout, b, t0, Tn, H, h, hd);
       load_rows(lse_s, D_s, lse, D, b, h, H, t0, Tn);
       __syncthreads();
-      probs_and_dscores(Ps, dSs, Qs, dOs, Ks, Vs, lse_s, D_s, ld, hd, t0, s0, Tn, W, scale);
+      probs_and_dscores(Ps, dSs, Qs, dOs, Ks, Vs, lse_s, D_s, ld, hd, t0, s0, Tn, W, scale, bias);
       __syncthreads();
       for (int idx = tid; idx < kTile * hd; idx += blockDim.x) {
         const int j = idx / hd, c = idx % hd;  // key row j, column c
@@ -347,7 +355,7 @@ size_t dkdv_smem(int hd) {
 
 template <class T>
 void forward_impl(const T* q, const T* k, const T* v, T* out, float* lse, const AttnShape& s,
-                  float scale, cudaStream_t stream) {
+                  float scale, const float* bias, cudaStream_t stream) {
   check_shape(s);
   const int64_t W = std::min(s.window, s.T);
   const int hd = int(s.hd);
@@ -355,14 +363,14 @@ void forward_impl(const T* q, const T* k, const T* v, T* out, float* lse, const 
   prepare_smem(attn_fwd_kernel<T>, smem);
   const dim3 grid(unsigned((s.T + kTile - 1) / kTile), unsigned(s.H), unsigned(s.B));
   VT_LAUNCH(attn_fwd_kernel<T>, grid, kThreads, smem, stream, q, k, v, out, lse, s.T, int(s.H),
-            int(s.Hkv), hd, W, scale);
+            int(s.Hkv), hd, W, scale, bias);
   VT_CUDA_CHECK(cudaGetLastError());
 }
 
 template <class T>
 void backward_impl(const T* q, const T* k, const T* v, const T* out, const float* lse,
                    const T* dout, T* dq, T* dk, T* dv, const AttnShape& s, float scale,
-                   void* workspace, cudaStream_t stream) {
+                   const float* bias, void* workspace, cudaStream_t stream) {
   check_shape(s);
   VT_CUDA_REQUIRE(workspace != nullptr, "attention backward needs a workspace");
   const int64_t W = std::min(s.window, s.T);
@@ -378,13 +386,13 @@ void backward_impl(const T* q, const T* k, const T* v, const T* out, const float
   const size_t smem_dq = dq_smem(hd);
   prepare_smem(attn_bwd_dq_kernel<T>, smem_dq);
   VT_LAUNCH(attn_bwd_dq_kernel<T>, dim3(ntiles, unsigned(H), unsigned(s.B)), kThreads, smem_dq,
-            stream, q, k, v, lse, D, dout, dq, s.T, H, Hkv, hd, W, scale);
+            stream, q, k, v, lse, D, dout, dq, s.T, H, Hkv, hd, W, scale, bias);
   VT_CUDA_CHECK(cudaGetLastError());
 
   const size_t smem_kv = dkdv_smem(hd);
   prepare_smem(attn_bwd_dkdv_kernel<T>, smem_kv);
   VT_LAUNCH(attn_bwd_dkdv_kernel<T>, dim3(ntiles, unsigned(Hkv), unsigned(s.B)), kThreads, smem_kv,
-            stream, q, k, v, lse, D, dout, dk, dv, s.T, H, Hkv, hd, W, scale);
+            stream, q, k, v, lse, D, dout, dk, dv, s.T, H, Hkv, hd, W, scale, bias);
   VT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -395,25 +403,27 @@ size_t attention_backward_workspace_bytes(const AttnShape& s) {
 }
 
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                       const AttnShape& s, float scale, cudaStream_t stream) {
-  forward_impl(q, k, v, out, lse, s, scale, stream);
+                       const AttnShape& s, float scale, cudaStream_t stream, const float* bias) {
+  forward_impl(q, k, v, out, lse, s, scale, bias, stream);
 }
 void attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                        __nv_bfloat16* out, float* lse, const AttnShape& s, float scale,
-                       cudaStream_t stream) {
-  forward_impl(q, k, v, out, lse, s, scale, stream);
+                       cudaStream_t stream, const float* bias) {
+  forward_impl(q, k, v, out, lse, s, scale, bias, stream);
 }
 
 void attention_backward(const float* q, const float* k, const float* v, const float* out,
                         const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                        const AttnShape& s, float scale, void* workspace, cudaStream_t stream) {
-  backward_impl(q, k, v, out, lse, dout, dq, dk, dv, s, scale, workspace, stream);
+                        const AttnShape& s, float scale, void* workspace, cudaStream_t stream,
+                        const float* bias) {
+  backward_impl(q, k, v, out, lse, dout, dq, dk, dv, s, scale, bias, workspace, stream);
 }
 void attention_backward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                         const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* dout,
                         __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
-                        const AttnShape& s, float scale, void* workspace, cudaStream_t stream) {
-  backward_impl(q, k, v, out, lse, dout, dq, dk, dv, s, scale, workspace, stream);
+                        const AttnShape& s, float scale, void* workspace, cudaStream_t stream,
+                        const float* bias) {
+  backward_impl(q, k, v, out, lse, dout, dq, dk, dv, s, scale, bias, workspace, stream);
 }
 
 }  // namespace vt::cuda

@@ -8,6 +8,9 @@
 // sum-exp of the scaled scores of each query row. All pointers are device pointers; the
 // launchers enqueue on `stream` and return (no synchronization).
 //
+// bias (optional): a fixed f32 (T, T) [query][key] bias added to the scaled scores (--attn-bias),
+// shared by batch and heads.
+//
 // Two element types: float (everything fp32; used by the tests against the CPU reference) and
 // bf16 (q, k, v, out, dout, dq, dk, dv in bf16). Both compute in fp32 (tiles are converted to
 // fp32 in shared memory) and lse is always fp32.
@@ -29,20 +32,23 @@ namespace vt::cuda {
 using AttnShape = vt::cpu::AttnShape;
 
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                       const AttnShape& s, float scale, cudaStream_t stream);
+                       const AttnShape& s, float scale, cudaStream_t stream,
+                       const float* bias = nullptr);
 void attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                        __nv_bfloat16* out, float* lse, const AttnShape& s, float scale,
-                       cudaStream_t stream);
+                       cudaStream_t stream, const float* bias = nullptr);
 
 size_t attention_backward_workspace_bytes(const AttnShape& s);
 
 // Writes dq (B,T,H,hd), dk, dv (B,T,Hkv,hd) (=, not +=) given dout and the saved out/lse.
 void attention_backward(const float* q, const float* k, const float* v, const float* out,
                         const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                        const AttnShape& s, float scale, void* workspace, cudaStream_t stream);
+                        const AttnShape& s, float scale, void* workspace, cudaStream_t stream,
+                        const float* bias = nullptr);
 void attention_backward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                         const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* dout,
                         __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
-                        const AttnShape& s, float scale, void* workspace, cudaStream_t stream);
+                        const AttnShape& s, float scale, void* workspace, cudaStream_t stream,
+                        const float* bias = nullptr);
 
 }  // namespace vt::cuda

@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
-# launch/ablate.py owns value-mode ablations: it trains several --value modes with `vtrain train`
-# on the same data directory, seed and token budget, then summarizes them as a markdown table
-# (ablate.md) and a plot of validation bits-per-byte against step (ablate.png).
-"""Train a list of value modes under identical settings and compare them.
+# launch/ablate.py owns ablations: it trains several value modes and/or block shapes (each
+# optionally with flags, over several seeds and depths) with `vtrain train` on the same data
+# directory and token budget, then summarizes them as a markdown table (ablate.md: mean and
+# spread over seeds, parameters, throughput relative to the reference arm) and a plot of
+# validation bits-per-byte against step (ablate.png).
+"""Train a list of value modes and/or block shapes under identical settings and compare them.
 
     python launch/ablate.py --data DATADIR --modes baseline,resformer-identity,v1,x0v,bov \\
-        --steps 200 --out runs/ablate [--jobs N] -- <extra `vtrain train` arguments>
+        --steps 200 --out runs/ablate [--seeds 1,2,3] [--jobs N] -- <extra `vtrain train` args>
+    python launch/ablate.py --data DATADIR --blocks prenorm,parallel,vskipinit,sas,sas-p \\
+        --depths 8,16 --steps 200 --out runs/blocks -- <extra args>
 
-Each mode runs `vtrain train --data DATADIR --value MODE --steps N --seed S --eval-every E
---metrics OUT/MODE.jsonl --ckpt-dir OUT/ckpt/MODE <extra>`; its stdout/stderr go to
-OUT/MODE.log. Arguments after `--` are passed to every run unchanged (model size, batch, ...).
-Standard library + numpy + matplotlib only.
+An arm is NAME[+flag[=value]...]: in --modes NAME is a value mode, in --blocks a block shape;
+each `+flag=value` adds `--flag value` (`+flag` alone adds `--flag`) to that arm only, e.g.
+`baseline+dense`, `sas-p+norm=none`, `sas+attn-bias=espa`. With both --modes and --blocks every
+mode runs with every block. Each (arm, depth, seed) runs `vtrain train --data DATADIR --value
+MODE [--block B] [--layers D] --steps N --seed S --eval-every E --metrics OUT/RUN.jsonl
+--ckpt-dir OUT/ckpt/RUN <arm flags> <extra>`; its output goes to OUT/RUN.log. Arguments after
+`--` are passed to every run unchanged (model size, batch, ...). Standard library + numpy +
+matplotlib only.
 """
 from __future__ import annotations
 
@@ -30,7 +38,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 # Flags that ablate.py sets itself for every run; giving them after `--` would make runs differ.
-RESERVED = {"--data", "--value", "--steps", "--seed", "--metrics", "--ckpt-dir", "--resume"}
+RESERVED = {"--data", "--value", "--steps", "--seed", "--metrics", "--ckpt-dir", "--resume",
+            "--block"}
 PROGRESS_RE = re.compile(r"^step (\d+)/(\d+) \| loss ([\d.naif+-]+) .*\| ([\d.]+[kM]?) tok/s")
 EVAL_RE = re.compile(r"^eval step (\d+) \| val loss ([\d.naif+-]+) \| val bpb ([\d.naif+-]+)")
 PARAMS_RE = re.compile(r"\| ([\d.]+)M params \|")
@@ -57,11 +66,24 @@ def parse_args(argv: list[str]):
         usage="%(prog)s --data DATADIR --modes M1,M2,... --steps N --out DIR [options] "
               "[-- extra vtrain train args]")
     p.add_argument("--data", required=True, help="data directory made by `vtrain prepare`")
-    p.add_argument("--modes", required=True,
-                   help="comma-separated value modes, e.g. baseline,resformer-identity,v1,x0v,bov")
+    p.add_argument("--modes", default=None,
+                   help="comma-separated value-mode arms, e.g. baseline,resformer-identity,v1,"
+                        "baseline+dense (default: baseline when --blocks is given)")
+    p.add_argument("--blocks", default=None,
+                   help="comma-separated block-shape arms, e.g. prenorm,parallel,vskipinit,sas,"
+                        "sas-p,sas-p+norm=none")
+    p.add_argument("--seeds", default=None,
+                   help="comma-separated seeds: every arm runs once per seed; the table shows "
+                        "the mean and spread (default: --seed)")
+    p.add_argument("--depths", default=None,
+                   help="comma-separated layer counts: every arm runs at each (--layers D); "
+                        "one table section per depth")
     p.add_argument("--steps", type=int, required=True, help="training steps of every run")
     p.add_argument("--out", required=True, help="output directory (JSONL, logs, ablate.md/png)")
     p.add_argument("--seed", type=int, default=1337, help="seed shared by every run (1337)")
+    p.add_argument("--reference", default=None,
+                   help="arm the delta and speed columns compare with (default: baseline, "
+                        "prenorm, or the first arm)")
     p.add_argument("--eval-every", type=int, default=None,
                    help="steps between evaluations (default: steps/10, at least 1)")
     p.add_argument("--jobs", type=int, default=1, help="runs at the same time (1)")
@@ -81,11 +103,34 @@ def parse_args(argv: list[str]):
                    help="train steps ignored when taking the median tok/s (default: min(5, steps/4))")
     args = p.parse_args(own)
     args.extra = extra
-    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not args.modes:
+    def split(v):
+        return [m.strip() for m in v.split(",") if m.strip()] if v is not None else None
+    modes, blocks = split(args.modes), split(args.blocks)
+    if modes is None and blocks is None:
+        p.error("give --modes and/or --blocks")
+    if modes is not None and not modes:
         p.error("--modes lists no mode")
-    if len(set(args.modes)) != len(args.modes):
-        p.error(f"--modes lists a mode twice: {args.modes}")
+    if blocks is not None and not blocks:
+        p.error("--blocks lists no block shape")
+    for what, arms in (("--modes", modes), ("--blocks", blocks)):
+        if arms and len(set(arms)) != len(arms):
+            p.error(f"{what} lists an arm twice: {arms}")
+    args.arms = []  # (label, value-mode arm, block arm or None)
+    for m in modes or ["baseline"]:
+        for b in blocks or [None]:
+            label = m if blocks is None else (b if modes is None else f"{m}@{b}")
+            args.arms.append((label, m, b))
+    try:
+        args.seeds = [int(x) for x in split(args.seeds)] if args.seeds else [args.seed]
+        args.depths = [int(x) for x in split(args.depths)] if args.depths else [None]
+    except ValueError as e:
+        p.error(f"--seeds and --depths take comma-separated integers ({e})")
+    if len(set(args.seeds)) != len(args.seeds) or len(set(args.depths)) != len(args.depths):
+        p.error("--seeds / --depths list a value twice")
+    if any(d is not None and d < 1 for d in args.depths):
+        p.error("--depths must be >= 1")
+    if args.depths != [None] and any(a.split("=", 1)[0] == "--layers" for a in extra):
+        p.error("--layers after `--` conflicts with --depths")
     if args.steps < 1:
         p.error("--steps must be >= 1")
     if args.jobs < 1:
@@ -108,17 +153,38 @@ def parse_args(argv: list[str]):
 
 # ----------------------------------------------------------------------------- one run
 
-class Run:
-    """One `vtrain train` subprocess for one value mode, with its live progress."""
+def arm_flags(arm: str, flag: str) -> list[str]:
+    """`NAME+a=1+b` -> [flag, NAME, --a, 1, --b]."""
+    name, *opts = arm.split("+")
+    out = [flag, name]
+    for o in opts:
+        k, eq, v = o.partition("=")
+        out += [f"--{k}"] + ([v] if eq else [])
+    return out
 
-    def __init__(self, mode: str, args, out: Path):
-        self.mode = mode
-        self.metrics = out / f"{mode}.jsonl"
-        self.log = out / f"{mode}.log"
-        self.ckpt = None if args.no_ckpt else out / "ckpt" / mode
-        self.cmd = [args.vtrain, "train", "--data", args.data, "--value", mode,
-                    "--steps", str(args.steps), "--seed", str(args.seed),
-                    "--eval-every", str(args.eval_every), "--metrics", str(self.metrics)]
+
+class Run:
+    """One `vtrain train` subprocess for one (arm, depth, seed), with its live progress."""
+
+    def __init__(self, arm: tuple, depth, seed: int, args, out: Path):
+        label, mode_arm, block_arm = arm
+        self.arm, self.depth, self.seed = label, depth, seed
+        name = label.replace("@", "_at_").replace("+", "_").replace("=", "-")
+        if depth is not None and len(args.depths) > 1:
+            name += f"_L{depth}"
+        if len(args.seeds) > 1:
+            name += f"_s{seed}"
+        self.mode = name  # the run's name (files, progress lines)
+        self.metrics = out / f"{name}.jsonl"
+        self.log = out / f"{name}.log"
+        self.ckpt = None if args.no_ckpt else out / "ckpt" / name
+        self.cmd = [args.vtrain, "train", "--data", args.data, *arm_flags(mode_arm, "--value")]
+        if block_arm is not None:
+            self.cmd += arm_flags(block_arm, "--block")
+        if depth is not None:
+            self.cmd += ["--layers", str(depth)]
+        self.cmd += ["--steps", str(args.steps), "--seed", str(seed),
+                     "--eval-every", str(args.eval_every), "--metrics", str(self.metrics)]
         if self.ckpt is not None:
             self.cmd += ["--ckpt-dir", str(self.ckpt)]
         self.cmd += args.extra
@@ -241,8 +307,8 @@ def count_params(vtrain: str, ckpt_dir: Path | None) -> int | None:
 
 def summarize(run: Run, args) -> dict:
     train, evals = read_metrics(run.metrics)
-    row = {"mode": run.mode, "ok": run.returncode == 0, "train": train, "evals": evals,
-           "seconds": run.t1 - run.t0}
+    row = {"mode": run.mode, "arm": run.arm, "depth": run.depth, "seed": run.seed,
+           "ok": run.returncode == 0, "train": train, "evals": evals, "seconds": run.t1 - run.t0}
     row["params"] = count_params(args.vtrain, run.ckpt) if row["ok"] else None
     if row["params"] is None and run.params_m is not None:
         row["params"] = int(round(run.params_m * 1e6))
@@ -255,6 +321,7 @@ def summarize(run: Run, args) -> dict:
         rates = [r["tok_per_s"] for r in train if "tok_per_s" in r]
     row["tok_s"] = float(np.median(rates)) if rates else float("nan")
     row["tokens"] = train[-1]["tokens"] if train else 0
+    row["tokens_per_step"] = row["tokens"] / len(train) if train else 0
     row["final_loss"] = train[-1]["loss"] if train else float("nan")
     return row
 
@@ -269,45 +336,101 @@ def fmt(x, spec=".4f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def table(rows: list[dict]) -> tuple[str, str]:
-    """Markdown table and the name of the reference mode of the delta column."""
-    ok = [r for r in rows if r["ok"] and not math.isnan(r["val_bpb"])]
-    ref = next((r for r in ok if r["mode"] == "baseline"), ok[0] if ok else None)
-    ref_name = ref["mode"] if ref else "baseline"
-    head = ("| mode | params | final val loss | final val bpb | "
-            f"delta bpb vs {ref_name} | tok/s |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|"]
+def mean_spread(xs: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value) of the finite values."""
+    xs = [x for x in xs if not math.isnan(x)]
+    if not xs:
+        return float("nan"), float("nan")
+    return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
+
+
+def group(rows: list[dict]) -> list[dict]:
+    """One entry per (depth, arm), in run order, aggregating the seeds."""
+    out: dict = {}
     for r in rows:
-        if not r["ok"]:
-            lines.append(f"| {r['mode']} | {fmt_params(r['params'])} | failed | failed | - | - |")
+        g = out.setdefault((r["depth"], r["arm"]), {"arm": r["arm"], "depth": r["depth"],
+                                                    "runs": []})
+        g["runs"].append(r)
+    for g in out.values():
+        ok = [r for r in g["runs"] if r["ok"] and not math.isnan(r["val_bpb"])]
+        g["ok"] = len(ok) == len(g["runs"])
+        g["params"] = next((r["params"] for r in g["runs"] if r["params"] is not None), None)
+        g["val_loss"] = mean_spread([r["val_loss"] for r in ok])
+        g["val_bpb"] = mean_spread([r["val_bpb"] for r in ok])
+        g["tok_s"] = mean_spread([r["tok_s"] for r in ok])
+        tps = [r["tokens_per_step"] for r in ok]
+        g["ms_step"] = (1e3 * float(np.mean(tps)) / g["tok_s"][0]
+                        if ok and g["tok_s"][0] > 0 else float("nan"))
+        g["n"] = len(ok)
+    return list(out.values())
+
+
+def table(rows: list[dict], reference: str | None = None) -> tuple[str, str]:
+    """Markdown table (mean +- sample std over seeds) and the reference arm of the delta and
+    speed columns (per depth)."""
+    groups = group(rows)
+    arms = [g["arm"] for g in groups]
+    ref_name = reference or next((a for a in ("baseline", "prenorm") if a in arms), arms[0])
+    seeds = max(len(g["runs"]) for g in groups)
+    spread = seeds > 1
+    pm = " +- std" if spread else ""
+    head = (f"| run | depth | params | final val loss{pm} | final val bpb{pm} | "
+            f"delta bpb vs {ref_name} | tok/s{pm} | ms/step | speed vs {ref_name} |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for g in groups:
+        depth = "-" if g["depth"] is None else str(g["depth"])
+        if not g["ok"]:
+            lines.append(f"| {g['arm']} | {depth} | {fmt_params(g['params'])} | failed | failed "
+                         f"| - | - | - | - |")
             continue
-        delta = r["val_bpb"] - ref["val_bpb"] if ref and not math.isnan(r["val_bpb"]) else None
-        lines.append(f"| {r['mode']} | {fmt_params(r['params'])} | {fmt(r['val_loss'])} | "
-                     f"{fmt(r['val_bpb'])} | {fmt(delta, '+.4f')} | {fmt(r['tok_s'], ',.0f')} |")
+        ref = next((h for h in groups if h["arm"] == ref_name and h["depth"] == g["depth"]), None)
+        def ms(v):
+            return fmt(v[0]) + (f" +- {fmt(v[1])}" if spread else "")
+        delta = (g["val_bpb"][0] - ref["val_bpb"][0]) if ref and ref["ok"] else None
+        speed = (g["tok_s"][0] / ref["tok_s"][0]) if ref and ref["ok"] else None
+        tok = fmt(g["tok_s"][0], ",.0f") + (f" +- {fmt(g['tok_s'][1], ',.0f')}" if spread else "")
+        lines.append(f"| {g['arm']} | {depth} | {fmt_params(g['params'])} | {ms(g['val_loss'])} | "
+                     f"{ms(g['val_bpb'])} | {fmt(delta, '+.4f')} | {tok} | "
+                     f"{fmt(g['ms_step'], '.1f')} | {fmt(speed, '.3f')}x |")
     return "\n".join(lines), ref_name
 
 
 def plot(rows: list[dict], path: Path, title: str):
+    """Validation bpb against step per arm (mean over seeds, shaded min-max band), one panel per
+    depth, and the training loss (moving average, mean over seeds)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for r in rows:
-        if r["evals"]:
-            ax1.plot([e["step"] for e in r["evals"]], [e["val_bpb"] for e in r["evals"]],
-                     marker="o", markersize=3, label=r["mode"])
-        if r["train"]:
-            steps = np.array([t["step"] for t in r["train"]])
-            loss = np.array([t["loss"] for t in r["train"]], dtype=float)
-            k = max(1, len(loss) // 50)  # light smoothing: moving average over ~2% of the run
-            smooth = np.convolve(loss, np.ones(k) / k, mode="valid")
-            ax2.plot(steps[k - 1:], smooth, label=r["mode"])
-    ax1.set(xlabel="step", ylabel="validation bits per byte", title="val bpb (lower is better)")
-    ax2.set(xlabel="step", ylabel="train loss (nats)", title="train loss (moving average)")
-    for ax in (ax1, ax2):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    groups = group(rows)
+    depths = list(dict.fromkeys(g["depth"] for g in groups))
+    fig, axes = plt.subplots(len(depths), 2, figsize=(12, 4.5 * len(depths)), squeeze=False)
+    for d, (ax1, ax2) in zip(depths, axes):
+        for g in (g for g in groups if g["depth"] == d):
+            runs = [r for r in g["runs"] if r["evals"]]
+            if runs:
+                n = min(len(r["evals"]) for r in runs)
+                steps = [e["step"] for e in runs[0]["evals"][:n]]
+                bpb = np.array([[e["val_bpb"] for e in r["evals"][:n]] for r in runs])
+                line, = ax1.plot(steps, bpb.mean(0), marker="o", markersize=3, label=g["arm"])
+                if len(runs) > 1:
+                    ax1.fill_between(steps, bpb.min(0), bpb.max(0), alpha=0.2,
+                                     color=line.get_color())
+            runs = [r for r in g["runs"] if r["train"]]
+            if runs:
+                n = min(len(r["train"]) for r in runs)
+                steps = np.array([t["step"] for t in runs[0]["train"][:n]])
+                loss = np.array([[t["loss"] for t in r["train"][:n]] for r in runs]).mean(0)
+                k = max(1, len(loss) // 50)  # light smoothing: moving average over ~2% of the run
+                ax2.plot(steps[k - 1:], np.convolve(loss, np.ones(k) / k, mode="valid"),
+                         label=g["arm"])
+        where = "" if d is None else f" ({d} layers)"
+        ax1.set(xlabel="step", ylabel="validation bits per byte",
+                title=f"val bpb{where} (lower is better)")
+        ax2.set(xlabel="step", ylabel="train loss (nats)", title=f"train loss{where} (moving average)")
+        for ax in (ax1, ax2):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -377,8 +500,11 @@ def main(argv: list[str]) -> int:
                           "`vtrain prepare --input FILE --out DATADIR --tokenizer bpe:N`")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    runs = [Run(m, args, out) for m in args.modes]
-    print(f"ablate: {len(runs)} modes x {args.steps} steps, seed {args.seed}, data {args.data}, "
+    # Seed-major order: the arms alternate (a, b, c, a, b, c, ...), so that a change of the
+    # machine's load during the ablation spreads over every arm instead of favouring some.
+    runs = [Run(a, d, seed, args, out) for d in args.depths for seed in args.seeds for a in args.arms]
+    print(f"ablate: {len(args.arms)} arms x {len(args.depths)} depth(s) x {len(args.seeds)} "
+          f"seed(s) = {len(runs)} runs of {args.steps} steps, seeds {args.seeds}, data {args.data}, "
           f"eval every {args.eval_every}, jobs {args.jobs}"
           + (f", {args.threads} thread(s) per run" if args.threads else "")
           + (f"\n  extra: {shlex.join(args.extra)}" if args.extra else ""), flush=True)
@@ -391,23 +517,29 @@ def main(argv: list[str]) -> int:
         raise
     if failed and not args.keep_going:
         raise AblateError(f"stopped: run '{failed[0].mode}' failed (see above); no table written")
+    (out / "runs.json").write_text(json.dumps(
+        [{"run": r.mode, "arm": r.arm, "depth": r.depth, "seed": r.seed, "cmd": r.cmd,
+          "returncode": r.returncode} for r in runs], indent=1))
 
     rows = [summarize(r, args) for r in runs if r.returncode is not None]
-    md, ref = table(rows)
+    md, ref = table(rows, args.reference)
     tokens = max((r["tokens"] for r in rows), default=0)
-    budget = (f"{args.steps} steps, {tokens:,} training tokens per run, seed {args.seed}, "
+    budget = (f"{args.steps} steps, {tokens:,} training tokens per run, "
+              f"seed{'s' if len(args.seeds) > 1 else ''} {','.join(map(str, args.seeds))}, "
               f"data `{args.data}`")
     print("\n" + md + "\n")
     print(f"({budget}; tok/s = median over steps > {args.warmup_steps}; "
           f"total {time.time() - t0:.0f}s)")
     cmdline = shlex.join([sys.executable, "launch/ablate.py", *argv])
     doc = [
-        "# Value-mode ablation", "",
+        "# Ablation", "",
         f"- budget: {budget}",
         f"- extra `vtrain train` args: `{shlex.join(args.extra) or '(none)'}`",
         f"- evaluation every {args.eval_every} steps; final values are the last evaluation "
         "(after the last step)",
-        f"- delta bpb is relative to `{ref}` (negative = better)",
+        f"- delta bpb is relative to `{ref}` at the same depth (negative = better); with several "
+        "seeds the values are the mean and the sample standard deviation over seeds",
+        f"- speed vs `{ref}`: mean tok/s of the arm over the reference's (> 1 = faster)",
         f"- tok/s: median of per-step training throughput after {args.warmup_steps} warm-up "
         f"steps; runs were {'sequential' if args.jobs == 1 else f'{args.jobs} at a time'}"
         + (f", {args.threads} thread(s) each" if args.threads else ""),

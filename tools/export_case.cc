@@ -7,6 +7,7 @@
 #include "core/arena.h"
 #include "core/flags.h"
 #include "core/rng.h"
+#include "model/block_shape_kind.h"
 #include "model/gpt.h"
 
 using namespace vt;
@@ -35,6 +36,16 @@ static const CommandSpec& export_command() {
         bool_flag("shared-table", ""),
         bool_flag("bov-add-fixed", ""),
         bool_flag("no-perturb", "keep the weights at their init"),
+        num_flag("perturb-scale", 1.0, 0, 100, "multiplies the perturbation amplitudes"),
+        choice_flag("block", "prenorm", {"prenorm", "parallel", "vskipinit", "sas", "sas-p"}, ""),
+        choice_flag("norm", "rms", {"rms", "none"}, ""),
+        no_default(choice_flag("qk-norm", "", {"on", "off"}, "")),
+        choice_flag("reparam-init", "", {"id", "orth"}, ""),
+        choice_flag("attn-bias", "", {"espa", "uspa"}, ""),
+        bool_flag("dense", "DenseFormer"),
+        int_flag("dense-dilation", 1, 1, 64, ""),
+        int_flag("dense-period", 1, 1, 64, ""),
+        num_flag("neutreno-lambda", 0.4, 0, 10, ""),
     };
     return c;
   }();
@@ -67,6 +78,16 @@ static absl::Status run(int argc, char** argv) {
   cfg.detach_v1 = flags.get_bool("detach-v1");
   cfg.shared_table = flags.get_bool("shared-table");
   cfg.bov_add_fixed = flags.get_bool("bov-add-fixed");
+  VT_ASSIGN_OR_RETURN(cfg.block, parse_block_shape(flags.get_string("block")));
+  cfg.norm_none = flags.get_string("norm") == "none";
+  if (flags.has("qk-norm")) cfg.qk_norm = flags.get_string("qk-norm") == "on" ? 1 : 0;
+  cfg.reparam_init = flags.get_string("reparam-init");
+  cfg.reparam_seed = static_cast<uint64_t>(seed);
+  cfg.attn_bias = flags.get_string("attn-bias");
+  cfg.dense = flags.get_bool("dense");
+  cfg.dense_dilation = static_cast<int>(flags.get_int("dense-dilation"));
+  cfg.dense_period = static_cast<int>(flags.get_int("dense-period"));
+  cfg.neutreno_lambda = flags.get_double("neutreno-lambda");
   VT_RETURN_IF_ERROR(cfg.finalize());
 
   ParamStore store;
@@ -74,6 +95,7 @@ static absl::Status run(int argc, char** argv) {
   model.register_params(store);
   store.finalize();
   model.init_params(seed);
+  const double perturb_scale = flags.get_double("perturb-scale");
   if (!flags.get_bool("no-perturb")) {
     // Move every weight off its init: zero-initialized projections would otherwise make the
     // gradients of everything upstream of them exactly zero.
@@ -81,7 +103,7 @@ static absl::Status run(int argc, char** argv) {
     for (int i = 0; i < store.size(); ++i) {
       Tensor p = store.param(i);
       const bool is_scalar = store.info(i).group == ParamGroup::kScalar;
-      const double amp = is_scalar ? 0.2 : 0.05;
+      const double amp = (is_scalar ? 0.2 : 0.05) * perturb_scale;
       for (int64_t j = 0; j < p.numel(); ++j) p.f32()[j] += static_cast<float>(rng.normal(0, amp));
     }
   }
@@ -106,6 +128,16 @@ static absl::Status run(int argc, char** argv) {
     const ParamInfo& info = store.info(i);
     VT_RETURN_IF_ERROR(f.write_f32("/params/" + info.name, info.global_shape, store.param(i).f32()));
     VT_RETURN_IF_ERROR(f.write_f32("/grads/" + info.name, info.global_shape, store.grad(i).f32()));
+  }
+  // Fixed (untrained) tensors the reference cannot draw itself: the W0 of reparameterized
+  // projections (an orthogonal draw under --reparam-init orth).
+  for (int i = 0; i < cfg.n_layer; ++i) {
+    const LayerParams& lp = model.layer_params(i);
+    for (const Projection* p : {&lp.v, &lp.o}) {
+      if (p->kind != Projection::Kind::kReparam) continue;
+      const std::string name = "blocks." + std::to_string(i) + (p == &lp.o ? ".attn.wo_base" : ".attn.wv_base");
+      VT_RETURN_IF_ERROR(f.write_f32("/fixed/" + name, {cfg.n_embd, cfg.n_embd}, p->base.f32()));
+    }
   }
   std::printf("%s: loss %.6f, %d parameters\n", flags.get_string("mode").c_str(), loss, store.size());
   return absl::OkStatus();

@@ -17,7 +17,7 @@ const char* param_group_name(ParamGroup g) {
 }
 
 int ParamStore::add(const std::string& name, Shape shape, ParamGroup group, Shape global_shape,
-                    ParamSplit split) {
+                    ParamSplit split, ParamMeta meta) {
   VT_CHECK_MSG(!finalized_, "ParamStore::add after finalize: " << name);
   VT_CHECK_MSG(!by_name_.count(name), "duplicate parameter name " << name);
   ParamInfo info;
@@ -26,6 +26,8 @@ int ParamStore::add(const std::string& name, Shape shape, ParamGroup group, Shap
   info.global_shape = global_shape.empty() ? shape : global_shape;
   info.split = split;
   info.group = group;
+  info.layer = meta.layer;
+  info.pp_replicated = meta.pp_replicated;
   // Align every parameter to 16 floats so views stay 64-byte aligned.
   info.offset = total_;
   total_ += (info.numel() + 15) / 16 * 16;

@@ -29,6 +29,13 @@ struct ParamSplit {
   int64_t offset = 0;     // start of the local slice along `axis` in the global tensor
 };
 
+// What the rest of the system needs to know about a parameter beyond its shape, given where it
+// is registered (so no module has to parse names for structure).
+struct ParamMeta {
+  int layer = -1;              // the transformer block that owns it; -1 for none (wte, lm_head, shared)
+  bool pp_replicated = false;  // held whole by every pipeline stage (its gradient is summed over pp)
+};
+
 struct ParamInfo {
   std::string name;
   Shape shape;          // local shape
@@ -36,6 +43,8 @@ struct ParamInfo {
   ParamSplit split;
   ParamGroup group = ParamGroup::kMatrix;
   int64_t offset = 0;   // element offset in the arena
+  int layer = -1;       // ParamMeta::layer
+  bool pp_replicated = false;  // ParamMeta::pp_replicated
   int64_t numel() const { return shape_numel(shape); }
 };
 
@@ -43,7 +52,7 @@ class ParamStore {
  public:
   // Registers a parameter; returns its index. Must be called before finalize().
   int add(const std::string& name, Shape shape, ParamGroup group, Shape global_shape = {},
-          ParamSplit split = {});
+          ParamSplit split = {}, ParamMeta meta = {});
   // Allocates the param and grad arenas (zero-filled) on `device`; with compute == kBF16 also
   // the bf16 compute copy.
   void finalize(Device device = Device::kCPU, DType compute = DType::kF32);

@@ -40,6 +40,21 @@ struct XentArgs {
   float cap = 0.0f;
 };
 
+// The shaped-attention and NeuTRENO terms of one attention call (semantics: cpu_kernels.h,
+// attention_mix_forward): per local query head alpha, beta, gamma (f32 (H,); undefined means
+// alpha = 0, beta = 1, gamma = 0) and lam * (v1 - v) with v1 like v.
+struct AttnMix {
+  Tensor alpha, beta, gamma;
+  float lam = 0.0f;
+  Tensor v1;
+  bool active() const { return alpha.defined() || beta.defined() || gamma.defined() || lam != 0.0f; }
+};
+// Gradients of the mix's own inputs: d alpha/beta/gamma (f32 (H,), accumulated +=, may be
+// undefined) and d v1 (written =, may be undefined).
+struct AttnMixGrads {
+  Tensor dalpha, dbeta, dgamma, dv1;
+};
+
 struct AdamWStepArgs {
   double lr = 0.0, beta1 = 0.9, beta2 = 0.999, weight_decay = 0.0, eps = 1e-10;
   int64_t t = 1;  // step count, >= 1
@@ -109,12 +124,20 @@ class Backend {
                                 bool accumulate) = 0;
   virtual void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset,
                     bool backward) = 0;
+  // bias: undefined, or f32 (T, T) added to the scaled scores (shared by batch and heads).
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                         const Tensor& lse, int64_t window, float scale) = 0;
+                         const Tensor& lse, int64_t window, float scale, const Tensor& bias) = 0;
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& out, const Tensor& lse, const Tensor& dout,
                                   const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                                  int64_t window, float scale) = 0;
+                                  int64_t window, float scale, const Tensor& bias) = 0;
+  // out (B,T,H,hd) = the mix of softmax attention's output `soft` with v (B,T,Hkv,hd); backward
+  // writes dsoft, adds into dv (+=) and fills g.
+  virtual void attention_mix(const Tensor& soft, const Tensor& v, const AttnMix& m,
+                             int64_t window, const Tensor& out) = 0;
+  virtual void attention_mix_backward(const Tensor& dout, const Tensor& soft, const Tensor& v,
+                                      const AttnMix& m, int64_t window, const Tensor& dsoft,
+                                      const Tensor& dv, const AttnMixGrads& g) = 0;
   virtual void relu2(const Tensor& x, const Tensor& y) = 0;
   virtual void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
                               bool accumulate) = 0;

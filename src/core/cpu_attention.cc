@@ -160,9 +160,18 @@ inline void zero_outside(T* row, int64_t lo, int64_t hi, int64_t span) {
 
 }  // namespace
 
+// Adds bias[t][s0 + j] to the visible columns [lo, hi] of the scratch row of query t.
+template <class T>
+inline void add_bias(T* row, const T* bias, int64_t Tn, int64_t t, int64_t s0, int64_t lo,
+                     int64_t hi) {
+  if (!bias) return;
+  const T* b = bias + t * Tn + s0;
+  for (int64_t j = lo; j <= hi; ++j) row[j] += b[j];
+}
+
 template <class T>
 void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse, const AttnShape& s,
-                       T scale) {
+                       T scale, const T* bias) {
   check_shape(s);
   const int64_t B = s.B, Tn = s.T, H = s.H, Hkv = s.Hkv, hd = s.hd;
   const int64_t W = std::min(s.window, Tn);  // any window >= T is full causal
@@ -190,6 +199,7 @@ void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse, const
       for (int64_t i = 0; i < bq; ++i) {
         const int64_t t = bl.t0 + i, lo = bl.lo(t, W), hi = bl.hi(t);
         T* row = P + i * span;
+        add_bias(row, bias, Tn, t, bl.s0, lo, hi);
         const T mx = row_max(row + lo, hi - lo + 1);
         const T sum = exp_shift_sum(row + lo, hi - lo + 1, mx);
         const T inv = T(1) / sum;
@@ -206,7 +216,8 @@ void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse, const
 
 template <class T>
 void attention_backward(const T* q, const T* k, const T* v, const T* out, const T* lse,
-                        const T* dout, T* dq, T* dk, T* dv, const AttnShape& s, T scale) {
+                        const T* dout, T* dq, T* dk, T* dv, const AttnShape& s, T scale,
+                        const T* bias) {
   check_shape(s);
   const int64_t B = s.B, Tn = s.T, H = s.H, Hkv = s.Hkv, hd = s.hd;
   const int64_t W = std::min(s.window, Tn);  // any window >= T is full causal
@@ -239,6 +250,7 @@ void attention_backward(const T* q, const T* k, const T* v, const T* out, const 
           for (int64_t i = 0; i < bq; ++i) {
             const int64_t t = bl.t0 + i, lo = bl.lo(t, W), hi = bl.hi(t);
             T* row = P + i * span;
+            add_bias(row, bias, Tn, t, bl.s0, lo, hi);
             const T m = lse_bh[t];
             exp_shift_sum(row + lo, hi - lo + 1, m);
             zero_outside(row, lo, hi, span);
@@ -273,14 +285,15 @@ void attention_backward(const T* q, const T* k, const T* v, const T* out, const 
 }
 
 template void attention_forward<float>(const float*, const float*, const float*, float*, float*,
-                                       const AttnShape&, float);
+                                       const AttnShape&, float, const float*);
 template void attention_forward<double>(const double*, const double*, const double*, double*,
-                                        double*, const AttnShape&, double);
+                                        double*, const AttnShape&, double, const double*);
 template void attention_backward<float>(const float*, const float*, const float*, const float*,
                                         const float*, const float*, float*, float*, float*,
-                                        const AttnShape&, float);
+                                        const AttnShape&, float, const float*);
 template void attention_backward<double>(const double*, const double*, const double*,
                                          const double*, const double*, const double*, double*,
-                                         double*, double*, const AttnShape&, double);
+                                         double*, double*, const AttnShape&, double,
+                                         const double*);
 
 }  // namespace vt::cpu

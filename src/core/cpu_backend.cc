@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -221,20 +222,46 @@ class HostBackend : public Backend {
     else
       cpu::rope_forward<float>(xp, yp, x.dim(0), x.dim(1), x.dim(2), x.dim(3), base, pos_offset);
   }
+  static const float* maybe_f32(const Tensor& t) { return t.defined() ? f32_of(t) : nullptr; }
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                 const Tensor& lse, int64_t window, float scale) override {
+                 const Tensor& lse, int64_t window, float scale, const Tensor& bias) override {
     In qp(q), kp(k), vp(v);
     Out op(out);
-    cpu::attention_forward<float>(qp, kp, vp, op, f32_of(lse), ops::attention_shape(q, k, window), scale);
+    cpu::attention_forward<float>(qp, kp, vp, op, f32_of(lse), ops::attention_shape(q, k, window),
+                                  scale, maybe_f32(bias));
   }
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& lse, const Tensor& dout, const Tensor& dq,
-                          const Tensor& dk, const Tensor& dv, int64_t window,
-                          float scale) override {
+                          const Tensor& dk, const Tensor& dv, int64_t window, float scale,
+                          const Tensor& bias) override {
     In qp(q), kp(k), vp(v), op(out), dop(dout);
     Out dqp(dq), dkp(dk), dvp(dv);
     cpu::attention_backward<float>(qp, kp, vp, op, f32_of(lse), dop, dqp, dkp, dvp,
-                                   ops::attention_shape(q, k, window), scale);
+                                   ops::attention_shape(q, k, window), scale, maybe_f32(bias));
+  }
+  void attention_mix(const Tensor& soft, const Tensor& v, const AttnMix& m, int64_t window,
+                     const Tensor& out) override {
+    In sp(soft), vp(v);
+    Out op(out);
+    std::unique_ptr<In> v1p;
+    if (m.lam != 0.0f) v1p = std::make_unique<In>(m.v1);
+    cpu::attention_mix_forward<float>(sp, vp, v1p ? v1p->p() : nullptr, maybe_f32(m.alpha),
+                                      maybe_f32(m.beta), maybe_f32(m.gamma), m.lam, op,
+                                      ops::attention_shape(soft, v, window));
+  }
+  void attention_mix_backward(const Tensor& dout, const Tensor& soft, const Tensor& v,
+                              const AttnMix& m, int64_t window, const Tensor& dsoft,
+                              const Tensor& dv, const AttnMixGrads& g) override {
+    In dop(dout), sp(soft), vp(v);
+    Out dsp(dsoft);
+    InOut dvp(dv);
+    std::unique_ptr<Out> dv1p;
+    if (g.dv1.defined()) dv1p = std::make_unique<Out>(g.dv1);
+    auto mut = [](const Tensor& t) { return t.defined() ? f32_of(t) : nullptr; };
+    cpu::attention_mix_backward<float>(dop, sp, vp, nullptr, maybe_f32(m.alpha), maybe_f32(m.beta),
+                                       maybe_f32(m.gamma), m.lam, dsp, dvp, mut(g.dalpha),
+                                       mut(g.dbeta), mut(g.dgamma), dv1p ? dv1p->p() : nullptr,
+                                       ops::attention_shape(soft, v, window));
   }
   void relu2(const Tensor& x, const Tensor& y) override {
     In xp(x);

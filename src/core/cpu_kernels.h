@@ -48,13 +48,36 @@ struct AttnShape {
 // q: (B,T,H,hd), k, v: (B,T,Hkv,hd), out: (B,T,H,hd), lse: (B,H,T) natural-log sum-exp of the
 // scaled scores of each query row (saved for backward). Blocked: extra memory is
 // O(block * (window + block)) per thread, never O(T^2) for windowed layers.
+// bias (optional, (T, T) row-major [query][key]): a fixed additive bias on the scaled scores,
+// shared by batch and heads (--attn-bias); masked entries are never read.
 template <class T>
 void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse, const AttnShape& s,
-                       T scale);
+                       T scale, const T* bias = nullptr);
 // Writes dq (B,T,H,hd), dk, dv (B,T,Hkv,hd) (=, not +=) given dout and the saved out/lse.
 template <class T>
 void attention_backward(const T* q, const T* k, const T* v, const T* out, const T* lse,
-                        const T* dout, T* dq, T* dk, T* dv, const AttnShape& s, T scale);
+                        const T* dout, T* dq, T* dk, T* dv, const AttnShape& s, T scale,
+                        const T* bias = nullptr);
+
+// The shaped-attention and NeuTRENO terms added to softmax attention (docs/model.md, "Block
+// shapes" and "Value paths"): for query head h of KV group g = h / (H / Hkv) at position t,
+//   out = beta[h] * soft + alpha[h] * v[t,g] - gamma[h] * M[t,g] + lam * (v1[t,g] - v[t,g])
+// where soft (B,T,H,hd) is softmax attention's output and M[t] the mean of v over the keys t
+// sees (s in [max(0, t - W + 1), t]): the running mean (C v) of the "uniform causal" matrix,
+// computed by running sums (O(T) per channel, never a T x T matrix). A null alpha/gamma means
+// 0, a null beta 1; v1 is read only when lam != 0.
+template <class T>
+void attention_mix_forward(const T* soft, const T* v, const T* v1, const float* alpha,
+                           const float* beta, const float* gamma, float lam, T* out,
+                           const AttnShape& s);
+// Backward: dsoft = beta * dout (=); dv += the identity, running-mean and NeuTRENO terms;
+// dalpha/dbeta/dgamma (H) += their gradients (when non-null); dv1 = lam * sum_h dout (= , when
+// non-null). Deterministic whatever the thread count.
+template <class T>
+void attention_mix_backward(const T* dout, const T* soft, const T* v, const T* v1,
+                            const float* alpha, const float* beta, const float* gamma, float lam,
+                            T* dsoft, T* dv, float* dalpha, float* dbeta, float* dgamma, T* dv1,
+                            const AttnShape& s);
 
 // y = relu(x)^2 elementwise; dx = 2 * relu(x) * dy.
 template <class T>

@@ -75,6 +75,7 @@
 #include "kernels/activation.cuh"
 #include "kernels/adamw.cuh"
 #include "kernels/attention.cuh"
+#include "kernels/attention_mix.cuh"
 #include "kernels/attention_tc.cuh"
 #include "kernels/cast.cuh"
 #include "core/cuda_backend.h"
@@ -607,35 +608,41 @@ class CudaBackend final : public Backend {
   }
 
 
+  static const float* maybe_f32(const Tensor& t) { return t.defined() ? f32_of(t) : nullptr; }
+  static float* maybe_f32_out(const Tensor& t) { return t.defined() ? f32_of(t) : nullptr; }
+
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                 const Tensor& lse, int64_t window, float scale) override {
+                 const Tensor& lse, int64_t window, float scale, const Tensor& bias) override {
     on_device();
     if (q.numel() == 0) return;  // the kernels require every dimension >= 1
     const cuda::AttnShape s = ops::attention_shape(q, k, window);
     float* l = f32_of(lse);
-    if (use_tensor_core_attention(s, {&q, &k, &v, &out})) {
+    const float* b = maybe_f32(bias);
+    // The tensor-core kernels know no logit bias (E-SPA/U-SPA): those take the reference kernels.
+    if (b == nullptr && use_tensor_core_attention(s, {&q, &k, &v, &out})) {
       cuda::attention_tc_forward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, s, scale, stream_);
       return;
     }
     on_acts(
         stream_,
         [&](auto qp, auto kp, auto vp, auto op) {
-          cuda::attention_forward(qp, kp, vp, op, l, s, scale, stream_);
+          cuda::attention_forward(qp, kp, vp, op, l, s, scale, stream_, b);
         },
         in(q), in(k), in(v), Act{out, false, true});
   }
 
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& lse, const Tensor& dout, const Tensor& dq,
-                          const Tensor& dk, const Tensor& dv, int64_t window,
-                          float scale) override {
+                          const Tensor& dk, const Tensor& dv, int64_t window, float scale,
+                          const Tensor& bias) override {
     on_device();
     if (q.numel() == 0) return;
     const cuda::AttnShape s = ops::attention_shape(q, k, window);
     const float* l = f32_of(lse);
+    const float* b = maybe_f32(bias);
     // The workspace is reused by every call: safe because all calls are ordered on stream_.
     std::lock_guard<std::mutex> lock(scratch_mu_);
-    if (use_tensor_core_attention(s, {&q, &k, &v, &out, &dout, &dq, &dk, &dv})) {
+    if (b == nullptr && use_tensor_core_attention(s, {&q, &k, &v, &out, &dout, &dq, &dk, &dv})) {
       void* ws = attention_workspace(cuda::attention_tc_backward_workspace_bytes(s));
       cuda::attention_tc_backward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, bf16p(dout),
                                   bf16p(dq), bf16p(dk), bf16p(dv), s, scale, ws, stream_);
@@ -645,10 +652,51 @@ class CudaBackend final : public Backend {
     on_acts(
         stream_,
         [&](auto qp, auto kp, auto vp, auto op, auto dop, auto dqp, auto dkp, auto dvp) {
-          cuda::attention_backward(qp, kp, vp, op, l, dop, dqp, dkp, dvp, s, scale, ws, stream_);
+          cuda::attention_backward(qp, kp, vp, op, l, dop, dqp, dkp, dvp, s, scale, ws, stream_,
+                                   b);
         },
         in(q), in(k), in(v), in(out), in(dout), Act{dq, false, true}, Act{dk, false, true},
         Act{dv, false, true});
+  }
+
+  void attention_mix(const Tensor& soft, const Tensor& v, const AttnMix& m, int64_t window,
+                     const Tensor& out) override {
+    on_device();
+    if (soft.numel() == 0) return;
+    const cuda::AttnShape s = ops::attention_shape(soft, v, window);
+    const float *al = maybe_f32(m.alpha), *be = maybe_f32(m.beta), *ga = maybe_f32(m.gamma);
+    // v1 joins the dtype dispatch (it is like v); without NeuTRENO v stands in for it, unread.
+    const Tensor& v1 = m.lam != 0.0f ? m.v1 : v;
+    on_acts(
+        stream_,
+        [&](auto sp, auto vp, auto v1p, auto op) {
+          cuda::attention_mix_forward(sp, vp, m.lam != 0.0f ? v1p : nullptr, al, be, ga, m.lam,
+                                      op, s, stream_);
+        },
+        in(soft), in(v), in(v1), Act{out, false, true});
+  }
+
+  void attention_mix_backward(const Tensor& dout, const Tensor& soft, const Tensor& v,
+                              const AttnMix& m, int64_t window, const Tensor& dsoft,
+                              const Tensor& dv, const AttnMixGrads& g) override {
+    on_device();
+    if (soft.numel() == 0) return;
+    const cuda::AttnShape s = ops::attention_shape(soft, v, window);
+    const float *al = maybe_f32(m.alpha), *be = maybe_f32(m.beta), *ga = maybe_f32(m.gamma);
+    float *dal = maybe_f32_out(g.dalpha), *dbe = maybe_f32_out(g.dbeta),
+          *dga = maybe_f32_out(g.dgamma);
+    std::lock_guard<std::mutex> lock(scratch_mu_);
+    void* ws = attention_workspace(cuda::attention_mix_workspace_bytes(s));
+    const bool has_dv1 = g.dv1.defined();
+    // Without a dv1 output, dsoft stands in for it in the dtype dispatch (unwritten).
+    const Tensor& dv1 = has_dv1 ? g.dv1 : dsoft;
+    on_acts(
+        stream_,
+        [&](auto dop, auto sp, auto vp, auto dsp, auto dvp, auto dv1p) {
+          cuda::attention_mix_backward(dop, sp, vp, al, be, ga, m.lam, dsp, dvp, dal, dbe, dga,
+                                       has_dv1 ? dv1p : nullptr, s, ws, stream_);
+        },
+        in(dout), in(soft), in(v), out(dsoft), inout(dv), Act{dv1, false, has_dv1});
   }
 
   void relu2(const Tensor& x, const Tensor& y) override {

@@ -57,12 +57,23 @@ void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset = 0)
 void rope_backward(const Tensor& dy, const Tensor& dx, double base, int64_t pos_offset = 0);
 // The kernels' shape struct of q (B,T,H,hd) and k (B,T,Hkv,hd) (backends share it).
 cpu::AttnShape attention_shape(const Tensor& q, const Tensor& k, int64_t window);
+// What an attention call adds to plain softmax attention (all optional; docs/model.md "Block
+// shapes"): a fixed logit bias (f32 (T, T)), and the mix of shaped attention / NeuTRENO
+// (AttnMix). With an active mix, `soft` (like out) receives softmax attention's output, which
+// the backward needs; out receives the mix.
+struct AttnExtras {
+  Tensor bias;
+  AttnMix mix;
+  Tensor soft;
+};
 // q (B,T,H,hd), k/v (B,T,Hkv,hd), out (B,T,H,hd), lse (B,H,T).
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-               const Tensor& lse, int64_t window, float scale);
+               const Tensor& lse, int64_t window, float scale, const AttnExtras& ex = {});
+// dq, dk, dv written; with an active mix, g receives the mix's gradients (AttnMixGrads).
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, int64_t window, float scale);
+                        const Tensor& dv, int64_t window, float scale, const AttnExtras& ex = {},
+                        const AttnMixGrads& g = {});
 void relu2(const Tensor& x, const Tensor& y);
 void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate);
 // Rows [row_begin, row_begin + table.dim(0)) of an f32 table; ids i32 (N) on the table's device;

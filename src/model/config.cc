@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/check.h"
+#include "model/block_shape.h"
+#include "model/value_path.h"
 
 namespace vt {
 
@@ -20,6 +22,10 @@ int ModelConfig::effective_short_window() const {
   // ceil(T/4/128)*128
   int w = ((seq_len + 3) / 4 + 127) / 128 * 128;
   return w;
+}
+
+bool ModelConfig::use_qk_norm() const {
+  return qk_norm < 0 ? block_shape(block).default_qk_norm() : qk_norm == 1;
 }
 
 int ModelConfig::layer_window(int layer) const {
@@ -38,34 +44,27 @@ int ModelConfig::target_index(int layer) const {
 
 bool ModelConfig::layer_has_wv(int layer) const {
   if (!is_target(layer)) return true;
-  return mode_target_has_wv(value_mode);
+  return value().target_has_wv();
 }
 
 absl::StatusOr<std::vector<int>> resolve_target_layers(ValueMode mode, const std::string& spec,
                                                        int n_layer) {
   std::vector<int> out;
-  const bool v1 = mode_reads_v1(mode);
+  const ValuePath& path = value_path(mode);
+  const bool v1 = path.reads_v1();
   const int first = v1 ? 1 : 0;
-  if (mode == ValueMode::kBaseline) {
+  if (path.default_targets() == DefaultTargets::kNone) {
     if (spec != "default" && spec != "none" && !spec.empty())
-      return bad("--value-layers has no meaning for value mode 'baseline' (it has no target layers)");
+      return bad(absl::StrCat("--value-layers has no meaning for value mode '", path.name(),
+                              "' (it has no target layers)"));
     return out;
   }
   std::string s = spec;
   if (s == "default") {
-    switch (mode) {
-      case ValueMode::kResformerSparse:
-      case ValueMode::kV1:
-      case ValueMode::kX0v:
-      case ValueMode::kBov:
-      case ValueMode::kBovAdd:
-        s = "last-third";
-        break;
-      case ValueMode::kValueEmbed:
-        s = "alternate";
-        break;
-      default:
-        s = "all";
+    switch (path.default_targets()) {
+      case DefaultTargets::kLastThird: s = "last-third"; break;
+      case DefaultTargets::kAlternate: s = "alternate"; break;
+      default: s = "all";
     }
   }
   if (s == "all") {
@@ -126,16 +125,30 @@ absl::Status ModelConfig::finalize() {
     return bad("--shared-table applies only to value mode 'bov'");
   if (bov_add_fixed && value_mode != ValueMode::kBovAdd)
     return bad("--bov-add-fixed applies only to value mode 'bov-add'");
-  if (value_mode == ValueMode::kValueEmbed && n_embd < value_embed_gate_channels)
-    return bad(absl::StrCat("value-embed gates read the first ", value_embed_gate_channels,
-                            " channels; --dim ", n_embd, " is too small"));
+  VT_RETURN_IF_ERROR(value().validate(*this));
   auto targets = resolve_target_layers(value_mode, value_layers, n_layer);
   if (!targets.ok()) return targets.status();
   target_layers = *targets;
-  if (mode_reads_v1(value_mode) && n_layer < 2)
+  if (value().reads_v1() && n_layer < 2)
     return bad(absl::StrCat("value mode '", value_mode_name(value_mode),
                             "' needs at least 2 layers"));
   vocab_padded = (vocab_size + 63) / 64 * 64;
+  if (qk_norm < -1 || qk_norm > 1) return bad("--qk-norm must be on or off");
+  if (!reparam_init.empty() && reparam_init != "id" && reparam_init != "orth")
+    return bad(absl::StrCat("--reparam-init '", reparam_init, "' must be id or orth"));
+  if (!attn_bias.empty() && attn_bias != "espa" && attn_bias != "uspa")
+    return bad(absl::StrCat("--attn-bias '", attn_bias, "' must be espa or uspa"));
+  VT_RETURN_IF_ERROR(block_shape(block).validate(*this));
+  if (!dense && (dense_dilation != 1 || dense_period != 1))
+    return bad("--dense-dilation and --dense-period apply only with --dense");
+  if (dense_dilation < 1)
+    return bad(absl::StrCat("--dense-dilation must be >= 1 (got ", dense_dilation, ")"));
+  if (dense_period < 1 || n_layer % dense_period != 0)
+    return bad(absl::StrCat("--dense-period ", dense_period, " must divide the depth --layers ",
+                            n_layer, " (a depth-weighted average follows every p-th block, the "
+                            "last one included)"));
+  if (!(neutreno_lambda >= 0.0) || neutreno_lambda > 10.0)
+    return bad(absl::StrCat("--neutreno-lambda must be in [0, 10] (got ", neutreno_lambda, ")"));
   return absl::OkStatus();
 }
 
@@ -156,6 +169,16 @@ nlohmann::json ModelConfig::to_json() const {
   j["qk_norm_scale"] = qk_norm_scale;
   j["logit_softcap"] = logit_softcap;
   j["mlp_ratio"] = mlp_ratio;
+  j["block"] = block_shape_name(block);
+  j["norm_none"] = norm_none;
+  j["qk_norm"] = use_qk_norm();
+  j["reparam_init"] = reparam_init;
+  j["reparam_seed"] = reparam_seed;
+  j["attn_bias"] = attn_bias;
+  j["dense"] = dense;
+  j["dense_dilation"] = dense_dilation;
+  j["dense_period"] = dense_period;
+  j["neutreno_lambda"] = neutreno_lambda;
   j["value_mode"] = value_mode_name(value_mode);
   j["value_layers"] = value_layers;
   j["target_layers"] = target_layers;
@@ -184,6 +207,18 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const nlohmann::json& j) {
     c.qk_norm_scale = j.at("qk_norm_scale");
     c.logit_softcap = j.at("logit_softcap");
     c.mlp_ratio = j.at("mlp_ratio");
+    auto shape = parse_block_shape(j.value("block", std::string("prenorm")));
+    if (!shape.ok()) return shape.status();
+    c.block = *shape;
+    c.norm_none = j.value("norm_none", false);
+    if (j.contains("qk_norm")) c.qk_norm = j.at("qk_norm").get<bool>() ? 1 : 0;
+    c.reparam_init = j.value("reparam_init", std::string());
+    c.reparam_seed = j.value("reparam_seed", uint64_t{0});
+    c.attn_bias = j.value("attn_bias", std::string());
+    c.dense = j.value("dense", false);
+    c.dense_dilation = j.value("dense_dilation", 1);
+    c.dense_period = j.value("dense_period", 1);
+    c.neutreno_lambda = j.value("neutreno_lambda", 0.4);
     auto mode = parse_value_mode(j.at("value_mode").get<std::string>());
     if (!mode.ok()) return mode.status();
     c.value_mode = *mode;

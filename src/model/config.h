@@ -1,11 +1,12 @@
-// ModelConfig: every number that defines a network of MODEL.md (sizes, attention windows, value
-// mode and its target layers), the presets (tiny, d12, d24, d32), validation with messages a
-// user can act on, and JSON round-trip (stored in checkpoints and case files).
+// ModelConfig: every number that defines a network of docs/model.md (sizes, attention windows,
+// block shape, value mode and its target layers), the presets (tiny, d12, d24, d32), validation
+// with messages a user can act on, and JSON round-trip (stored in checkpoints and case files).
 #pragma once
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/block_shape_kind.h"
 #include "model/value_mode.h"
 #include "nlohmann/json.hpp"
 
@@ -20,12 +21,24 @@ struct ModelConfig {
   int vocab_size = 32768;  // real vocabulary; storage is padded to a multiple of 64
   int seq_len = 256;
   std::string window_pattern = "SSSL";
-  int short_window = 0;    // 0: ceil(T/4/128)*128 (MODEL.md)
+  int short_window = 0;    // 0: ceil(T/4/128)*128 (docs/model.md)
   double rope_base = 100000.0;
   double norm_eps = 1e-6;
   double qk_norm_scale = 1.2;
   double logit_softcap = 15.0;
   int mlp_ratio = 4;
+  // Block shape and its options (docs/model.md, "Block shapes").
+  BlockShapeKind block = BlockShapeKind::kPrenorm;
+  bool norm_none = false;          // --norm none: no pre-norms in layers >= 1 (sas, sas-p)
+  int qk_norm = -1;                // --qk-norm: -1 the shape's default, 0 off, 1 on
+  std::string reparam_init;        // --reparam-init: "" (layer 0 only), "id" or "orth"
+  uint64_t reparam_seed = 0;       // the run seed the orthogonal W0 is drawn from
+  std::string attn_bias;           // --attn-bias: "", "espa" or "uspa"
+  // DenseFormer (docs/model.md, "Other over-smoothing baselines").
+  bool dense = false;
+  int dense_dilation = 1;
+  int dense_period = 1;
+  double neutreno_lambda = 0.4;    // value mode neutreno
   ValueMode value_mode = ValueMode::kBaseline;
   std::string value_layers = "default";  // default|last-third|all|every-other|alternate|LIST
   bool detach_v1 = false;
@@ -49,6 +62,10 @@ struct ModelConfig {
   // Does layer i own a W_V matrix?
   bool layer_has_wv(int layer) const;
   int effective_short_window() const;
+  // The objects implementing the value mode and the block shape.
+  const ValuePath& value() const { return value_path(value_mode); }
+  // QK-norm in effect (--qk-norm, or the block shape's default).
+  bool use_qk_norm() const;
 
   // Validates every field and fills the derived ones. Messages name the bad field.
   absl::Status finalize();
@@ -57,7 +74,7 @@ struct ModelConfig {
   static absl::StatusOr<ModelConfig> from_json(const nlohmann::json& j);
 };
 
-// Presets: tiny (L4, d128, hd32), d12, d24, d32 (MODEL.md section 1, vocabulary 32768).
+// Presets: tiny (L4, d128, hd32), d12, d24, d32 (docs/model.md, vocabulary 32768).
 absl::StatusOr<ModelConfig> preset_config(const std::string& name);
 
 // Sizes from depth (nanochat rule): d = ceil(64*L/128)*128, hd = 128, H = d/128.

@@ -1,40 +1,191 @@
-// Decoder: one-token-at-a-time forward pass over a mode-aware KV cache.
+// Decoder: one-token-at-a-time forward pass over a mode-aware KV cache, through DecodeKit (the
+// BlockKit of decoding).
 #include "model/decode.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "core/cpu_kernels.h"
-#include "model/value_mix.h"
+#include "core/ops.h"
+#include "model/block_kit.h"
+#include "model/block_shape.h"
+#include "model/dense.h"
+#include "model/projection.h"
 
 namespace vt {
+
+namespace {
+Tensor zeros(Shape s) { return Tensor::zeros(std::move(s)); }
+}  // namespace
+
+// The sub-layers for one token at position `t` of layer `layer`.
+class DecodeKit final : public BlockKit {
+ public:
+  DecodeKit(Decoder& d, int layer, int t) : d_(d), layer_(layer), t_(t) {}
+  int layer() const override { return layer_; }
+  const ModelConfig& config() const override { return d_.cfg_; }
+  const LayerParams& params() const override { return d_.model_.layer_params(layer_); }
+
+  Tensor norm(const Tensor& x, NormActs& s) const override {
+    if (!s.on) return x;
+    Tensor n = zeros({1, d_.cfg_.n_embd}), rstd = zeros({1});
+    ops::rmsnorm(x, n, rstd, 1.0f, d_.cfg_.norm_eps);
+    return n;
+  }
+  Tensor attention(const Tensor& n, BlockActs& a) const override;
+  Tensor mlp(const Tensor& n, BlockActs&) const override {
+    const LayerParams& lp = params();
+    const ParamStore& st = *d_.model_.store();
+    Tensor h = zeros({1, d_.cfg_.mlp_hidden()});
+    ops::matmul(n, st.param(lp.fc), h);
+    ops::relu2(h, h);
+    Tensor out = zeros({1, d_.cfg_.n_embd});
+    ops::matmul(h, st.param(lp.proj), out);
+    return out;
+  }
+  void scale(const Tensor& y, int gain) const override {
+    ops::scale_copy_coef(y, y, d_.model_.store()->param(gain));
+  }
+  Tensor clone(const Tensor& x) const override { return x.clone(); }
+
+  void norm_backward(const NormActs&, const Tensor&, const Tensor&) const override { no_bwd(); }
+  Tensor attention_backward(const Tensor&, BlockActs&) const override { return no_bwd(); }
+  Tensor mlp_backward(const Tensor&, BlockActs&) const override { return no_bwd(); }
+  void gain_grad(int, const Tensor&, const Tensor&) const override { no_bwd(); }
+
+ private:
+  static Tensor no_bwd() {
+    VT_CHECK_MSG(false, "the decoder has no backward");
+    return Tensor();
+  }
+
+  Decoder& d_;
+  int layer_, t_;
+};
+
+Tensor DecodeKit::attention(const Tensor& n, BlockActs&) const {
+  const ModelConfig& cfg = d_.cfg_;
+  const GPT& model = d_.model_;
+  const ParamStore& st = *model.store();
+  const LayerParams& lp = params();
+  const int i = layer_, t = t_;
+  const int H = cfg.n_head, Hkv = cfg.n_kv_head, hd = cfg.head_dim;
+  const int64_t K = d_.K_;
+  Tensor q = zeros({1, 1, H, hd}), k = zeros({1, 1, Hkv, hd});
+  ops::matmul(n, st.param(lp.wq), q);
+  ops::matmul(n, st.param(lp.wk), k);
+  ops::rope(q, q, cfg.rope_base, t);
+  ops::rope(k, k, cfg.rope_base, t);
+  if (cfg.use_qk_norm()) {
+    Tensor rq = zeros({H}), rk = zeros({Hkv});
+    ops::rmsnorm(q, q, rq, cfg.qk_norm_scale, cfg.norm_eps);
+    ops::rmsnorm(k, k, rk, cfg.qk_norm_scale, cfg.norm_eps);
+  }
+  std::copy(k.f32(), k.f32() + K, d_.keys_[i].begin() + t * K);
+
+  // This token's value.
+  const ValuePath& vp = cfg.value();
+  const bool target = cfg.is_target(i);
+  Tensor ctx, v = zeros({1, K});
+  if (lp.v.defined()) {
+    ctx = zeros({1, K});
+    projection::forward_in(model, lp.v, (target && vp.context_from_x0()) ? d_.x0_ : n, ctx);
+    if (model.keeps_value(i)) d_.ctx_values_[i] = ctx;
+  }
+  if (!target) {
+    ops::copy(v, ctx);
+  } else {
+    const ValueLayerCtx c = model.value_ctx(i, 1, Tensor::from_host(&d_.token_, {1}, Device::kCPU),
+                                            &d_.value_coef_, nullptr);
+    ValueState state;
+    vp.forward(c, gather_value_sources(vp, i, K, n, ctx, d_.ctx_values_), state, v);
+  }
+  if (d_.caches_values(i)) std::copy(v.f32(), v.f32() + K, d_.values_[i].begin() + t * K);
+
+  // Shaped attention's running mean: the window sum of v kept per layer (not a second cache).
+  const int window = cfg.layer_window(i);
+  const bool centred = lp.gamma >= 0;
+  std::vector<double>& wsum = d_.window_sum_[i];
+  std::vector<float> row(K);
+  if (centred) {
+    if (wsum.empty()) wsum.assign(K, 0.0);
+    for (int64_t e = 0; e < K; ++e) wsum[e] += v.f32()[e];
+    if (t >= window) {
+      d_.value_row(i, t - window, row.data());
+      for (int64_t e = 0; e < K; ++e) wsum[e] -= row[e];
+    }
+  }
+
+  // Softmax attention of this query over the cached window, then the shaped / NeuTRENO terms.
+  const int s0 = std::max(0, t - window + 1);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const Tensor& bias_t = d_.bias_[i];
+  const float* bias = bias_t.defined() ? bias_t.f32() + static_cast<int64_t>(t) * d_.bias_T_ : nullptr;
+  const float* alpha = lp.alpha >= 0 ? st.param(lp.alpha).f32() : nullptr;
+  const float* beta = lp.beta >= 0 ? st.param(lp.beta).f32() : nullptr;
+  const float* gamma = centred ? st.param(lp.gamma).f32() : nullptr;
+  const float lam = target ? vp.attention_output_v1_coef(cfg) : 0.0f;
+  const float* v1 = lam != 0.0f ? d_.ctx_values_[0].f32() : nullptr;
+  const float inv_count = 1.0f / static_cast<float>(std::min(t + 1, window));
+  std::vector<float> p(t - s0 + 1);
+  Tensor y = zeros({1, int64_t{H} * hd});
+  float* yp = y.f32();
+  const float* qp = q.f32();
+  const float* vt = v.f32();
+  for (int hh = 0; hh < H; ++hh) {
+    const int g = hh / (H / Hkv);
+    const float* qh = qp + hh * hd;
+    float mx = -1e30f;
+    for (int s = s0; s <= t; ++s) {
+      const float* ks = d_.keys_[i].data() + s * K + g * hd;
+      float dot = 0;
+      for (int e = 0; e < hd; ++e) dot += qh[e] * ks[e];
+      p[s - s0] = dot * scale + (bias ? bias[s] : 0.0f);
+      mx = std::max(mx, p[s - s0]);
+    }
+    double sum = 0;
+    for (auto& e : p) sum += (e = std::exp(e - mx));
+    float* yh = yp + hh * hd;
+    for (int s = s0; s <= t; ++s) {
+      d_.value_row(i, s, row.data());
+      const float* vs = row.data() + g * hd;
+      const float w = static_cast<float>(p[s - s0] / sum);
+      for (int e = 0; e < hd; ++e) yh[e] += w * vs[e];
+    }
+    const float be = beta ? beta[hh] : 1.0f, al = alpha ? alpha[hh] : 0.0f;
+    for (int e = 0; e < hd; ++e) {
+      const int64_t c = g * hd + e;
+      float o = be * yh[e] + (al - lam) * vt[c];
+      if (centred) o -= gamma[hh] * static_cast<float>(wsum[c]) * inv_count;
+      if (v1) o += lam * v1[c];
+      yh[e] = o;
+    }
+  }
+  Tensor o = zeros({1, cfg.n_embd});
+  projection::forward_out(model, lp.o, y, o);
+  return o;
+}
 
 Decoder::Decoder(const GPT& model, int max_len)
     : model_(model), cfg_(model.config()), max_len_(std::min(max_len, model.config().seq_len)) {
   VT_CHECK_MSG(model.is_first_stage() && model.is_last_stage() && model.parallel().tp_size() == 1,
                "Decoder runs a whole model on one process");
+  VT_CHECK_MSG(model.device() == Device::kCPU, "Decoder reads parameters on the CPU");
   K_ = static_cast<int64_t>(cfg_.n_kv_head) * cfg_.head_dim;
   keys_.assign(cfg_.n_layer, std::vector<float>(max_len_ * K_));
   values_.resize(cfg_.n_layer);
   for (int i = 0; i < cfg_.n_layer; ++i)
     if (caches_values(i)) values_[i].assign(max_len_ * K_, 0.0f);
-  keeps_ids_ = cfg_.value_mode == ValueMode::kBov && !cfg_.target_layers.empty();
-  if (cfg_.value_mode == ValueMode::kResformerPlus) {
-    const Tensor logits = model_.store()->param("value_plus.logits");
-    plus_coef_ = resformer_plus_coefficients(cfg_, logits.f32(), logits.numel());
-  }
+  keeps_ids_ = cfg_.value().cache_keeps_ids() && !cfg_.target_layers.empty();
+  window_sum_.resize(cfg_.n_layer);
+  bias_.resize(cfg_.n_layer);
+  bias_T_ = cfg_.seq_len;
+  for (int i = 0; i < cfg_.n_layer; ++i) bias_[i] = model_.attention_bias(i);
+  if (!cfg_.target_layers.empty())
+    cfg_.value().begin_pass(cfg_, *model_.store(), model_.value_shared(), value_coef_);
 }
 
 bool Decoder::caches_values(int layer) const {
-  if (!cfg_.is_target(layer)) return true;
-  switch (cfg_.value_mode) {
-    case ValueMode::kSvformer:
-    case ValueMode::kV1:
-    case ValueMode::kBov:
-      return false;
-    default:
-      return true;
-  }
+  return !cfg_.is_target(layer) || cfg_.value().caches_values();
 }
 
 int64_t Decoder::kv_bytes_per_token() const {
@@ -46,117 +197,61 @@ int64_t Decoder::kv_bytes_per_token() const {
 
 int64_t Decoder::baseline_kv_bytes_per_token() const { return cfg_.n_layer * K_ * 4 * 2; }
 
-const float* Decoder::value_row(int i, int s, float* scratch) const {
-  if (caches_values(i)) return values_[i].data() + s * K_;
-  const LayerParams& lp = model_.layer_params(i);
-  const float gain = lp.gain >= 0 ? model_.store()->param(lp.gain).f32()[0] : 1.0f;
-  const float* src = nullptr;
-  if (cfg_.value_mode == ValueMode::kBov)
-    src = model_.store()->param(lp.table).f32() + static_cast<int64_t>(ids_[s]) * K_;
-  else
-    src = values_[0].data() + s * K_;  // svformer, v1: layer 0's value
-  for (int64_t t = 0; t < K_; ++t) scratch[t] = gain * src[t];
-  return scratch;
+void Decoder::value_row(int i, int s, float* out) const {
+  if (caches_values(i)) {
+    std::copy(values_[i].begin() + s * K_, values_[i].begin() + (s + 1) * K_, out);
+    return;
+  }
+  // Rebuild the row with the value mode from what is cached: V1 at s, the token id at s.
+  const ValuePath& vp = cfg_.value();
+  int32_t id = keeps_ids_ ? ids_[s] : 0;
+  const ValueLayerCtx c =
+      model_.value_ctx(i, 1, Tensor::from_host(&id, {1}, Device::kCPU), &value_coef_, nullptr);
+  // Only modes without a context value of their own rebuild rows: they read V1 (layer 0 always
+  // caches) or the table.
+  std::vector<float> v1(values_[0].begin() + s * K_, values_[0].begin() + (s + 1) * K_);
+  ValueState state;
+  vp.forward(c, gather_value_sources(vp, i, K_, Tensor(), Tensor(), {Tensor::view(v1.data(), {1, K_})}),
+             state, Tensor::view(out, {1, K_}));
 }
 
 std::vector<float> Decoder::step(int32_t token) {
   VT_CHECK_MSG(pos_ < max_len_, "decoder cache is full (" << max_len_ << " tokens)");
   VT_CHECK_MSG(token >= 0 && token < cfg_.vocab_size, "token id " << token << " outside the vocabulary");
   const ParamStore& store = *model_.store();
-  const int C = cfg_.n_embd, H = cfg_.n_head, Hkv = cfg_.n_kv_head, hd = cfg_.head_dim;
+  const int C = cfg_.n_embd;
   const int t = pos_;
-  const float eps = cfg_.norm_eps;
+  token_ = token;
   if (keeps_ids_) ids_.push_back(token);
 
-  std::vector<float> x(C), x0(C), rstd(1), n1(C), q(H * hd), k(K_), ctx(K_), emb(K_), v(K_),
-      gate(Hkv), y(H * hd), o(C), h(cfg_.mlp_hidden()), scratch(K_);
+  Tensor x = zeros({1, C}), rstd = zeros({1});
   const float* wte = store.param("wte").f32();
-  cpu::rmsnorm_forward<float>(wte + static_cast<int64_t>(token) * C, x.data(), rstd.data(), 1, C,
-                              1.0f, eps);
-  x0 = x;
-  std::vector<std::vector<float>> ctx_values(cfg_.n_layer);
+  ops::rmsnorm(Tensor::view(const_cast<float*>(wte) + static_cast<int64_t>(token) * C, {1, C}),
+               x, rstd, 1.0f, cfg_.norm_eps);
+  x0_ = x.clone();
+  ctx_values_.assign(cfg_.n_layer, Tensor());
+  const BlockShape& shape = model_.block_shape();
+  // DenseFormer: this token's block outputs x_j, averaged after the blocks that have averages.
+  std::vector<Tensor> xs(cfg_.dense ? cfg_.n_layer + 1 : 0);
+  if (cfg_.dense) xs[0] = x.clone();
   for (int i = 0; i < cfg_.n_layer; ++i) {
-    const LayerParams& lp = model_.layer_params(i);
-    auto W = [&](int idx) { return store.param(idx).f32(); };
-    cpu::rmsnorm_forward<float>(x.data(), n1.data(), rstd.data(), 1, C, 1.0f, eps);
-    cpu::gemm<float>(false, false, 1, H * hd, C, 1.0f, n1.data(), C, W(lp.wq), H * hd, 0.0f,
-                     q.data(), H * hd);
-    cpu::gemm<float>(false, false, 1, K_, C, 1.0f, n1.data(), C, W(lp.wk), K_, 0.0f, k.data(), K_);
-    cpu::rope_forward<float>(q.data(), q.data(), 1, 1, H, hd, cfg_.rope_base, t);
-    cpu::rope_forward<float>(k.data(), k.data(), 1, 1, Hkv, hd, cfg_.rope_base, t);
-    std::vector<float> r(std::max(H, Hkv));
-    cpu::rmsnorm_forward<float>(q.data(), q.data(), r.data(), H, hd, cfg_.qk_norm_scale, eps);
-    cpu::rmsnorm_forward<float>(k.data(), k.data(), r.data(), Hkv, hd, cfg_.qk_norm_scale, eps);
-    std::copy(k.begin(), k.end(), keys_[i].begin() + t * K_);
-
-    // This token's value.
-    const bool target = cfg_.is_target(i);
-    if (lp.wv >= 0) {
-      const float* src = (target && cfg_.value_mode == ValueMode::kX0v) ? x0.data() : n1.data();
-      cpu::gemm<float>(false, false, 1, K_, C, 1.0f, src, C, W(lp.wv), K_, 0.0f, ctx.data(), K_);
-      if (model_.keeps_value(i)) ctx_values[i] = ctx;
-    }
-    if (target && mode_has_table(cfg_.value_mode))
-      cpu::embedding_forward<float>(W(lp.table), 0, cfg_.vocab_padded, K_, &token, 1, emb.data());
-    if (!target) {
-      v = ctx;
-    } else {
-      auto row = [&](std::vector<float>& r) { return Tensor::view(r.data(), {1, K_}); };
-      ValueSources src;
-      if (mode_reads_v1(cfg_.value_mode)) src.v1 = row(ctx_values[0]);
-      src.ctx = row(ctx);
-      src.emb = row(emb);
-      src.gate_in = Tensor::view(n1.data(), {1, C});
-      if (mode_reads_all_values(cfg_.value_mode))
-        for (int j = 0; j < i; ++j)
-          src.values.push_back(ctx_values[j].empty() ? Tensor() : row(ctx_values[j]));
-      if (!plus_coef_.empty()) src.plus_coef = plus_coef_[cfg_.target_index(i)];
-      value_mix_forward(cfg_, lp, store, i, src, 1, Hkv, row(v), Tensor::view(gate.data(), {1, Hkv}));
-    }
-    if (caches_values(i)) std::copy(v.begin(), v.end(), values_[i].begin() + t * K_);
-
-    // Attention of this query over the cached window.
-    const int window = cfg_.layer_window(i);
-    const int s0 = std::max(0, t - window + 1);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    std::vector<float> p(t - s0 + 1);
-    std::fill(y.begin(), y.end(), 0.0f);
-    for (int hh = 0; hh < H; ++hh) {
-      const int g = hh / (H / Hkv);
-      const float* qh = q.data() + hh * hd;
-      float mx = -1e30f;
-      for (int s = s0; s <= t; ++s) {
-        const float* ks = keys_[i].data() + s * K_ + g * hd;
-        float dot = 0;
-        for (int d = 0; d < hd; ++d) dot += qh[d] * ks[d];
-        p[s - s0] = dot * scale;
-        mx = std::max(mx, p[s - s0]);
-      }
-      double sum = 0;
-      for (auto& e : p) sum += (e = std::exp(e - mx));
-      float* yh = y.data() + hh * hd;
-      for (int s = s0; s <= t; ++s) {
-        const float* vs = value_row(i, s, scratch.data()) + g * hd;
-        const float w = static_cast<float>(p[s - s0] / sum);
-        for (int d = 0; d < hd; ++d) yh[d] += w * vs[d];
-      }
-    }
-    cpu::gemm<float>(false, false, 1, C, H * hd, 1.0f, y.data(), H * hd, W(lp.wo), C, 0.0f,
-                     o.data(), C);
-    for (int c = 0; c < C; ++c) x[c] += o[c];
-    // MLP.
-    cpu::rmsnorm_forward<float>(x.data(), n1.data(), rstd.data(), 1, C, 1.0f, eps);
-    const int hid = cfg_.mlp_hidden();
-    cpu::gemm<float>(false, false, 1, hid, C, 1.0f, n1.data(), C, W(lp.fc), hid, 0.0f, h.data(), hid);
-    cpu::relu2_forward<float>(h.data(), h.data(), hid);
-    cpu::gemm<float>(false, false, 1, C, hid, 1.0f, h.data(), hid, W(lp.proj), C, 0.0f, o.data(), C);
-    for (int c = 0; c < C; ++c) x[c] += o[c];
+    BlockActs a;
+    a.x_in = x.clone();
+    DecodeKit kit(*this, i, t);
+    shape.forward(kit, x, a);
+    if (!cfg_.dense) continue;
+    xs[i + 1] = x.clone();
+    const std::vector<int> s = dense::inputs(cfg_, i);
+    if (s.empty()) continue;
+    const Tensor w = store.param(model_.layer_params(i).dwa);
+    x = zeros({1, C});
+    for (size_t k = 0; k < s.size(); ++k) ops::axpy_coef(x, xs[s[k]], w, k);
   }
-  cpu::rmsnorm_forward<float>(x.data(), n1.data(), rstd.data(), 1, C, 1.0f, eps);
+  Tensor n = zeros({1, C});
+  ops::rmsnorm(x, n, rstd, 1.0f, cfg_.norm_eps);
   std::vector<float> logits(cfg_.vocab_padded);
-  cpu::gemm<float>(false, false, 1, cfg_.vocab_padded, C, 1.0f, n1.data(), C,
-                   store.param("lm_head").f32(), cfg_.vocab_padded, 0.0f, logits.data(),
-                   cfg_.vocab_padded);
+  Tensor lt = Tensor::view(logits.data(), {1, cfg_.vocab_padded});
+  ops::matmul(n, store.param("lm_head"), lt);
   logits.resize(cfg_.vocab_size);
   const float cap = cfg_.logit_softcap;
   for (auto& l : logits) l = cap * std::tanh(l / cap);

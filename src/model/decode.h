@@ -1,8 +1,11 @@
-// Incremental decoding with a KV cache that follows the value mode, as the papers intend:
-// every layer caches its keys; a layer caches its values only when they cannot be rebuilt from
-// what is already kept. `bov` target layers keep no V (values are looked up from the table by
-// the cached token ids), `svformer` and `v1` target layers keep no V (they read layer 0's).
-// Single sequence, single process (tp = 1, one pipeline stage).
+// Incremental decoding with a KV cache that follows the value mode and the block shape, as the
+// papers intend: every layer caches its keys; a layer caches its values only when they cannot
+// be rebuilt from what is already kept. `bov` target layers keep no V (values are looked up from
+// the table by the cached token ids), `svformer` and `v1` target layers keep no V (they read
+// layer 0's). Shaped attention keeps a running sum of v per layer (its centring term), not a
+// second cache. The block shapes' own forward runs token by token through DecodeKit, so a shape
+// is written once for training and decoding. Single sequence, single process (tp = 1, one
+// pipeline stage), parameters on the CPU.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -29,7 +32,9 @@ class Decoder {
   int64_t baseline_kv_bytes_per_token() const;
 
  private:
-  const float* value_row(int layer, int s, float* scratch) const;
+  friend class DecodeKit;
+  // Layer i's value row at cached position s (from the cache, or rebuilt by the value mode).
+  void value_row(int layer, int s, float* out) const;
 
   const GPT& model_;
   const ModelConfig& cfg_;
@@ -39,7 +44,13 @@ class Decoder {
   bool keeps_ids_ = false;
   std::vector<std::vector<float>> keys_, values_;
   std::vector<int32_t> ids_;
-  std::vector<double> plus_coef_;
+  std::vector<double> value_coef_;              // the value mode's per-pass coefficients
+  std::vector<Tensor> ctx_values_;              // this token's kept context values (V1, ...)
+  Tensor x0_;                                   // this token's normalized embedding
+  std::vector<std::vector<double>> window_sum_;  // per layer: sum of v over the window (shaped)
+  std::vector<Tensor> bias_;                     // per layer: the --attn-bias bias (T, T)
+  int64_t bias_T_ = 0;
+  int32_t token_ = 0;
 };
 
 }  // namespace vt

@@ -3,19 +3,22 @@
 
 #include <algorithm>
 
+#include "core/arena.h"
+#include "model/gpt.h"
+
 namespace vt {
 
 int64_t matmul_params(const ModelConfig& cfg) {
-  const int64_t C = cfg.n_embd;
+  // Every Muon matrix of the registered model is a matmul weight (W_Q, W_K, W_V, W_O, W_fc,
+  // W_proj, value-embed gates, the dW of reparameterized projections, whose effective matrix
+  // is multiplied); identity projections and tables are not. Plus W_lm over the real vocabulary.
+  ParamStore store;  // registration only: no memory
+  GPT model(cfg);
+  model.register_params(store);
   int64_t n = 0;
-  for (int i = 0; i < cfg.n_layer; ++i) {
-    n += C * cfg.q_dim() + C * cfg.kv_dim() + cfg.q_dim() * C;  // wq, wk, wo
-    if (cfg.layer_has_wv(i)) n += C * cfg.kv_dim();
-    n += 2 * C * cfg.mlp_hidden();
-    if (cfg.is_target(i) && cfg.value_mode == ValueMode::kValueEmbed)
-      n += static_cast<int64_t>(cfg.value_embed_gate_channels) * cfg.n_kv_head;
-  }
-  n += C * cfg.vocab_size;  // lm_head over the real vocabulary
+  for (const ParamInfo& p : store.infos())
+    if (p.group == ParamGroup::kMatrix) n += shape_numel(p.global_shape);
+  n += static_cast<int64_t>(cfg.n_embd) * cfg.vocab_size;  // lm_head over the real vocabulary
   return n;
 }
 

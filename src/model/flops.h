@@ -1,4 +1,4 @@
-// FLOPs per token for MFU (MODEL.md section 4): 6 x (matmul parameters a token passes through)
+// FLOPs per token for MFU (docs/model.md, "Metrics"): 6 x (matmul parameters a token passes through)
 // + 12 x H x hd x (attended context) summed over layers, with sliding windows counted by their
 // window; table lookups count nothing (BoV target layers have no W_V FLOPs).
 #pragma once

@@ -1,18 +1,23 @@
 // GPT: parameter registration and init, the embedding and loss ends of the network, and the
-// orchestration of one forward/backward pass. The transformer block and its value path are in
-// block.cc.
+// orchestration of one forward/backward pass over this stage's blocks (each block's shape and
+// sub-layers are in block_shape.h / train_kit.cc).
 #include "model/gpt.h"
 
 #include <cmath>
 
 #include "core/ops.h"
 #include "core/rng.h"
-#include "model/init.h"
+#include "model/attn_bias.h"
+#include "model/block_shape.h"
+#include "model/dense.h"
+#include "model/param_registrar.h"
+#include "model/train_kit.h"
 
 namespace vt {
 
 GPT::GPT(const ModelConfig& config, const ModelParallel& parallel) : cfg_(config), par_(parallel) {
   VT_CHECK_MSG(cfg_.vocab_padded > 0, "ModelConfig::finalize() must be called first");
+  shape_ = &vt::block_shape(cfg_.block);
   begin_ = par_.layer_begin;
   end_ = par_.layer_end < 0 ? cfg_.n_layer : par_.layer_end;
   VT_CHECK(0 <= begin_ && begin_ < end_ && end_ <= cfg_.n_layer);
@@ -32,114 +37,111 @@ GPT GPT::with_seq_len(int T) const {
   GPT g = *this;
   g.cfg_.short_window = cfg_.effective_short_window();
   g.cfg_.seq_len = T;
+  g.attn_bias_.clear();  // the biases depend on T (the W0 slices do not)
+  g.fixed_ready_ = false;
   return g;
 }
 
-bool GPT::keeps_value(int layer) const {
-  if (cfg_.target_layers.empty()) return false;
-  const int last_target = cfg_.target_layers.back();
-  if (mode_reads_all_values(cfg_.value_mode)) return layer < last_target;
-  if (mode_reads_v1(cfg_.value_mode)) return layer == 0;
-  return false;
+bool GPT::keeps_dense(int j, int boundary) const { return dense::read_from(cfg_, j, boundary); }
+
+void GPT::ensure_fixed() const {
+  if (fixed_ready_) return;
+  VT_CHECK(store_ && store_->finalized());
+  const int tp = par_.tp_size(), r = par_.tp_rank();
+  const int64_t C = cfg_.n_embd;
+  for (int i = begin_; i < end_; ++i) {
+    LayerParams& lp = layers_[i - begin_];
+    for (Projection* p : {&lp.v, &lp.o}) {
+      if (p->kind != Projection::Kind::kReparam || p->base.defined()) continue;
+      const bool out = p == &lp.o;
+      const std::vector<float> w0 = shape_->projection_base(cfg_, i, out);
+      // V splits its columns over TP (like W_V), O its rows (like W_O).
+      ParamInfo info;
+      info.global_shape = {C, C};
+      info.shape = out ? Shape{C / tp, C} : Shape{C, C / tp};
+      info.split = {out ? 0 : 1, (C / tp) * r};
+      Tensor local = Tensor::zeros(info.shape);
+      copy_local_slice(w0, info, local.f32());
+      p->base = Tensor::zeros(info.shape, DType::kF32, device());
+      p->base.copy_from(local);
+    }
+  }
+  attn_bias_.assign(end_ - begin_, Tensor());
+  if (!cfg_.attn_bias.empty()) {
+    const int T = cfg_.seq_len;
+    for (int i = begin_; i < end_; ++i) {
+      std::vector<float> b = spa_bias(cfg_, i, T);
+      Tensor t = Tensor::zeros({T, T}, DType::kF32, device());
+      t.copy_from(Tensor::view(b.data(), {T, T}));
+      attn_bias_[i - begin_] = t;
+    }
+  }
+  fixed_ready_ = true;
+}
+
+bool GPT::keeps_value(int layer) const { return cfg_.value().keeps_value(cfg_, layer); }
+
+const Tensor& GPT::attention_bias(int layer) const {
+  ensure_fixed();
+  return attn_bias_.at(layer - begin_);
+}
+
+ValueLayerCtx GPT::value_ctx(int layer, int64_t N, const Tensor& ids,
+                             const std::vector<double>* coef, std::vector<double>* dcoef) const {
+  ValueLayerCtx c;
+  c.cfg = &cfg_;
+  c.store = store_;
+  c.params = &layer_params(layer).value;
+  c.shared = &value_shared_;
+  c.layer = layer;
+  c.target_index = cfg_.target_index(layer);
+  c.N = N;
+  c.kv_heads = kv_heads_;
+  c.tp = par_.tp_comm();
+  c.vocab_offset = vocab_offset_;
+  c.ids = ids;
+  c.pass_coef = coef;
+  c.pass_dcoef = dcoef;
+  return c;
 }
 
 void GPT::register_params(ParamStore& store) {
   store_ = &store;
-  const int64_t C = cfg_.n_embd, hd = cfg_.head_dim, Vp = cfg_.vocab_padded;
-  const int r = par_.tp_rank();
-  auto col_split = [](int64_t offset) { return ParamSplit{1, offset}; };
-  auto row_split = [](int64_t offset) { return ParamSplit{0, offset}; };
+  init_rules_.clear();
+  ParamRegistrar r(store, init_rules_, cfg_, par_.tp_size(), par_.tp_rank());
+  const int64_t C = cfg_.n_embd;
   if (is_first_stage())
-    wte_ = store.add("wte", {vocab_rows_, C}, ParamGroup::kEmbedding, {Vp, C},
-                     row_split(vocab_offset_));
-  bool any_target = false;
+    wte_ = r.add("wte", {cfg_.vocab_padded, C}, ParamGroup::kEmbedding, 0, wte_init(),
+                 {});
+  // Value-mode parameters shared by the target layers of several stages live on every stage
+  // (replicated over the pipeline: ParamMeta::pp_replicated; the trainer sums their gradients
+  // over the pipeline group). Then each layer: the shape's parameters, then the value mode's,
+  // so that a layer's parameters are contiguous in the arena.
+  const ValuePath& vp = cfg_.value();
+  value_shared_ = ValueSharedParams{};
+  if (!cfg_.target_layers.empty()) vp.register_shared(r, value_shared_);
+  layers_.clear();
+  attn_bias_.clear();
+  fixed_ready_ = false;
   for (int i = begin_; i < end_; ++i) {
     LayerParams lp;
-    const std::string p = "blocks." + std::to_string(i) + ".";
-    const int64_t qd = heads_ * hd, kvd = kv_heads_ * hd;
-    lp.wq = store.add(p + "attn.wq", {C, qd}, ParamGroup::kMatrix, {C, cfg_.q_dim()},
-                      col_split(r * qd));
-    lp.wk = store.add(p + "attn.wk", {C, kvd}, ParamGroup::kMatrix, {C, cfg_.kv_dim()},
-                      col_split(r * kvd));
-    if (cfg_.layer_has_wv(i))
-      lp.wv = store.add(p + "attn.wv", {C, kvd}, ParamGroup::kMatrix, {C, cfg_.kv_dim()},
-                        col_split(r * kvd));
-    lp.wo = store.add(p + "attn.wo", {qd, C}, ParamGroup::kMatrix, {cfg_.q_dim(), C},
-                      row_split(r * qd));
-    lp.fc = store.add(p + "mlp.fc", {C, hidden_}, ParamGroup::kMatrix, {C, cfg_.mlp_hidden()},
-                      col_split(r * hidden_));
-    lp.proj = store.add(p + "mlp.proj", {hidden_, C}, ParamGroup::kMatrix,
-                        {cfg_.mlp_hidden(), C}, row_split(r * hidden_));
-    if (cfg_.is_target(i)) {
-      any_target = true;
-      auto scalar = [&](const char* name) {
-        return store.add(p + "value." + name, {1}, ParamGroup::kScalar);
-      };
-      auto table = [&](const std::string& name) {
-        return store.add(name, {vocab_rows_, cfg_.kv_dim()}, ParamGroup::kValueTable,
-                         {Vp, cfg_.kv_dim()}, row_split(vocab_offset_));
-      };
-      switch (cfg_.value_mode) {
-        case ValueMode::kResformerLearnable:
-          lp.lambda1 = scalar("lambda1");
-          lp.lambda2 = scalar("lambda2");
-          break;
-        case ValueMode::kResformerPlus:
-          lp.lambda2 = scalar("lambda2");
-          break;
-        case ValueMode::kResformerDense:
-          lp.dense = store.add(p + "value.dense", {i + 1}, ParamGroup::kScalar);
-          break;
-        case ValueMode::kV1:
-        case ValueMode::kX0v:
-          lp.gain = scalar("gain");
-          break;
-        case ValueMode::kBov:
-          lp.gain = scalar("gain");
-          if (!cfg_.shared_table) lp.table = table(p + "value.table");
-          break;
-        case ValueMode::kBovAdd:
-          if (!cfg_.bov_add_fixed) {
-            lp.a = scalar("a");
-            lp.b = scalar("b");
-          }
-          lp.table = table(p + "value.table");
-          break;
-        case ValueMode::kValueEmbed:
-          lp.table = table(p + "value.table");
-          lp.gate_w = store.add(p + "value.gate_w", {cfg_.value_embed_gate_channels, kv_heads_},
-                                ParamGroup::kMatrix,
-                                {cfg_.value_embed_gate_channels, cfg_.n_kv_head},
-                                col_split(r * kv_heads_));
-          break;
-        default:
-          break;
-      }
-    }
+    shape_->register_layer(r, i, lp);
+    if (cfg_.is_target(i)) vp.register_layer(r, i, value_shared_, lp.value);
+    lp.dwa = dense::register_weights(r, i);
     layers_.push_back(lp);
   }
-  // Parameters shared by target layers of several stages live on every stage (replicated over
-  // the pipeline; the trainer sums their gradients over the pipeline group).
-  any_target = !cfg_.target_layers.empty();
-  if (any_target && cfg_.value_mode == ValueMode::kResformerPlus)
-    plus_logits_ = store.add("value_plus.logits", {static_cast<int64_t>(cfg_.target_layers.size())},
-                             ParamGroup::kScalar);
-  if (any_target && cfg_.shared_table) {
-    shared_table_ = store.add("value.table", {vocab_rows_, cfg_.kv_dim()}, ParamGroup::kValueTable,
-                              {Vp, cfg_.kv_dim()}, row_split(vocab_offset_));
-    for (int i = begin_; i < end_; ++i)
-      if (cfg_.is_target(i)) layers_[i - begin_].table = shared_table_;
-  }
   if (is_last_stage())
-    lm_head_ = store.add("lm_head", {C, vocab_rows_}, ParamGroup::kLmHead, {C, Vp},
-                         col_split(vocab_offset_));
+    lm_head_ = r.add("lm_head", {C, cfg_.vocab_padded}, ParamGroup::kLmHead, 1,
+                     InitRule::normal(0.001), {});
 }
 
 void GPT::init_params(uint64_t seed) {
   VT_CHECK(store_ && store_->finalized());
+  VT_CHECK(static_cast<int>(init_rules_.size()) == store_->size());
   for (int idx = 0; idx < store_->size(); ++idx) {
     const ParamInfo& info = store_->info(idx);
-    std::vector<float> global = init_global_param(cfg_, info.name, info.global_shape, seed);
+    std::vector<float> global =
+        generate_init(init_rules_[idx], info.name, shape_numel(info.global_shape), seed);
     Tensor local = Tensor::zeros(info.shape);
     copy_local_slice(global, info, local.f32());
     store_->param(idx).copy_from(local);
@@ -176,9 +178,111 @@ Bundle GPT::embed_forward(Activations& acts) const {
   b.x = act({acts.B, cfg_.seq_len, C});
   ops::rmsnorm(acts.emb_raw, b.x, acts.emb_rstd, 1.0f, cfg_.norm_eps);
   if (block_output_hook_) block_output_hook_(-1, b.x);
-  if (mode_reads_x0(cfg_.value_mode)) b.x0 = b.x.clone();
+  if (cfg_.value().context_from_x0()) b.x0 = b.x.clone();
   b.values.resize(cfg_.n_layer);
+  b.dense.resize(cfg_.n_layer + 1);
+  if (keeps_dense(0, 0)) b.dense[0] = b.x.clone();  // x_0, read by later averages
   return b;
+}
+
+void GPT::blocks_forward(Bundle& bundle, Activations& acts) const {
+  ensure_fixed();
+  if (bundle.values.empty()) bundle.values.resize(cfg_.n_layer);
+  if (bundle.dense.empty()) bundle.dense.resize(cfg_.n_layer + 1);
+  acts.x0 = bundle.x0;
+  if (!cfg_.target_layers.empty()) {
+    cfg_.value().begin_pass(cfg_, *store_, value_shared_, acts.value_coef);
+    acts.value_dcoef.assign(acts.value_coef.size(), 0.0);
+  }
+  for (int i = begin_; i < end_; ++i) {
+    BlockActs& a = acts.blocks[i - begin_];
+    block_forward(i, bundle, acts, a);
+    if (block_output_hook_) block_output_hook_(i, bundle.x);
+    if (cfg_.dense) dense_forward(i, bundle);
+    if (recompute_) {
+      Tensor x_in = a.x_in;
+      a = BlockActs{};
+      a.x_in = x_in;
+    }
+  }
+  acts.values = bundle.values;
+  acts.dense = bundle.dense;
+}
+
+void GPT::dense_forward(int i, Bundle& bundle) const {
+  const std::vector<int> s = dense::inputs(cfg_, i);
+  if (s.empty()) {
+    // y_i = x_{i+1}: keep a copy when a later average reads x_{i+1} (the stream changes).
+    if (keeps_dense(i + 1, i + 1)) bundle.dense[i + 1] = bundle.x.clone();
+    return;
+  }
+  bundle.dense[i + 1] = bundle.x;  // the stream is replaced below: no copy needed
+  const Tensor a = P(layers_[i - begin_].dwa);
+  Tensor y = act(bundle.x.shape());
+  for (size_t k = 0; k < s.size(); ++k) ops::axpy_coef(y, bundle.dense[s[k]], a, k);
+  bundle.x = y;
+}
+
+void GPT::dense_backward(int i, Bundle& grad, const Activations& acts) const {
+  const std::vector<int> s = dense::inputs(cfg_, i);
+  if (!s.empty()) {
+    const int idx = layers_[i - begin_].dwa;
+    const Tensor a = P(idx), ga = G(idx);
+    const Tensor dy = grad.x;
+    Tensor dx = act(dy.shape());
+    for (size_t k = 0; k < s.size(); ++k) {
+      // Replicated over TP (x_j and y_i are full streams): every rank computes the same sums.
+      Tensor d = f32({1});
+      ops::dot_into(dy, acts.dense[s[k]], d);
+      ops::axpy(ga.flat(k, 1), d, 1.0f);
+      if (s[k] == i + 1) {
+        ops::scale_copy_coef(dx, dy, a, k);
+      } else {
+        Tensor& g = grad.dense[s[k]];
+        if (!g.defined()) g = Tensor::zeros(dy.shape(), dy.dtype(), dy.device());
+        ops::axpy_coef(g, dy, a, k);
+      }
+    }
+    grad.x = dx;
+  }
+  if (grad.dense[i + 1].defined()) {
+    ops::axpy(grad.x, grad.dense[i + 1]);
+    grad.dense[i + 1] = Tensor();
+  }
+}
+
+void GPT::block_forward(int i, Bundle& bundle, Activations& acts, BlockActs& a) const {
+  a.x_in = bundle.x.clone();
+  TrainKit kit(*this, i, &bundle, acts);
+  shape_->forward(kit, bundle.x, a);
+}
+
+void GPT::blocks_backward(Bundle& grad, Activations& acts) const {
+  if (grad.values.empty()) grad.values.resize(cfg_.n_layer);
+  if (grad.dense.empty()) grad.dense.resize(cfg_.n_layer + 1);
+  for (int i = end_ - 1; i >= begin_; --i) {
+    if (cfg_.dense) dense_backward(i, grad, acts);
+    if (recompute_) {
+      // Rerun this block's forward from its saved input. Earlier layers' values and x0 come from
+      // the saved forward state; what the rerun writes into its scratch bundle is dropped.
+      Bundle scratch;
+      scratch.x = acts.blocks[i - begin_].x_in.clone();
+      scratch.x0 = acts.x0;
+      scratch.values = acts.values;
+      scratch.dense.resize(cfg_.n_layer + 1);
+      block_forward(i, scratch, acts, acts.blocks[i - begin_]);
+    }
+    block_backward(i, grad, acts, acts.blocks[i - begin_]);
+    if (layer_grads_hook_) layer_grads_hook_(i);
+    acts.blocks[i - begin_] = BlockActs{};  // free as we go
+  }
+  if (!cfg_.target_layers.empty())
+    cfg_.value().end_backward(cfg_, *store_, value_shared_, acts.value_coef, acts.value_dcoef);
+}
+
+void GPT::block_backward(int i, Bundle& grad, Activations& acts, BlockActs& a) const {
+  TrainKit kit(*this, i, &grad, acts);
+  shape_->backward(kit, grad.x, a);
 }
 
 double GPT::head_forward(const Bundle& bundle, Activations& acts) const {
@@ -233,8 +337,9 @@ Bundle GPT::head_backward(Activations& acts, float grad_scale) const {
   Bundle g;
   g.x = act({acts.B, cfg_.seq_len, C});
   ops::rmsnorm_backward(acts.head_x, acts.head_rstd, dn, g.x, 1.0f, false);
-  if (mode_reads_x0(cfg_.value_mode)) g.x0 = act({acts.B, cfg_.seq_len, C});
+  if (cfg_.value().context_from_x0()) g.x0 = act({acts.B, cfg_.seq_len, C});
   g.values.resize(cfg_.n_layer);
+  g.dense.resize(cfg_.n_layer + 1);
   // Free what the loss end no longer needs.
   acts.logits = Tensor();
   return g;
@@ -244,6 +349,7 @@ void GPT::embed_backward(Bundle& grad, Activations& acts) const {
   VT_CHECK(is_first_stage());
   Tensor d = grad.x;
   if (grad.x0.defined()) ops::axpy(d, grad.x0);
+  if (!grad.dense.empty() && grad.dense[0].defined()) ops::axpy(d, grad.dense[0]);  // x_0
   Tensor demb = act(acts.emb_raw.shape());
   ops::rmsnorm_backward(acts.emb_raw, acts.emb_rstd, d, demb, 1.0f, false);
   ops::embedding_backward(demb, acts.input_ids, vocab_offset_, G(wte_));

@@ -1,9 +1,14 @@
-// GPT: the transformer of MODEL.md section 1 with every value path of section 2, with explicit
+// GPT: the transformer of docs/model.md with every block shape and value path, with explicit
 // forward and backward. The model owns no memory for parameters: it registers them in a
 // ParamStore (flat arenas) and reads views. It is built for one pipeline stage (a contiguous
 // layer range; the first stage holds wte, the last W_lm and the loss) and one tensor-parallel
 // rank (heads, MLP columns and vocabulary rows split over the TP communicator). With the default
 // ModelParallel it is the whole model on one process.
+//
+// The pieces: a block shape (block_shape.h, src/model/blocks/) composes the sub-layers of
+// block_kit.h (norms, the attention sub-layer with its value path, the MLP, gains); a value
+// mode (value_path.h, src/model/values/) computes target layers' values; DenseFormer
+// (dense.h) averages block outputs between blocks. This file orchestrates a pass.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -11,9 +16,11 @@
 
 #include "core/arena.h"
 #include "core/backend.h"
+#include "core/communicator.h"
 #include "core/tensor.h"
 #include "model/config.h"
-#include "core/communicator.h"
+#include "model/init.h"
+#include "model/value_path.h"
 
 namespace vt {
 
@@ -27,10 +34,26 @@ struct ModelParallel {
   int tp_rank() const { return tp_comm()->rank(); }
 };
 
+// W_V or W_O of a layer: y = x W (a matrix), y = s x (the identity times a gain), or
+// y = x (s W0 + r dW) (reparameterized: W0 fixed, the identity or orthogonal; dW trained).
+struct Projection {
+  enum class Kind { kNone, kMatrix, kIdentity, kReparam };
+  Kind kind = Kind::kNone;
+  int w = -1;      // the matrix (kMatrix) or dW (kReparam)
+  int skip = -1;   // s (kIdentity, kReparam)
+  int resid = -1;  // r (kReparam)
+  Tensor base;     // kReparam: this rank's slice of W0 (f32, the model's device; not trained)
+  bool defined() const { return kind != Kind::kNone; }
+};
+
 // Parameter indices (into the ParamStore) of one layer; -1 where absent.
 struct LayerParams {
-  int wq = -1, wk = -1, wv = -1, wo = -1, fc = -1, proj = -1;
-  int lambda1 = -1, lambda2 = -1, dense = -1, gain = -1, table = -1, a = -1, b = -1, gate_w = -1;
+  int wq = -1, wk = -1, fc = -1, proj = -1;
+  Projection v, o;
+  int alpha = -1, beta = -1, gamma = -1;            // shaped attention gains (per head)
+  int attn_gain = -1, mlp_gain = -1, mlp_skip = -1;  // block gains
+  int dwa = -1;                                      // DenseFormer weights after this block
+  ValueLayerParams value;                            // the value mode's
 };
 
 // What crosses a pipeline-stage boundary going forward (or, in backward, its gradient).
@@ -38,17 +61,27 @@ struct Bundle {
   Tensor x;                    // (B, T, C) residual stream
   Tensor x0;                   // (B, T, C) normalized embedding, when the mode reads it
   std::vector<Tensor> values;  // [j] = layer j's context value (B, T, Hkv_local*hd) when read later
+  std::vector<Tensor> dense;   // [j] = DenseFormer input x_j (B, T, C) when a later average reads it
+};
+
+// A norm's saved state: input, rstd, output. `on` false: the identity (n = x), nothing saved.
+struct NormActs {
+  bool on = true;
+  Tensor x, rstd, n;
 };
 
 // Everything one layer saves in forward for its backward.
 struct BlockActs {
-  Tensor x_in, rstd1, n1;        // attention input, its norm
+  Tensor x_in;                          // block input (all a recomputation needs)
+  NormActs norm1, norm2;                // attention (or shared) input norm; MLP input norm
   Tensor q_r, rstd_q, k_r, rstd_k, qn, kn;  // after RoPE, after QK-norm
-  Tensor ctx_v;                  // n1 W_V (or x0 W_V for x0v) when the layer has W_V
-  Tensor emb;                    // table rows E[id] (local heads) for table modes
-  Tensor gate;                   // value-embed gate 3*sigmoid(z), (N, Hkv_local)
-  Tensor v, y, lse;              // mixed value, attention output, log-sum-exp
-  Tensor x_mid, rstd2, n2, h, act;  // MLP input, its norm, pre-activation, relu^2
+  Tensor attn_in, mlp_in;               // the sub-layers' (normalized) inputs
+  Tensor ctx_v;                         // context value (V projection of n, or of x0 for x0v)
+  ValueState value;                     // what the value mode keeps
+  Tensor v, y, y_soft, lse;             // mixed value, attention output (and its softmax part)
+  Tensor attn_out, mlp_out;             // sub-layer outputs (N, C) when a gain multiplies them
+  Tensor mlp_skip_in;                   // the stream the MLP skip gain multiplies
+  Tensor h, act;                        // MLP pre-activation, relu^2
 };
 
 // The saved state of one micro-batch's forward pass on this stage.
@@ -63,9 +96,12 @@ struct Activations {
   std::vector<float> token_loss;         // (N) cross-entropy of each target (last stage), host
   Tensor x0;                             // normalized embedding (modes reading x0)
   std::vector<Tensor> values;            // context values read by later layers (see Bundle)
-  std::vector<double> plus_coef;         // resformer-plus coefficient per target layer
-  std::vector<double> plus_dcoef;        // d loss / d coefficient, filled in backward
+  std::vector<Tensor> dense;             // DenseFormer inputs read by later averages
+  std::vector<double> value_coef;        // the value mode's per-pass coefficients
+  std::vector<double> value_dcoef;       // their gradients, filled in backward
 };
+
+class BlockShape;
 
 // Sees (and may change) the residual stream after block `layer`'s forward (-1: the normalized
 // embedding): diagnostics of non-finite values and fault injection (train/nonfinite.h).
@@ -87,8 +123,12 @@ class GPT {
 
   // Registers this stage's parameters (local shards) in `store` (before store.finalize()).
   void register_params(ParamStore& store);
-  // Fills the parameters per MODEL.md's init; the same global values on any layout.
+  // Fills the parameters per docs/model.md's init; the same global values on any layout.
   void init_params(uint64_t seed);
+  // wte's init rule, N(0, 0.8) (aligned value tables rebuild the same draw).
+  static InitRule wte_init() { return InitRule::normal(0.8); }
+  // The init rule of store parameter `idx`.
+  const InitRule& init_rule(int idx) const { return init_rules_.at(idx); }
 
   // Records the micro-batch's token ids (checked against the vocabulary) in `acts`.
   void start_activations(Activations& acts, const int32_t* inputs, const int32_t* targets,
@@ -110,8 +150,7 @@ class GPT {
 
   // Activation recomputation per block: forward keeps only each block's input; backward reruns
   // the block's forward (including its tensor-parallel communication) right before its
-  // backward. Saved activations drop from ~(4C + 3q + 4kv + 2*hidden) to C values per token and
-  // layer, for ~1/3 more compute. Same results as without (the rerun is deterministic).
+  // backward. Same results as without (the rerun is deterministic).
   void set_recompute(bool on) { recompute_ = on; }
   // Called with the layer index right after each block's backward (its parameter gradients are
   // final for this micro-batch); the pipeline sets it for the last micro-batch of a step so the
@@ -122,21 +161,38 @@ class GPT {
   // a block is recomputed in backward.
   void set_block_output_hook(BlockOutputHook hook) { block_output_hook_ = std::move(hook); }
 
-  // Which earlier layers' context values must be kept for later layers.
+  // Which earlier layers' context values must be kept for later layers (the value mode says).
   bool keeps_value(int layer) const;
-  // Parameters replicated over pipeline stages (their gradients are summed over the pp group).
-  static bool is_pipeline_shared(const std::string& name) {
-    return name == "value_plus.logits" || name == "value.table";
-  }
   ParamStore* store() const { return store_; }
   // Where activations live and their dtype: the store's device and compute dtype.
   Device device() const { return store_->device(); }
   DType act_dtype() const { return store_->compute_dtype(); }
   const LayerParams& layer_params(int layer) const { return layers_.at(layer - begin_); }
+  const ValueSharedParams& value_shared() const { return value_shared_; }
+  // What the value mode reads about target layer `layer` for N rows of token ids `ids`.
+  ValueLayerCtx value_ctx(int layer, int64_t N, const Tensor& ids, const std::vector<double>* coef,
+                          std::vector<double>* dcoef) const;
+  int local_heads() const { return heads_; }
+  int local_kv_heads() const { return kv_heads_; }
+  int local_hidden() const { return hidden_; }
+  int64_t vocab_offset() const { return vocab_offset_; }
+  const BlockShape& block_shape() const { return *shape_; }
+  // Layer `layer`'s fixed attention bias (T, T) for --attn-bias (undefined without), and the
+  // fixed W0 slices of reparameterized projections: built on first use on the model's device.
+  const Tensor& attention_bias(int layer) const;
+  // Which DenseFormer inputs x_j cross the boundary in front of layer `boundary`.
+  bool keeps_dense(int j, int boundary) const;
 
  private:
+  friend class TrainKit;
   void block_forward(int layer, Bundle& bundle, Activations& acts, BlockActs& a) const;
   void block_backward(int layer, Bundle& grad, Activations& acts, BlockActs& a) const;
+  // DenseFormer's average after block i (dense.h): forward replaces bundle.x (x_{i+1}) by y_i;
+  // backward turns grad.x (d y_i) into d x_{i+1}.
+  void dense_forward(int i, Bundle& bundle) const;
+  void dense_backward(int i, Bundle& grad, const Activations& acts) const;
+  // Builds the fixed tensors (W0 slices, attention biases) once the store is finalized.
+  void ensure_fixed() const;
   XentArgs xent_args(const Activations& acts) const;
   Tensor P(int idx) const { return store_->param(idx); }
   Tensor G(int idx) const { return store_->grad(idx); }
@@ -148,14 +204,19 @@ class GPT {
 
   ModelConfig cfg_;
   ModelParallel par_;
+  const BlockShape* shape_ = nullptr;
   int begin_ = 0, end_ = 0;
   int heads_ = 0, kv_heads_ = 0;  // local (per TP rank)
   int hidden_ = 0;                // local MLP width
   int64_t vocab_rows_ = 0;        // local rows of wte / tables, columns of W_lm
   int64_t vocab_offset_ = 0;
   ParamStore* store_ = nullptr;
-  int wte_ = -1, lm_head_ = -1, plus_logits_ = -1, shared_table_ = -1;
-  std::vector<LayerParams> layers_;
+  std::vector<InitRule> init_rules_;  // per store index
+  int wte_ = -1, lm_head_ = -1;
+  ValueSharedParams value_shared_;
+  mutable std::vector<LayerParams> layers_;  // mutable: Projection::base is filled lazily
+  mutable std::vector<Tensor> attn_bias_;     // per local layer (undefined without --attn-bias)
+  mutable bool fixed_ready_ = false;
   bool recompute_ = false;
   std::function<void(int)> layer_grads_hook_;
   BlockOutputHook block_output_hook_;

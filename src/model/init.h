@@ -1,20 +1,42 @@
-// Parameter initialization of MODEL.md: each parameter is generated whole (its global shape)
-// from its own random stream keyed by (seed, name), then each rank keeps its slice. So every
-// layout starts from the same numbers, and `bov` tables can be aligned with the W_V that `x0v`
-// would draw for the same layer.
+// Parameter initialization (docs/model.md, "Initialization"): every parameter is registered with
+// an InitRule, and its global tensor is generated whole from its own random stream keyed by
+// (seed, name); each rank then keeps its slice. So every layout starts from the same numbers,
+// and a rule may reproduce the draw of another parameter (the aligned BoV tables reuse the W_V
+// that x0v would draw) by asking for that name's stream.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/arena.h"
-#include "model/config.h"
 
 namespace vt {
 
-// The global tensor (row-major, info.global_shape) of the parameter `name`.
-std::vector<float> init_global_param(const ModelConfig& cfg, const std::string& name,
-                                     const Shape& global_shape, uint64_t seed);
+struct InitRule {
+  enum class Kind { kZeros, kConstant, kUniform, kNormal, kCustom };
+  Kind kind = Kind::kZeros;
+  double a = 0.0, b = 0.0;  // constant: a; uniform: [a, b); normal: std a
+  // kCustom: the whole global tensor from the run seed.
+  std::function<std::vector<float>(uint64_t seed)> custom;
+
+  static InitRule zeros() { return {}; }
+  static InitRule constant(double v) { return {Kind::kConstant, v, 0.0, {}}; }
+  static InitRule uniform(double lo, double hi) { return {Kind::kUniform, lo, hi, {}}; }
+  static InitRule normal(double stddev) { return {Kind::kNormal, stddev, 0.0, {}}; }
+  static InitRule make(std::function<std::vector<float>(uint64_t seed)> f) {
+    return {Kind::kCustom, 0.0, 0.0, std::move(f)};
+  }
+};
+
+// The global tensor (row-major, n elements) of parameter `name` under `rule`.
+std::vector<float> generate_init(const InitRule& rule, const std::string& name, int64_t n,
+                                 uint64_t seed);
+
+// n draws of U(lo, hi) / N(0, std) from the stream of `name`.
+std::vector<float> uniform_init(uint64_t seed, const std::string& name, int64_t n, double lo,
+                                double hi);
+std::vector<float> normal_init(uint64_t seed, const std::string& name, int64_t n, double stddev);
 
 // Copies this rank's slice (info.split) of `global` into `local`.
 void copy_local_slice(const std::vector<float>& global, const ParamInfo& info, float* local);

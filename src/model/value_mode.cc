@@ -1,30 +1,49 @@
-// Value-mode names and properties.
+// The value-mode registry (see value_mode.h): one row per mode.
 #include "model/value_mode.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/check.h"
+#include "model/value_path.h"
 
 namespace vt {
+
+// Defined in src/model/values/*.cc.
+const ValuePath& baseline_value_path();
+const ValuePath& resformer_identity_value_path();
+const ValuePath& resformer_constant_value_path();
+const ValuePath& resformer_learnable_value_path();
+const ValuePath& resformer_plus_value_path();
+const ValuePath& resformer_sparse_value_path();
+const ValuePath& resformer_dense_value_path();
+const ValuePath& svformer_value_path();
+const ValuePath& v1_value_path();
+const ValuePath& x0v_value_path();
+const ValuePath& bov_value_path();
+const ValuePath& bov_add_value_path();
+const ValuePath& value_embed_value_path();
+const ValuePath& neutreno_value_path();
 
 namespace {
 struct ModeEntry {
   ValueMode mode;
-  const char* name;
+  const ValuePath& (*path)();
 };
 const ModeEntry kModes[] = {
-    {ValueMode::kBaseline, "baseline"},
-    {ValueMode::kResformerIdentity, "resformer-identity"},
-    {ValueMode::kResformerConstant, "resformer-constant"},
-    {ValueMode::kResformerLearnable, "resformer-learnable"},
-    {ValueMode::kResformerPlus, "resformer-plus"},
-    {ValueMode::kResformerSparse, "resformer-sparse"},
-    {ValueMode::kResformerDense, "resformer-dense"},
-    {ValueMode::kSvformer, "svformer"},
-    {ValueMode::kV1, "v1"},
-    {ValueMode::kX0v, "x0v"},
-    {ValueMode::kBov, "bov"},
-    {ValueMode::kBovAdd, "bov-add"},
-    {ValueMode::kValueEmbed, "value-embed"},
+    {ValueMode::kBaseline, baseline_value_path},
+    {ValueMode::kResformerIdentity, resformer_identity_value_path},
+    {ValueMode::kResformerConstant, resformer_constant_value_path},
+    {ValueMode::kResformerLearnable, resformer_learnable_value_path},
+    {ValueMode::kResformerPlus, resformer_plus_value_path},
+    {ValueMode::kResformerSparse, resformer_sparse_value_path},
+    {ValueMode::kResformerDense, resformer_dense_value_path},
+    {ValueMode::kSvformer, svformer_value_path},
+    {ValueMode::kV1, v1_value_path},
+    {ValueMode::kX0v, x0v_value_path},
+    {ValueMode::kBov, bov_value_path},
+    {ValueMode::kBovAdd, bov_add_value_path},
+    {ValueMode::kValueEmbed, value_embed_value_path},
+    {ValueMode::kNeutreno, neutreno_value_path},
 };
 }  // namespace
 
@@ -37,48 +56,23 @@ const std::vector<ValueMode>& all_value_modes() {
   return modes;
 }
 
-const char* value_mode_name(ValueMode m) {
+const ValuePath& value_path(ValueMode m) {
   for (const auto& e : kModes)
-    if (e.mode == m) return e.name;
-  return "?";
+    if (e.mode == m) return e.path();
+  VT_CHECK_MSG(false, "value mode " << static_cast<int>(m) << " is not registered");
+  return baseline_value_path();
 }
+
+const char* value_mode_name(ValueMode m) { return value_path(m).name(); }
 
 absl::StatusOr<ValueMode> parse_value_mode(const std::string& name) {
   std::vector<std::string> names;
   for (const auto& e : kModes) {
-    if (name == e.name) return e.mode;
-    names.push_back(e.name);
+    if (name == e.path().name()) return e.mode;
+    names.push_back(e.path().name());
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown value mode '", name,
                                                  "'; choose one of: ", absl::StrJoin(names, ", ")));
 }
-
-bool mode_reads_v1(ValueMode m) {
-  switch (m) {
-    case ValueMode::kResformerIdentity:
-    case ValueMode::kResformerConstant:
-    case ValueMode::kResformerLearnable:
-    case ValueMode::kResformerPlus:
-    case ValueMode::kResformerSparse:
-    case ValueMode::kResformerDense:
-    case ValueMode::kSvformer:
-    case ValueMode::kV1:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool mode_target_has_wv(ValueMode m) {
-  return !(m == ValueMode::kSvformer || m == ValueMode::kV1 || m == ValueMode::kBov);
-}
-
-bool mode_has_table(ValueMode m) {
-  return m == ValueMode::kBov || m == ValueMode::kBovAdd || m == ValueMode::kValueEmbed;
-}
-
-bool mode_reads_all_values(ValueMode m) { return m == ValueMode::kResformerDense; }
-
-bool mode_reads_x0(ValueMode m) { return m == ValueMode::kX0v; }
 
 }  // namespace vt

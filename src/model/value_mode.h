@@ -1,5 +1,6 @@
-// The value modes of MODEL.md section 2: names, parsing, and the per-mode facts the rest of the
-// model asks about (does it read V1, does a target layer keep W_V, does it own a table, ...).
+// The registry of value modes (docs/model.md, "Value paths"): the ValueMode key, its name, and
+// the ValuePath object that implements it (src/model/values/). Adding a mode: its file under
+// values/, one enum entry and one row of the table in value_mode.cc, and its tests.
 #pragma once
 #include <string>
 #include <vector>
@@ -22,21 +23,15 @@ enum class ValueMode {
   kBov,
   kBovAdd,
   kValueEmbed,
+  kNeutreno,
 };
+
+class ValuePath;
 
 const std::vector<ValueMode>& all_value_modes();
 const char* value_mode_name(ValueMode m);
 absl::StatusOr<ValueMode> parse_value_mode(const std::string& name);
-
-// Target layers read layer 0's value V1 (so layer 0 can never be a target).
-bool mode_reads_v1(ValueMode m);
-// A target layer keeps its own W_V matrix.
-bool mode_target_has_wv(ValueMode m);
-// Target layers own a per-layer value table (V x Hkv*hd).
-bool mode_has_table(ValueMode m);
-// Earlier layers' context values are needed by later layers (dense keeps all of them).
-bool mode_reads_all_values(ValueMode m);
-// The mode reads x0 (the normalized embedding) in target layers.
-bool mode_reads_x0(ValueMode m);
+// The object that implements mode m.
+const ValuePath& value_path(ValueMode m);
 
 }  // namespace vt

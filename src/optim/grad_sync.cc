@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/ops.h"
+#include "core/rng.h"
 #include "optim/clip.h"
 
 namespace vt::optim {
@@ -34,15 +35,11 @@ OverlappedGradSync::OverlappedGradSync(ParamStore* store, Communicator* dp, int6
   for (int i = 0; i < n; ++i) order[i] = i;
   std::sort(order.begin(), order.end(),
             [&](int a, int b) { return store_->info(a).offset < store_->info(b).offset; });
-  auto layer_of = [](const std::string& name) {
-    if (name.rfind("blocks.", 0) != 0) return -1;
-    return std::atoi(name.c_str() + 7);
-  };
   int64_t cursor = 0;
   for (int k = 0; k < n; ++k) {
     const ParamInfo& p = store_->info(order[k]);
     const int64_t hi = k + 1 < n ? store_->info(order[k + 1]).offset : store_->total_numel();
-    const int layer = layer_of(p.name);
+    const int layer = p.layer;
     if (layer >= 0 && !layers_.empty() && layers_.back().first == layer &&
         layers_.back().second.hi == p.offset) {
       layers_.back().second.hi = hi;
@@ -89,32 +86,38 @@ void OverlappedGradSync::finish() {
   std::fill(started_.begin(), started_.end(), 0);
 }
 
-bool is_pp_replicated(const std::string& name) {
-  return name == "value_plus.logits" || name == "value.table";
-}
-
 std::vector<uint8_t> grad_norm_mask(const ParamStore& store, const ProcessGrid& grid) {
   const int n = store.size();
   const int pp = grid.shape().pp;
   const int stage = grid.coords().pp;
   const bool tp_rank0 = grid.coords().tp == 0;
-  // Which stages hold each PP-replicated name: one slot per (name, stage), summed over pp.
-  static const std::vector<std::string> kShared = {"value_plus.logits", "value.table"};
-  std::vector<double> held(kShared.size() * pp, 0.0);
-  for (size_t k = 0; k < kShared.size(); ++k) {
-    if (store.find(kShared[k]) >= 0) held[k * pp + stage] = 1.0;
-  }
-  grid.pp()->all_reduce_sum(held.data(), static_cast<int64_t>(held.size()));
+  // Which stages hold each PP-replicated parameter (ParamInfo::pp_replicated): every stage writes
+  // a 52-bit hash of each such name (exact in a double) into its own row of a pp x slots table,
+  // summed over pp so that every stage sees every row.
+  std::vector<int> shared;
+  for (int i = 0; i < n; ++i)
+    if (store.info(i).pp_replicated) shared.push_back(i);
+  double slots = static_cast<double>(shared.size());
+  std::vector<double> counts(pp, 0.0);
+  counts[stage] = slots;
+  grid.pp()->all_reduce_sum(counts.data(), pp);
+  const int64_t width = static_cast<int64_t>(*std::max_element(counts.begin(), counts.end()));
+  auto key = [&](int i) {
+    return static_cast<double>(fnv1a64(store.info(i).name) & ((uint64_t{1} << 52) - 1)) + 1.0;
+  };
+  std::vector<double> held(static_cast<size_t>(pp * width), 0.0);
+  for (size_t k = 0; k < shared.size(); ++k) held[stage * width + k] = key(shared[k]);
+  if (width > 0) grid.pp()->all_reduce_sum(held.data(), static_cast<int64_t>(held.size()));
 
   std::vector<uint8_t> mask(n, 0);
   for (int i = 0; i < n; ++i) {
     const ParamInfo& info = store.info(i);
     bool counted = info.split.axis >= 0 || tp_rank0;
-    if (is_pp_replicated(info.name)) {
-      const size_t k = std::find(kShared.begin(), kShared.end(), info.name) - kShared.begin();
+    if (info.pp_replicated) {
       int lowest = -1;
       for (int s = 0; s < pp && lowest < 0; ++s)
-        if (held[k * pp + s] > 0.5) lowest = s;
+        for (int64_t k = 0; k < width; ++k)
+          if (held[s * width + k] == key(i)) lowest = s;
       VT_CHECK(lowest >= 0);
       counted = counted && lowest == stage;
     }

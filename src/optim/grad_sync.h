@@ -44,15 +44,10 @@ class OverlappedGradSync {
   std::vector<uint8_t> started_;               // per entry of layers_, this step
 };
 
-// Parameters that several pipeline stages hold as replicas (the trainer all-reduces their grads
-// over pp): the shared `value_plus.logits` of resformer-plus and the shared `value.table` of bov.
-// Matched by exact name (per-layer `blocks.i.value.table` are not shared).
-bool is_pp_replicated(const std::string& name);
-
 // For each parameter of the store: does this rank count its squared gradient in the global norm?
 //   - split across TP (split.axis >= 0): every TP rank counts its own shard;
 //   - replicated across TP: TP rank 0 only;
-//   - PP-replicated (is_pp_replicated): only the lowest pipeline stage that holds it.
+//   - PP-replicated (ParamInfo::pp_replicated): only the lowest pipeline stage that holds it.
 // Collective over grid.pp() (finds which stages hold the PP-replicated parameters).
 std::vector<uint8_t> grad_norm_mask(const ParamStore& store, const ProcessGrid& grid);
 

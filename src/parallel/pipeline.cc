@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "model/value_path.h"
 
 namespace vt {
 
@@ -18,10 +19,12 @@ PipelineEngine::PipelineEngine(GPT& model, const ProcessGrid& grid) : model_(mod
 std::vector<PipelineEngine::Slot> PipelineEngine::boundary_slots(int boundary) const {
   const ModelConfig& cfg = model_.config();
   std::vector<Slot> slots = {{Slot::kX, -1}};
-  if (mode_reads_x0(cfg.value_mode)) slots.push_back({Slot::kX0, -1});
+  if (cfg.value().context_from_x0()) slots.push_back({Slot::kX0, -1});
   const bool later_targets = !cfg.target_layers.empty() && cfg.target_layers.back() >= boundary;
   for (int j = 0; j < boundary && later_targets; ++j)
     if (model_.keeps_value(j)) slots.push_back({Slot::kValue, j});
+  for (int j = 0; j <= boundary && cfg.dense; ++j)
+    if (model_.keeps_dense(j, boundary)) slots.push_back({Slot::kDense, j});
   return slots;
 }
 
@@ -43,7 +46,10 @@ void PipelineEngine::send_bundle(const Bundle& b, int boundary, int B, int peer,
   int64_t off = 0;
   for (const Slot& s : slots) {
     const int64_t n = slot_numel(s, B);
-    const Tensor* t = s.kind == Slot::kX ? &b.x : s.kind == Slot::kX0 ? &b.x0 : &b.values[s.layer];
+    const Tensor* t = s.kind == Slot::kX      ? &b.x
+                      : s.kind == Slot::kX0   ? &b.x0
+                      : s.kind == Slot::kDense ? &b.dense[s.layer]
+                                               : &b.values[s.layer];
     if (t->defined()) {  // else zeros, e.g. no gradient reached a detached V1
       VT_CHECK(t->numel() == n);
       buf.flat(off, n).copy_from(t->flat(0, n));
@@ -62,6 +68,7 @@ Bundle PipelineEngine::recv_bundle(int boundary, int B, int peer, int tag) {
   grid_.pp()->recv(buf, peer, tag);
   Bundle b;
   b.values.resize(cfg.n_layer);
+  b.dense.resize(cfg.n_layer + 1);
   const int kvl = cfg.n_kv_head / model_.parallel().tp_size();
   int64_t off = 0;
   for (const Slot& s : slots) {
@@ -72,6 +79,7 @@ Bundle PipelineEngine::recv_bundle(int boundary, int B, int peer, int tag) {
     off += t.numel();
     if (s.kind == Slot::kX) b.x = t;
     else if (s.kind == Slot::kX0) b.x0 = t;
+    else if (s.kind == Slot::kDense) b.dense[s.layer] = t;
     else b.values[s.layer] = t;
   }
   return b;

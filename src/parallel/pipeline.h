@@ -3,7 +3,8 @@
 // one backward, then the cool-down backwards), so at most pp - stage micro-batches keep their
 // activations on this stage. Between stages it sends the bundle (DESIGN.md): the residual
 // stream, x0 for x0v, and the context values later layers read (V1; every earlier value for
-// resformer-dense), and in backward their gradients. With pp = 1 it is plain gradient
+// resformer-dense), DenseFormer's earlier block outputs that later averages read, and in
+// backward their gradients. With pp = 1 it is plain gradient
 // accumulation. Token ids are read on every stage by `fetch`, never sent.
 #pragma once
 #include <functional>
@@ -45,8 +46,8 @@ class PipelineEngine {
 
   // The tensors crossing the boundary in front of layer `boundary` (shapes for B rows).
   struct Slot {
-    enum Kind { kX, kX0, kValue } kind;
-    int layer;  // for kValue
+    enum Kind { kX, kX0, kValue, kDense } kind;
+    int layer;  // kValue: the layer whose context value; kDense: j of DenseFormer's x_j
   };
   std::vector<Slot> boundary_slots(int boundary) const;
 

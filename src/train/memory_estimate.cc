@@ -4,7 +4,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
-#include "model/value_mode.h"
+#include "model/block_shape_kind.h"
+#include "model/value_path.h"
 
 namespace vt {
 
@@ -25,7 +26,16 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   for (const ParamInfo& p : store.infos())
     (p.group == ParamGroup::kMatrix ? matrix : other) += static_cast<double>(p.numel());
   const double n = matrix + other;
-  m.params = 4 * n;
+  // Fixed tensors beside the parameters: the W0 of reparameterized projections (sas/sas-p: layer
+  // 0's V and O, every layer's with --reparam-init; C x C/tp each) and --attn-bias's T x T bias
+  // per layer.
+  const bool simplified = cfg.block == BlockShapeKind::kSas || cfg.block == BlockShapeKind::kSasP;
+  const double reparam = !simplified ? 0 : !cfg.reparam_init.empty() ? 2.0 * layers
+                                                                      : (coords.pp == 0 ? 2 : 0);
+  const double fixed = reparam * cfg.n_embd * (static_cast<double>(cfg.n_embd) / shape.tp) +
+                       (cfg.attn_bias.empty() ? 0 : layers * static_cast<double>(cfg.seq_len) *
+                                                        cfg.seq_len);
+  m.params = 4 * (n + fixed);
   m.grads = 4 * n;
   m.compute_copy = act_dtype == DType::kBF16 ? 2 * n : 0;  // the bf16 weight copy
   m.optimizer = 4 * matrix + 8 * other / shape.dp;
@@ -37,15 +47,24 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   const double C = cfg.n_embd, qd = cfg.q_dim() / tp, kvd = cfg.kv_dim() / tp,
                hidden = cfg.mlp_hidden() / tp, heads = cfg.n_head / tp;
   const double es = static_cast<double>(dtype_size(act_dtype));
+  // The block shapes add: softmax attention's own output beside the mixed one when the attention
+  // matrix is shaped (or NeuTRENO adds its term): one q-width; the sub-layer outputs their gains
+  // multiply (sas: attention, MLP and the MLP skip's input; sas-p: two): C each.
+  const bool mixed = cfg.block != BlockShapeKind::kPrenorm && cfg.block != BlockShapeKind::kParallel;
+  const bool mix = mixed || cfg.value().attention_output_v1_coef(cfg) != 0.0f;
+  const double gained = cfg.block == BlockShapeKind::kSas ? 3 : cfg.block == BlockShapeKind::kSasP ? 2 : 0;
   const double per_token_layer =
-      es * (4 * C + 3 * qd + (mode_has_table(cfg.value_mode) ? 5 : 4) * kvd + 2 * hidden) +
+      es * (4 * C + (mix ? 4 : 3) * qd + (cfg.value().has_table() ? 5 : 4) * kvd + 2 * hidden +
+            gained * C) +
       4 * (2 + 2 * heads);
   const double tokens = static_cast<double>(B) * cfg.seq_len;
   const int in_flight = std::max(1, shape.pp - coords.pp);  // 1F1B warm-up depth + 1
   // Plus the bundle (residual, x0, values kept for later layers) per micro-batch.
   // With recomputation a block keeps only its input (C values per token); one block's full
   // activations exist at a time, during its backward.
-  const double kept = recompute ? layers * es * C : layers * per_token_layer;
+  // DenseFormer keeps each block's output for the averages (also under recomputation).
+  const double dense_kept = cfg.dense ? layers * es * C : 0.0;
+  const double kept = (recompute ? layers * es * C : layers * per_token_layer) + dense_kept;
   m.activations = in_flight * tokens * (kept + es * 3 * C);
   if (recompute) m.recompute_transient = tokens * per_token_layer;
   m.backward_transient = tokens * per_token_layer;

@@ -67,7 +67,7 @@ std::vector<double> count_per_param(const GPT& model, const ParamStore& store,
   const bool first_replica = grid.coords().dp == 0;
   for (int i = 0; i < store.size(); ++i) {
     const ParamInfo& info = store.info(i);
-    const bool pp_copy = GPT::is_pipeline_shared(info.name) && grid.coords().pp != 0;
+    const bool pp_copy = info.pp_replicated && grid.coords().pp != 0;
     if (!first_replica || pp_copy) continue;
     counts[index.at(info.name)] = static_cast<double>(count_nonfinite(grads ? store.grad(i) : store.param(i)));
   }

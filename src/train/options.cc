@@ -32,11 +32,28 @@ const CommandSpec& train_command() {
         text_flag("value", "baseline",
                   "baseline resformer-identity resformer-constant resformer-learnable "
                   "resformer-plus resformer-sparse resformer-dense svformer v1 x0v bov bov-add "
-                  "value-embed"),
+                  "value-embed neutreno"),
         text_flag("value-layers", "default", "last-third|all|every-other|alternate|LIST of layers"),
         bool_flag("detach-v1", "stop the gradient through V1"),
         bool_flag("shared-table", "one value table for all target layers (bov)"),
         bool_flag("bov-add-fixed", "bov-add with fixed 0.5/0.5 coefficients"),
+        no_default(num_flag("neutreno-lambda", 0.4, 0, 10,
+                            "NeuTRENO's lam (value mode neutreno; default 0.4)")),
+        flag_heading("blocks (docs/model.md)"),
+        choice_flag("block", "prenorm", {"prenorm", "parallel", "vskipinit", "sas", "sas-p"},
+                    "the shape of every block"),
+        choice_flag("norm", "rms", {"rms", "none"},
+                    "none: no pre-norms in layers >= 1 (sas, sas-p)"),
+        no_default(choice_flag("qk-norm", "", {"on", "off"},
+                               "QK-norm (default: on, off for sas and sas-p)")),
+        no_default(choice_flag("reparam-init", "", {"id", "orth"},
+                               "reparameterize every layer's W_V, W_O as s*W0 + r*dW (sas, sas-p)")),
+        no_default(choice_flag("attn-bias", "", {"espa", "uspa"},
+                               "E-SPA / U-SPA attention-logit biases (sas, sas-p)")),
+        bool_flag("dense", "DenseFormer: depth-weighted averages of earlier block outputs"),
+        no_default(int_flag("dense-dilation", 1, 1, 4096, "DenseFormer: every k-th earlier output")),
+        no_default(int_flag("dense-period", 1, 1, 4096,
+                            "DenseFormer: an average after every p-th block (divides --layers)")),
         flag_heading("layout"),
         int_flag("tp", 1, 1, 1 << 20, "tensor-parallel ranks"),
         int_flag("pp", 1, 1, 1 << 20, "pipeline stages (dp = ranks / (tp*pp))"),
@@ -117,6 +134,28 @@ nlohmann::json TrainOptions::to_json() const {
           {"muon_ns_dtype", muon_ns_dtype}, {"core_every", core_every}, {"core_dir", core_dir}};
 }
 
+// --block and its options, DenseFormer, NeuTRENO's lambda (docs/model.md, "Block shapes").
+// Spelling and ranges are the flag table's; combinations are checked by ModelConfig::finalize
+// and the block shape's validate; here what the flags alone say.
+static absl::Status parse_block_options(const Flags& f, ModelConfig& m) {
+  VT_ASSIGN_OR_RETURN(m.block, parse_block_shape(f.get_string("block")));
+  m.norm_none = f.get_string("norm") == "none";
+  if (f.has("qk-norm")) m.qk_norm = f.get_string("qk-norm") == "on" ? 1 : 0;
+  if (f.has("reparam-init")) m.reparam_init = f.get_string("reparam-init");
+  if (f.has("attn-bias")) m.attn_bias = f.get_string("attn-bias");
+  m.dense = f.get_bool("dense");
+  if (!m.dense && (f.has("dense-dilation") || f.has("dense-period")))
+    return absl::InvalidArgumentError("--dense-dilation and --dense-period need --dense");
+  if (f.has("dense-dilation")) m.dense_dilation = static_cast<int>(f.get_int("dense-dilation"));
+  if (f.has("dense-period")) m.dense_period = static_cast<int>(f.get_int("dense-period"));
+  if (f.has("neutreno-lambda")) {
+    if (m.value_mode != ValueMode::kNeutreno)
+      return absl::InvalidArgumentError("--neutreno-lambda applies only to --value neutreno");
+    m.neutreno_lambda = f.get_double("neutreno-lambda");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int first) {
   VT_ASSIGN_OR_RETURN(Flags f, Flags::parse(train_command(), argc, argv, first));
   TrainOptions o;
@@ -145,6 +184,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   m.detach_v1 = f.get_bool("detach-v1");
   m.shared_table = f.get_bool("shared-table");
   m.bov_add_fixed = f.get_bool("bov-add-fixed");
+  VT_RETURN_IF_ERROR(parse_block_options(f, m));
   if (dim_given && heads_given && m.n_head * m.head_dim != m.n_embd && !f.has("head-dim"))
     return absl::InvalidArgumentError(absl::StrCat("--heads ", m.n_head, " does not divide --dim ",
                                                    m.n_embd));
@@ -169,6 +209,8 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.resume = f.get_string("resume");
   o.metrics_path = f.get_string("metrics");
   o.seed = static_cast<uint64_t>(f.get_int("seed"));
+  // --reparam-init orth draws W0 from the run seed; the config keeps it (checkpoints, decoding).
+  if (o.model.reparam_init == "orth") o.model.reparam_seed = o.seed;
   o.matrix_lr = f.get_double("matrix-lr");
   o.lr_scale = f.get_double("lr-scale");
   o.warmup_steps = f.get_int("warmup");

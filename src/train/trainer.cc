@@ -74,7 +74,7 @@ double device_peak_bytes() {
 void sync_gradients(ParamStore& store, const ProcessGrid& grid, optim::OverlappedGradSync& dp_sync) {
   if (grid.shape().pp > 1)
     for (int i = 0; i < store.size(); ++i)
-      if (GPT::is_pipeline_shared(store.info(i).name)) {
+      if (store.info(i).pp_replicated) {
         Tensor g = store.grad(i);
         grid.pp()->all_reduce_sum(g);
       }
@@ -225,9 +225,11 @@ void Trainer::print_banner() const {
   double whole_params = 0;
   for (const ParamInfo& p : whole.infos()) whole_params += static_cast<double>(p.numel());
   std::printf("model: %d layers, d=%d, %d heads (%d kv), T=%d, vocab %d | %.2fM params | "
-              "value mode %s\n",
+              "block %s%s%s | value mode %s%s\n",
               cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.seq_len, cfg.vocab_size,
-              whole_params / 1e6, value_mode_name(cfg.value_mode));
+              whole_params / 1e6, block_shape_name(cfg.block), cfg.norm_none ? " (no norms)" : "",
+              cfg.attn_bias.empty() ? "" : (" + " + cfg.attn_bias).c_str(),
+              value_mode_name(cfg.value_mode), cfg.dense ? " + DenseFormer" : "");
   std::printf("layout: %d ranks = dp %d x tp %d x pp %d | this stage: layers %d..%d, %.2fM params\n",
               world_->size(), shape_.dp, shape_.tp, shape_.pp, layer_begin_, layer_end_ - 1,
               static_cast<double>(store_.total_numel()) / 1e6);

@@ -56,20 +56,23 @@ def test_two_modes_make_table_plot_and_metrics(data_dir, tmp_path):
         assert f"{mode}: started" in r.stdout and f"{mode}: done" in r.stdout, r.stdout
 
     md = (out / "ablate.md").read_text()
-    rows = [l for l in md.splitlines() if l.startswith("| ") and not l.startswith("| mode")]
+    rows = [l for l in md.splitlines() if l.startswith("| ") and not l.startswith("| run")]
     assert [row.split("|")[1].strip() for row in rows] == ["baseline", "bov"], md
-    header = next(l for l in md.splitlines() if l.startswith("| mode"))
+    header = next(l for l in md.splitlines() if l.startswith("| run"))
     assert "final val bpb" in header and "delta bpb vs baseline" in header and "tok/s" in header
-    for row in rows:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[1].endswith("M")                      # params
-        val_loss, val_bpb = float(cells[2]), float(cells[3])
+    assert "speed vs baseline" in header and "ms/step" in header
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    for c in cells:
+        assert c[2].endswith("M")                          # params
+        val_loss, val_bpb = float(c[3]), float(c[4])
         assert 0 < val_bpb < 20 and 0 < val_loss < 20
-        float(cells[4])                                    # delta
-        assert float(cells[5].replace(",", "")) > 0        # tok/s
-    assert rows[0].split("|")[5].strip() == "+0.0000"      # baseline vs itself
+        float(c[5])                                        # delta
+        assert float(c[6].replace(",", "")) > 0            # tok/s
+        assert float(c[7]) > 0                             # ms/step
+        assert float(c[8].rstrip("x")) > 0                 # speed
+    assert cells[0][5] == "+0.0000" and cells[0][8] == "1.000x"  # baseline vs itself
     # bov has value tables: more parameters than baseline.
-    assert float(rows[1].split("|")[2].strip()[:-1]) > float(rows[0].split("|")[2].strip()[:-1])
+    assert float(cells[1][2][:-1]) > float(cells[0][2][:-1])
     # The table printed to stdout is the same one.
     assert rows[0] in r.stdout
 
@@ -84,6 +87,33 @@ def test_two_modes_make_table_plot_and_metrics(data_dir, tmp_path):
         assert [x["step"] for x in evals] == [0, 2, 4, 5]
         assert all(x["tok_per_s"] > 0 for x in train)
         assert (out / f"{mode}.log").read_text().startswith("$ ")
+
+
+def test_blocks_over_seeds_and_depths(data_dir, tmp_path):
+    # Block-shape arms with their own flags, two seeds (mean +- spread) and two depths.
+    out = tmp_path / "blocks"
+    r = run_ablate("--data", data_dir, "--blocks", "prenorm,sas-p+norm=none", "--seeds", "1,2",
+                   "--depths", "1,2", "--steps", 3, "--eval-every", 3, "--out", out, "--",
+                   *TINY[2:], timeout=240)
+    assert r.returncode == 0, f"ablate.py failed:\n{r.stdout}\n{r.stderr}"
+    md = (out / "ablate.md").read_text()
+    header = next(l for l in md.splitlines() if l.startswith("| run"))
+    assert "final val bpb +- std" in header and "speed vs prenorm" in header, header
+    rows = [[c.strip() for c in l.strip("|").split("|")] for l in md.splitlines()
+            if l.startswith("| ") and not l.startswith("| run")]
+    assert [(c[0], c[1]) for c in rows] == [("prenorm", "1"), ("sas-p+norm=none", "1"),
+                                            ("prenorm", "2"), ("sas-p+norm=none", "2")], md
+    for c in rows:
+        assert "+-" in c[4]
+    # Identity value/output projections: fewer parameters than prenorm at depth 2.
+    assert float(rows[3][2][:-1]) < float(rows[2][2][:-1]), md
+    runs = json.loads((out / "runs.json").read_text())
+    assert len(runs) == 8 and all(x["returncode"] == 0 for x in runs)
+    sas = next(x for x in runs if x["arm"] == "sas-p+norm=none" and x["depth"] == 2)
+    cmd = sas["cmd"]
+    assert cmd[cmd.index("--block") + 1] == "sas-p" and cmd[cmd.index("--norm") + 1] == "none"
+    assert cmd[cmd.index("--layers") + 1] == "2"
+    assert (out / "ablate.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_failed_run_is_reported_with_its_error(data_dir, tmp_path):

@@ -74,6 +74,14 @@ std::vector<Spec> specs() {
   return s;
 }
 
+// Registration metadata: the owning layer, and whether every holding stage keeps a replica.
+ParamMeta meta(const Spec& s) {
+  ParamMeta m;
+  m.layer = s.where >= 0 ? s.where : -1;
+  m.pp_replicated = s.where == kShared;
+  return m;
+}
+
 bool on_stage(const Spec& s, int pp, int stage) {
   const auto [begin, end] = stage_layers(kLayers, pp, stage);
   switch (s.where) {
@@ -163,8 +171,8 @@ TEST_F(DistributedOptimizerDeviceTest, DeviceStoreMatchesCpuStoreOnEveryLayout) 
             local[s.axis] /= tp;
             split = {s.axis, c.tp * local[s.axis]};
           }
-          sc.add(s.name, local, s.group, s.shape, split);
-          sd.add(s.name, local, s.group, s.shape, split);
+          sc.add(s.name, local, s.group, s.shape, split, meta(s));
+          sd.add(s.name, local, s.group, s.shape, split, meta(s));
         }
         sc.finalize(Device::kCPU, compute);
         sd.finalize(kDev, compute);

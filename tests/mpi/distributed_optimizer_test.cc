@@ -69,6 +69,14 @@ std::vector<Spec> specs() {
   return s;
 }
 
+// Registration metadata: the owning layer, and whether every holding stage keeps a replica.
+ParamMeta meta(const Spec& s) {
+  ParamMeta m;
+  m.layer = s.where >= 0 ? s.where : -1;
+  m.pp_replicated = s.where == kShared;
+  return m;
+}
+
 bool on_stage(const Spec& s, int pp, int stage) {
   const auto [begin, end] = stage_layers(kLayers, pp, stage);
   switch (s.where) {
@@ -204,7 +212,7 @@ TEST_F(DistributedOptimizerTest, MatchesSingleProcessOnEveryLayout) {
             local[s.axis] /= tp;
             split = {s.axis, c.tp * local[s.axis]};
           }
-          store.add(s.name, local, s.group, s.shape, split);
+          store.add(s.name, local, s.group, s.shape, split, meta(s));
         }
         store.finalize();
         for (const Spec& s : mine) {

@@ -20,9 +20,10 @@ void build(ParamStore& s, Device dev) {
   s.add("wte", {10, 4}, ParamGroup::kEmbedding);
   for (int i = 0; i < 3; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
-    s.add(b + "attn.wq", {4, 5}, ParamGroup::kMatrix);
-    s.add(b + "mlp.fc", {4, 7}, ParamGroup::kMatrix);
-    s.add(b + "value.gain", {1}, ParamGroup::kScalar);
+    const ParamMeta m{.layer = i};
+    s.add(b + "attn.wq", {4, 5}, ParamGroup::kMatrix, {}, {}, m);
+    s.add(b + "mlp.fc", {4, 7}, ParamGroup::kMatrix, {}, {}, m);
+    s.add(b + "value.gain", {1}, ParamGroup::kScalar, {}, {}, m);
   }
   s.add("value.table", {10, 3}, ParamGroup::kValueTable);
   s.add("lm_head", {4, 10}, ParamGroup::kLmHead);

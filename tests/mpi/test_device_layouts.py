@@ -39,9 +39,19 @@ def datadir(tmp_path_factory):
     return out
 
 
+# A simplified block with the U-SPA bias, NeuTRENO and DenseFormer (Hkv = H for sas-p).
+VARIANTS = {"sas-p_uspa_neutreno_dense": ["--value", "neutreno", "--block", "sas-p", "--kv-heads",
+                                          "4", "--attn-bias", "uspa", "--dense"]}
+
+
 def train(datadir, out, mode, dp, tp, pp, device, steps=4, extra=()):
     global_batch = 4 * MICRO * SEQ
-    cmd = [VTRAIN, "train", "--data", str(datadir), *MODEL, "--value", mode,
+    flags = VARIANTS.get(mode, ["--value", mode])
+    model = list(MODEL)
+    if "--kv-heads" in flags:
+        k = model.index("--kv-heads")
+        del model[k:k + 2]
+    cmd = [VTRAIN, "train", "--data", str(datadir), *model, *flags,
            "--micro-batch", str(MICRO), "--global-batch", str(global_batch), "--steps", str(steps),
            "--tp", str(tp), "--pp", str(pp), "--eval-tokens", "1024", "--seed", "3",
            "--metrics", str(out / "m.jsonl"), "--ckpt-dir", str(out / "ckpt"), "--device",
@@ -65,7 +75,8 @@ def params_of(path):
     return out
 
 
-@pytest.mark.parametrize("mode", ["baseline", "bov", "resformer-dense", "value-embed"])
+@pytest.mark.parametrize("mode", ["baseline", "bov", "resformer-dense", "value-embed",
+                                  "sas-p_uspa_neutreno_dense"])
 def test_emulated_device_equals_cpu_on_every_layout(mode, datadir, tmp_path):
     failures = []
     for dp, tp, pp in LAYOUTS:

@@ -50,7 +50,7 @@ NS_POLAR = dict(
 
 
 def group_of(name):
-    """The optimizer group by parameter name (docs/model-conventions.md)."""
+    """The optimizer group by parameter name (docs/model.md)."""
     if name == "wte":
         return "embedding"
     if name == "lm_head":

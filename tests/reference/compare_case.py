@@ -156,6 +156,8 @@ def compare(path, loss_rtol: float = LOSS_RTOL, grad_rtol: float = GRAD_RTOL) ->
         params = {k: np.asarray(f["params"][k][...]) for k in f["params"].keys()}
         vgrads = {k: np.asarray(f["grads"][k][...]) for k in f["grads"].keys()}
         loss_vt = float(np.asarray(f["loss"][...]).reshape(()))
+        fixed = ({k: np.asarray(f["fixed"][k][...]) for k in f["fixed"].keys()}
+                 if "fixed" in f else {})
 
     _check_config(cfg, rep)
 
@@ -216,8 +218,25 @@ def compare(path, loss_rtol: float = LOSS_RTOL, grad_rtol: float = GRAD_RTOL) ->
     if not rep.ok:
         return rep
 
+    # Fixed tensors: the W0 of every reparameterized projection, and nothing else; the identity
+    # under reparam_init "" / "id", an orthogonal matrix under "orth" (the reference cannot
+    # redraw vtrain's random stream, so it checks the property instead).
+    want_fixed = sorted(k.replace("_resid", "").replace("attn.v", "attn.wv").replace(
+        "attn.o", "attn.wo") + "_base" for k in want if k.endswith(("v_resid", "o_resid")))
+    if sorted(fixed) != want_fixed:
+        rep.fail(f"/fixed holds {sorted(fixed)}, expected {want_fixed}")
+        return rep
+    for k, w0 in fixed.items():
+        w0 = w0.astype(np.float64)
+        if cfg.get("reparam_init") == "orth":
+            err = float(np.max(np.abs(w0 @ w0.T - np.eye(w0.shape[0]))))
+            if not err <= 1e-5:
+                rep.fail(f"/fixed/{k} is not orthogonal (max |W W^T - I| = {err:.2e})")
+        elif not np.array_equal(w0, np.eye(w0.shape[0])):
+            rep.fail(f"/fixed/{k} is not the identity")
+
     # Recompute in float64 from the stored float32 parameters.
-    loss_ref, rgrads = rm.loss_and_grads(params, inputs, targets, cfg)
+    loss_ref, rgrads = rm.loss_and_grads(params, inputs, targets, cfg, fixed=fixed)
     rep.loss_vtrain, rep.loss_ref = loss_vt, loss_ref
     rep.loss_rel_err = abs(loss_vt - loss_ref) / max(abs(loss_ref), 1e-30)
     if not rep.loss_rel_err <= loss_rtol:

@@ -59,6 +59,14 @@ def random_params(config: dict, seed: int = 0) -> dict[str, np.ndarray]:
             a = rng.normal(0.0, 1.0, shape)
         elif last == "gate_w":
             a = rng.uniform(-0.5, 0.5, shape)
+        elif last in ("alpha", "beta", "gamma", "v_skip", "v_resid", "o_skip", "o_resid",
+                      "attn_gain", "mlp_skip"):
+            a = 1.0 + 0.2 * rng.normal(size=shape)
+        elif last == "mlp_gain":
+            a = 0.1 + 0.05 * rng.normal(size=shape)
+        elif last == "dwa":
+            a = 0.3 * rng.normal(size=shape)
+            a[-1] = 1.0 + 0.2 * rng.normal()
         else:
             raise ValueError(f"no random init for {name}")
         out[name] = np.asarray(a, dtype=np.float32)

@@ -1,11 +1,13 @@
 """Independent JAX reference of the vtrain model family (the "oracle").
 
-Written from ../../shared/MODEL.md (the equations), docs/model-conventions.md (pinned choices,
-parameter names) and tests/reference/FORMAT.md (config keys) only. Everything is computed in
-float64 on the CPU with plain jnp ops: full T x T attention with an explicit mask, no fusion.
+Written from the model reference docs/model.md (equations, pinned choices, parameter names; it
+restates the specification MODEL.md) and tests/reference/FORMAT.md (config keys) only, never from the
+C++. Everything is computed in float64 on the CPU with plain jnp ops: full T x T attention with
+an explicit mask, every attention-matrix term (shaped attention's I and C, E-SPA/U-SPA biases
+from a generic Cholesky) as an explicit T x T matrix, no fusion.
 
 Public API:
-  VALUE_MODES, V1_MODES
+  VALUE_MODES, V1_MODES, BLOCK_SHAPES
   default_config(mode, ...)                -> config dict (the exporter's tiny default shape)
   resolve_targets(config)                  -> sorted list of target layers
   window_sizes(config, T)                  -> per-layer attention window W
@@ -45,7 +47,11 @@ VALUE_MODES = (
     "bov",
     "bov-add",
     "value-embed",
+    "neutreno",
 )
+
+BLOCK_SHAPES = ("prenorm", "parallel", "vskipinit", "sas", "sas-p")
+SIMPLIFIED = frozenset({"sas", "sas-p"})
 
 # Modes whose target layers read V1 (layer 0's context value). Layer 0 is never their target.
 V1_MODES = frozenset(
@@ -58,13 +64,14 @@ V1_MODES = frozenset(
         "resformer-dense",
         "svformer",
         "v1",
+        "neutreno",
     }
 )
 
 # Modes whose target layers store no W_V (the value never comes from n_i W_V^i there).
 NO_WV_ON_TARGET = frozenset({"svformer", "v1", "bov"})
 
-# Constants fixed by MODEL.md (compare_case checks that a case's config agrees with them).
+# Constants fixed by the model reference (compare_case checks that a case's config agrees with them).
 SPEC_CONSTANTS = {
     "rope_base": 100000.0,
     "norm_eps": 1e-6,
@@ -75,7 +82,7 @@ SPEC_CONSTANTS = {
     "value_embed_gate_scale": 3.0,
 }
 
-# Fixed mixing coefficients (l1 on V1, l2 on the context value) from MODEL.md section 2.
+# Fixed mixing coefficients (l1 on V1, l2 on the context value) from docs/model.md, "Value paths".
 FIXED_COEFFS = {
     "resformer-identity": (0.5, 0.5),
     "resformer-constant": (2.0, 1.0),
@@ -94,6 +101,7 @@ def default_config(
     detach_v1: bool = False,
     shared_table: bool = False,
     bov_add_fixed: bool = False,
+    block: str = "prenorm",
     **overrides,
 ) -> dict:
     """The exporter's default tiny config (6 layers, d 64, 4 heads, 2 KV heads, hd 16,
@@ -121,6 +129,15 @@ def default_config(
         "bov_add_fixed": bool(bov_add_fixed),
         "value_embed_gate_channels": SPEC_CONSTANTS["value_embed_gate_channels"],
         "value_embed_gate_scale": SPEC_CONSTANTS["value_embed_gate_scale"],
+        "block": block,
+        "norm_none": False,
+        "qk_norm": block not in SIMPLIFIED,
+        "reparam_init": "",
+        "attn_bias": "",
+        "dense": False,
+        "dense_dilation": 1,
+        "dense_period": 1,
+        "neutreno_lambda": 0.4,
     }
     cfg.update(overrides)
     if "vocab_size" in overrides and "vocab_padded" not in overrides:
@@ -136,7 +153,7 @@ def default_config(
 
 def _default_spec(mode: str) -> str:
     if mode in ("resformer-identity", "resformer-constant", "resformer-learnable",
-                "resformer-plus", "resformer-dense", "svformer"):
+                "resformer-plus", "resformer-dense", "svformer", "neutreno"):
         return "all"
     if mode in ("resformer-sparse", "v1", "x0v", "bov", "bov-add"):
         return "last-third"
@@ -219,6 +236,46 @@ def window_sizes(config: dict, T: int) -> list[int]:
     return out
 
 
+def dense_inputs(config: dict, i: int) -> list[int]:
+    """DenseFormer: the j of x_j averaged after block i (x_0 = embedding output, x_j = output of
+    block j-1), or [] when block i has no average (its (i+1) is not a multiple of the period)."""
+    k = int(config.get("dense_dilation", 1))
+    per = int(config.get("dense_period", 1))
+    if (i + 1) % per != 0:
+        return []
+    return [j for j in range(i + 2) if (i + 1 - j) % k == 0]
+
+
+def spa_rho(layer: int, L: int) -> float:
+    """Depth schedule of E-SPA/U-SPA (docs/model.md): rho_l = 0.8 (l+1)/L, rho_{-1} = 0."""
+    return 0.0 if layer < 0 else 0.8 * (layer + 1) / L
+
+
+def spa_kernel(kind: str, rho: float, T: int) -> np.ndarray:
+    i = np.arange(T)
+    if kind == "uspa":
+        return (1.0 - rho) * np.eye(T) + rho * np.ones((T, T))
+    if kind == "espa":
+        if rho == 0.0:
+            return np.eye(T)
+        gamma = -math.log(rho)  # exp(-gamma) = rho, the neighbour correlation
+        return np.exp(-gamma * np.abs(i[:, None] - i[None, :]))
+    raise ValueError(f"unknown attention bias {kind!r}")
+
+
+def spa_bias(config: dict, layer: int, T: int) -> np.ndarray:
+    """B_l = log(L_l L_{l-1}^{-1}) on the causal triangle (-inf where not positive), from a
+    generic Cholesky of the target kernels."""
+    kind = config["attn_bias"]
+    L = int(config["n_layer"])
+    Lc = np.linalg.cholesky(spa_kernel(kind, spa_rho(layer, L), T))
+    Lp = np.linalg.cholesky(spa_kernel(kind, spa_rho(layer - 1, L), T))
+    A = np.linalg.solve(Lp.T, Lc.T).T  # A Lp = Lc
+    with np.errstate(divide="ignore"):
+        B = np.where(A > 0, np.log(np.where(A > 0, A, 1.0)), -np.inf)
+    return np.tril(B)
+
+
 # ----------------------------------------------------------------------------------------
 # Parameters
 # ----------------------------------------------------------------------------------------
@@ -245,15 +302,45 @@ def expected_param_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     gc = int(config.get("value_embed_gate_channels", 12))
 
     shapes: dict[str, tuple[int, ...]] = {"wte": (Vp, d), "lm_head": (d, Vp)}
+    block = config.get("block", "prenorm")
+    if block not in BLOCK_SHAPES:
+        raise ValueError(f"unknown block shape {block!r}")
     for i in range(L):
         p = f"blocks.{i}."
         shapes[p + "attn.wq"] = (d, H * hd)
         shapes[p + "attn.wk"] = (d, kvw)
-        if not (i in tset and mode in NO_WV_ON_TARGET):
-            shapes[p + "attn.wv"] = (d, kvw)
-        shapes[p + "attn.wo"] = (H * hd, d)
+        has_v = not (i in tset and mode in NO_WV_ON_TARGET)
+        if block in SIMPLIFIED:
+            # Identity projections times a gain; layer 0 (every layer with reparam_init) adds
+            # the reparameterization s W0 + r dW, dW stored under the matrix's name.
+            rep = i == 0 or bool(config.get("reparam_init"))
+            for what, present in (("v", has_v), ("o", True)):
+                if not present:
+                    continue
+                shapes[p + f"attn.{what}_skip"] = (1,)
+                if rep:
+                    shapes[p + f"attn.w{what}"] = (d, d)
+                    shapes[p + f"attn.{what}_resid"] = (1,)
+            shapes[p + "attn.alpha"] = (H,)
+            shapes[p + "attn.beta"] = (H,)
+            shapes[p + "attn.gamma"] = (H,)
+            shapes[p + "attn_gain"] = (1,)
+            shapes[p + "mlp_gain"] = (1,)
+            if block == "sas":
+                shapes[p + "mlp_skip"] = (1,)
+        else:
+            if has_v:
+                shapes[p + "attn.wv"] = (d, kvw)
+            shapes[p + "attn.wo"] = (H * hd, d)
+            if block == "vskipinit":
+                shapes[p + "attn.alpha"] = (H,)
+                shapes[p + "attn.beta"] = (H,)
         shapes[p + "mlp.fc"] = (d, hidden)
         shapes[p + "mlp.proj"] = (hidden, d)
+        if config.get("dense"):
+            inputs = dense_inputs(config, i)
+            if inputs:
+                shapes[p + "dwa"] = (len(inputs),)
         if i not in tset:
             continue
         v = p + "value."
@@ -319,8 +406,35 @@ def window_mask(T: int, W: int):
     return (diff >= 0) & (diff < W)  # (T, T) bool, [query, key]
 
 
-def attention(n, v, wq, wk, wo, config, W):
-    """n: normed input (B, T, d); v: value (B, T, Hkv*hd). Returns (B, T, d)."""
+def attention_matrices(q, k, config, W, layer, gains):
+    """Per-head attention matrices (B, H, T, T): softmax(q.k/sqrt(hd) + bias) under the causal
+    window mask, then alpha*I + beta*A - gamma*C (shaped attention; gains absent: A itself)."""
+    T, hd = q.shape[1], q.shape[3]
+    scores = jnp.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)
+    if config.get("attn_bias"):
+        scores = scores + jnp.asarray(spa_bias(config, layer, T))[None, None]
+    mask = window_mask(T, W)
+    scores = jnp.where(jnp.asarray(mask)[None, None], scores, -jnp.inf)
+    A = jax.nn.softmax(scores, axis=-1)
+    alpha, beta, gamma = gains
+    if alpha is None and beta is None and gamma is None:
+        return A
+    # C: what softmax gives when every logit is 0 under the same mask (uniform over the visible
+    # keys), the "uniform causal" matrix under full context.
+    C = mask / mask.sum(axis=1, keepdims=True)
+    I = np.eye(T)
+    M = 0.0
+    if alpha is not None:
+        M = M + alpha[None, :, None, None] * jnp.asarray(I)[None, None]
+    M = M + (beta[None, :, None, None] if beta is not None else 1.0) * A
+    if gamma is not None:
+        M = M - gamma[None, :, None, None] * jnp.asarray(C)[None, None]
+    return M
+
+
+def attention(n, v, p, b, config, W, layer, v1=None, lam=0.0, fixed=None):
+    """n: attention input (B, T, d); v: value (B, T, Hkv*hd). Returns the sub-layer output (B, T, d)
+    after the output projection."""
     B, T, _ = n.shape
     H = int(config["n_head"])
     Hkv = int(config["n_kv_head"])
@@ -329,21 +443,34 @@ def attention(n, v, wq, wk, wo, config, W):
     qs = float(config["qk_norm_scale"])
     base = float(config["rope_base"])
     assert H % Hkv == 0
-    q = (n @ wq).reshape(B, T, H, hd)
-    k = (n @ wk).reshape(B, T, Hkv, hd)
-    v = v.reshape(B, T, Hkv, hd)
-    q = qs * rms_norm(rope(q, base), eps)
-    k = qs * rms_norm(rope(k, base), eps)
+    q = rope((n @ p[b + "attn.wq"]).reshape(B, T, H, hd), base)
+    k = rope((n @ p[b + "attn.wk"]).reshape(B, T, Hkv, hd), base)
+    if config.get("qk_norm", True):
+        q = qs * rms_norm(q, eps)
+        k = qs * rms_norm(k, eps)
     group = H // Hkv
     kv_of_head = np.arange(H) // group  # query head h uses KV head h // (H/Hkv)
     k = k[:, :, kv_of_head, :]
-    v = v[:, :, kv_of_head, :]
-    scores = jnp.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)
-    mask = jnp.asarray(window_mask(T, W))[None, None]
-    scores = jnp.where(mask, scores, -jnp.inf)
-    probs = jax.nn.softmax(scores, axis=-1)
-    y = jnp.einsum("bhts,bshd->bthd", probs, v).reshape(B, T, H * hd)
-    return y @ wo
+    vh = v.reshape(B, T, Hkv, hd)[:, :, kv_of_head, :]
+    gains = tuple(p.get(b + "attn." + g) for g in ("alpha", "beta", "gamma"))
+    M = attention_matrices(q, k, config, W, layer, gains)
+    y = jnp.einsum("bhts,bshd->bthd", M, vh)
+    if lam != 0.0:  # NeuTRENO: A v + lam (V1 - v), per query head from its KV head
+        v1h = v1.reshape(B, T, Hkv, hd)[:, :, kv_of_head, :]
+        y = y + lam * (v1h - vh)
+    return project(y.reshape(B, T, H * hd), p, b, "o", fixed)
+
+
+def project(x, p, b, what, fixed):
+    """The V ("v") or O ("o") projection of block prefix b: a matrix, the identity times a gain,
+    or the reparameterization x (s W0 + r dW) with W0 fixed."""
+    w, skip, resid = b + f"attn.w{what}", b + f"attn.{what}_skip", b + f"attn.{what}_resid"
+    if resid in p:
+        W0 = jnp.asarray(fixed[b + f"attn.w{what}_base"], dtype=jnp.float64)
+        return x @ (p[skip][0] * W0 + p[resid][0] * p[w])
+    if skip in p:
+        return p[skip][0] * x
+    return x @ p[w]
 
 
 def mlp(n, fc, proj):
@@ -355,14 +482,18 @@ def _scalar(p):
     return p[0]
 
 
-def forward_logits(params, inputs, config, v1_override=None):
+def forward_logits(params, inputs, config, v1_override=None, fixed=None):
     """Logits over the real vocabulary after the soft-cap, shape (B, T, V).
 
     v1_override (tests only): a fixed array used wherever later layers read V1, to check
-    detach-v1 gradients against finite differences of the loss with V1 held constant."""
+    detach-v1 gradients against finite differences of the loss with V1 held constant.
+    fixed: untrained tensors (the W0 of reparameterized projections), by name."""
     mode = config["value_mode"]
     if mode not in VALUE_MODES:
         raise ValueError(f"unknown value_mode {mode!r}")
+    block = config.get("block", "prenorm")
+    if block not in BLOCK_SHAPES:
+        raise ValueError(f"unknown block shape {block!r}")
     L = int(config["n_layer"])
     V = int(config["vocab_size"])
     Hkv = int(config["n_kv_head"])
@@ -371,11 +502,14 @@ def forward_logits(params, inputs, config, v1_override=None):
     cap = float(config["logit_softcap"])
     detach = bool(config.get("detach_v1", False))
     shared = bool(config.get("shared_table", False))
-    fixed = bool(config.get("bov_add_fixed", False))
+    fixed_coef = bool(config.get("bov_add_fixed", False))
     gc = int(config.get("value_embed_gate_channels", 12))
     gscale = float(config.get("value_embed_gate_scale", 3.0))
+    norm_none = bool(config.get("norm_none", False))
+    dense = bool(config.get("dense", False))
     targets = resolve_targets(config)
     tpos = {layer: k for k, layer in enumerate(targets)}
+    fixed = fixed or {}
 
     p = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in params.items()}
     inputs = jnp.asarray(inputs)
@@ -384,23 +518,29 @@ def forward_logits(params, inputs, config, v1_override=None):
 
     x0 = rms_norm(p["wte"][inputs], eps)  # (B, T, d)
     x = x0
+    xs = [x0]  # DenseFormer: x_0 and the block outputs
     v1 = None  # layer 0's context value, as read by later layers
     ctx_values = []  # resformer-dense: V_j = n_j W_V^j (context values), as read later
 
     for i in range(L):
         b = f"blocks.{i}."
-        n = rms_norm(x, eps)
+        # The block's pre-norm(s); --norm none keeps them in layer 0 only.
+        keep_norm = not (norm_none and i > 0)
+        nrm = (lambda z: rms_norm(z, eps)) if keep_norm else (lambda z: z)
+        n = nrm(x)
+        has_v = (b + "attn.wv") in p or (b + "attn.v_skip") in p
         ctx = None
-        if (b + "attn.wv") in p:
-            ctx = n @ p[b + "attn.wv"]
+        is_target = i in tpos
+        if has_v:
+            src = x0 if (is_target and mode == "x0v") else n
+            ctx = project(src, p, b, "v", fixed)
         if i == 0 and mode in V1_MODES:
             v1 = jax.lax.stop_gradient(ctx) if detach else ctx
             if v1_override is not None:
                 v1 = jnp.asarray(v1_override, dtype=jnp.float64)
-        is_target = i in tpos
         vp = b + "value."
 
-        if not is_target:
+        if not is_target or mode == "neutreno":
             v = ctx
         elif mode in FIXED_COEFFS:
             l1, l2 = FIXED_COEFFS[mode]
@@ -420,12 +560,12 @@ def forward_logits(params, inputs, config, v1_override=None):
         elif mode == "v1":
             v = _scalar(p[vp + "gain"]) * v1
         elif mode == "x0v":
-            v = _scalar(p[vp + "gain"]) * (x0 @ p[b + "attn.wv"])
+            v = _scalar(p[vp + "gain"]) * ctx
         elif mode == "bov":
             table = p["value.table"] if shared else p[vp + "table"]
             v = _scalar(p[vp + "gain"]) * table[inputs]
         elif mode == "bov-add":
-            if fixed:
+            if fixed_coef:
                 a, bb = BOV_ADD_FIXED
             else:
                 a, bb = _scalar(p[vp + "a"]), _scalar(p[vp + "b"])
@@ -441,18 +581,43 @@ def forward_logits(params, inputs, config, v1_override=None):
             # V_j read by later layers is the context value; V_0 (= V1) obeys detach-v1.
             ctx_values.append(v1 if i == 0 else ctx)
 
-        x = x + attention(n, v, p[b + "attn.wq"], p[b + "attn.wk"], p[b + "attn.wo"],
-                          config, windows[i])
-        x = x + mlp(rms_norm(x, eps), p[b + "mlp.fc"], p[b + "mlp.proj"])
+        lam = float(config.get("neutreno_lambda", 0.4)) if (mode == "neutreno" and is_target) else 0.0
+
+        def attn(z):
+            return attention(z, v, p, b, config, windows[i], i, v1, lam, fixed)
+
+        def mlp_of(z):
+            return mlp(z, p[b + "mlp.fc"], p[b + "mlp.proj"])
+
+        if block == "prenorm":
+            x = x + attn(n)
+            x = x + mlp_of(nrm(x))
+        elif block == "parallel":
+            x = x + attn(n) + mlp_of(n)
+        elif block == "vskipinit":
+            x = attn(n)
+            x = x + mlp_of(nrm(x))
+        elif block == "sas":
+            x = _scalar(p[b + "attn_gain"]) * attn(n)
+            x = _scalar(p[b + "mlp_skip"]) * x + _scalar(p[b + "mlp_gain"]) * mlp_of(nrm(x))
+        else:  # sas-p
+            x = _scalar(p[b + "attn_gain"]) * attn(n) + _scalar(p[b + "mlp_gain"]) * mlp_of(n)
+
+        if dense:
+            xs.append(x)
+            inputs_i = dense_inputs(config, i)
+            if inputs_i:
+                a = p[b + "dwa"]
+                x = sum(a[k] * xs[j] for k, j in enumerate(inputs_i))
 
     logits = rms_norm(x, eps) @ p["lm_head"]  # (B, T, Vp)
     logits = logits[..., :V]  # padded columns never reach the softmax
     return cap * jnp.tanh(logits / cap)
 
 
-def loss_fn(params, inputs, targets, config, v1_override=None):
+def loss_fn(params, inputs, targets, config, v1_override=None, fixed=None):
     """Mean over all (batch, position) of the cross-entropy, in nats."""
-    logits = forward_logits(params, inputs, config, v1_override)
+    logits = forward_logits(params, inputs, config, v1_override, fixed)
     targets = jnp.asarray(targets)
     lse = jax.scipy.special.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
@@ -460,17 +625,34 @@ def loss_fn(params, inputs, targets, config, v1_override=None):
 
 
 @functools.partial(jax.jit, static_argnums=3)
-def _jit_value_and_grad(params, inputs, targets, config_json):
-    return jax.value_and_grad(loss_fn)(params, inputs, targets, json.loads(config_json))
+def _jit_value_and_grad(params, inputs, targets, config_json, fixed):
+    return jax.value_and_grad(loss_fn)(params, inputs, targets, json.loads(config_json), None,
+                                       fixed)
 
 
-def loss_and_grads(params, inputs, targets, config, jit: bool = True):
-    """(loss, {name: dloss/dparam}) in float64. With jit, compiled code is cached per config."""
+def default_fixed(config: dict) -> dict:
+    """The W0 of every reparameterized projection when reparam_init is "" or "id": the
+    identity (reparam_init "orth" draws them at random: the caller must pass them)."""
+    if config.get("reparam_init") == "orth":
+        raise ValueError("reparam_init orth: pass the orthogonal W0 matrices as `fixed`")
+    d = int(config["n_embd"])
+    return {k.replace("_resid", "_base").replace("attn.v_", "attn.wv_").replace("attn.o_", "attn.wo_"):
+            np.eye(d) for k in expected_param_shapes(config) if k.endswith(("v_resid", "o_resid"))}
+
+
+def loss_and_grads(params, inputs, targets, config, jit: bool = True, fixed=None):
+    """(loss, {name: dloss/dparam}) in float64. With jit, compiled code is cached per config.
+    fixed: untrained tensors by name (the W0 of reparameterized projections; default: the
+    identity, see default_fixed)."""
+    if fixed is None:
+        fixed = default_fixed(config)
     p64 = {k: jnp.asarray(np.asarray(v, dtype=np.float64)) for k, v in params.items()}
+    f64 = {k: jnp.asarray(np.asarray(v, dtype=np.float64)) for k, v in (fixed or {}).items()}
     inputs = jnp.asarray(np.asarray(inputs, dtype=np.int32))
     targets = jnp.asarray(np.asarray(targets, dtype=np.int32))
     if jit:
-        loss, grads = _jit_value_and_grad(p64, inputs, targets, json.dumps(config, sort_keys=True))
+        loss, grads = _jit_value_and_grad(p64, inputs, targets, json.dumps(config, sort_keys=True),
+                                          f64)
     else:
-        loss, grads = jax.value_and_grad(loss_fn)(p64, inputs, targets, config)
+        loss, grads = jax.value_and_grad(loss_fn)(p64, inputs, targets, config, None, f64)
     return float(loss), {k: np.asarray(g, dtype=np.float64) for k, g in grads.items()}

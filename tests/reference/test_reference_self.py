@@ -57,6 +57,15 @@ FD_CASES = [(m, {}) for m in rm.VALUE_MODES] + [
     ("x0v", {"value_layers": "all"}),
     ("resformer-sparse", {"value_layers": "every-other"}),
     ("v1", {"value_layers": "1,3"}),
+    # Block shapes (sas/sas-p need n_kv_head = n_head) and DenseFormer.
+    ("baseline", {"block": "parallel"}),
+    ("neutreno", {"block": "vskipinit"}),
+    ("baseline", {"block": "sas", "n_kv_head": 2, "qk_norm": False}),
+    ("x0v", {"block": "sas-p", "n_kv_head": 2, "qk_norm": False, "norm_none": True}),
+    ("baseline", {"block": "sas", "n_kv_head": 2, "qk_norm": False, "attn_bias": "espa",
+                  "reparam_init": "id"}),
+    ("baseline", {"block": "sas-p", "n_kv_head": 2, "qk_norm": False, "attn_bias": "uspa"}),
+    ("bov", {"dense": True, "dense_dilation": 2, "dense_period": 2}),
 ]
 
 
@@ -144,6 +153,54 @@ def assert_grads_close(ga, gb, names, rtol=1e-10):
 
 def _common(ga, gb):
     return sorted(set(ga) & set(gb))
+
+
+def test_shaped_attention_with_zero_queries_is_the_identity():
+    # W_Q = 0: A equals C (uniform over the visible keys), so I + A - C = I (docs/model.md).
+    T, W = 9, 4
+    q = jnp.zeros((1, T, 2, 4))
+    k = jnp.asarray(np.random.default_rng(0).normal(size=(1, T, 2, 4)))
+    one = jnp.ones(2)
+    cfg = {"attn_bias": ""}
+    M = rm.attention_matrices(q, k, cfg, W, 0, (one, one, one))
+    assert np.allclose(np.asarray(M), np.eye(T)[None, None], atol=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["espa", "uspa"])
+def test_spa_bias_propagates_the_target_kernel(kind):
+    # exp(B_l) = A_l on the causal triangle, and A_l Sigma_{l-1} A_l^T = Sigma_l layer by layer.
+    L, T = 4, 12
+    cfg = {"attn_bias": kind, "n_layer": L}
+    prev = np.eye(T)
+    for layer in range(L):
+        A = np.exp(rm.spa_bias(cfg, layer, T)) * np.tri(T)
+        assert np.all(A >= 0)
+        want = rm.spa_kernel(kind, rm.spa_rho(layer, L), T)
+        assert np.allclose(A @ prev @ A.T, want, atol=1e-10), (kind, layer)
+        prev = want
+    assert math.isclose(rm.spa_rho(L - 1, L), 0.8)
+
+
+def test_dense_starting_weights_equal_the_plain_network():
+    cfg_d = small_config("bov", dense=True, dense_dilation=2)
+    cfg_p = small_config("bov")
+    params, inputs, targets = setup(cfg_p, seed=4)
+    pd = dict(params)
+    for i in range(cfg_d["n_layer"]):
+        n = len(rm.dense_inputs(cfg_d, i))
+        pd[f"blocks.{i}.dwa"] = np.eye(n)[-1]
+    la, _ = lg(pd, inputs, targets, cfg_d)
+    lb, _ = lg(params, inputs, targets, cfg_p)
+    assert abs(la - lb) <= 1e-12 * abs(lb)
+
+
+def test_neutreno_with_zero_lambda_equals_baseline():
+    cfg_n = small_config("neutreno", neutreno_lambda=0.0)
+    cfg_b = small_config("baseline")
+    params, inputs, targets = setup(cfg_b, seed=5)
+    ga, gb = assert_same(lg(params, inputs, targets, cfg_n), lg(params, inputs, targets, cfg_b),
+                         "neutreno lam=0")
+    assert_grads_close(ga, gb, _common(ga, gb))
 
 
 def test_learnable_half_half_equals_identity():

@@ -8,6 +8,7 @@
 
 #include "core/arena.h"
 #include "core/backend.h"
+#include "core/rng.h"
 #include "model/config.h"
 #include "model/gpt.h"
 #include "optim/distributed_optimizer.h"
@@ -45,14 +46,29 @@ inline void pattern_batch(const ModelConfig& cfg, int B, int step, std::vector<i
     }
 }
 
+// perturb > 0 moves every parameter off its init by N(0, perturb) (scalars and gains by
+// N(0, 4 perturb)), the same numbers on every device: at init some gradients vanish in exact
+// arithmetic (scale-invariant gains in front of a norm, W_O = 0), and comparing their rounding
+// noise between backends tests nothing.
 inline StepRun run_steps(const ModelConfig& cfg, Device device, DType act, int steps, int B,
-                         uint64_t seed = 1234, double lr_scale = 1.0) {
+                         uint64_t seed = 1234, double lr_scale = 1.0, double perturb = 0.0) {
   StepRun r;
   ParamStore store;
   GPT model(cfg);
   model.register_params(store);
   store.finalize(device, act);
   model.init_params(seed);
+  if (perturb > 0) {
+    std::vector<float> host = store.params_tensor().to_host_f32();
+    Rng rng(seed ^ 0x5eedULL);
+    for (const ParamInfo& p : store.infos()) {
+      const double amp = p.group == ParamGroup::kScalar ? 4 * perturb : perturb;
+      for (int64_t i = 0; i < p.numel(); ++i)
+        host[p.offset + i] += static_cast<float>(rng.normal(0.0, amp));
+    }
+    store.params_tensor().copy_from(Tensor::view(host.data(), {store.total_numel()}));
+    store.refresh_compute_copy();
+  }
   ProcessGrid grid(self_communicator(), GridShape{});
   optim::OptimizerConfig oc = optim::OptimizerConfig::defaults(cfg.n_embd);
   oc.muon.lr *= lr_scale;

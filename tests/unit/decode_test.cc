@@ -16,10 +16,8 @@ namespace {
 
 ModelConfig tiny(ValueMode mode) { return testing::tiny_config(mode, 24); }
 
-class DecodeModes : public ::testing::TestWithParam<ValueMode> {};
-
-TEST_P(DecodeModes, MatchesFullForward) {
-  ModelConfig cfg = tiny(GetParam());
+// Token-by-token decoding of cfg equals the full-sequence forward (max |logit diff| < 2e-4).
+void expect_decoding_matches(const ModelConfig& cfg, const std::string& what) {
   ParamStore store;
   GPT model(cfg);
   model.register_params(store);
@@ -49,8 +47,25 @@ TEST_P(DecodeModes, MatchesFullForward) {
       max_err = std::max(max_err, static_cast<double>(std::fabs(full - l[c])));
     }
   }
-  EXPECT_LT(max_err, 2e-4) << value_mode_name(GetParam());
+  EXPECT_LT(max_err, 2e-4) << what;
 }
+
+class DecodeModes : public ::testing::TestWithParam<ValueMode> {};
+
+TEST_P(DecodeModes, MatchesFullForward) {
+  expect_decoding_matches(tiny(GetParam()), value_mode_name(GetParam()));
+}
+
+// Block shapes (shaped attention through the running window sum, identity/reparameterized
+// projections, the E-SPA bias), NeuTRENO and DenseFormer, with a window shorter than T.
+class DecodeShapes : public ::testing::TestWithParam<testing::Variant> {};
+
+TEST_P(DecodeShapes, MatchesFullForward) {
+  expect_decoding_matches(testing::variant_config(GetParam(), 24), GetParam().name);
+}
+
+INSTANTIATE_TEST_SUITE_P(Blocks, DecodeShapes, ::testing::ValuesIn(testing::block_variants()),
+                         [](const auto& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(AllModes, DecodeModes, ::testing::ValuesIn(all_value_modes()),
                          [](const auto& info) {

@@ -111,6 +111,29 @@ INSTANTIATE_TEST_SUITE_P(
       return s;
     });
 
+// Every block shape (with its options, NeuTRENO and DenseFormer) on the emulated device equals
+// the CPU exactly: forward, backward and three training steps.
+class EmulatedShapes : public Emulated, public ::testing::WithParamInterface<testing::Variant> {};
+
+TEST_P(EmulatedShapes, TrainingStepsEqualCpu) {
+  const ModelConfig cfg = testing::variant_config(GetParam());
+  const double lr = GetParam().lr_scale;
+  const testing::StepRun cpu = testing::run_steps(cfg, Device::kCPU, DType::kF32, 3, 2, 1234, lr);
+  const testing::StepRun dev = testing::run_steps(cfg, Device::kCUDA, DType::kF32, 3, 2, 1234, lr);
+  for (double l : cpu.losses) ASSERT_TRUE(std::isfinite(l)) << "training diverged";
+  EXPECT_EQ(cpu.losses, dev.losses);
+  ASSERT_EQ(cpu.first_grads.size(), dev.first_grads.size());
+  for (size_t i = 0; i < cpu.first_grads.size(); ++i)
+    ASSERT_EQ(cpu.first_grads[i], dev.first_grads[i]) << testing::param_at(cpu, i);
+  for (size_t i = 0; i < cpu.final_params.size(); ++i)
+    ASSERT_EQ(cpu.final_params[i], dev.final_params[i]) << testing::param_at(cpu, i);
+}
+
+INSTANTIATE_TEST_SUITE_P(Blocks, EmulatedShapes, ::testing::ValuesIn(testing::block_variants()),
+                         [](const ::testing::TestParamInfo<testing::Variant>& i) {
+                           return i.param.name;
+                         });
+
 // Whole training steps (forward, backward, Muon + AdamW) on the emulated device equal the CPU.
 TEST_F(Emulated, TrainingStepsEqualCpu) {
   for (ValueMode mode : {ValueMode::kBaseline, ValueMode::kBov, ValueMode::kValueEmbed}) {
@@ -158,9 +181,14 @@ TEST_F(Emulated, Bf16TrainingLossFalls) {
 // The start-up memory estimate's activation term against what a forward pass really keeps on
 // the (emulated) device, with and without recomputation: within 25%.
 TEST_F(Emulated, MemoryEstimateMatchesForwardActivations) {
-  for (ValueMode mode : {ValueMode::kBaseline, ValueMode::kBov}) {
+  std::vector<std::pair<std::string, ModelConfig>> cfgs = {
+      {"baseline", testing::tiny_config(ValueMode::kBaseline, 64)},
+      {"bov", testing::tiny_config(ValueMode::kBov, 64)}};
+  for (const testing::Variant& v : testing::block_variants())
+    if (v.name == "sas" || v.name == "vskipinit_neutreno" || v.name == "dense_bov")
+      cfgs.push_back({v.name, testing::variant_config(v, 64)});
+  for (const auto& [name, cfg] : cfgs) {
     for (bool recompute : {false, true}) {
-      const ModelConfig cfg = testing::tiny_config(mode, 64);
       const int B = 4;
       ParamStore store;
       GPT model(cfg);
@@ -180,7 +208,7 @@ TEST_F(Emulated, MemoryEstimateMatchesForwardActivations) {
                                          DType::kBF16, recompute)
                              .activations;
       EXPECT_NEAR(measured, est, 0.25 * est)
-          << value_mode_name(mode) << (recompute ? " recompute" : "") << ": measured "
+          << name << (recompute ? " recompute" : "") << ": measured "
           << measured << " estimated " << est;
     }
   }

@@ -8,6 +8,7 @@
 #include "core/rng.h"
 #include "model/gpt.h"
 #include "model_test_util.h"
+#include "model/flops.h"
 #include "model/init.h"
 
 namespace vt {
@@ -78,6 +79,34 @@ TEST(Model, BovFirstForwardEqualsX0v) {
   EXPECT_GT(std::fabs(lb - l0), 1e-5) << "the value path must matter for this check to mean anything";
 }
 
+// FLOPs follow the block shape: identity value/output projections do no matmul (sas: layers
+// >= 1), a reparameterized projection multiplies one matrix (layer 0; every layer with
+// --reparam-init), so SAS has 2 d^2 fewer matmul weights per layer >= 1 than prenorm.
+TEST(Model, MatmulWeightsFollowTheBlockShape) {
+  ModelConfig pre = tiny(ValueMode::kBaseline);
+  pre.n_kv_head = pre.n_head;
+  ASSERT_TRUE(pre.finalize().ok());
+  ModelConfig sas = pre;
+  sas.block = BlockShapeKind::kSas;
+  ASSERT_TRUE(sas.finalize().ok());
+  const int64_t C = pre.n_embd;
+  EXPECT_EQ(matmul_params(pre) - matmul_params(sas), int64_t{pre.n_layer - 1} * 2 * C * C);
+  ModelConfig rep = sas;
+  rep.reparam_init = "id";
+  ASSERT_TRUE(rep.finalize().ok());
+  EXPECT_EQ(matmul_params(rep), matmul_params(pre));
+  // bov target layers (last third: 4, 5) have no W_V matmul either, on any shape.
+  ModelConfig bov = sas;
+  bov.value_mode = ValueMode::kBov;
+  ASSERT_TRUE(bov.finalize().ok());
+  EXPECT_EQ(matmul_params(bov), matmul_params(sas));  // identity V: nothing to remove
+  ModelConfig pre_bov = pre;
+  pre_bov.value_mode = ValueMode::kBov;
+  ASSERT_TRUE(pre_bov.finalize().ok());
+  EXPECT_EQ(matmul_params(pre) - matmul_params(pre_bov), 2 * C * C);
+  EXPECT_LT(flops_per_token(sas), flops_per_token(pre));
+}
+
 TEST(Model, LossAtInitIsNearLogVocab) {
   auto m = build(tiny(ValueMode::kBaseline));
   const double l = mean_loss(*m->model, 2, 32, 9, 251);
@@ -89,7 +118,8 @@ TEST(Model, InitSlicesAreLayoutIndependent) {
   ParamInfo info;
   info.name = "blocks.1.attn.wq";
   info.global_shape = {64, 64};
-  auto global = init_global_param(c, info.name, info.global_shape, 3);
+  const InitRule rule = InitRule::uniform(-0.2, 0.2);
+  auto global = generate_init(rule, info.name, 64 * 64, 3);
   // Column slice 32..63 (TP rank 1 of 2).
   info.shape = {64, 32};
   info.split = {1, 32};
@@ -98,8 +128,9 @@ TEST(Model, InitSlicesAreLayoutIndependent) {
   for (int r = 0; r < 64; ++r)
     for (int col = 0; col < 32; ++col) ASSERT_EQ(local[r * 32 + col], global[r * 64 + 32 + col]);
   // Same name, same seed: same numbers; different seed: different numbers.
-  EXPECT_EQ(init_global_param(c, info.name, info.global_shape, 3), global);
-  EXPECT_NE(init_global_param(c, info.name, info.global_shape, 4), global);
+  EXPECT_EQ(generate_init(rule, info.name, 64 * 64, 3), global);
+  EXPECT_NE(generate_init(rule, info.name, 64 * 64, 4), global);
+  (void)c;
 }
 
 }  // namespace

@@ -1,0 +1,26 @@
+// The fixed attention-logit biases of --attn-bias espa|uspa (docs/model.md, "E-SPA and U-SPA";
+// He et al. 2023, "Deep Transformers without Shortcuts"). Layer l's bias is B_l = log A_l on the
+// causal triangle, A_l = L_l L_{l-1}^{-1} with L_l the Cholesky factor of the target kernel
+// Sigma_l, so that with W_Q = 0 the softmax matrix is A_l up to a per-row scale (which the
+// next pre-norm removes). Sigma_{-1} = I (the embedding's positions start uncorrelated);
+//   uspa: Sigma_l = (1 - rho_l) I + rho_l 1 1^T
+//   espa: Sigma_l[i][j] = exp(-gamma_l |i - j|) with exp(-gamma_l) = rho_l
+// and the depth schedule rho_l = kSpaRhoMax * (l + 1) / L (docs/model.md says why). Both
+// Cholesky factors and the products are formed in closed form, O(T^2) per layer.
+#pragma once
+#include <vector>
+
+#include "model/config.h"
+
+namespace vt {
+
+constexpr double kSpaRhoMax = 0.8;
+
+// rho_l of layer l (0-based) of n_layer layers; rho_{-1} = 0.
+double spa_rho(int layer, int n_layer);
+// A_l (T x T, row-major [query][key], zero above the diagonal) in double.
+std::vector<double> spa_attention_matrix(const std::string& kind, int layer, int n_layer, int T);
+// B_l = log A_l on the causal triangle (-inf where A_l is 0), 0 above it; f32.
+std::vector<float> spa_bias(const ModelConfig& cfg, int layer, int T);
+
+}  // namespace vt

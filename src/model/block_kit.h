@@ -1,0 +1,40 @@
+// BlockKit: the sub-layers a block shape composes (docs/model.md, "Block shapes"). A shape's
+// forward is written once against this interface and runs both in training (TrainKit,
+// train_kit.cc: whole sequences, activations saved for backward) and in incremental decoding
+// (the decoder's kit in decode.cc: one token against the KV cache). Backward exists only in
+// training. Each kit is bound to one layer.
+#pragma once
+#include "core/tensor.h"
+#include "model/gpt.h"
+
+namespace vt {
+
+class BlockKit {
+ public:
+  virtual ~BlockKit() = default;
+  virtual int layer() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  virtual const LayerParams& params() const = 0;
+
+  // n = norm(x) over rows of C (RMSNorm without weight), saved in s; with s.on false, n is x.
+  // x must not change afterwards while s is alive (pass a copy of a stream that will).
+  virtual Tensor norm(const Tensor& x, NormActs& s) const = 0;
+  // The attention sub-layer on the normalized input n: q/k, the value path, attention (shaped,
+  // biased, NeuTRENO as the layer says), output projection; (N, C), summed over TP.
+  virtual Tensor attention(const Tensor& n, BlockActs& a) const = 0;
+  // The MLP relu(n W_fc)^2 W_proj; (N, C), summed over TP.
+  virtual Tensor mlp(const Tensor& n, BlockActs& a) const = 0;
+  // y *= g, with g a (1,) gain parameter read on the device.
+  virtual void scale(const Tensor& y, int gain) const = 0;
+  // A copy of x.
+  virtual Tensor clone(const Tensor& x) const = 0;
+
+  // Backward (training only). norm_backward adds (+=) into dx; attention/mlp backward return
+  // d n (N, C) and accumulate their parameters' gradients; gain_grad: d g += sum(dy * y).
+  virtual void norm_backward(const NormActs& s, const Tensor& dn, const Tensor& dx) const = 0;
+  virtual Tensor attention_backward(const Tensor& dout, BlockActs& a) const = 0;
+  virtual Tensor mlp_backward(const Tensor& dm, BlockActs& a) const = 0;
+  virtual void gain_grad(int gain, const Tensor& dy, const Tensor& y) const = 0;
+};
+
+}  // namespace vt

@@ -1,0 +1,38 @@
+// Block shape `prenorm` (the default; docs/model.md "Block shapes"):
+//   x = x + attn(norm(x));  x = x + mlp(norm(x))
+// with plain W_V / W_O matrices (W_O starts at 0) and no gains.
+#include "core/ops.h"
+#include "model/block_kit.h"
+#include "model/block_shape.h"
+
+namespace vt {
+namespace {
+
+class Prenorm final : public BlockShape {
+ public:
+  const char* name() const override { return "prenorm"; }
+  void register_layer(ParamRegistrar& r, int layer, LayerParams& lp) const override {
+    block_params::register_qk(r, layer, lp, false);
+    block_params::register_vo_matrices(r, layer, lp, false);
+    block_params::register_mlp(r, layer, lp);
+  }
+  void forward(const BlockKit& k, Tensor& x, BlockActs& a) const override {
+    const Tensor n1 = k.norm(a.x_in, a.norm1);
+    ops::axpy(x, k.attention(n1, a));
+    const Tensor n2 = k.norm(k.clone(x), a.norm2);
+    ops::axpy(x, k.mlp(n2, a));
+  }
+  void backward(const BlockKit& k, Tensor& dx, BlockActs& a) const override {
+    k.norm_backward(a.norm2, k.mlp_backward(dx, a), dx);
+    k.norm_backward(a.norm1, k.attention_backward(dx, a), dx);
+  }
+};
+
+}  // namespace
+
+const BlockShape& prenorm_block_shape() {
+  static const Prenorm s;
+  return s;
+}
+
+}  // namespace vt

@@ -1,0 +1,99 @@
+// Shared parts of sas and sas-p (see simplified.h).
+#include "model/blocks/simplified.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "model/block_shape.h"
+#include "model/init.h"
+#include "model/param_registrar.h"
+
+namespace vt::simplified {
+
+absl::Status validate(const ModelConfig& cfg, const char* shape) {
+  if (cfg.n_kv_head != cfg.n_head)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--block ", shape, " uses identity value and output projections, which need as many KV "
+        "heads as heads (Hkv*hd = d); got --kv-heads ", cfg.n_kv_head, " with --heads ",
+        cfg.n_head, ": drop --kv-heads or choose --block prenorm|parallel|vskipinit"));
+  return absl::OkStatus();
+}
+
+bool keeps_norm(const ModelConfig& cfg, int layer) { return !(cfg.norm_none && layer > 0); }
+
+namespace {
+
+// W = s W0 + r dW with dW a Muon matrix starting at 0 and s = r = 1 (scalars); W0 fixed.
+Projection reparam(ParamRegistrar& r, const std::string& p, const std::string& what, int layer,
+                   bool columns) {
+  const ModelConfig& cfg = r.config();
+  const int64_t C = cfg.n_embd;
+  Projection pr;
+  pr.kind = Projection::Kind::kReparam;
+  pr.w = columns ? r.matrix_cols(p + "w" + what, C, C, InitRule::zeros(), layer)
+                 : r.matrix_rows(p + "w" + what, C, C, InitRule::zeros(), layer);
+  pr.skip = r.scalar(p + what + "_skip", 1, InitRule::constant(1.0), layer);
+  pr.resid = r.scalar(p + what + "_resid", 1, InitRule::constant(1.0), layer);
+  return pr;
+}
+
+Projection identity(ParamRegistrar& r, const std::string& p, const std::string& what, int layer) {
+  Projection pr;
+  pr.kind = Projection::Kind::kIdentity;
+  pr.skip = r.scalar(p + what + "_skip", 1, InitRule::constant(1.0), layer);
+  return pr;
+}
+
+}  // namespace
+
+void register_attention_side(ParamRegistrar& r, int layer, LayerParams& lp) {
+  const ModelConfig& cfg = r.config();
+  const std::string b = "blocks." + std::to_string(layer) + ".";
+  const std::string p = b + "attn.";
+  block_params::register_qk(r, layer, lp, true);
+  const bool rep = layer == 0 || !cfg.reparam_init.empty();
+  if (cfg.layer_has_wv(layer)) lp.v = rep ? reparam(r, p, "v", layer, true) : identity(r, p, "v", layer);
+  lp.o = rep ? reparam(r, p, "o", layer, false) : identity(r, p, "o", layer);
+  // W_proj starts random, as in the official code (N(0, 0.02) there): with W_proj = 0 the
+  // skipless block would start as a pure rescaling of its normalized input, and the gains in
+  // front of the next norm would have exactly zero gradient (AdamW would step them on noise).
+  block_params::register_mlp(r, layer, lp, true);
+  const bool bias = !cfg.attn_bias.empty();
+  lp.alpha = r.per_head(p + "alpha", InitRule::constant(bias ? 0.0 : 1.0), layer);
+  lp.beta = r.per_head(p + "beta", InitRule::constant(1.0), layer);
+  lp.gamma = r.per_head(p + "gamma", InitRule::constant(bias ? 0.0 : 1.0), layer);
+  lp.attn_gain = r.scalar(b + "attn_gain", 1, InitRule::constant(1.0), layer);
+  lp.mlp_gain = r.scalar(b + "mlp_gain", 1, InitRule::constant(0.1), layer);
+}
+
+std::vector<float> projection_base(const ModelConfig& cfg, int layer, bool out) {
+  const int64_t C = cfg.n_embd;
+  std::vector<float> w(C * C, 0.0f);
+  if (cfg.reparam_init != "orth") {
+    for (int64_t i = 0; i < C; ++i) w[i * C + i] = 1.0f;
+    return w;
+  }
+  // Orthogonal: Gram-Schmidt (twice, for accuracy) on the rows of a Gaussian matrix, in double.
+  const std::string name =
+      "blocks." + std::to_string(layer) + (out ? ".attn.wo_base" : ".attn.wv_base");
+  const std::vector<float> g = normal_init(cfg.reparam_seed, name, C * C, 1.0);
+  std::vector<double> q(g.begin(), g.end());
+  for (int64_t i = 0; i < C; ++i) {
+    double* qi = q.data() + i * C;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int64_t j = 0; j < i; ++j) {
+        const double* qj = q.data() + j * C;
+        double dot = 0.0;
+        for (int64_t c = 0; c < C; ++c) dot += qi[c] * qj[c];
+        for (int64_t c = 0; c < C; ++c) qi[c] -= dot * qj[c];
+      }
+    double norm = 0.0;
+    for (int64_t c = 0; c < C; ++c) norm += qi[c] * qi[c];
+    norm = std::sqrt(norm);
+    for (int64_t c = 0; c < C; ++c) qi[c] /= norm;
+  }
+  for (int64_t i = 0; i < C * C; ++i) w[i] = static_cast<float>(q[i]);
+  return w;
+}
+
+}  // namespace vt::simplified

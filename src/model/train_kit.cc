@@ -1,0 +1,248 @@
+// TrainKit (see train_kit.h): the sub-layers of a block for training, forward and backward.
+#include "model/train_kit.h"
+
+#include <cmath>
+
+#include "core/ops.h"
+#include "model/projection.h"
+
+namespace vt {
+
+Tensor TrainKit::norm(const Tensor& x, NormActs& s) const {
+  if (!s.on) {
+    s.n = x;
+    return x;
+  }
+  const int64_t N = rows(), C = m_.cfg_.n_embd;
+  s.x = x;
+  s.n = act({N, C});
+  s.rstd = f32({N});
+  ops::rmsnorm(x, s.n, s.rstd, 1.0f, m_.cfg_.norm_eps);
+  return s.n;
+}
+
+void TrainKit::norm_backward(const NormActs& s, const Tensor& dn, const Tensor& dx) const {
+  if (!s.on) {
+    ops::axpy(dx, dn);
+    return;
+  }
+  ops::rmsnorm_backward(s.x, s.rstd, dn, dx, 1.0f, true);
+}
+
+void TrainKit::scale(const Tensor& y, int gain) const {
+  ops::scale_copy_coef(y, y, m_.P(gain));
+}
+
+void TrainKit::gain_grad(int gain, const Tensor& dy, const Tensor& y) const {
+  // Gains multiply replicated (TP-summed) streams: every TP rank computes the same sum.
+  Tensor s = f32({1});
+  ops::dot_into(dy, y, s);
+  ops::axpy(m_.G(gain), s, 1.0f);
+}
+
+ValueLayerCtx TrainKit::value_ctx() const {
+  return m_.value_ctx(layer_, rows(), acts_.input_ids, &acts_.value_coef, &acts_.value_dcoef);
+}
+
+// Sources of a target layer's value: in forward from the bundle, in backward from the saved
+// forward state (acts.values).
+ValueSources TrainKit::value_sources(const Tensor& n, const BlockActs& a, bool forward) const {
+  const int64_t K = static_cast<int64_t>(m_.kv_heads_) * m_.cfg_.head_dim;
+  return gather_value_sources(m_.cfg_.value(), layer_, K, n, a.ctx_v,
+                              forward ? bundle_->values : acts_.values);
+}
+
+// The additions to plain softmax attention this layer makes: the --attn-bias bias, the shaped
+// gains (block shape), the NeuTRENO term (value mode, target layers).
+ops::AttnExtras TrainKit::extras(BlockActs& a, bool forward) const {
+  const ModelConfig& cfg = m_.cfg_;
+  const LayerParams& lp = params();
+  ops::AttnExtras ex;
+  ex.bias = m_.attention_bias(layer_);
+  if (lp.alpha >= 0) ex.mix.alpha = m_.P(lp.alpha);
+  if (lp.beta >= 0) ex.mix.beta = m_.P(lp.beta);
+  if (lp.gamma >= 0) ex.mix.gamma = m_.P(lp.gamma);
+  if (cfg.is_target(layer_)) {
+    ex.mix.lam = cfg.value().attention_output_v1_coef(cfg);
+    if (ex.mix.lam != 0.0f) {
+      const Tensor& v1 = (forward ? bundle_->values : acts_.values)[0];
+      ex.mix.v1 = v1.reshaped(a.v.shape());
+    }
+  }
+  if (ex.mix.active()) {
+    if (forward) a.y_soft = act(a.y.shape());
+    ex.soft = a.y_soft;
+  }
+  return ex;
+}
+
+Tensor TrainKit::attention(const Tensor& n, BlockActs& a) const {
+  const ModelConfig& cfg = m_.cfg_;
+  const LayerParams& lp = params();
+  const int B = acts_.B, T = cfg.seq_len, hd = cfg.head_dim;
+  const int H = m_.heads_, Hkv = m_.kv_heads_;
+  const int64_t N = rows(), C = cfg.n_embd, qd = int64_t{H} * hd, kvd = int64_t{Hkv} * hd;
+  const float eps = cfg.norm_eps;
+  a.attn_in = n;
+  Tensor q = act({B, T, H, hd});
+  Tensor k = act({B, T, Hkv, hd});
+  ops::matmul(n, m_.W(lp.wq), q);
+  ops::matmul(n, m_.W(lp.wk), k);
+
+  // Value path.
+  const ValuePath& vp = cfg.value();
+  const bool target = cfg.is_target(layer_);
+  if (lp.v.defined()) {
+    a.ctx_v = act({B, T, Hkv, hd});
+    const Tensor& src = (target && vp.context_from_x0()) ? bundle_->x0 : n;
+    projection::forward_in(m_, lp.v, src, a.ctx_v.reshaped({N, kvd}));
+    if (m_.keeps_value(layer_)) bundle_->values[layer_] = a.ctx_v;
+  }
+  a.v = act({B, T, Hkv, hd});
+  if (!target) {
+    ops::copy(a.v, a.ctx_v);
+  } else {
+    vp.forward(value_ctx(), value_sources(n, a, true), a.value, a.v.reshaped({N, kvd}));
+  }
+
+  // RoPE, QK-norm, attention.
+  const double base = cfg.rope_base;
+  const float qk_scale = cfg.qk_norm_scale;
+  a.q_r = act(q.shape());
+  a.k_r = act(k.shape());
+  ops::rope(q, a.q_r, base);
+  ops::rope(k, a.k_r, base);
+  if (cfg.use_qk_norm()) {
+    a.qn = act(q.shape());
+    a.kn = act(k.shape());
+    a.rstd_q = f32({N * H});
+    a.rstd_k = f32({N * Hkv});
+    ops::rmsnorm(a.q_r, a.qn, a.rstd_q, qk_scale, eps);
+    ops::rmsnorm(a.k_r, a.kn, a.rstd_k, qk_scale, eps);
+  } else {
+    a.qn = a.q_r;
+    a.kn = a.k_r;
+  }
+  a.y = act(q.shape());
+  a.lse = f32({B, H, T});
+  const ops::AttnExtras ex = extras(a, true);
+  ops::attention(a.qn, a.kn, a.v, a.y, a.lse, cfg.layer_window(layer_),
+                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), ex);
+  Tensor o = act({N, C});
+  projection::forward_out(m_, lp.o, a.y.reshaped({N, qd}), o);
+  m_.par_.tp_comm()->all_reduce_sum(o);
+  return o;
+}
+
+Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
+  const ModelConfig& cfg = m_.cfg_;
+  const LayerParams& lp = params();
+  const int hd = cfg.head_dim, H = m_.heads_, Hkv = m_.kv_heads_;
+  const int64_t N = rows(), C = cfg.n_embd, qd = int64_t{H} * hd, kvd = int64_t{Hkv} * hd;
+  Communicator* tp = m_.par_.tp_comm();
+
+  // Output projection and attention.
+  Tensor dy = act(a.y.shape());
+  projection::backward_out(m_, lp.o, a.y.reshaped({N, qd}), dout, dy.reshaped({N, qd}));
+  Tensor dqn = act(a.qn.shape()), dkn = act(a.kn.shape());
+  Tensor dv = act(a.v.shape());
+  const ops::AttnExtras ex = extras(a, false);
+  AttnMixGrads mg;
+  const LayerParams& lps = params();
+  if (lps.alpha >= 0) mg.dalpha = m_.G(lps.alpha);
+  if (lps.beta >= 0) mg.dbeta = m_.G(lps.beta);
+  if (lps.gamma >= 0) mg.dgamma = m_.G(lps.gamma);
+  if (ex.mix.lam != 0.0f && !cfg.detach_v1) mg.dv1 = act(a.v.shape());
+  ops::attention_backward(a.qn, a.kn, a.v, a.y, a.lse, dy, dqn, dkn, dv, cfg.layer_window(layer_),
+                          static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), ex, mg);
+  if (mg.dv1.defined()) value_ops::accumulate(bundle_->values[0], mg.dv1, 1.0f);
+  Tensor dq, dk;
+  if (cfg.use_qk_norm()) {
+    const float qk_scale = cfg.qk_norm_scale;
+    dq = act(a.q_r.shape());
+    dk = act(a.k_r.shape());
+    ops::rmsnorm_backward(a.q_r, a.rstd_q, dqn, dq, qk_scale, false);
+    ops::rmsnorm_backward(a.k_r, a.rstd_k, dkn, dk, qk_scale, false);
+  } else {
+    dq = dqn;
+    dk = dkn;
+  }
+  ops::rope_backward(dq, dq, cfg.rope_base);
+  ops::rope_backward(dk, dk, cfg.rope_base);
+
+  // Value path backward: dv -> d ctx_v, d earlier values, the mode's parameters.
+  Tensor dn = act({N, C});
+  Tensor dctx;
+  if (lp.v.defined()) dctx = act(a.v.shape());
+  const ValuePath& vp = cfg.value();
+  const bool target = cfg.is_target(layer_);
+  if (!target) {
+    ops::copy(dctx, dv);
+  } else {
+    ValueGrads g;
+    g.dctx = dctx.defined() ? dctx.reshaped({N, kvd}) : Tensor();
+    g.dgate_in = dn;
+    g.dvalues = &bundle_->values;
+    g.v1_grad = !cfg.detach_v1;
+    vp.backward(value_ctx(), value_sources(a.attn_in, a, false), a.value, dv.reshaped({N, kvd}),
+                g);
+  }
+  // Gradient that later layers sent back to this layer's context value (V1, dense values).
+  std::vector<Tensor>& dvalues = bundle_->values;
+  if (lp.v.defined() && dvalues.size() > static_cast<size_t>(layer_) &&
+      dvalues[layer_].defined()) {
+    ops::axpy(dctx, dvalues[layer_]);
+    dvalues[layer_] = Tensor();
+  }
+
+  // Projections into q, k, v.
+  const Tensor& n = a.attn_in;
+  ops::matmul_dw(n, dq.reshaped({N, qd}), m_.G(lp.wq));
+  ops::matmul_dx(dq.reshaped({N, qd}), m_.W(lp.wq), dn, true);
+  ops::matmul_dw(n, dk.reshaped({N, kvd}), m_.G(lp.wk));
+  ops::matmul_dx(dk.reshaped({N, kvd}), m_.W(lp.wk), dn, true);
+  if (lp.v.defined()) {
+    const Tensor dctx2 = dctx.reshaped({N, kvd});
+    if (target && vp.context_from_x0()) {
+      Tensor dx0 = act({N, C});
+      projection::backward_in(m_, lp.v, acts_.x0.reshaped({N, C}), dctx2, dx0, false);
+      tp->all_reduce_sum(dx0);
+      ops::axpy(bundle_->x0, dx0);
+    } else {
+      projection::backward_in(m_, lp.v, n, dctx2, dn, true);
+    }
+  }
+  tp->all_reduce_sum(dn);
+  return dn;
+}
+
+Tensor TrainKit::mlp(const Tensor& n, BlockActs& a) const {
+  const LayerParams& lp = params();
+  const int64_t N = rows(), C = m_.cfg_.n_embd;
+  a.mlp_in = n;
+  a.h = act({N, m_.hidden_});
+  ops::matmul(n, m_.W(lp.fc), a.h);
+  a.act = act({N, m_.hidden_});
+  ops::relu2(a.h, a.act);
+  Tensor out = act({N, C});
+  ops::matmul(a.act, m_.W(lp.proj), out);
+  m_.par_.tp_comm()->all_reduce_sum(out);
+  return out;
+}
+
+Tensor TrainKit::mlp_backward(const Tensor& dm, BlockActs& a) const {
+  const LayerParams& lp = params();
+  const int64_t N = rows(), C = m_.cfg_.n_embd;
+  Tensor dact = act({N, m_.hidden_});
+  ops::matmul_dw(a.act, dm, m_.G(lp.proj));
+  ops::matmul_dx(dm, m_.W(lp.proj), dact, false);
+  Tensor dh = act({N, m_.hidden_});
+  ops::relu2_backward(a.h, dact, dh, false);
+  ops::matmul_dw(a.mlp_in, dh, m_.G(lp.fc));
+  Tensor dn = act({N, C});
+  ops::matmul_dx(dh, m_.W(lp.fc), dn, false);
+  m_.par_.tp_comm()->all_reduce_sum(dn);
+  return dn;
+}
+
+}  // namespace vt

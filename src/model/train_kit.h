@@ -1,0 +1,47 @@
+// TrainKit: the BlockKit of training (block_kit.h) for one layer of a GPT stage: whole
+// sequences of the micro-batch, activations saved in BlockActs for the backward, tensor
+// parallelism (heads and MLP columns local; sub-layer outputs and input gradients all-reduced).
+#pragma once
+#include "core/ops.h"
+#include "model/block_kit.h"
+#include "model/gpt.h"
+
+namespace vt {
+
+class TrainKit final : public BlockKit {
+ public:
+  // `bundle`: the forward bundle in forward (sources are read from it, kept values written to
+  // it), the gradient bundle in backward (sources are read from `acts`).
+  TrainKit(const GPT& m, int layer, Bundle* bundle, Activations& acts)
+      : m_(m), layer_(layer), bundle_(bundle), acts_(acts) {}
+
+  int layer() const override { return layer_; }
+  const ModelConfig& config() const override { return m_.config(); }
+  const LayerParams& params() const override { return m_.layer_params(layer_); }
+
+  Tensor norm(const Tensor& x, NormActs& s) const override;
+  Tensor attention(const Tensor& n, BlockActs& a) const override;
+  Tensor mlp(const Tensor& n, BlockActs& a) const override;
+  void scale(const Tensor& y, int gain) const override;
+  Tensor clone(const Tensor& x) const override { return x.clone(); }
+
+  void norm_backward(const NormActs& s, const Tensor& dn, const Tensor& dx) const override;
+  Tensor attention_backward(const Tensor& dout, BlockActs& a) const override;
+  Tensor mlp_backward(const Tensor& dm, BlockActs& a) const override;
+  void gain_grad(int gain, const Tensor& dy, const Tensor& y) const override;
+
+ private:
+  ValueLayerCtx value_ctx() const;
+  ops::AttnExtras extras(BlockActs& a, bool forward) const;
+  ValueSources value_sources(const Tensor& n, const BlockActs& a, bool forward) const;
+  Tensor act(Shape s) const { return m_.act(std::move(s)); }
+  Tensor f32(Shape s) const { return m_.f32(std::move(s)); }
+  int64_t rows() const { return static_cast<int64_t>(acts_.B) * m_.cfg_.seq_len; }
+
+  const GPT& m_;
+  int layer_;
+  Bundle* bundle_;
+  Activations& acts_;
+};
+
+}  // namespace vt

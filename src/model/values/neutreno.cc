@@ -1,0 +1,38 @@
+// Value mode `neutreno` (NeuTRENO, Nguyen et al. 2023; docs/model.md "Other over-smoothing
+// baselines"): target layers (all i >= 1) keep their ordinary value v = n W_V, and their
+// attention output before W_O becomes A v + lam * (V1 - v), with lam fixed (0.4, the value
+// the ResFormer paper's comparison used; --neutreno-lambda overrides). The term is added per
+// query head from its KV head, inside the attention op (AttnMix); V1 is layer 0's context value
+// and crosses pipeline boundaries like the other modes reading it. No parameters.
+#include "core/ops.h"
+#include "model/value_path.h"
+
+namespace vt {
+namespace {
+
+class Neutreno final : public ValuePath {
+ public:
+  const char* name() const override { return "neutreno"; }
+  DefaultTargets default_targets() const override { return DefaultTargets::kAll; }
+  bool reads_v1() const override { return true; }
+  float attention_output_v1_coef(const ModelConfig& cfg) const override {
+    return static_cast<float>(cfg.neutreno_lambda);
+  }
+  void forward(const ValueLayerCtx&, const ValueSources& src, ValueState&,
+               const Tensor& v) const override {
+    ops::copy(v, src.ctx);
+  }
+  void backward(const ValueLayerCtx&, const ValueSources&, const ValueState&, const Tensor& dv,
+                ValueGrads& g) const override {
+    ops::copy(g.dctx, dv);
+  }
+};
+
+}  // namespace
+
+const ValuePath& neutreno_value_path() {
+  static const Neutreno m;
+  return m;
+}
+
+}  // namespace vt

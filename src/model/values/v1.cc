@@ -1,0 +1,43 @@
+// Value mode `v1` (the BoV paper's ablation, docs/model.md "Value paths"): v = g V1 on the last
+// third, g = blocks.i.value.gain (init 1); target layers have no W_V and cache no values.
+#include "core/ops.h"
+#include "model/param_registrar.h"
+#include "model/value_path.h"
+
+namespace vt {
+namespace {
+
+enum { kGain };
+
+class V1Path final : public ValuePath {
+ public:
+  const char* name() const override { return "v1"; }
+  DefaultTargets default_targets() const override { return DefaultTargets::kLastThird; }
+  bool reads_v1() const override { return true; }
+  bool target_has_wv() const override { return false; }
+  bool caches_values() const override { return false; }
+  void register_layer(ParamRegistrar& r, int layer, const ValueSharedParams&,
+                      ValueLayerParams& p) const override {
+    p.p[kGain] = r.scalar("blocks." + std::to_string(layer) + ".value.gain", 1,
+                          InitRule::constant(1.0), layer);
+  }
+  void forward(const ValueLayerCtx& c, const ValueSources& src, ValueState&,
+               const Tensor& v) const override {
+    ops::scale_copy_coef(v, src.v1, c.store->param(c.params->p[kGain]));
+  }
+  void backward(const ValueLayerCtx& c, const ValueSources& src, const ValueState&,
+                const Tensor& dv, ValueGrads& g) const override {
+    value_ops::grad_scalar(c, c.params->p[kGain], 0, dv, src.v1);
+    if (g.v1_grad)
+      value_ops::accumulate_coef((*g.dvalues)[0], dv, c.store->param(c.params->p[kGain]), 0);
+  }
+};
+
+}  // namespace
+
+const ValuePath& v1_value_path() {
+  static const V1Path m;
+  return m;
+}
+
+}  // namespace vt

@@ -1,0 +1,100 @@
+// Helpers shared by the value modes (declared in model/value_path.h): gradient accumulation,
+// scalar gradients summed over the TP group's heads, and lookups in vocabulary-sharded tables.
+#include "core/cpu_kernels.h"
+#include "core/ops.h"
+#include "model/block_shape.h"
+#include "model/gpt.h"
+#include "model/init.h"
+#include "model/value_path.h"
+
+namespace vt {
+
+ValueSources gather_value_sources(const ValuePath& vp, int layer, int64_t K, const Tensor& n,
+                                  const Tensor& ctx, const std::vector<Tensor>& values) {
+  auto rows = [K](const Tensor& t) { return t.defined() ? t.reshaped({t.numel() / K, K}) : Tensor(); };
+  ValueSources src;
+  if (vp.reads_v1() && !values.empty()) src.v1 = rows(values[0]);
+  src.ctx = rows(ctx);
+  src.gate_in = n;
+  if (vp.reads_all_values())
+    for (int j = 0; j < layer; ++j) src.values.push_back(rows(values[j]));
+  return src;
+}
+
+}  // namespace vt
+
+namespace vt::value_ops {
+
+void accumulate(Tensor& grad, const Tensor& dv, float alpha) {
+  if (!grad.defined()) grad = Tensor::zeros(dv.shape(), dv.dtype(), dv.device());
+  ops::axpy(grad, dv, alpha);
+}
+
+void accumulate_coef(Tensor& grad, const Tensor& dv, const Tensor& coef, int64_t elem) {
+  if (!grad.defined()) grad = Tensor::zeros(dv.shape(), dv.dtype(), dv.device());
+  ops::axpy_coef(grad, dv, coef, elem);
+}
+
+void grad_scalar(const ValueLayerCtx& c, int param, int64_t elem, const Tensor& dv,
+                 const Tensor& src) {
+  Tensor s = Tensor::zeros({1}, DType::kF32, dv.device());
+  ops::dot_into(dv, src, s);
+  c.tp->all_reduce_sum(s);
+  ops::axpy(c.store->grad(param).flat(elem, 1), s, 1.0f);
+}
+
+double dot_host(const ValueLayerCtx& c, const Tensor& dv, const Tensor& src) {
+  double s = ops::dot(dv, src);
+  c.tp->all_reduce_sum(&s, 1);
+  return s;
+}
+
+// Each TP rank looks up the rows it owns (zeros elsewhere), then a reduce-scatter over the head
+// dimension sums the pieces and leaves each rank its own heads.
+void table_lookup(const ValueLayerCtx& c, const Tensor& table, const Tensor& out) {
+  const Tensor& ids = c.ids;
+  Communicator* tp = c.tp;
+  const int64_t N = ids.numel(), K = table.dim(-1), Kl = out.numel() / N;
+  if (tp->size() == 1) {
+    ops::embedding(table, c.vocab_offset, ids, out);
+    return;
+  }
+  const int P = tp->size();
+  Tensor full = Tensor::zeros({N, K}, out.dtype(), out.device());
+  ops::embedding(table, c.vocab_offset, ids, full);
+  Tensor by_rank = Tensor::zeros({P, N, Kl}, out.dtype(), out.device());  // (rank, N, heads)
+  for (int r = 0; r < P; ++r) ops::copy_2d(by_rank, r * N * Kl, Kl, full, r * Kl, K, N, Kl);
+  tp->reduce_scatter_sum(by_rank, out);
+}
+
+// Gather every rank's head slice of the gradient, scatter-add the rows this rank owns.
+void table_lookup_backward(const ValueLayerCtx& c, const Tensor& de, const Tensor& dtable) {
+  const Tensor& ids = c.ids;
+  Communicator* tp = c.tp;
+  const int64_t N = ids.numel(), K = dtable.dim(-1);
+  if (tp->size() == 1) {
+    ops::embedding_backward(de, ids, c.vocab_offset, dtable);
+    return;
+  }
+  const int P = tp->size();
+  const int64_t Kl = K / P;
+  Tensor by_rank = Tensor::zeros({P, N, Kl}, de.dtype(), de.device());
+  tp->all_gather(de, by_rank);
+  Tensor full = Tensor::zeros({N, K}, de.dtype(), de.device());
+  for (int r = 0; r < P; ++r) ops::copy_2d(full, r * Kl, K, by_rank, r * N * Kl, Kl, N, Kl);
+  ops::embedding_backward(full, ids, c.vocab_offset, dtable);
+}
+
+std::vector<float> aligned_table_init(const ModelConfig& cfg, int layer, uint64_t seed) {
+  const int64_t Vp = cfg.vocab_padded, C = cfg.n_embd, K = cfg.kv_dim();
+  std::vector<float> wte = generate_init(GPT::wte_init(), "wte", Vp * C, seed);
+  std::vector<float> rstd(Vp);
+  cpu::rmsnorm_forward<float>(wte.data(), wte.data(), rstd.data(), Vp, C, 1.0f, cfg.norm_eps);
+  std::vector<float> wv = initial_value_projection(cfg, layer, seed);
+  std::vector<float> table(Vp * K);
+  cpu::gemm<float>(false, false, Vp, K, C, 1.0f, wte.data(), C, wv.data(), K, 0.0f, table.data(),
+                   K);
+  return table;
+}
+
+}  // namespace vt::value_ops
