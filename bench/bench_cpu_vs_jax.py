@@ -66,6 +66,9 @@ def parse_args(argv):
     p.add_argument("--vtrain", default=None, help="vtrain binary ($VTRAIN_BUILD/vtrain or build/vtrain)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="also write the results as JSON to this file")
+    p.add_argument("--sgemm", action="store_true",
+                   help="also time every matrix product of a baseline step with numpy's SGEMM "
+                        "(bench/sgemm_bound.py) and print each side's tok/s against that floor")
     a = p.parse_args(argv)
     if a.threads is not None and a.threads < 1:
         p.error("--threads must be >= 1")
@@ -192,6 +195,29 @@ def best(runs: list[dict]) -> dict:
     return b
 
 
+def sgemm_floor(a, results: list[dict]) -> None:
+    """bench/sgemm_bound.py on the baseline shapes, with vtrain's thread count, in a subprocess
+    (numpy's BLAS reads its thread count when it loads)."""
+    s = results[0]["vtrain"]["shapes"]
+    threads = a.threads or os.cpu_count()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        cmd = [sys.executable, str(HERE / "sgemm_bound.py"), "--layers", str(s["n_layer"]),
+               "--dim", str(s["n_embd"]), "--heads", str(s["n_head"]),
+               "--kv-heads", str(s["n_kv_head"]), "--head-dim", str(s["head_dim"]),
+               "--seq-len", str(s["seq_len"]), "--micro-batch", str(a.micro_batch),
+               "--vocab", str(s["vocab_size"]), "--threads", str(threads), "--json", f.name]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BenchError(f"sgemm_bound.py failed:\n{r.stderr[-2000:]}")
+        floor = json.loads(Path(f.name).read_text())
+    print(f"\n{r.stdout.strip()} (numpy {np.__version__}, {threads} thread(s))")
+    for res in results:
+        note = "" if res["mode"] == "baseline" else " (baseline's GEMMs)"
+        res["sgemm_floor"] = floor
+        print(f"  {res['mode']}: vtrain at {res['vtrain']['tok_s'] / floor['tok_s']:.0%} of the "
+              f"SGEMM floor's tok/s, jax at {res['jax']['tok_s'] / floor['tok_s']:.0%}{note}")
+
+
 def main(argv) -> int:
     a = parse_args(argv)
     if a.threads == 1:  # must happen before jax is imported
@@ -261,6 +287,8 @@ def main(argv) -> int:
         print(f"  {r['mode']}: vtrain medians [{med(r['vtrain'])}] (steps of the best "
               f"{r['vtrain']['tok_s_min']:,.0f}..{r['vtrain']['tok_s_max']:,.0f}); jax medians "
               f"[{med(r['jax'])}] ({r['jax']['tok_s_min']:,.0f}..{r['jax']['tok_s_max']:,.0f})")
+    if a.sgemm:
+        sgemm_floor(a, results)
     if a.json:
         Path(a.json).write_text(json.dumps(dict(args=vars(a), results=results), indent=1))
     return 0

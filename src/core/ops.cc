@@ -3,19 +3,32 @@
 
 #include <initializer_list>
 
+#include "core/op_profile.h"
+
 namespace vt::ops {
 
 namespace {
 
-// The backend of a group of tensors, which must all be defined and on one device.
-Backend& on(const char* op, std::initializer_list<const Tensor*> ts) {
+// The backend of one op's tensors (all defined and on one device), as a handle that times the op
+// (core/op_profile.h) until the end of the statement or scope that holds it.
+class Dispatch {
+ public:
+  Dispatch(Backend& b, const char* op, double flops) : b_(b), scope_(op, flops) {}
+  Backend* operator->() const { return &b_; }
+
+ private:
+  Backend& b_;
+  op_profile::Scope scope_;
+};
+
+Dispatch on(const char* op, std::initializer_list<const Tensor*> ts, double flops = 0) {
   const Tensor* first = *ts.begin();
   for (const Tensor* t : ts) {
     VT_CHECK_MSG(t->defined() || t->numel() == 0, op << ": undefined tensor argument");
     VT_CHECK_MSG(t->device() == first->device(),
                  op << ": tensors on different devices (copy them to one device first)");
   }
-  return backend(first->device());
+  return Dispatch(backend(first->device()), op, flops);
 }
 
 void need_f32(const char* op, const Tensor& t, const char* what) {
@@ -33,9 +46,9 @@ void need_float(const char* op, const Tensor& t) {
 int64_t rows_of(const Tensor& t) { return t.numel() / t.dim(-1); }
 
 void gemm(const GemmArgs& g) {
-  Backend& b = on("gemm", {&g.A, &g.B, &g.C});
+  auto b = on("gemm", {&g.A, &g.B, &g.C}, 2.0 * g.M * g.N * g.K);
   if (g.M == 0 || g.N == 0) return;
-  b.gemm(g);
+  b->gemm(g);
 }
 
 void matmul(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate) {
@@ -88,7 +101,7 @@ void axpy(const Tensor& y, const Tensor& x, float alpha) {
   VT_CHECK_MSG(y.dtype() == x.dtype(), "axpy: dtypes differ");
   need_float("axpy", y);
   if (y.numel() == 0) return;
-  on("axpy", {&y, &x}).axpy(y, x, alpha);
+  on("axpy", {&y, &x})->axpy(y, x, alpha);
 }
 
 void scale_copy(const Tensor& y, const Tensor& x, float alpha) {
@@ -96,19 +109,19 @@ void scale_copy(const Tensor& y, const Tensor& x, float alpha) {
   VT_CHECK_MSG(y.dtype() == x.dtype(), "scale_copy: dtypes differ");
   need_float("scale_copy", y);
   if (y.numel() == 0) return;
-  on("scale_copy", {&y, &x}).scale_copy(y, x, alpha);
+  on("scale_copy", {&y, &x})->scale_copy(y, x, alpha);
 }
 
 double dot(const Tensor& a, const Tensor& b) {
   VT_CHECK(a.numel() == b.numel());
   need_float("dot", a);
   need_float("dot", b);
-  return a.numel() == 0 ? 0.0 : on("dot", {&a, &b}).dot(a, b);
+  return a.numel() == 0 ? 0.0 : on("dot", {&a, &b})->dot(a, b);
 }
 
 double sum_squares(const Tensor& x) {
   need_float("sum_squares", x);
-  return x.numel() == 0 ? 0.0 : on("sum_squares", {&x}).sum_squares(x);
+  return x.numel() == 0 ? 0.0 : on("sum_squares", {&x})->sum_squares(x);
 }
 
 double sum_squares_list(const std::vector<Tensor>& xs) {
@@ -128,7 +141,7 @@ void copy(const Tensor& y, const Tensor& x) {
     return;
   }
   if (y.device() == x.device()) {
-    on("copy", {&y, &x}).cast(y, x);
+    on("copy", {&y, &x})->cast(y, x);
     return;
   }
   y.copy_from(x.to(y.device(), y.dtype()));
@@ -137,7 +150,7 @@ void copy(const Tensor& y, const Tensor& x) {
 void add_scalar(const Tensor& t, int64_t index, double value) {
   need_f32("add_scalar", t, "the tensor");
   VT_CHECK(index >= 0 && index < t.numel());
-  on("add_scalar", {&t}).add_scalar(t, index, value);
+  on("add_scalar", {&t})->add_scalar(t, index, value);
 }
 
 static void check_coef(const char* op, const Tensor& coef, int64_t index) {
@@ -151,7 +164,7 @@ void scale_copy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64
   need_float("scale_copy_coef", y);
   check_coef("scale_copy_coef", coef, index);
   if (y.numel() == 0) return;
-  on("scale_copy_coef", {&y, &x, &coef}).scale_copy_coef(y, x, coef, index);
+  on("scale_copy_coef", {&y, &x, &coef})->scale_copy_coef(y, x, coef, index);
 }
 
 void axpy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index) {
@@ -159,7 +172,7 @@ void axpy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t ind
   need_float("axpy_coef", y);
   check_coef("axpy_coef", coef, index);
   if (y.numel() == 0) return;
-  on("axpy_coef", {&y, &x, &coef}).axpy_coef(y, x, coef, index);
+  on("axpy_coef", {&y, &x, &coef})->axpy_coef(y, x, coef, index);
 }
 
 void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index) {
@@ -167,19 +180,19 @@ void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index
   need_float("dot_into", a);
   need_float("dot_into", b);
   check_coef("dot_into", out, index);
-  on("dot_into", {&a, &b, &out}).dot_into(a, b, out, index);
+  on("dot_into", {&a, &b, &out})->dot_into(a, b, out, index);
 }
 
 void normalize_frobenius(const Tensor& x, double scale, double eps) {
   need_float("normalize_frobenius", x);
   if (x.numel() == 0) return;
-  on("normalize_frobenius", {&x}).normalize_frobenius(x, scale, eps);
+  on("normalize_frobenius", {&x})->normalize_frobenius(x, scale, eps);
 }
 
 void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols) {
   VT_CHECK(x.numel() == rows * cols && y.numel() == rows * cols && x.dtype() == y.dtype());
   if (x.numel() == 0) return;
-  on("transpose", {&y, &x}).transpose(y, x, rows, cols);
+  on("transpose", {&y, &x})->transpose(y, x, rows, cols);
 }
 
 void copy_2d(const Tensor& dst, int64_t dst_offset, int64_t dst_ld, const Tensor& src,
@@ -192,7 +205,7 @@ void copy_2d(const Tensor& dst, int64_t dst_offset, int64_t dst_ld, const Tensor
                "copy_2d out of bounds");
   const size_t es = dtype_size(dst.dtype());
   on("copy_2d", {&dst, &src})
-      .copy_2d(static_cast<char*>(dst.raw()) + dst_offset * es, dst_ld * es,
+      ->copy_2d(static_cast<char*>(dst.raw()) + dst_offset * es, dst_ld * es,
                static_cast<const char*>(src.raw()) + src_offset * es, src_ld * es, cols * es,
                rows);
 }
@@ -202,7 +215,7 @@ void rmsnorm(const Tensor& x, const Tensor& y, const Tensor& rstd, float scale, 
   VT_CHECK(y.numel() == x.numel() && rstd.numel() == R);
   need_float("rmsnorm", x);
   need_f32("rmsnorm", rstd, "rstd");
-  on("rmsnorm", {&x, &y, &rstd}).rmsnorm(x, y, rstd, R, C, scale, eps);
+  on("rmsnorm", {&x, &y, &rstd})->rmsnorm(x, y, rstd, R, C, scale, eps);
 }
 
 void rmsnorm_backward(const Tensor& x, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
@@ -211,17 +224,17 @@ void rmsnorm_backward(const Tensor& x, const Tensor& rstd, const Tensor& dy, con
   VT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && rstd.numel() == R);
   need_f32("rmsnorm_backward", rstd, "rstd");
   on("rmsnorm_backward", {&x, &rstd, &dy, &dx})
-      .rmsnorm_backward(x, rstd, dy, dx, R, C, scale, accumulate);
+      ->rmsnorm_backward(x, rstd, dy, dx, R, C, scale, accumulate);
 }
 
 void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset) {
   VT_CHECK(x.ndim() == 4 && y.numel() == x.numel() && x.dim(3) % 2 == 0);
-  on("rope", {&x, &y}).rope(x, y, base, pos_offset, false);
+  on("rope", {&x, &y})->rope(x, y, base, pos_offset, false);
 }
 
 void rope_backward(const Tensor& dy, const Tensor& dx, double base, int64_t pos_offset) {
   VT_CHECK(dy.ndim() == 4 && dx.numel() == dy.numel() && dy.dim(3) % 2 == 0);
-  on("rope_backward", {&dy, &dx}).rope(dy, dx, base, pos_offset, true);
+  on("rope_backward", {&dy, &dx})->rope(dy, dx, base, pos_offset, true);
 }
 
 cpu::AttnShape attention_shape(const Tensor& q, const Tensor& k, int64_t window) {
@@ -269,12 +282,12 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   VT_CHECK(out.numel() == q.numel());
   check_extras(q, v, ex);
   if (!ex.mix.active()) {
-    on("attention", {&q, &k, &v, &out, &lse}).attention(q, k, v, out, lse, window, scale, ex.bias);
+    on("attention", {&q, &k, &v, &out, &lse})->attention(q, k, v, out, lse, window, scale, ex.bias);
     return;
   }
-  Backend& be = on("attention", {&q, &k, &v, &out, &lse, &ex.soft});
-  be.attention(q, k, v, ex.soft, lse, window, scale, ex.bias);
-  be.attention_mix(ex.soft, v, ex.mix, window, out);
+  auto be = on("attention", {&q, &k, &v, &out, &lse, &ex.soft});
+  be->attention(q, k, v, ex.soft, lse, window, scale, ex.bias);
+  be->attention_mix(ex.soft, v, ex.mix, window, out);
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -286,32 +299,32 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   check_extras(q, v, ex);
   if (!ex.mix.active()) {
     on("attention_backward", {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv})
-        .attention_backward(q, k, v, out, lse, dout, dq, dk, dv, window, scale, ex.bias);
+        ->attention_backward(q, k, v, out, lse, dout, dq, dk, dv, window, scale, ex.bias);
     return;
   }
-  Backend& be = on("attention_backward", {&q, &k, &v, &ex.soft, &lse, &dout, &dq, &dk, &dv});
+  auto be = on("attention_backward", {&q, &k, &v, &ex.soft, &lse, &dout, &dq, &dk, &dv});
   Tensor dsoft = Tensor::zeros(ex.soft.shape(), ex.soft.dtype(), ex.soft.device());
   Tensor dv_mix = Tensor::zeros(v.shape(), v.dtype(), v.device());
-  be.attention_mix_backward(dout, ex.soft, v, ex.mix, window, dsoft, dv_mix, g);
-  be.attention_backward(q, k, v, ex.soft, lse, dsoft, dq, dk, dv, window, scale, ex.bias);
-  be.axpy(dv, dv_mix, 1.0f);
+  be->attention_mix_backward(dout, ex.soft, v, ex.mix, window, dsoft, dv_mix, g);
+  be->attention_backward(q, k, v, ex.soft, lse, dsoft, dq, dk, dv, window, scale, ex.bias);
+  be->axpy(dv, dv_mix, 1.0f);
 }
 
 void relu2(const Tensor& x, const Tensor& y) {
   VT_CHECK(y.numel() == x.numel());
-  on("relu2", {&x, &y}).relu2(x, y);
+  on("relu2", {&x, &y})->relu2(x, y);
 }
 
 void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate) {
   VT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel());
-  on("relu2_backward", {&x, &dy, &dx}).relu2_backward(x, dy, dx, accumulate);
+  on("relu2_backward", {&x, &dy, &dx})->relu2_backward(x, dy, dx, accumulate);
 }
 
 void embedding(const Tensor& table, int64_t row_begin, const Tensor& ids, const Tensor& out) {
   need_f32("embedding", table, "the table");
   VT_CHECK_MSG(ids.dtype() == DType::kI32, "embedding: ids must be i32");
   VT_CHECK(out.dim(-1) == table.dim(-1) && rows_of(out) == ids.numel());
-  on("embedding", {&table, &ids, &out}).embedding(table, row_begin, ids, out);
+  on("embedding", {&table, &ids, &out})->embedding(table, row_begin, ids, out);
 }
 
 void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_begin,
@@ -319,7 +332,7 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_begin
   need_f32("embedding_backward", dtable, "the table gradient");
   VT_CHECK_MSG(ids.dtype() == DType::kI32, "embedding_backward: ids must be i32");
   VT_CHECK(dout.dim(-1) == dtable.dim(-1) && rows_of(dout) == ids.numel());
-  on("embedding_backward", {&dout, &ids, &dtable}).embedding_backward(dout, ids, row_begin, dtable);
+  on("embedding_backward", {&dout, &ids, &dtable})->embedding_backward(dout, ids, row_begin, dtable);
 }
 
 static void check_xent(const XentArgs& x) {
@@ -334,13 +347,13 @@ void xent_partial(const XentArgs& x, const Tensor& row_max, const Tensor& row_su
   const int64_t N = x.targets.numel();
   VT_CHECK(row_max.numel() == N && row_sumexp.numel() == N && target_z.numel() == N);
   on("xent_partial", {&x.logits, &x.targets, &row_max, &row_sumexp, &target_z})
-      .xent_partial(x, row_max, row_sumexp, target_z);
+      ->xent_partial(x, row_max, row_sumexp, target_z);
 }
 
 void xent_rescale(const Tensor& row_sumexp, const Tensor& row_max, const Tensor& global_max) {
   VT_CHECK(row_max.numel() == row_sumexp.numel() && global_max.numel() == row_sumexp.numel());
   on("xent_rescale", {&row_sumexp, &row_max, &global_max})
-      .xent_rescale(row_sumexp, row_max, global_max);
+      ->xent_rescale(row_sumexp, row_max, global_max);
 }
 
 void xent_finish(const Tensor& row_max, const Tensor& row_sumexp, const Tensor& target_z,
@@ -349,25 +362,25 @@ void xent_finish(const Tensor& row_max, const Tensor& row_sumexp, const Tensor& 
   VT_CHECK(row_max.numel() == N && row_sumexp.numel() == N && target_z.numel() == N &&
            loss.numel() == N);
   on("xent_finish", {&row_max, &row_sumexp, &target_z, &lse, &loss})
-      .xent_finish(row_max, row_sumexp, target_z, lse, loss);
+      ->xent_finish(row_max, row_sumexp, target_z, lse, loss);
 }
 
 void xent_backward(const XentArgs& x, const Tensor& lse, float grad_scale, const Tensor& dlogits) {
   check_xent(x);
   VT_CHECK(dlogits.numel() == x.logits.numel() && lse.numel() == x.targets.numel());
   on("xent_backward", {&x.logits, &x.targets, &lse, &dlogits})
-      .xent_backward(x, lse, grad_scale, dlogits);
+      ->xent_backward(x, lse, grad_scale, dlogits);
 }
 
 void gate_sigmoid(const Tensor& z, float gate_scale) {
   need_f32("gate_sigmoid", z, "z");
-  on("gate_sigmoid", {&z}).gate_sigmoid(z, gate_scale);
+  on("gate_sigmoid", {&z})->gate_sigmoid(z, gate_scale);
 }
 
 void gated_mix(const Tensor& ctx, const Tensor& emb, const Tensor& gate, const Tensor& v) {
   need_f32("gated_mix", gate, "the gate");
   VT_CHECK(ctx.numel() == v.numel() && emb.numel() == v.numel() && v.numel() % gate.numel() == 0);
-  on("gated_mix", {&ctx, &emb, &gate, &v}).gated_mix(ctx, emb, gate, v);
+  on("gated_mix", {&ctx, &emb, &gate, &v})->gated_mix(ctx, emb, gate, v);
 }
 
 void gated_mix_backward(const Tensor& dv, const Tensor& emb, const Tensor& gate,
@@ -377,7 +390,7 @@ void gated_mix_backward(const Tensor& dv, const Tensor& emb, const Tensor& gate,
   VT_CHECK(emb.numel() == dv.numel() && demb.numel() == dv.numel() &&
            dgate.numel() == gate.numel() && dv.numel() % gate.numel() == 0);
   on("gated_mix_backward", {&dv, &emb, &gate, &demb, &dgate})
-      .gated_mix_backward(dv, emb, gate, demb, dgate);
+      ->gated_mix_backward(dv, emb, gate, demb, dgate);
 }
 
 void gate_sigmoid_backward(const Tensor& gate, const Tensor& dgate, float gate_scale,
@@ -385,7 +398,7 @@ void gate_sigmoid_backward(const Tensor& gate, const Tensor& dgate, float gate_s
   need_f32("gate_sigmoid_backward", gate, "the gate");
   need_f32("gate_sigmoid_backward", dgate, "the gate gradient");
   VT_CHECK(dgate.numel() == gate.numel() && dz.numel() == gate.numel());
-  on("gate_sigmoid_backward", {&gate, &dgate, &dz}).gate_sigmoid_backward(gate, dgate, gate_scale, dz);
+  on("gate_sigmoid_backward", {&gate, &dgate, &dz})->gate_sigmoid_backward(gate, dgate, gate_scale, dz);
 }
 
 void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
@@ -395,7 +408,7 @@ void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tenso
     VT_CHECK(t->numel() == p.numel());
   }
   if (p.numel() == 0) return;
-  on("adamw_update", {&p, &g, &m, &v}).adamw_update(p, g, m, v, a);
+  on("adamw_update", {&p, &g, &m, &v})->adamw_update(p, g, m, v, a);
 }
 
 void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double momentum) {
@@ -404,7 +417,7 @@ void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double m
     VT_CHECK(t->numel() == g.numel());
   }
   if (g.numel() == 0) return;
-  on("muon_momentum", {&g, &buf, &u}).muon_momentum(g, buf, u, momentum);
+  on("muon_momentum", {&g, &buf, &u})->muon_momentum(g, buf, u, momentum);
 }
 
 void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale) {
@@ -412,7 +425,7 @@ void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay
   need_f32("muon_apply", x, "x");
   VT_CHECK(p.numel() == x.numel());
   if (p.numel() == 0) return;
-  on("muon_apply", {&p, &x}).muon_apply(p, x, lr, weight_decay, scale);
+  on("muon_apply", {&p, &x})->muon_apply(p, x, lr, weight_decay, scale);
 }
 
 }  // namespace vt::ops

@@ -6,6 +6,7 @@
 
 #include "core/backend.h"
 #include "core/bf16.h"
+#include "core/op_profile.h"
 
 namespace vt {
 
@@ -59,6 +60,7 @@ Tensor Tensor::make(Shape shape, DType dtype, Device device, bool zero) {
   size_t alloc = ((bytes + 63) / 64) * 64;
   if (alloc == 0) alloc = 64;
   if (device == Device::kCPU) {
+    op_profile::Scope profile(zero ? "host_alloc_zeroed" : "host_alloc");
     void* p = std::aligned_alloc(64, alloc);
     VT_CHECK_MSG(p != nullptr, "out of memory allocating " << bytes << " bytes");
     if (zero) std::memset(p, 0, alloc);
@@ -118,6 +120,7 @@ Tensor Tensor::flat(int64_t offset, int64_t n) const {
 
 void Tensor::zero_() {
   if (numel() == 0) return;
+  op_profile::Scope profile("zero_fill");
   if (device_ == Device::kCPU) {
     std::memset(data_, 0, nbytes());
   } else {
@@ -130,6 +133,7 @@ void Tensor::copy_from(const Tensor& src) const {
                "copy_from " << shape_str(src.shape()) << " " << dtype_name(src.dtype()) << " -> "
                             << shape_str(shape_) << " " << dtype_name(dtype_));
   if (numel() == 0 || src.raw() == data_) return;
+  op_profile::Scope profile("tensor_copy");
   const bool dst_host = device_ == Device::kCPU, src_host = src.device() == Device::kCPU;
   if (dst_host && src_host) {
     std::memcpy(data_, src.raw(), nbytes());

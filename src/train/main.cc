@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "core/host_allocator.h"
 
 namespace {
 
@@ -20,6 +21,7 @@ const char* kUsage = R"(usage: vtrain <command> [options]     (vtrain <command> 
 }  // namespace
 
 int main(int argc, char** argv) {
+  vt::tune_host_allocator();
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::printf("%s", kUsage);
     return argc < 2 ? 2 : 0;

@@ -108,6 +108,9 @@ const CommandSpec& train_command() {
         bool_flag("no-overlap-grad-sync", "sum data-parallel gradients after backward, not during it"),
         bool_flag("skip-memory-check",
                   "start even when the memory estimate exceeds the free host/device memory"),
+        bool_flag("profile",
+                  "print the host time of each tensor op per step at the end (rank 0; the first "
+                  "step and evaluations left out)"),
     };
     c.epilog =
         "At the end of the run: the final checkpoint (with --ckpt-dir), then a validation pass of\n"
@@ -223,6 +226,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.overlap_grad_sync = !f.get_bool("no-overlap-grad-sync");
   o.skip_memory_check = f.get_bool("skip-memory-check");
   o.async_save = f.get_bool("async-save");
+  o.profile = f.get_bool("profile");
   o.on_nonfinite = f.get_string("on-nonfinite");
   o.max_nonfinite_steps = f.get_int("max-nonfinite-steps");
   o.device = f.get_string("device");

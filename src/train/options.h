@@ -47,6 +47,7 @@ struct TrainOptions {
   std::string act_dtype = "default";
   std::string device_comm = "auto";
   bool recompute = false;  // rerun each block's forward in backward instead of saving it
+  bool profile = false;    // per-op host time per step, printed at the end (core/op_profile.h)
   bool overlap_grad_sync = true;
   std::string muon_ns_dtype = "default";  // f32 | bf16 (default: bf16 on cuda, else f32)
   bool skip_memory_check = false;

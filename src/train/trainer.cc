@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "core/backend.h"
 #include "core/blas_info.h"
+#include "core/op_profile.h"
 #include "core/ops.h"
 #include "core/rng.h"
 #include "eval/core_eval.h"
@@ -254,6 +255,7 @@ FetchBatch Trainer::fetch_from(data::DataLoader& loader) {
 }
 
 absl::Status Trainer::save(int64_t step) {
+  op_profile::Pause no_profile;
   if (o_.ckpt_dir.empty() || step == last_saved_step_) return absl::OkStatus();
   // Never a checkpoint of non-finite weights (an update can overflow even from finite
   // gradients): one reduction over the parameters, agreed by every rank.
@@ -315,6 +317,7 @@ absl::Status Trainer::finish_saves() {
 }
 
 absl::Status Trainer::evaluate(int64_t step, int64_t max_tokens) {
+  op_profile::Pause no_profile;
   VT_ASSIGN_OR_RETURN(EvalResult r, vt::evaluate(*engine_, *grid_, o_.data_dir, o_.micro_batch,
                                                  max_tokens, token_bytes_));
   if (rank0_) {
@@ -327,6 +330,7 @@ absl::Status Trainer::evaluate(int64_t step, int64_t max_tokens) {
 }
 
 absl::Status Trainer::core(int64_t step) {
+  op_profile::Pause no_profile;
   auto progress = [&](const std::string& line) {
     if (rank0_) std::printf("%s\n", line.c_str());
   };
@@ -446,6 +450,14 @@ void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, do
   const double t = now_seconds();
   const double tok_per_s = o_.global_batch / std::max(1e-9, t - t_last_);
   const double mfu = flops_per_token_ * tok_per_s / peak_flops_;
+  if (o_.profile) {  // the first step (allocations, first touches) is left out
+    if (done == first_step_ + 1) {
+      op_profile::reset();
+    } else {
+      profile_wall_ += t - t_last_;
+      ++profile_steps_;
+    }
+  }
   t_last_ = t;
   if (!rank0_) return;
   metrics_.write({{"step", done},
@@ -491,6 +503,7 @@ absl::Status Trainer::run() {
   }
   const std::string signal_stop = "stop signal received";
   t_start_ = t_last_ = now_seconds();
+  op_profile::enable(o_.profile);
   if (completed_step_ == 0 && o_.eval_every > 0) {
     VT_RETURN_IF_ERROR(evaluate(0, o_.eval_tokens));
     if (engine_->stopped()) return stop_here(signal_stop);
@@ -527,6 +540,13 @@ absl::Status Trainer::run() {
     float stop = stop_signal_received() != 0 ? 1.0f : 0.0f;
     world_->all_reduce_max(&stop, 1);
     if (stop > 0.0f) return stop_here(signal_stop);
+  }
+  op_profile::enable(false);
+  if (o_.profile && rank0_) {
+    if (profile_steps_ > 0)
+      std::printf("%s", op_profile::report(profile_wall_, profile_steps_).c_str());
+    else
+      std::printf("--profile: no step after the first to report on\n");
   }
   // The run's state first: a failing evaluation must not cost it.
   VT_RETURN_IF_ERROR(save(o_.steps));

@@ -108,6 +108,8 @@ class Trainer {
   int64_t nonfinite_in_row_ = 0, skipped_steps_ = 0;
   double peak_flops_ = 1, flops_per_token_ = 0;
   double t_start_ = 0, t_last_ = 0;
+  double profile_wall_ = 0;    // --profile: wall seconds of the profiled steps
+  int64_t profile_steps_ = 0;
 };
 
 // Runs a whole training on every rank of `world`.

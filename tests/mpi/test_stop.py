@@ -17,13 +17,15 @@ BUILD = os.environ.get("VTRAIN_BUILD", "build")
 VTRAIN = os.path.join(BUILD, "vtrain")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
-           OMPI_MCA_odls_base_sigkill_timeout="3")
+           OMPI_MCA_odls_base_sigkill_timeout="1")
 # 256 micro-batches of one row per step and data-parallel rank: a stop that waited for the end
 # of the step would be seen as such (the message says "during step N" only from a vote between
 # micro-batches).
 MODEL = ["--layers", "2", "--dim", "32", "--heads", "2", "--seq-len", "16", "--window", "8",
          "--micro-batch", "1", "--eval-tokens", "256", "--final-eval-tokens", "0", "--seed", "5"]
-STEPS = 30  # about 8 s: SIGTERM reaches the ranks 3 s after mpirun gets it
+# About 0.1-0.3 s a step: SIGTERM reaches the ranks 1 s after mpirun gets it (at step 2), well
+# before the run could finish; a save takes a few ms of the 1 s before mpirun's SIGKILL.
+STEPS = 60
 
 
 @pytest.fixture(scope="module")
