@@ -1,7 +1,7 @@
 # bench/jax_model.py owns the JAX peer used by bench_cpu_vs_jax.py: a float32 implementation of
-# the value-residual transformer (shared/MODEL.md, docs/model.md) and of its two
+# the value-residual transformer (docs/model.md) and of its two
 # optimizers (Muon for block matrices, AdamW for the rest), with a jit-compiled training step.
-# Written from the specification, not from vtrain's C++: it is a speed peer, not the numerical
+# Written from docs/model.md, not from vtrain's C++: it is a speed peer, not the numerical
 # oracle (that one lives in tests/reference/).
 """JAX (CPU, float32) value-residual transformer + Muon/AdamW training step.
 
@@ -79,7 +79,7 @@ class Config:
         return not (layer in self.targets() and self.value_mode in _NO_WV_ON_TARGETS)
 
     def flops_per_token(self) -> float:
-        """MODEL.md section 4: 6 * matmul params seen per token + attention over the windows."""
+        """docs/model.md "Metrics": 6 * matmul params per token + attention over the windows."""
         C, K, Q = self.n_embd, self.kv_dim, self.n_head * self.head_dim
         n = 0
         for i in range(self.n_layer):
@@ -219,7 +219,8 @@ def loss_fn(params, ids, targets, cfg: Config):
 
 @dataclasses.dataclass(frozen=True)
 class Hyper:
-    """MODEL.md section 3 defaults; AdamW lrs of embedding/lm_head/tables scaled by (d/768)^-0.5."""
+    """docs/model.md "Optimizer groups" defaults; AdamW lrs of embedding/lm_head/tables scaled by
+    (d/768)^-0.5."""
     matrix_lr: float = 0.02
     muon_wd: float = 0.0
     ns_steps: int = 5

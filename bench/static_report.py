@@ -1,6 +1,6 @@
 """Static performance report of a vtrain training step on one H100, without a GPU.
 
-For a preset (d24, d32: MODEL.md's depth-parameterised GPTs, baseline value mode, bf16
+For a preset (d24, d32: docs/model.md's depth-parameterised GPTs, baseline value mode, bf16
 activations), every kernel a training step launches on one GPU, with
   - FLOPs and HBM bytes per step (the FLOPs the kernel executes: for attention, whole 64 x 64
     tiles, masked elements included; bytes: each tensor read or written once from HBM, i.e. what
@@ -11,8 +11,8 @@ activations), every kernel a training step launches on one GPU, with
     tensor-core (bf16 mma) work and 67 TFLOP/s for CUDA-core fp32 work;
   - optionally a measured column (--measured FILE: JSON {kernel row name: seconds per step}),
     for a GPU session (docs/gpu-session.md).
-From the sum: the step time and MFU (model FLOPs of MODEL.md section 4 / (time x 989 TFLOP/s))
-the design can at best reach, with the reference (CUDA-core) attention for comparison.
+From the sum: the step time and MFU (model FLOPs of docs/model.md "Metrics" / (time x 989
+TFLOP/s)) the design can at best reach, with the reference (CUDA-core) attention for comparison.
 
 What it is not: a prediction. Real kernels reach a fraction of the roofline (mma.sync kernels on
 H100 run well below the 989 TFLOP/s that wgmma reaches; launch gaps, the tails of small grids,
@@ -58,7 +58,8 @@ def preset(name: str, micro_batch: int) -> dict:
 
 
 def model_flops_per_token(c: dict) -> float:
-    """MODEL.md section 4 (src/model/flops.cc): 6 x matmul params + attention 12 H hd min(W, T)."""
+    """docs/model.md "Metrics" (src/model/flops.cc): 6 x matmul params + attention 12 H hd
+    min(W, T)."""
     C, L = c["C"], c["L"]
     per_layer = C * C + 2 * C * c["Hkv"] * c["hd"] + C * C + 2 * C * c["hidden"]
     matmul = L * per_layer + C * c["V"]
@@ -325,7 +326,7 @@ def main() -> int:
         t_ref, rows_ref = results[True]
         attn = lambda rows: sum(r.roofline() for r in rows if r.name.startswith("attention"))
         li = "- " if args.markdown else ""
-        print(f"\n{li}model FLOPs per micro-step (MODEL.md): {model_flops / 1e12:.2f} TFLOP; "
+        print(f"\n{li}model FLOPs per micro-step (docs/model.md): {model_flops / 1e12:.2f} TFLOP; "
               f"executed: {sum(r.flops for r in rows_tc) / 1e12:.2f} TFLOP")
         print(f"{li}roofline step time: {t_tc * 1e3:.1f} ms -> at best {tokens / t_tc:,.0f} tok/s, "
               f"MFU {100 * model_flops / (t_tc * PEAK_TC):.0f}% "

@@ -1,5 +1,5 @@
 # bench/torch_model.py owns the PyTorch peer used by bench_gpu_vs_torch.py: the value-residual
-# transformer of shared/MODEL.md with the choices of docs/model.md, written the way a
+# transformer of docs/model.md with every choice it pins, written the way a
 # tuned nanochat-style PyTorch trainer writes it (bf16 autocast, torch.compile, SDPA/flash or
 # flex_attention, batched bf16 Newton-Schulz, fused AdamW), plus the Muon + AdamW optimizers with
 # vtrain's groups, hyperparameters and schedules. Device-agnostic: the same code runs in float64
@@ -23,8 +23,8 @@ Attention implementations (`attn_impl`):
          kernel skips the blocks outside the window). Needs torch.compile to be fast.
   auto   flex when torch.nn.attention.flex_attention imports, else sdpa.
 
-Value modes: all of MODEL.md section 2 (baseline, resformer-*, svformer, v1, x0v, bov, bov-add,
-value-embed), with detach-v1, shared-table and bov-add-fixed.
+Value modes: all of docs/model.md "Value paths" (baseline, resformer-*, svformer, v1, x0v, bov,
+bov-add, value-embed), with detach-v1, shared-table and bov-add-fixed.
 """
 from __future__ import annotations
 
@@ -384,7 +384,7 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def init_weights(self, seed: int = 0):
-        """MODEL.md section 1 initial distributions (not vtrain's random streams: the same laws,
+        """docs/model.md "Initialization" distributions (not vtrain's random streams: the same laws,
         other draws). bov/bov-add tables are 'aligned': E_i = norm(wte) W_V^i with a fresh
         W_V draw for layers that store none."""
         cfg = self.cfg
@@ -638,7 +638,8 @@ def newton_schulz(G, steps: int = 5, abc=NS_STANDARD["abc"], norm_scale: float =
 
 @dataclasses.dataclass
 class Hyper:
-    """vtrain's optimizer defaults (src/optim/*.h, MODEL.md section 3) and trainer options."""
+    """vtrain's optimizer defaults (src/optim/*.h, docs/model.md "Optimizer groups") and trainer
+    options."""
     matrix_lr: float = 0.02
     lr_scale: float = 1.0
     muon_wd: float = 0.0

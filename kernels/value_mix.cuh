@@ -1,4 +1,4 @@
-// Value-path mixing of MODEL.md section 2 on the GPU (the elementwise parts of
+// Value-path mixing of docs/model.md "Value paths" on the GPU (the elementwise parts of
 // src/model/value_mix.cc): linear mixes of value sources and the value-embed gated mix, with
 // their backward pieces. f32 or bf16 tensors, fp32 math; coefficients are host scalars. Device
 // pointers.

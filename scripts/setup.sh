@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what vtrain needs on a fresh Debian machine, idempotently: the Debian packages of
-# DESIGN.md and a Python venv (.venv) used only by tests and tools. Safe to run repeatedly.
+# docs/design.md "Conventions" and a Python venv (.venv) used only by tests and tools. Safe to run
+# repeatedly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,5 +1,5 @@
-// Checkpoints (HDF5, DESIGN.md "Checkpoints"): one file per checkpoint, written collectively by
-// every rank of the grid with the MPI-IO driver (or by one process with a null grid). Every
+// Checkpoints (HDF5, docs/design.md "Checkpoints"): one file per checkpoint, written collectively
+// by every rank of the grid with the MPI-IO driver (or by one process with a null grid). Every
 // parameter (/model/<name>) and optimizer state (/optim/<param>/<kind>) is stored with its
 // GLOBAL shape; each rank writes the box of its local shard, one owner per replicated box
 // (checkpoint_plan.h), so a checkpoint loads on any dp x tp x pp layout. Root attributes:

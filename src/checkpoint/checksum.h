@@ -1,4 +1,5 @@
-// The layout-independent checksum of a checkpoint dataset ("pkmix64-sum", DESIGN.md checkpoints):
+// The layout-independent checksum of a checkpoint dataset ("pkmix64-sum", docs/design.md
+// "Checkpoints"):
 //   checksum = sum over the global tensor's row-major flat index i of
 //              mix(mix(i) ^ bits(x_i))   (mod 2^64),
 // where bits() is the float's 32-bit pattern and mix is the splitmix64 finalizer (a bijection).

@@ -13,7 +13,7 @@
 
 namespace vt {
 
-// Optimizer group of a parameter (MODEL.md section 3).
+// Optimizer group of a parameter (docs/model.md "Optimizer groups").
 enum class ParamGroup : uint8_t {
   kMatrix,      // 2-D matrices inside the blocks: Muon
   kEmbedding,   // wte: AdamW

@@ -1,4 +1,4 @@
-// The fixed attention-logit biases of --attn-bias espa|uspa (docs/model.md, "E-SPA and U-SPA";
+// The fixed attention-logit biases of --attn-bias espa|uspa (docs/model.md, "Block shapes";
 // He et al. 2023, "Deep Transformers without Shortcuts"). Layer l's bias is B_l = log A_l on the
 // causal triangle, A_l = L_l L_{l-1}^{-1} with L_l the Cholesky factor of the target kernel
 // Sigma_l, so that with W_Q = 0 the softmax matrix is A_l up to a per-row scale (which the

@@ -34,7 +34,7 @@ struct ModelConfig {
   std::string reparam_init;        // --reparam-init: "" (layer 0 only), "id" or "orth"
   uint64_t reparam_seed = 0;       // the run seed the orthogonal W0 is drawn from
   std::string attn_bias;           // --attn-bias: "", "espa" or "uspa"
-  // DenseFormer (docs/model.md, "Other over-smoothing baselines").
+  // DenseFormer (docs/model.md, "DenseFormer").
   bool dense = false;
   int dense_dilation = 1;
   int dense_period = 1;

@@ -1,7 +1,8 @@
-// AdamW for every parameter that is not a block matrix (MODEL.md section 3): embedding, lm_head,
-// value tables and scalars, each group with its own hyperparameters. Bias-corrected, decoupled
-// weight decay, fp32 state. The states exp_avg and exp_avg_sq live in flat arenas laid out
-// exactly like the ParamStore (same offsets, so a ZeRO-1 shard of the flat grad/param range maps
+// AdamW for every parameter that is not a block matrix (docs/model.md "Optimizer groups"):
+// embedding, lm_head, value tables and scalars, each group with its own hyperparameters.
+// Bias-corrected, decoupled weight decay, fp32 state. The states exp_avg and exp_avg_sq live in
+// flat arenas laid out exactly like the ParamStore (same offsets, so a ZeRO-1 shard of the flat
+// grad/param range maps
 // to the same range of the states, and checkpoints address them by parameter name).
 //
 // One step at count t (1-based, incremented before the update), lr = peak_lr * lr_multiplier:
@@ -35,8 +36,8 @@ struct AdamWConfig {
   AdamWHyper value_table{0.15, 0.8, 0.995, 0.01};
   AdamWHyper scalar{0.5, 0.8, 0.95, 0.0};
 
-  // MODEL.md defaults: embedding, lm_head and value-table lrs scaled by (d_model / 768)^-0.5,
-  // scalars not scaled.
+  // The defaults of docs/model.md "Optimizer groups": embedding, lm_head and value-table lrs scaled
+  // by (d_model / 768)^-0.5, scalars not scaled.
   static AdamWConfig defaults(int64_t d_model);
   // Hyperparameters of a group; VT_CHECK-fails for kMatrix (Muon's group).
   const AdamWHyper& for_group(ParamGroup g) const;

@@ -1,8 +1,9 @@
-// Gradient norms and global grad-norm clipping (MODEL.md section 3: clipping is an option, off by
-// default). Sums of squares are accumulated in double over fixed-size chunks that are added in
-// a fixed order, so the result does not depend on the number of OpenMP threads. The store-level
-// functions run on the store's device (ops::sum_squares, ops::scale_copy on each gradient view);
-// the CPU backend's ops::sum_squares is the same chunked sum as sum_squares() below.
+// Gradient norms and global grad-norm clipping (docs/model.md "Optimizer groups": clipping is an
+// option, off by default). Sums of squares are accumulated in double over fixed-size chunks that
+// are added in a fixed order, so the result does not depend on the number of OpenMP threads. The
+// store-level functions run on the store's device (ops::sum_squares, ops::scale_copy on each
+// gradient view); the CPU backend's ops::sum_squares is the same chunked sum as sum_squares()
+// below.
 #pragma once
 #include <cstdint>
 

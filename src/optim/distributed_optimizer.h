@@ -1,7 +1,8 @@
-// DistributedOptimizer: the optimizer of a dp x tp x pp layout (DESIGN.md "Data parallel" and
-// "Distributed Muon"), giving the same updates as the single-process Optimizer to fp32
-// round-off. Each rank holds its stage's parameters, TP-sliced; gradients are already complete
-// (summed over DP by all_reduce_grads, over PP for PP-replicated parameters by the trainer).
+// DistributedOptimizer: the optimizer of a dp x tp x pp layout (docs/design.md "Parallelism": data
+// parallel with ZeRO-1, distributed Muon), giving the same updates as the single-process Optimizer
+// to fp32 round-off. Each rank holds its stage's parameters, TP-sliced; gradients are already
+// complete (summed over DP by all_reduce_grads, over PP for PP-replicated parameters by the
+// trainer).
 //
 // Global grad norm: every element of the model counted once (grad_sync.h), so clipping matches.
 //

@@ -1,5 +1,5 @@
-// Gradient synchronization and the global gradient norm on a dp x tp x pp layout (DESIGN.md
-// "Data parallel"). all_reduce_grads sums the flat grad arena over the data-parallel group in
+// Gradient synchronization and the global gradient norm on a dp x tp x pp layout (docs/design.md
+// "Parallelism"). all_reduce_grads sums the flat grad arena over the data-parallel group in
 // fixed contiguous buckets; the grad-norm helpers count every element of the whole model exactly
 // once whatever the layout, so the norm (and clipping) equals the single-process one. Both work
 // on a store on any device (Tensor collectives and ops::sum_squares on the gradient views).

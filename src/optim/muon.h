@@ -1,6 +1,7 @@
-// Muon for every block matrix (ParamGroup::kMatrix, MODEL.md section 3), fp32 throughout, and the
-// Newton-Schulz orthogonalization as a standalone function on a whole matrix (the distributed
-// Muon gathers a matrix and calls exactly newton_schulz, so every layout gives the same result).
+// Muon for every block matrix (ParamGroup::kMatrix, docs/model.md "Optimizer groups"), fp32
+// throughout, and the Newton-Schulz orthogonalization as a standalone function on a whole matrix
+// (the distributed Muon gathers a matrix and calls exactly newton_schulz, so every layout gives the
+// same result).
 //
 // One step for a matrix P (rows x cols as stored) with gradient G, momentum m (scheduled),
 // lr = peak matrix lr * lr_multiplier; this is the lerp form of modded-nanogpt / nanochat
@@ -83,7 +84,7 @@ enum class MuonAspect {
 };
 
 struct MuonConfig {
-  double lr = 0.02;            // peak matrix lr (MODEL.md: 0.02 at d12)
+  double lr = 0.02;            // peak matrix lr (docs/model.md "Optimizer groups")
   double weight_decay = 0.0;
   int ns_steps = 5;
   NsKind ns = NsKind::kStandard;

@@ -1,8 +1,8 @@
 // The optimizer the trainer drives: AdamW (embedding, lm_head, value tables, scalars) and Muon
 // (block matrices) over one ParamStore, with the lr/momentum schedules and optional global
-// grad-norm clipping (MODEL.md section 3). One call per training step, after the gradients of
-// the whole global batch are in the store's grad arena. Runs on the store's device (states on
-// that device, every update through ops); the trainer uses DistributedOptimizer.
+// grad-norm clipping (docs/model.md "Optimizer groups"). One call per training step, after the
+// gradients of the whole global batch are in the store's grad arena. Runs on the store's device
+// (states on that device, every update through ops); the trainer uses DistributedOptimizer.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -25,7 +25,7 @@ struct OptimizerConfig {
   ScheduleConfig schedule;
   double max_grad_norm = 0.0;  // <= 0: no clipping (the norm is still measured and reported)
 
-  // MODEL.md defaults for a model of width d_model.
+  // The defaults of docs/model.md "Optimizer groups" for a model of width d_model.
   static OptimizerConfig defaults(int64_t d_model);
   // Every hyperparameter, for checkpoints, metrics and test cases.
   nlohmann::json to_json() const;

@@ -1,5 +1,6 @@
-// Learning-rate and Muon-momentum schedules (MODEL.md section 3), as pure functions of the
-// 0-based step index and the total number of steps, so a resumed run recomputes them exactly.
+// Learning-rate and Muon-momentum schedules (docs/model.md "Optimizer groups"), as pure functions
+// of the 0-based step index and the total number of steps, so a resumed run recomputes them
+// exactly.
 #pragma once
 #include <cstdint>
 

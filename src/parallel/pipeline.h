@@ -1,11 +1,11 @@
 // PipelineEngine: runs one training step (or an evaluation pass) of a GPT stage over M
-// micro-batches with the 1F1B schedule (warm-up of pp - stage - 1 forwards, then one forward /
-// one backward, then the cool-down backwards), so at most pp - stage micro-batches keep their
-// activations on this stage. Between stages it sends the bundle (DESIGN.md): the residual
-// stream, x0 for x0v, and the context values later layers read (V1; every earlier value for
-// resformer-dense), DenseFormer's earlier block outputs that later averages read, and in
-// backward their gradients. With pp = 1 it is plain gradient
-// accumulation. Token ids are read on every stage by `fetch`, never sent.
+// micro-batches with the 1F1B schedule (warm-up of pp - stage - 1 forwards, then one forward / one
+// backward, then the cool-down backwards), so at most pp - stage micro-batches keep their
+// activations on this stage. Between stages it sends the bundle (docs/design.md "Parallelism"): the
+// residual stream, x0 for x0v, and the context values later layers read (V1; every earlier value
+// for resformer-dense), DenseFormer's earlier block outputs that later averages read, and in
+// backward their gradients. With pp = 1 it is plain gradient accumulation. Token ids are read on
+// every stage by `fetch`, never sent.
 #pragma once
 #include <functional>
 #include <vector>

@@ -1,7 +1,7 @@
-// ProcessGrid: the dp x tp x pp layout of the job's ranks (DESIGN.md): tp varies fastest (TP
-// neighbours share a node), then dp, then pp (outermost). It validates the layout against the
-// world size and the model, and owns one communicator per axis plus the `stage` group (all
-// tp x dp ranks of one pipeline stage) used by the distributed optimizer.
+// ProcessGrid: the dp x tp x pp layout of the job's ranks (docs/design.md "Core ideas"): tp varies
+// fastest (TP neighbours share a node), then dp, then pp (outermost). It validates the layout
+// against the world size and the model, and owns one communicator per axis plus the `stage` group
+// (all tp x dp ranks of one pipeline stage) used by the distributed optimizer.
 #pragma once
 #include <functional>
 #include <memory>

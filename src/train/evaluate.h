@@ -1,4 +1,4 @@
-// Evaluation: mean validation loss (nats) and bits per byte (MODEL.md section 4) over a fixed
+// Evaluation: mean validation loss (nats) and bits per byte (docs/model.md "Metrics") over a fixed
 // prefix of the validation split, and text sampling (temperature, top-k) over the KV cache.
 #pragma once
 #include <string>

@@ -1,5 +1,6 @@
-// Training metrics: the JSONL log of DESIGN.md (one object per line: training steps and
-// evaluations), flushed per line so nothing is lost on a crash, and the human progress line.
+// Training metrics: the JSONL log of docs/design.md "Metrics JSONL" (one object per line: training
+// steps and evaluations), flushed per line so nothing is lost on a crash, and the human progress
+// line.
 #pragma once
 #include <cstdio>
 #include <string>

@@ -1,4 +1,4 @@
-// The options of `vtrain train` (DESIGN.md's CLI section) and how they turn into a ModelConfig:
+// The options of `vtrain train` (docs/design.md "CLI") and how they turn into a ModelConfig:
 // a preset, then explicit overrides, then the vocabulary of the data directory.
 #pragma once
 #include <string>

@@ -1,11 +1,10 @@
 """Independent numpy (float64) check of vtrain's optimizers.
 
-tools/optim_case runs vt::optim::Optimizer for a few steps on parameters of every group and
-writes params, grads, params after each step, stats and final states to HDF5. This file
-re-implements the schedule, AdamW, Muon (standard and Polar Express Newton-Schulz) and clipping
-from MODEL.md section 3 in plain numpy and compares. The hyperparameters are MODEL.md's
-numbers written out here, not read back from the C++ side (the C++ config is checked against
-them instead).
+tools/optim_case runs vt::optim::Optimizer for a few steps on parameters of every group and writes
+params, grads, params after each step, stats and final states to HDF5. This file re-implements the
+schedule, AdamW, Muon (standard and Polar Express Newton-Schulz) and clipping from docs/model.md
+"Optimizer groups" in plain numpy and compares. The hyperparameters are that section's numbers
+written out here, not read back from the C++ side (the C++ config is checked against them instead).
 """
 import json
 import math
@@ -20,7 +19,7 @@ import pytest
 BUILD = Path(os.environ.get("VTRAIN_BUILD", Path(__file__).resolve().parents[2] / "build"))
 TOOL = BUILD / "optim_case"
 
-# ---- MODEL.md section 3 ------------------------------------------------------------------------
+# ---- docs/model.md "Optimizer groups" ------------------------------------------------------------
 
 ADAMW = {  # group: (lr, beta1, beta2, wd, lr scaled by (d/768)^-0.5)
     "embedding": (0.3, 0.8, 0.995, 0.001, True),
@@ -176,7 +175,7 @@ def test_optimizer_matches_numpy(tmp_path, case):
     ns = NS_POLAR if kw["ns"] == "polar_express" else NS_STANDARD
     aspect = kw.get("aspect", "fan_out_over_fan_in")
 
-    # The C++ side uses MODEL.md's numbers.
+    # The C++ side uses docs/model.md's numbers.
     for grp, (lr, b1, b2, wd, scaled) in ADAMW.items():
         h = cfg["adamw"][grp]
         expect_lr = lr * (d_model / 768) ** -0.5 if scaled else lr

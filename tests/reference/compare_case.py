@@ -3,8 +3,8 @@
     python compare_case.py CASE.h5 [CASE.h5 ...] [--verbose]
 
 Checks, each a failure when it does not hold:
-  * the config's fixed constants equal MODEL.md's (RoPE base, eps, QK-norm scale, soft-cap, ...)
-    and vocab_padded = ceil(vocab_size/64)*64;
+  * the config's fixed constants equal docs/model.md's (RoPE base, eps, QK-norm scale, soft-cap,
+    ...) and vocab_padded = ceil(vocab_size/64)*64;
   * `target_layers` in the config equals reference_model.resolve_targets(config);
   * the names and shapes under /params equal expected_param_shapes(config), and /grads has the
     same names and shapes;
@@ -123,7 +123,7 @@ def _check_config(cfg: dict, rep: Report):
         rep.fail(f"config lacks keys {missing}")
     for k, want in rm.SPEC_CONSTANTS.items():
         if k in cfg and not math.isclose(float(cfg[k]), float(want), rel_tol=1e-12):
-            rep.fail(f"config {k} = {cfg[k]!r} but MODEL.md fixes {want!r}")
+            rep.fail(f"config {k} = {cfg[k]!r} but docs/model.md fixes {want!r}")
     if "vocab_size" in cfg and "vocab_padded" in cfg:
         want = rm.padded_vocab(int(cfg["vocab_size"]))
         if int(cfg["vocab_padded"]) != want:

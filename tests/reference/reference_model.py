@@ -1,10 +1,10 @@
 """Independent JAX reference of the vtrain model family (the "oracle").
 
-Written from the model reference docs/model.md (equations, pinned choices, parameter names; it
-restates the specification MODEL.md) and tests/reference/FORMAT.md (config keys) only, never from the
-C++. Everything is computed in float64 on the CPU with plain jnp ops: full T x T attention with
-an explicit mask, every attention-matrix term (shaped attention's I and C, E-SPA/U-SPA biases
-from a generic Cholesky) as an explicit T x T matrix, no fusion.
+Written from the model reference docs/model.md (equations, pinned choices, parameter names) and
+tests/reference/FORMAT.md (config keys) only, never from the C++. Everything is computed in float64
+on the CPU with plain jnp ops: full T x T attention with an explicit mask, every attention-matrix
+term (shaped attention's I and C, E-SPA/U-SPA biases from a generic Cholesky) as an explicit T x T
+matrix, no fusion.
 
 Public API:
   VALUE_MODES, V1_MODES, BLOCK_SHAPES

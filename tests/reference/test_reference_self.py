@@ -1,6 +1,6 @@
 """Validates the JAX reference itself, independently of vtrain:
 (a) autodiff gradients against central finite differences, for every mode and variant;
-(b) identities between modes that follow from the equations of MODEL.md, and direct checks of
+(b) identities between modes that follow from the equations of docs/model.md, and direct checks of
     target resolution, parameter lists, masks, RoPE, GQA, padded vocabulary;
 (c) compare_case.py accepts a correct case file and rejects broken ones.
 """

@@ -1,5 +1,5 @@
-// ModelConfig: presets match MODEL.md's sizes, target-layer specs resolve as documented, and bad
-// configs are refused with messages that name the problem.
+// ModelConfig: presets match the sizes of docs/model.md "Base transformer", target-layer specs
+// resolve as documented, and bad configs are refused with messages that name the problem.
 #include <gtest/gtest.h>
 
 #include "core/arena.h"

@@ -1,9 +1,9 @@
-// Value mode `neutreno` (NeuTRENO, Nguyen et al. 2023; docs/model.md "Other over-smoothing
-// baselines"): target layers (all i >= 1) keep their ordinary value v = n W_V, and their
-// attention output before W_O becomes A v + lam * (V1 - v), with lam fixed (0.4, the value
-// the ResFormer paper's comparison used; --neutreno-lambda overrides). The term is added per
-// query head from its KV head, inside the attention op (AttnMix); V1 is layer 0's context value
-// and crosses pipeline boundaries like the other modes reading it. No parameters.
+// Value mode `neutreno` (NeuTRENO, Nguyen et al. 2023; docs/model.md "Value paths"): target layers
+// (all i >= 1) keep their ordinary value v = n W_V, and their attention output before W_O becomes A
+// v + lam * (V1 - v), with lam fixed (0.4, the value we recall the ResFormer paper's comparison
+// using, unverified: docs/model.md; --neutreno-lambda overrides). The term is added per query head
+// from its KV head, inside the attention op (AttnMix); V1 is layer 0's context value and crosses
+// pipeline boundaries like the other modes reading it. No parameters.
 #include "core/ops.h"
 #include "model/value_path.h"
 
