@@ -29,7 +29,7 @@ const CommandSpec& plan_command() {
              no_default(int_flag("vocab", 32768, 2, 1 << 30,
                                  "vocabulary size (default: the preset's, 32768)")),
              flag_heading("budget"),
-             required(num_flag("tokens", 0, 1, 1e18, "training tokens, e.g. 200e9")),
+             required(num_flag("tokens", 1e9, 1, 1e18, "training tokens, e.g. 200e9")),
              int_flag("global-batch", 524288, 1, 1e15,
                       "tokens per optimizer step (a multiple of --seq-len)"),
              flag_heading("cluster"),
@@ -37,8 +37,8 @@ const CommandSpec& plan_command() {
              choice_flag("gpu", "h100", {"h100", "h200", "a100-80", "custom"},
                          "h100: 79.6 GiB, 989 TFLOP/s; h200: 140.4 GiB, 989; a100-80: 80 GiB, "
                          "312; custom: --gpu-memory-gib and --gpu-tflops"),
-             no_default(num_flag("gpu-memory-gib", 0, 0.001, 1e6, "memory per GPU (--gpu custom)")),
-             no_default(num_flag("gpu-tflops", 0, 0.001, 1e9,
+             no_default(num_flag("gpu-memory-gib", 0, 0, 1e6, "memory per GPU (--gpu custom)")),
+             no_default(num_flag("gpu-tflops", 0, 0, 1e9,
                                  "peak bf16 TFLOP/s per GPU (--gpu custom)")),
              int_flag("gpus-per-node", 8, 1, 1024, "GPUs per node (tensor parallel stays in one)"),
              flag_heading("assumptions"),
@@ -106,8 +106,9 @@ absl::StatusOr<plan::PlanInput> plan_input(const Flags& f) {
   if (kind != "custom" && (f.has("gpu-memory-gib") || f.has("gpu-tflops")))
     return absl::InvalidArgumentError(
         "--gpu-memory-gib and --gpu-tflops apply only to --gpu custom");
-  VT_ASSIGN_OR_RETURN(in.gpu, plan::gpu_spec(kind, f.get_double("gpu-memory-gib"),
-                                             f.get_double("gpu-tflops")));
+  const double mem = f.has("gpu-memory-gib") ? f.get_double("gpu-memory-gib") : 0;
+  const double tflops = f.has("gpu-tflops") ? f.get_double("gpu-tflops") : 0;
+  VT_ASSIGN_OR_RETURN(in.gpu, plan::gpu_spec(kind, mem, tflops));
   in.mfu = f.get_double("mfu");
   in.intra_node_gbps = f.get_double("intra-node-gbps");
   in.inter_node_gbps = f.get_double("inter-node-gbps");

@@ -134,7 +134,8 @@ LayoutPlan plan_layout(const PlanInput& in, const Layout& l) {
   }
   LayoutPlan p = cost(in, l, mems[worst], worst, max_grads);
   double table_numel = 0;
-  for (const ParamInfo& info : stage_store(in.cfg, l.tp, l.pp, worst).infos())
+  const ParamStore store = stage_store(in.cfg, l.tp, l.pp, worst);
+  for (const ParamInfo& info : store.infos())
     if (info.name.size() >= 5 && info.name.compare(info.name.size() - 5, 5, "table") == 0)
       table_numel += static_cast<double>(info.numel());
   p.tables = table_numel * (4 + 4 + (in.act_dtype == DType::kBF16 ? 2 : 0) + 8.0 / l.dp);
