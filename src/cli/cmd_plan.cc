@@ -59,7 +59,7 @@ const CommandSpec& plan_command() {
              no_default(text_flag("layout", "",
                                   "TP,PP,DP: report only this layout (with --micro-batch), "
                                   "every pipeline stage's memory, fitting or not")),
-             no_default(int_flag("micro-batch", 1, 1, 1 << 24, "rows per micro-batch (--layout)")),
+             int_flag("micro-batch", 1, 1, 1 << 24, "rows per micro-batch (--layout)"),
              bool_flag("json", "one JSON object per line instead of the report"),
          })
       c.flags.push_back(f);
