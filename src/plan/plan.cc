@@ -117,7 +117,14 @@ static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimat
   p.allreduce_gbps =
       l.tp * l.dp <= in.gpus_per_node ? in.intra_node_gbps : in.inter_node_gbps;
   p.allreduce_s = 2.0 * (l.dp - 1) / l.dp * max_grads / (p.allreduce_gbps * 1e9);
-  p.step_s = p.compute_s * p.bubble + p.allreduce_s;
+  if (l.tp > 1) {
+    const int layers = stage_layers(in.cfg.n_layer, l.pp, 0).second;  // the largest stage
+    const double tokens = static_cast<double>(rows_per_dp) * in.cfg.seq_len;
+    const double es = static_cast<double>(dtype_size(in.act_dtype));
+    p.tp_comm_s = layers * (l.recompute ? 6.0 : 4.0) * 2.0 * (l.tp - 1) / l.tp * tokens *
+                  in.cfg.n_embd * es / (in.intra_node_gbps * 1e9);
+  }
+  p.step_s = (p.compute_s + p.tp_comm_s) * p.bubble + p.allreduce_s;
   p.tok_per_s = static_cast<double>(in.global_batch) / p.step_s;
   p.days = in.tokens / p.tok_per_s / 86400.0;
   p.gpu_hours = in.tokens / p.tok_per_s / 3600.0 * gpus;

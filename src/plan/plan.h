@@ -66,7 +66,11 @@ struct LayoutPlan {
   double compute_s = 0;       // one step at the assumed MFU (with recomputation's cost)
   double allreduce_s = 0;     // the data-parallel gradient all-reduce, not overlapped
   double allreduce_gbps = 0;  // the bandwidth it was estimated with
-  double step_s = 0;          // compute_s x bubble + allreduce_s
+  // Tensor-parallel all-reduces of one step on a dp rank: 4 per layer and micro-batch (attention
+  // and MLP: "reduce from" in forward, "copy to" in backward; 6 with recomputation), each
+  // 2 (tp-1)/tp x micro-batch tokens x d activations, at the intra-node bandwidth, not overlapped.
+  double tp_comm_s = 0;
+  double step_s = 0;          // (compute_s + tp_comm_s) x bubble + allreduce_s
   double tok_per_s = 0, days = 0, gpu_hours = 0;
 };
 

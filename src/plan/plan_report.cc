@@ -33,7 +33,8 @@ std::string header(const PlanInput& in, const Plan& p) {
       &s,
       "assumed: MFU %.2f; recompute costs x%.2f compute; 1F1B bubble x(1 + (pp-1)/m); "
       "data-parallel all-reduce 2(dp-1)/dp x fp32 grads at %.0f GB/s in a node, %.0f GB/s "
-      "across nodes, not overlapped; pipeline and tensor-parallel traffic not counted\n",
+      "across nodes, and tensor-parallel all-reduces (4 per layer and micro-batch, 6 with "
+      "recompute) at the in-node rate, neither overlapped; pipeline sends not counted\n",
       in.mfu, in.recompute_cost, in.intra_node_gbps, in.inter_node_gbps);
   absl::StrAppendFormat(
       &s,
@@ -45,15 +46,15 @@ std::string header(const PlanInput& in, const Plan& p) {
 }
 
 std::string row(const LayoutPlan& l) {
-  return absl::StrFormat("%4d %4d %5d %4d %5d  %-9s %8.1f %7.3f %9.3f %8.3f %11.0f %8.2f %11.0f\n",
-                         l.layout.tp, l.layout.pp, l.layout.dp, l.layout.micro_batch,
-                         l.micro_batches, l.layout.recompute ? "on" : "off", l.per_gpu() / kGiB,
-                         l.bubble, l.allreduce_s, l.step_s, l.tok_per_s, l.days, l.gpu_hours);
+  return absl::StrFormat(
+      "%4d %4d %5d %4d %5d  %-9s %8.1f %7.3f %8.3f %9.3f %8.3f %11.0f %8.2f %11.0f\n", l.layout.tp,
+      l.layout.pp, l.layout.dp, l.layout.micro_batch, l.micro_batches,
+      l.layout.recompute ? "on" : "off", l.per_gpu() / kGiB, l.bubble, l.tp_comm_s, l.allreduce_s,
+      l.step_s, l.tok_per_s, l.days, l.gpu_hours);
 }
 
 const char* kColumns =
-    "  tp   pp    dp   mb     m  recompute  GiB/GPU  bubble  allred s   step s       tok/s "
-    "    days   GPU-hours\n";
+    "  tp   pp    dp   mb     m  recompute  GiB/GPU  bubble     tp s      dp s   step s       tok/s     days   GPU-hours\n";
 
 std::string checkpoint(const Plan& p, const PlanInput& in) {
   return absl::StrFormat(
@@ -100,7 +101,8 @@ std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts) {
       &s,
       "\n%d layouts (%d tp x pp x dp shapes x micro-batches x recompute), %d fit; the best %d of "
       "%d tp x pp x dp x recompute rows (each at its fastest micro-batch mb, m micro-batches per "
-      "step and dp rank), by days:\n\n",
+      "step and dp rank), by days; tp s, dp s: seconds per step in tensor- and data-parallel "
+      "all-reduces:\n\n",
       static_cast<int>(p.layouts.size()), p.shapes, static_cast<int>(p.fitting.size()),
       static_cast<int>(shown.size()), static_cast<int>(seen.size()));
   s += kColumns;
@@ -137,7 +139,7 @@ std::string layout_json(const LayoutPlan& l) {
                       {"tables_bytes", l.tables}, {"estimate_bytes", m.total()},
                       {"allowance_bytes", l.workspace}, {"per_gpu_bytes", l.per_gpu()},
                       {"fits", l.fits}, {"bubble", l.bubble}, {"compute_s", l.compute_s},
-                      {"allreduce_s", l.allreduce_s}, {"step_s", l.step_s},
+                      {"allreduce_s", l.allreduce_s}, {"tp_comm_s", l.tp_comm_s}, {"step_s", l.step_s},
                       {"tok_per_s", l.tok_per_s}, {"days", l.days}, {"gpu_hours", l.gpu_hours}};
   return j.dump();
 }

@@ -77,26 +77,31 @@ TEST(Plan, BubbleStepTimeAndDaysFollowTheFormula) {
   auto p = make_plan(in);
   ASSERT_TRUE(p.ok()) << p.status();
   const double fpt = flops_per_token(in.cfg);
-  // tp 2, pp 4, dp 1, micro-batch 4: 32 rows / 4 = 8 micro-batches, bubble 1 + 3/8; no all-reduce.
+  // tp 2, pp 4, dp 1, micro-batch 4: 32 rows / 4 = 8 micro-batches, bubble 1 + 3/8; no
+  // data-parallel all-reduce; tensor parallel: 1 layer per stage x 4 all-reduces x 2 (2-1)/2 x
+  // 8192 tokens x 128 x 2 bytes (bf16) at 400 GB/s.
   const LayoutPlan& a = find(*p, 2, 4, 1, 4, false);
   EXPECT_EQ(a.micro_batches, 8);
   EXPECT_DOUBLE_EQ(a.bubble, 1.375);
   EXPECT_DOUBLE_EQ(a.allreduce_s, 0.0);
+  const double tp_s = 1 * 4 * 1.0 * 8192 * 128 * 2 / 400e9;
+  EXPECT_NEAR(a.tp_comm_s, tp_s, 1e-9 * tp_s);
   const double compute = 8192.0 * fpt / (8 * 989e12 * 0.4);
-  EXPECT_NEAR(a.step_s, compute * 1.375, 1e-12 * compute);
-  const double tok_s = 8192.0 / (compute * 1.375);
+  EXPECT_NEAR(a.step_s, (compute + tp_s) * 1.375, 1e-12 * compute);
+  const double tok_s = 8192.0 / ((compute + tp_s) * 1.375);
   EXPECT_NEAR(a.tok_per_s, tok_s, 1e-9 * tok_s);
   EXPECT_NEAR(a.days, 1e9 / tok_s / 86400, 1e-9 * a.days);
   EXPECT_NEAR(a.gpu_hours, 1e9 / tok_s / 3600 * 8, 1e-9 * a.gpu_hours);
-  // Recomputation costs a third more compute.
+  // Recomputation costs a third more compute and reruns the forward's two all-reduces.
   const LayoutPlan& ar = find(*p, 2, 4, 1, 4, true);
-  EXPECT_NEAR(ar.step_s, compute * 4 / 3 * 1.375, 1e-12 * compute);
+  EXPECT_NEAR(ar.step_s, (compute * 4 / 3 + tp_s * 6 / 4) * 1.375, 1e-12 * compute);
 
   // tp 1, pp 1, dp 8, micro-batch 2: 4 rows / 2 = 2 micro-batches, bubble 1; the all-reduce moves
   // 2 (8-1)/8 x the fp32 gradients of the whole model at 400 GB/s (8 GPUs in one node).
   const LayoutPlan& b = find(*p, 1, 1, 8, 2, false);
   EXPECT_EQ(b.micro_batches, 2);
   EXPECT_DOUBLE_EQ(b.bubble, 1.0);
+  EXPECT_DOUBLE_EQ(b.tp_comm_s, 0.0);
   ParamStore store;
   GPT model(in.cfg);
   model.register_params(store);
