@@ -54,6 +54,8 @@ const CommandSpec& plan_command() {
              choice_flag("act-dtype", "bf16", {"bf16", "f32"}, "activations"),
              choice_flag("recompute", "both", {"both", "on", "off"},
                          "layouts with --recompute, without, or both"),
+             int_flag("min-micro-batch", 1, 1, 1 << 24,
+                      "leave out smaller micro-batches (the assumed MFU does not fall with them)"),
              flag_heading("output"),
              int_flag("max-layouts", 10, 1, 1e6, "rows of the table"),
              no_default(text_flag("layout", "",
@@ -117,6 +119,7 @@ absl::StatusOr<plan::PlanInput> plan_input(const Flags& f) {
   in.workspace_gib = f.get_double("workspace-gib");
   in.act_dtype = f.get_string("act-dtype") == "f32" ? DType::kF32 : DType::kBF16;
   in.recompute = f.get_string("recompute");
+  in.min_micro_batch = static_cast<int>(f.get_int("min-micro-batch"));
   return in;
 }
 

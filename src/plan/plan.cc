@@ -175,6 +175,7 @@ absl::StatusOr<std::vector<Layout>> enumerate_layouts(const PlanInput& in) {
       const int64_t per_dp = rows / dp;
       for (int64_t b = 1; b <= per_dp; b *= 2) {
         if (per_dp % b != 0) break;  // powers of two: once one does not divide, none larger does
+        if (b < in.min_micro_batch) continue;
         for (bool r : recomputes) out.push_back(Layout{tp, pp, dp, static_cast<int>(b), r});
       }
     }
@@ -184,7 +185,8 @@ absl::StatusOr<std::vector<Layout>> enumerate_layouts(const PlanInput& in) {
         "no layout of ", in.gpus, " GPUs divides this model and batch: tp must divide --heads ",
         c.n_head, " and --kv-heads ", c.n_kv_head, " (at most --gpus-per-node ", in.gpus_per_node,
         "), pp must divide --layers ", c.n_layer, ", and dp = gpus / (tp x pp) must divide the ",
-        rows, " rows of --global-batch ", in.global_batch, "; try a power-of-two --gpus"));
+        rows, " rows of --global-batch ", in.global_batch, " in micro-batches of at least --min-micro-batch ",
+        in.min_micro_batch, "; try a power-of-two --gpus"));
   return out;
 }
 

@@ -42,6 +42,7 @@ struct PlanInput {
   double workspace_gib = 2;     // CUDA context, cuBLASLt workspaces, NCCL buffers, allocator slack
   DType act_dtype = DType::kBF16;
   std::string recompute = "both";  // both | on | off
+  int min_micro_batch = 1;         // smaller micro-batches are left out
   // Recomputation reruns each block's forward in backward: the step's compute grows by this
   // factor (one more forward of ~2 of the 6 FLOPs per parameter and token).
   double recompute_cost = 4.0 / 3.0;

@@ -25,9 +25,9 @@ std::string header(const PlanInput& in, const Plan& p) {
       value_mode_name(c.value_mode), block_shape_name(c.block), p.params / 1e9,
       p.flops_per_token / 1e9);
   absl::StrAppendFormat(
-      &s, "run: %.4g tokens, global batch %d tokens (%d rows), %d x %s (%.1f GiB, %.0f TFLOP/s "
+      &s, "run: %.4g B tokens, global batch %d tokens (%d rows), %d x %s (%.1f GiB, %.0f TFLOP/s "
           "bf16), %d per node\n",
-      in.tokens, in.global_batch, static_cast<int>(in.global_batch / c.seq_len), in.gpus,
+      in.tokens / 1e9, in.global_batch, static_cast<int>(in.global_batch / c.seq_len), in.gpus,
       in.gpu.name, in.gpu.memory_gib, in.gpu.peak_tflops, in.gpus_per_node);
   absl::StrAppendFormat(
       &s,
@@ -52,6 +52,12 @@ std::string row(const LayoutPlan& l) {
       l.layout.recompute ? "on" : "off", l.per_gpu() / kGiB, l.bubble, l.tp_comm_s, l.allreduce_s,
       l.step_s, l.tok_per_s, l.days, l.gpu_hours);
 }
+
+const char* kCaveat =
+    "\nAn estimate from an assumed MFU and bandwidths, not a measurement. The MFU is taken as the\n"
+    "same for every layout, but small micro-batches and wide tensor parallelism run below it on\n"
+    "real GPUs: measure the chosen layout's MFU (`vtrain train` prints it) before trusting the\n"
+    "days, and use --min-micro-batch to leave out micro-batches too small to be efficient.\n";
 
 const char* kColumns =
     "  tp   pp    dp   mb     m  recompute  GiB/GPU  bubble     tp s      dp s   step s       tok/s     days   GPU-hours\n";
@@ -108,7 +114,7 @@ std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts) {
   s += kColumns;
   for (const LayoutPlan* l : shown) s += row(*l);
   s += "\n" + checkpoint(p, in) + "\n" + breakdown(p.fitting.front());
-  s += "\nAn estimate from an assumed MFU and bandwidths, not a measurement.\n";
+  s += kCaveat;
   return s;
 }
 
@@ -122,7 +128,7 @@ std::string format_layout(const PlanInput& in, const Plan& p, const LayoutPlan& 
     for (size_t i = 0; i < stages.size(); ++i)
       absl::StrAppendFormat(&s, "  stage %d: %s\n", static_cast<int>(i), stages[i].to_string());
   }
-  s += "\nAn estimate from an assumed MFU and bandwidths, not a measurement.\n";
+  s += kCaveat;
   return s;
 }
 

@@ -61,6 +61,17 @@ TEST(Plan, EnumeratesTheLayoutsByHand) {
                         {1, 1, 8}, {1, 2, 4}, {1, 4, 2}, {2, 1, 4}, {2, 2, 2}, {2, 4, 1}}));
 }
 
+TEST(Plan, MinMicroBatchLeavesOutSmallerOnes) {
+  // Micro-batches of at least 4: dp 8, 4, 2, 1 keep 1, 2, 3, 4 of theirs; the shapes of
+  // EnumeratesTheLayoutsByHand then give 1 + 2 + 3 + 2 + 3 + 4 = 15, x2.
+  PlanInput in = small_input();
+  in.min_micro_batch = 4;
+  auto ls = enumerate_layouts(in);
+  ASSERT_TRUE(ls.ok()) << ls.status();
+  EXPECT_EQ(ls->size(), 30u);
+  for (const Layout& l : *ls) EXPECT_GE(l.micro_batch, 4);
+}
+
 TEST(Plan, GpusPerNodeBoundsTensorParallel) {
   PlanInput in = small_input();
   in.gpus_per_node = 1;  // 8 nodes of one GPU: tp 1 only: 3 + 4 + 5 = 12 micro-batches, x2
