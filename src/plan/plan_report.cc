@@ -77,7 +77,7 @@ std::string breakdown(const LayoutPlan& l) {
       l.layout.tp, l.layout.pp, l.layout.dp, l.layout.micro_batch,
       l.layout.recompute ? "on" : "off", l.stage);
   auto line = [&](const char* what, double bytes) {
-    absl::StrAppendFormat(&s, "  %-44s %8.2f GiB\n", what, bytes / kGiB);
+    absl::StrAppendFormat(&s, "  %-58s %8.2f GiB\n", what, bytes / kGiB);
   };
   line("weights (fp32)", m.params);
   line("gradients (fp32)", m.grads);
@@ -86,7 +86,8 @@ std::string breakdown(const LayoutPlan& l) {
   line("activations kept for backward", m.activations);
   line("recomputed block (--recompute)", m.recompute_transient);
   line("backward temporaries (one block)", m.backward_transient);
-  line("logits and their gradient (last stage)", m.logits);
+  line("logits and their gradient (last stage; freed before the", m.logits);
+  absl::StrAppendFormat(&s, "    blocks' backward: this or the two above count, the larger)\n");
   line("allowance: context, workspaces, comm buffers", l.workspace);
   line("total", l.per_gpu());
   if (l.tables > 0) line("  of which value tables (all their parts)", l.tables);
