@@ -53,7 +53,7 @@ const CommandSpec& plan_command() {
                       "allowance per GPU for CUDA context, workspaces, NCCL buffers, slack"),
              choice_flag("act-dtype", "bf16", {"bf16", "f32"}, "activations"),
              choice_flag("recompute", "both", {"both", "on", "off"},
-                         "layouts with --recompute, without, or both"),
+                         "layouts with --recompute, without, or both (with --layout: both = off)"),
              int_flag("min-micro-batch", 1, 1, 1 << 24,
                       "leave out smaller micro-batches (the assumed MFU does not fall with them)"),
              flag_heading("output"),
