@@ -17,6 +17,7 @@ int cmd_eval(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
 int cmd_ckpt(int argc, char** argv);
 int cmd_devices(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
 
 // Prints `vtrain CMD: error: MSG` on stderr and returns 2 (errors of single-process commands).
 int report_error(const char* cmd, const char* message);

@@ -16,6 +16,7 @@ const char* kUsage = R"(usage: vtrain <command> [options]     (vtrain <command> 
   generate  --ckpt PATH --prompt TEXT [--max-tokens N --temperature T --top-k K --seed S]
   ckpt      inspect|verify PATH
   devices   the CUDA devices this build can use (exit 0 when at least one, 3 when none)
+  plan      --preset d32 --tokens 200e9 --gpus 64 --gpu h100: layouts that fit, memory, days
 )";
 
 }  // namespace
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   if (cmd == "generate") return vt::cli::cmd_generate(argc, argv);
   if (cmd == "ckpt") return vt::cli::cmd_ckpt(argc, argv);
   if (cmd == "devices") return vt::cli::cmd_devices(argc, argv);
+  if (cmd == "plan") return vt::cli::cmd_plan(argc, argv);
   std::fprintf(stderr, "vtrain: error: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }

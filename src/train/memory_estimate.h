@@ -1,9 +1,10 @@
 // A start-up estimate of one rank's memory for the chosen layout: parameters, gradients, the
 // bf16 weight copy, optimizer states (Muon momentum; AdamW moments sharded over dp) and the
 // activations one pipeline stage keeps (micro-batch tokens x layers x micro-batches in flight
-// under 1F1B), plus the loss end's logits. It counts what the engine allocates; allocator
-// slack, workspaces and communication buffers come on top.
+// under 1F1B), plus the loss end's logits (alive only while the blocks' backward is not). It counts
+// what the engine allocates; allocator slack, workspaces and communication buffers come on top.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -19,9 +20,11 @@ struct MemoryEstimate {
   double activations = 0;          // kept from forward to backward
   double recompute_transient = 0;  // one block's activations rebuilt in backward (--recompute)
   double backward_transient = 0;   // one block's activation gradients, alive during its backward
+  // The loss end's logits and their gradient are freed before the blocks' backward starts
+  // (GPT::head_backward), so they and the block transients are never alive together.
   double total() const {
-    return params + grads + compute_copy + optimizer + activations + recompute_transient +
-           backward_transient + logits;
+    return params + grads + compute_copy + optimizer + activations +
+           std::max(logits, recompute_transient + backward_transient);
   }
   std::string to_string() const;  // "params 1.2 GiB | grads ... | total ..."
 };

@@ -1,0 +1,183 @@
+// `vtrain plan`: the layouts a model can train on for a cluster, each one's memory per GPU (the
+// start-up estimate of `vtrain train` plus a stated allowance) and what a token budget costs on
+// it (days, GPU-hours, checkpoints), from an assumed MFU (src/plan/plan.h). With --layout, one
+// layout's report, every pipeline stage included. One process, no MPI, no device.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cli/commands.h"
+#include "core/check.h"
+#include "core/flags.h"
+#include "plan/plan.h"
+#include "train/model_flags.h"
+
+namespace vt::cli {
+
+namespace {
+
+const CommandSpec& plan_command() {
+  static const CommandSpec spec = [] {
+    CommandSpec c;
+    c.name = "vtrain plan";
+    c.synopsis =
+        "vtrain plan --preset d32 --tokens 200e9 --gpus 64 --gpu h100 [options]";
+    c.flags = model_flag_specs();
+    for (const FlagSpec& f : std::vector<FlagSpec>{
+             no_default(int_flag("vocab", 32768, 2, 1 << 30,
+                                 "vocabulary size (default: the preset's, 32768)")),
+             flag_heading("budget"),
+             required(num_flag("tokens", 1e9, 1, 1e18, "training tokens, e.g. 200e9")),
+             int_flag("global-batch", 524288, 1, 1e15,
+                      "tokens per optimizer step (a multiple of --seq-len)"),
+             flag_heading("cluster"),
+             int_flag("gpus", 8, 1, 1 << 20, "GPUs in all"),
+             choice_flag("gpu", "h100", {"h100", "h200", "a100-80", "custom"},
+                         "h100: 79.6 GiB, 989 TFLOP/s; h200: 140.4 GiB, 989; a100-80: 80 GiB, "
+                         "312; custom: --gpu-memory-gib and --gpu-tflops"),
+             no_default(num_flag("gpu-memory-gib", 0, 0, 1e6, "memory per GPU (--gpu custom)")),
+             no_default(num_flag("gpu-tflops", 0, 0, 1e9,
+                                 "peak bf16 TFLOP/s per GPU (--gpu custom)")),
+             int_flag("gpus-per-node", 8, 1, 1024, "GPUs per node (tensor parallel stays in one)"),
+             flag_heading("assumptions"),
+             num_flag("mfu", 0.4, 0.001, 1, "model-FLOPs utilization assumed for every layout"),
+             num_flag("intra-node-gbps", 400, 0.001, 1e6,
+                      "GB/s (gigabytes) per GPU for the gradient all-reduce inside a node"),
+             num_flag("inter-node-gbps", 50, 0.001, 1e6,
+                      "GB/s (gigabytes) per GPU for the gradient all-reduce across nodes"),
+             num_flag("disk-gbps", 2, 0.001, 1e6, "GB/s (gigabytes) of checkpoint writes"),
+             num_flag("headroom", 0.1, 0, 0.9, "fraction of GPU memory left unused"),
+             num_flag("workspace-gib", 2, 0, 1e6,
+                      "allowance per GPU for CUDA context, workspaces, NCCL buffers, slack"),
+             choice_flag("act-dtype", "bf16", {"bf16", "f32"}, "activations"),
+             choice_flag("recompute", "both", {"both", "on", "off"},
+                         "layouts with --recompute, without, or both (with --layout: both = off)"),
+             int_flag("min-micro-batch", 1, 1, 1 << 24,
+                      "leave out smaller micro-batches (the assumed MFU does not fall with them)"),
+             flag_heading("output"),
+             int_flag("max-layouts", 10, 1, 1e6, "rows of the table"),
+             no_default(text_flag("layout", "",
+                                  "TP,PP,DP: report only this layout (with --micro-batch), "
+                                  "every pipeline stage's memory, fitting or not")),
+             int_flag("micro-batch", 1, 1, 1 << 24, "rows per micro-batch (--layout)"),
+             bool_flag("json", "one JSON object per line instead of the report"),
+         })
+      c.flags.push_back(f);
+    c.epilog =
+        "Every figure is an estimate from the assumptions above (MFU, bandwidths), not a\n"
+        "measurement. Memory is the start-up estimate `vtrain train` prints, per GPU.\n";
+    return c;
+  }();
+  return spec;
+}
+
+absl::StatusOr<plan::Layout> parse_layout(const std::string& text, int micro_batch) {
+  std::vector<std::string> parts = absl::StrSplit(text, ',');
+  plan::Layout l;
+  int* fields[3] = {&l.tp, &l.pp, &l.dp};
+  bool ok = parts.size() == 3;
+  for (size_t i = 0; ok && i < 3; ++i) {
+    try {
+      size_t used = 0;
+      *fields[i] = std::stoi(parts[i], &used);
+      ok = used == parts[i].size() && *fields[i] >= 1;
+    } catch (...) {
+      ok = false;
+    }
+  }
+  if (!ok)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--layout '", text, "' is not TP,PP,DP (three positive integers, e.g. 2,4,8)"));
+  l.micro_batch = micro_batch;
+  return l;
+}
+
+absl::StatusOr<plan::PlanInput> plan_input(const Flags& f) {
+  plan::PlanInput in;
+  VT_ASSIGN_OR_RETURN(ModelConfig m, model_config_from_flags(f));
+  if (f.has("vocab")) m.vocab_size = static_cast<int>(f.get_int("vocab"));
+  VT_RETURN_IF_ERROR(m.finalize());
+  in.cfg = m;
+  in.tokens = f.get_double("tokens");
+  in.global_batch = f.get_int("global-batch");
+  in.gpus = static_cast<int>(f.get_int("gpus"));
+  in.gpus_per_node = static_cast<int>(f.get_int("gpus-per-node"));
+  const std::string kind = f.get_string("gpu");
+  if (kind != "custom" && (f.has("gpu-memory-gib") || f.has("gpu-tflops")))
+    return absl::InvalidArgumentError(
+        "--gpu-memory-gib and --gpu-tflops apply only to --gpu custom");
+  const double mem = f.has("gpu-memory-gib") ? f.get_double("gpu-memory-gib") : 0;
+  const double tflops = f.has("gpu-tflops") ? f.get_double("gpu-tflops") : 0;
+  VT_ASSIGN_OR_RETURN(in.gpu, plan::gpu_spec(kind, mem, tflops));
+  in.mfu = f.get_double("mfu");
+  in.intra_node_gbps = f.get_double("intra-node-gbps");
+  in.inter_node_gbps = f.get_double("inter-node-gbps");
+  in.disk_gbps = f.get_double("disk-gbps");
+  in.headroom = f.get_double("headroom");
+  in.workspace_gib = f.get_double("workspace-gib");
+  in.act_dtype = f.get_string("act-dtype") == "f32" ? DType::kF32 : DType::kBF16;
+  in.recompute = f.get_string("recompute");
+  in.min_micro_batch = static_cast<int>(f.get_int("min-micro-batch"));
+  return in;
+}
+
+// --layout: the one layout, checked as enumerate_layouts checks it.
+absl::StatusOr<std::string> one_layout(plan::PlanInput in, const Flags& f) {
+  VT_ASSIGN_OR_RETURN(plan::Layout l, parse_layout(f.get_string("layout"),
+                                                   static_cast<int>(f.get_int("micro-batch"))));
+  if (in.recompute == "both") in.recompute = "off";
+  l.recompute = in.recompute == "on";
+  const int world = l.tp * l.pp * l.dp;
+  if (f.has("gpus") && in.gpus != world)
+    return absl::InvalidArgumentError(absl::StrCat("--layout ", f.get_string("layout"), " is ",
+                                                   world, " GPUs but --gpus is ", in.gpus,
+                                                   "; give one of them"));
+  in.gpus = world;
+  VT_ASSIGN_OR_RETURN(std::vector<plan::Layout> all, plan::enumerate_layouts(in));
+  bool found = false;
+  for (const plan::Layout& a : all)
+    found |= a.tp == l.tp && a.pp == l.pp && a.dp == l.dp && a.micro_batch == l.micro_batch &&
+             a.recompute == l.recompute;
+  if (!found)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--layout ", f.get_string("layout"), " --micro-batch ", l.micro_batch,
+        " is not a layout of this model and batch: tp must divide the heads and KV heads (at most "
+        "--gpus-per-node), pp the layers, and micro-batch x dp the ",
+        in.global_batch / in.cfg.seq_len, " rows of --global-batch (micro-batch a power of two)"));
+  const plan::Plan p = plan::model_totals(in);
+  const plan::LayoutPlan lp = plan::plan_layout(in, l);
+  return f.get_bool("json") ? plan::layout_json(lp) + "\n" : plan::format_layout(in, p, lp);
+}
+
+}  // namespace
+
+int cmd_plan(int argc, char** argv) {
+  if (wants_help(argc, argv, 2)) {
+    std::printf("%s", usage(plan_command()).c_str());
+    return 0;
+  }
+  absl::StatusOr<Flags> f = Flags::parse(plan_command(), argc, argv, 2);
+  if (!f.ok()) return report_error("plan", std::string(f.status().message()).c_str());
+  absl::StatusOr<plan::PlanInput> in = plan_input(*f);
+  if (!in.ok()) return report_error("plan", std::string(in.status().message()).c_str());
+  if (f->has("micro-batch") && !f->has("layout"))
+    return report_error("plan", "--micro-batch applies only with --layout TP,PP,DP");
+  if (f->has("layout")) {
+    absl::StatusOr<std::string> s = one_layout(*in, *f);
+    if (!s.ok()) return report_error("plan", std::string(s.status().message()).c_str());
+    std::printf("%s", s->c_str());
+    return 0;
+  }
+  absl::StatusOr<plan::Plan> p = plan::make_plan(*in);
+  if (!p.ok()) return report_error("plan", std::string(p.status().message()).c_str());
+  if (f->get_bool("json")) {
+    for (const plan::LayoutPlan& l : p->fitting) std::printf("%s\n", plan::layout_json(l).c_str());
+  } else {
+    std::printf("%s", plan::format_plan(*in, *p, static_cast<int>(f->get_int("max-layouts"))).c_str());
+  }
+  return 0;
+}
+
+}  // namespace vt::cli

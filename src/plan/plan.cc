@@ -1,0 +1,278 @@
+// The layouts of `vtrain plan`, their memory and their cost (see plan.h).
+#include "plan/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/arena.h"
+#include "core/check.h"
+#include "core/communicator.h"
+#include "model/flops.h"
+#include "model/gpt.h"
+#include "parallel/process_grid.h"
+
+namespace vt::plan {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// A communicator that only reports a size: parameter registration asks for the TP rank and size.
+class SizeOnly final : public Communicator {
+ public:
+  explicit SizeOnly(int size) : size_(size) {}
+  int size() const override { return size_; }
+  int rank() const override { return 0; }
+  void all_reduce_sum(float*, int64_t) override {}
+  void all_reduce_sum(double*, int64_t) override {}
+  void all_reduce_max(float*, int64_t) override {}
+  void all_gather(const float*, float*, int64_t) override {}
+  void reduce_scatter_sum(const float*, float*, int64_t) override {}
+  void broadcast(float*, int64_t, int) override {}
+  void send(const float*, int64_t, int, int) override {}
+  void recv(float*, int64_t, int, int) override {}
+  void barrier() override {}
+
+ private:
+  int size_;
+};
+
+// The parameters stage `stage` of a tp x pp layout registers (nothing is allocated).
+ParamStore stage_store(const ModelConfig& cfg, int tp, int pp, int stage) {
+  SizeOnly comm(tp);
+  auto [begin, end] = stage_layers(cfg.n_layer, pp, stage);
+  ModelParallel par;
+  par.tp = &comm;
+  par.layer_begin = begin;
+  par.layer_end = end;
+  GPT model(cfg, par);
+  ParamStore store;
+  model.register_params(store);
+  return store;
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+}  // namespace
+
+absl::StatusOr<GpuSpec> gpu_spec(const std::string& kind, double memory_gib, double tflops) {
+  if (kind == "h100") return GpuSpec{"h100", 81559.0 / 1024, 989};
+  if (kind == "h200") return GpuSpec{"h200", 143771.0 / 1024, 989};
+  if (kind == "a100-80") return GpuSpec{"a100-80", 80, 312};
+  if (kind == "custom") {
+    if (!(memory_gib > 0) || !(tflops > 0))
+      return absl::InvalidArgumentError(
+          "--gpu custom needs --gpu-memory-gib and --gpu-tflops (both > 0)");
+    return GpuSpec{"custom", memory_gib, tflops};
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --gpu '", kind, "'; choose h100, h200, a100-80 or custom"));
+}
+
+std::vector<MemoryEstimate> stage_memory(const PlanInput& in, const Layout& l) {
+  GridShape shape;
+  shape.tp = l.tp;
+  shape.pp = l.pp;
+  shape.dp = l.dp;
+  std::vector<MemoryEstimate> out;
+  for (int s = 0; s < l.pp; ++s) {
+    const ParamStore store = stage_store(in.cfg, l.tp, l.pp, s);
+    auto [begin, end] = stage_layers(in.cfg.n_layer, l.pp, s);
+    GridCoords coords;
+    coords.pp = s;
+    out.push_back(estimate_memory(in.cfg, store, shape, coords, end - begin, l.micro_batch,
+                                  in.act_dtype, l.recompute));
+  }
+  return out;
+}
+
+// The cost of a layout given its largest stage's memory estimate.
+static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimate& mem, int stage,
+                       double max_grads) {
+  LayoutPlan p;
+  p.layout = l;
+  p.mem = mem;
+  p.stage = stage;
+  p.workspace = in.workspace_gib * kGiB;
+  p.fits = p.per_gpu() <= (1.0 - in.headroom) * in.gpu.memory_gib * kGiB;
+  const int64_t rows_per_dp = in.global_batch / in.cfg.seq_len / l.dp;
+  p.micro_batches = static_cast<int>(rows_per_dp / l.micro_batch);
+  p.bubble = 1.0 + static_cast<double>(l.pp - 1) / p.micro_batches;
+  const double gpus = static_cast<double>(l.tp) * l.pp * l.dp;
+  const double fpt = flops_per_token(in.cfg);
+  p.compute_s = static_cast<double>(in.global_batch) * fpt /
+                (gpus * in.gpu.peak_tflops * 1e12 * in.mfu) *
+                (l.recompute ? in.recompute_cost : 1.0);
+  // A dp group is tp ranks apart (tp varies fastest): it stays in a node while tp x dp does.
+  p.allreduce_gbps =
+      l.tp * l.dp <= in.gpus_per_node ? in.intra_node_gbps : in.inter_node_gbps;
+  p.allreduce_s = 2.0 * (l.dp - 1) / l.dp * max_grads / (p.allreduce_gbps * 1e9);
+  if (l.tp > 1) {
+    const int layers = stage_layers(in.cfg.n_layer, l.pp, 0).second;  // the largest stage
+    const double tokens = static_cast<double>(rows_per_dp) * in.cfg.seq_len;
+    const double es = static_cast<double>(dtype_size(in.act_dtype));
+    p.tp_comm_s = layers * (l.recompute ? 6.0 : 4.0) * 2.0 * (l.tp - 1) / l.tp * tokens *
+                  in.cfg.n_embd * es / (in.intra_node_gbps * 1e9);
+  }
+  p.step_s = (p.compute_s + p.tp_comm_s) * p.bubble + p.allreduce_s;
+  p.tok_per_s = static_cast<double>(in.global_batch) / p.step_s;
+  p.days = in.tokens / p.tok_per_s / 86400.0;
+  p.gpu_hours = in.tokens / p.tok_per_s / 3600.0 * gpus;
+  return p;
+}
+
+LayoutPlan plan_layout(const PlanInput& in, const Layout& l) {
+  const std::vector<MemoryEstimate> mems = stage_memory(in, l);
+  int worst = 0;
+  double max_grads = 0;
+  for (int s = 0; s < static_cast<int>(mems.size()); ++s) {
+    if (mems[s].total() > mems[worst].total()) worst = s;
+    max_grads = std::max(max_grads, mems[s].grads);
+  }
+  LayoutPlan p = cost(in, l, mems[worst], worst, max_grads);
+  double table_numel = 0;
+  const ParamStore store = stage_store(in.cfg, l.tp, l.pp, worst);
+  for (const ParamInfo& info : store.infos())
+    if (info.name.size() >= 5 && info.name.compare(info.name.size() - 5, 5, "table") == 0)
+      table_numel += static_cast<double>(info.numel());
+  p.tables = table_numel * (4 + 4 + (in.act_dtype == DType::kBF16 ? 2 : 0) + 8.0 / l.dp);
+  return p;
+}
+
+absl::StatusOr<std::vector<Layout>> enumerate_layouts(const PlanInput& in) {
+  const ModelConfig& c = in.cfg;
+  if (in.global_batch % c.seq_len != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--global-batch ", in.global_batch, " tokens is not a whole number of rows of --seq-len ",
+        c.seq_len, "; give a multiple of ", c.seq_len));
+  if (in.gpus > in.gpus_per_node && in.gpus % in.gpus_per_node != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpus ", in.gpus, " is not a whole number of nodes of --gpus-per-node ",
+        in.gpus_per_node, "; give a multiple of ", in.gpus_per_node));
+  const int64_t rows = in.global_batch / c.seq_len;
+  std::vector<bool> recomputes;
+  if (in.recompute != "on") recomputes.push_back(false);
+  if (in.recompute != "off") recomputes.push_back(true);
+  std::vector<Layout> out;
+  std::vector<std::string> why;  // (tp, pp) pairs that leave no dp
+  for (int tp : divisors(std::min(in.gpus_per_node, in.gpus))) {
+    if (c.n_head % tp != 0 || c.n_kv_head % tp != 0) continue;
+    for (int pp : divisors(c.n_layer)) {
+      if (in.gpus % (tp * pp) != 0) continue;
+      const int dp = in.gpus / (tp * pp);
+      if (!make_grid_shape(in.gpus, tp, pp, c).ok()) continue;  // MLP width, padded vocabulary
+      if (rows % dp != 0) continue;
+      const int64_t per_dp = rows / dp;
+      for (int64_t b = 1; b <= per_dp; b *= 2) {
+        if (per_dp % b != 0) break;  // powers of two: once one does not divide, none larger does
+        if (b < in.min_micro_batch) continue;
+        for (bool r : recomputes) out.push_back(Layout{tp, pp, dp, static_cast<int>(b), r});
+      }
+    }
+  }
+  if (out.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no layout of ", in.gpus, " GPUs divides this model and batch: tp must divide --heads ",
+        c.n_head, " and --kv-heads ", c.n_kv_head, " (at most --gpus-per-node ", in.gpus_per_node,
+        "), pp must divide --layers ", c.n_layer, ", and dp = gpus / (tp x pp) must divide the ",
+        rows, " rows of --global-batch ", in.global_batch, " in micro-batches of at least --min-micro-batch ",
+        in.min_micro_batch, "; try a power-of-two --gpus"));
+  return out;
+}
+
+// The least memory any layout of `in` needs per GPU (the plans of every layout).
+static absl::StatusOr<LayoutPlan> smallest_need(const PlanInput& in) {
+  VT_ASSIGN_OR_RETURN(std::vector<Layout> ls, enumerate_layouts(in));
+  LayoutPlan best;
+  double need = std::numeric_limits<double>::infinity();
+  for (const Layout& l : ls) {
+    LayoutPlan p = plan_layout(in, l);
+    if (p.per_gpu() < need) {
+      need = p.per_gpu();
+      best = p;
+    }
+  }
+  return best;
+}
+
+Plan model_totals(const PlanInput& in) {
+  Plan p;
+  {
+    const ParamStore whole = stage_store(in.cfg, 1, 1, 0);
+    double matrix = 0, other = 0;
+    for (const ParamInfo& info : whole.infos())
+      (info.group == ParamGroup::kMatrix ? matrix : other) +=
+          static_cast<double>(shape_numel(info.global_shape));
+    p.params = matrix + other;
+    // /model/<name> plus /optim/<name>/momentum_buffer (Muon) or exp_avg, exp_avg_sq (AdamW).
+    p.ckpt_bytes = 4.0 * (p.params + matrix + 2.0 * other);
+    p.ckpt_save_s = p.ckpt_bytes / (in.disk_gbps * 1e9);
+  }
+  p.flops_per_token = flops_per_token(in.cfg);
+  return p;
+}
+
+absl::StatusOr<Plan> make_plan(const PlanInput& in) {
+  VT_ASSIGN_OR_RETURN(std::vector<Layout> ls, enumerate_layouts(in));
+  Plan p = model_totals(in);
+  std::map<std::tuple<int, int, int>, bool> shapes;
+  for (const Layout& l : ls) {
+    shapes[{l.tp, l.pp, l.dp}] = true;
+    p.layouts.push_back(plan_layout(in, l));
+    if (p.layouts.back().fits) p.fitting.push_back(p.layouts.back());
+  }
+  p.shapes = static_cast<int>(shapes.size());
+  std::stable_sort(p.fitting.begin(), p.fitting.end(),
+                   [](const LayoutPlan& a, const LayoutPlan& b) {
+                     if (a.days != b.days) return a.days < b.days;
+                     if (a.layout.recompute != b.layout.recompute) return !a.layout.recompute;
+                     if (a.layout.micro_batch != b.layout.micro_batch)
+                       return a.layout.micro_batch > b.layout.micro_batch;
+                     return a.per_gpu() < b.per_gpu();
+                   });
+  if (!p.fitting.empty()) return p;
+
+  // Nothing fits: the smallest need, and the GPU counts (more of them) or recompute that fit.
+  const LayoutPlan* least = &p.layouts[0];
+  for (const LayoutPlan& l : p.layouts)
+    if (l.per_gpu() < least->per_gpu()) least = &l;
+  const double cap = (1.0 - in.headroom) * in.gpu.memory_gib * kGiB;
+  std::string msg = absl::StrFormat(
+      "no layout of %d %s GPUs fits: the smallest need is %.1f GiB per GPU (tp %d pp %d dp %d "
+      "micro-batch %d%s, with the %.1f GiB allowance) against %.1f GiB (%.0f%% of %.1f GiB)",
+      in.gpus, in.gpu.name, least->per_gpu() / kGiB, least->layout.tp, least->layout.pp,
+      least->layout.dp, least->layout.micro_batch, least->layout.recompute ? ", recompute" : "",
+      in.workspace_gib, cap / kGiB, 100 * (1 - in.headroom), in.gpu.memory_gib);
+  if (in.recompute == "off") {
+    PlanInput r = in;
+    r.recompute = "on";
+    auto need = smallest_need(r);
+    if (need.ok() && need->fits) absl::StrAppend(&msg, "; --recompute on would fit");
+  }
+  std::string more;
+  for (int k = 2; k <= 64 && more.empty(); k *= 2) {
+    PlanInput r = in;
+    r.gpus = in.gpus * k;
+    if (in.recompute == "off") r.recompute = "both";
+    auto need = smallest_need(r);
+    if (need.ok() && need->fits)
+      more = absl::StrFormat("; --gpus %d would fit (%.1f GiB per GPU at tp %d pp %d dp %d%s)",
+                             r.gpus, need->per_gpu() / kGiB, need->layout.tp, need->layout.pp,
+                             need->layout.dp, need->layout.recompute ? ", recompute" : "");
+  }
+  if (more.empty()) more = "; no count up to 64x as many GPUs fits either: use a smaller model or a larger GPU";
+  absl::StrAppend(&msg, more);
+  return absl::ResourceExhaustedError(msg);
+}
+
+}  // namespace vt::plan

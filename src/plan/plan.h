@@ -1,0 +1,116 @@
+// `vtrain plan`'s model of a run (docs/design.md "CLI", docs/design-notes.md "vtrain plan"): the
+// dp x tp x pp x micro-batch x recompute layouts a model can take on a cluster, each one's memory
+// per GPU from the start-up estimator of `vtrain train` (train/memory_estimate.h) plus a stated
+// allowance, and what the run costs: tokens/s from an assumed MFU and the FLOPs MFU is measured
+// against (model/flops.h), the 1F1B bubble, an un-overlapped data-parallel all-reduce, days,
+// GPU-hours, and the checkpoint's size and save time. Every number is an estimate from stated
+// assumptions, never a measurement.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "train/memory_estimate.h"
+
+namespace vt::plan {
+
+struct GpuSpec {
+  std::string name;
+  double memory_gib = 0;  // what the device reports as its total memory
+  double peak_tflops = 0; // dense bf16 tensor-core peak
+};
+
+// h100 (SXM, 79.6 GiB, 989), h200 (140.4 GiB, 989), a100-80 (80 GiB, 312); "custom" takes
+// memory_gib and tflops (both must be > 0).
+absl::StatusOr<GpuSpec> gpu_spec(const std::string& kind, double memory_gib, double tflops);
+
+struct PlanInput {
+  ModelConfig cfg;              // finalized
+  double tokens = 0;            // the token budget
+  int64_t global_batch = 524288;  // tokens per optimizer step
+  int gpus = 1;
+  int gpus_per_node = 8;
+  GpuSpec gpu;
+  double mfu = 0.4;             // assumed model-FLOPs utilization
+  double intra_node_gbps = 400; // GB/s per GPU for all-reduce traffic inside a node
+  double inter_node_gbps = 50;  // GB/s per GPU across nodes
+  double disk_gbps = 2;         // GB/s checkpoint write
+  double headroom = 0.1;        // fraction of GPU memory left unused
+  double workspace_gib = 2;     // CUDA context, cuBLASLt workspaces, NCCL buffers, allocator slack
+  DType act_dtype = DType::kBF16;
+  std::string recompute = "both";  // both | on | off
+  int min_micro_batch = 1;         // smaller micro-batches are left out
+  // Recomputation reruns each block's forward in backward: the step's compute grows by this
+  // factor (one more forward of ~2 of the 6 FLOPs per parameter and token).
+  double recompute_cost = 4.0 / 3.0;
+};
+
+struct Layout {
+  int tp = 1, pp = 1, dp = 1, micro_batch = 1;
+  bool recompute = false;
+};
+
+struct LayoutPlan {
+  Layout layout;
+  MemoryEstimate mem;   // the pipeline stage with the largest total
+  int stage = 0;        // which stage that is
+  double workspace = 0; // bytes of the allowance
+  double tables = 0;    // bytes of that stage's value tables (bov, bov-add, value-embed): their
+                        // weights, gradients, bf16 copy and AdamW moments, inside `mem`
+  double per_gpu() const { return mem.total() + workspace; }
+  bool fits = false;    // per_gpu() <= (1 - headroom) x GPU memory
+  int micro_batches = 1;      // per optimizer step and data-parallel rank
+  double bubble = 1;          // 1 + (pp - 1) / micro_batches
+  double compute_s = 0;       // one step at the assumed MFU (with recomputation's cost)
+  double allreduce_s = 0;     // the data-parallel gradient all-reduce, not overlapped
+  double allreduce_gbps = 0;  // the bandwidth it was estimated with
+  // Tensor-parallel all-reduces of one step on a dp rank: 4 per layer and micro-batch (attention
+  // and MLP: "reduce from" in forward, "copy to" in backward; 6 with recomputation), each
+  // 2 (tp-1)/tp x micro-batch tokens x d activations, at the intra-node bandwidth, not overlapped.
+  double tp_comm_s = 0;
+  double step_s = 0;          // (compute_s + tp_comm_s) x bubble + allreduce_s
+  double tok_per_s = 0, days = 0, gpu_hours = 0;
+};
+
+struct Plan {
+  double params = 0;           // global parameter count
+  double flops_per_token = 0;  // model/flops.h
+  double ckpt_bytes = 0;       // parameters + optimizer states, fp32, as the HDF5 file holds them
+  double ckpt_save_s = 0;      // at disk_gbps
+  int shapes = 0;              // (tp, pp, dp) combinations the model and batch allow
+  std::vector<LayoutPlan> layouts;  // every enumerated layout, fitting or not
+  std::vector<LayoutPlan> fitting;  // those that fit, best (fewest days) first
+};
+
+// Every pipeline stage's memory estimate under layout `l` (stage order).
+std::vector<MemoryEstimate> stage_memory(const PlanInput& in, const Layout& l);
+
+// The layout's memory (every stage estimated; the largest kept) and its cost. The layout must
+// be one the model allows (enumerate_layouts' checks).
+LayoutPlan plan_layout(const PlanInput& in, const Layout& l);
+
+// Every layout: tp dividing heads and KV heads within a node, pp dividing layers, dp = gpus /
+// (tp x pp), micro-batches of powers of two dividing each dp rank's rows, recompute per
+// in.recompute. Refuses (naming the input) a batch that is not whole rows, a GPU count that is
+// not whole nodes, and a cluster no layout divides.
+absl::StatusOr<std::vector<Layout>> enumerate_layouts(const PlanInput& in);
+
+// The model's totals (params, flops_per_token, checkpoint); no layouts.
+Plan model_totals(const PlanInput& in);
+
+// All of the above; refuses when nothing fits, saying the smallest need and what would fit.
+absl::StatusOr<Plan> make_plan(const PlanInput& in);
+
+// The printed report: assumptions, the table of the best `max_layouts` (one row per tp x pp x dp x
+// recompute: its fastest micro-batch, ties to the largest), the checkpoint, the best layout's
+// memory breakdown.
+std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts);
+// One layout's report (--layout): its cost and every stage's memory.
+std::string format_layout(const PlanInput& in, const Plan& p, const LayoutPlan& l);
+// One JSON object (one line) per layout: its shape, memory (bytes) and cost.
+std::string layout_json(const LayoutPlan& l);
+
+}  // namespace vt::plan

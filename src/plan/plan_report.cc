@@ -1,0 +1,154 @@
+// The text `vtrain plan` prints (see plan.h): assumptions, the layout table, the checkpoint and
+// a memory breakdown.
+#include <set>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "model/block_shape_kind.h"
+#include "nlohmann/json.hpp"
+#include "model/value_mode.h"
+#include "plan/plan.h"
+
+namespace vt::plan {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string header(const PlanInput& in, const Plan& p) {
+  const ModelConfig& c = in.cfg;
+  std::string s = absl::StrFormat(
+      "model: L%d d%d heads %d/%d kv x hd %d, T %d, vocab %d, %s, %s: %.3g B parameters, "
+      "%.3g GFLOP per token (model FLOPs, as MFU counts them)\n",
+      c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.seq_len, c.vocab_size,
+      value_mode_name(c.value_mode), block_shape_name(c.block), p.params / 1e9,
+      p.flops_per_token / 1e9);
+  absl::StrAppendFormat(
+      &s, "run: %.4g B tokens, global batch %d tokens (%d rows), %d x %s (%.1f GiB, %.0f TFLOP/s "
+          "bf16), %d per node\n",
+      in.tokens / 1e9, in.global_batch, static_cast<int>(in.global_batch / c.seq_len), in.gpus,
+      in.gpu.name, in.gpu.memory_gib, in.gpu.peak_tflops, in.gpus_per_node);
+  absl::StrAppendFormat(
+      &s,
+      "assumed: MFU %.2f; recompute costs x%.2f compute; 1F1B bubble x(1 + (pp-1)/m); "
+      "data-parallel all-reduce 2(dp-1)/dp x fp32 grads at %.0f GB/s in a node, %.0f GB/s "
+      "across nodes, and tensor-parallel all-reduces (4 per layer and micro-batch, 6 with "
+      "recompute) at the in-node rate, neither overlapped; pipeline sends not counted\n",
+      in.mfu, in.recompute_cost, in.intra_node_gbps, in.inter_node_gbps);
+  absl::StrAppendFormat(
+      &s,
+      "fits: the start-up memory estimate of `vtrain train` + %.1f GiB for CUDA context, "
+      "workspaces and communication buffers <= %.0f%% of %.1f GiB = %.1f GiB\n",
+      in.workspace_gib, 100 * (1 - in.headroom), in.gpu.memory_gib,
+      (1 - in.headroom) * in.gpu.memory_gib);
+  return s;
+}
+
+std::string row(const LayoutPlan& l) {
+  return absl::StrFormat(
+      "%4d %4d %5d %4d %5d  %-9s %8.1f %7.3f %8.3f %9.3f %8.3f %11.0f %8.2f %11.0f\n", l.layout.tp,
+      l.layout.pp, l.layout.dp, l.layout.micro_batch, l.micro_batches,
+      l.layout.recompute ? "on" : "off", l.per_gpu() / kGiB, l.bubble, l.tp_comm_s, l.allreduce_s,
+      l.step_s, l.tok_per_s, l.days, l.gpu_hours);
+}
+
+const char* kCaveat =
+    "\nAn estimate from an assumed MFU and bandwidths, not a measurement. The MFU is taken as the\n"
+    "same for every layout, but small micro-batches and wide tensor parallelism run below it on\n"
+    "real GPUs: measure the chosen layout's MFU (`vtrain train` prints it) before trusting the\n"
+    "days, and use --min-micro-batch to leave out micro-batches too small to be efficient.\n";
+
+const char* kColumns =
+    "  tp   pp    dp   mb     m  recompute  GiB/GPU  bubble     tp s      dp s   step s       tok/s     days   GPU-hours\n";
+
+std::string checkpoint(const Plan& p, const PlanInput& in) {
+  return absl::StrFormat(
+      "checkpoint: %.1f GiB (fp32 parameters + Muon momentum + AdamW moments, global shapes, as "
+      "the HDF5 file holds them); %.0f s to save at %.1f GB/s\n",
+      p.ckpt_bytes / kGiB, p.ckpt_save_s, in.disk_gbps);
+}
+
+std::string breakdown(const LayoutPlan& l) {
+  const MemoryEstimate& m = l.mem;
+  std::string s = absl::StrFormat(
+      "memory per GPU of tp %d pp %d dp %d micro-batch %d recompute %s (pipeline stage %d, the "
+      "largest):\n",
+      l.layout.tp, l.layout.pp, l.layout.dp, l.layout.micro_batch,
+      l.layout.recompute ? "on" : "off", l.stage);
+  auto line = [&](const char* what, double bytes) {
+    absl::StrAppendFormat(&s, "  %-58s %8.2f GiB\n", what, bytes / kGiB);
+  };
+  line("weights (fp32)", m.params);
+  line("gradients (fp32)", m.grads);
+  line("bf16 weight copy", m.compute_copy);
+  line("optimizer (Muon momentum; AdamW moments / dp)", m.optimizer);
+  line("activations kept for backward", m.activations);
+  line("recomputed block (--recompute)", m.recompute_transient);
+  line("backward temporaries (one block)", m.backward_transient);
+  line("logits and their gradient (last stage; freed before the", m.logits);
+  absl::StrAppendFormat(&s, "    blocks' backward: this or the two above count, the larger)\n");
+  line("allowance: context, workspaces, comm buffers", l.workspace);
+  line("total", l.per_gpu());
+  if (l.tables > 0) line("  of which value tables (all their parts)", l.tables);
+  return s;
+}
+
+}  // namespace
+
+std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts) {
+  std::string s = header(in, p);
+  std::set<std::tuple<int, int, int, bool>> seen;
+  std::vector<const LayoutPlan*> shown;
+  for (const LayoutPlan& l : p.fitting) {
+    if (!seen.insert({l.layout.tp, l.layout.pp, l.layout.dp, l.layout.recompute}).second) continue;
+    if (static_cast<int>(shown.size()) < max_layouts) shown.push_back(&l);
+  }
+  absl::StrAppendFormat(
+      &s,
+      "\n%d layouts (%d tp x pp x dp shapes x micro-batches x recompute), %d fit; the best %d of "
+      "%d tp x pp x dp x recompute rows (each at its fastest micro-batch mb, m micro-batches per "
+      "step and dp rank), by days; tp s, dp s: seconds per step in tensor- and data-parallel "
+      "all-reduces:\n\n",
+      static_cast<int>(p.layouts.size()), p.shapes, static_cast<int>(p.fitting.size()),
+      static_cast<int>(shown.size()), static_cast<int>(seen.size()));
+  s += kColumns;
+  for (const LayoutPlan* l : shown) s += row(*l);
+  s += "\n" + checkpoint(p, in) + "\n" + breakdown(p.fitting.front());
+  s += kCaveat;
+  return s;
+}
+
+std::string format_layout(const PlanInput& in, const Plan& p, const LayoutPlan& l) {
+  std::string s = header(in, p) + "\n" + kColumns + row(l);
+  absl::StrAppendFormat(&s, "%s\n\n", l.fits ? "fits" : "DOES NOT FIT");
+  s += checkpoint(p, in) + "\n" + breakdown(l);
+  const std::vector<MemoryEstimate> stages = stage_memory(in, l.layout);
+  if (stages.size() > 1) {
+    s += "every stage (the start-up estimate, without the allowance):\n";
+    for (size_t i = 0; i < stages.size(); ++i)
+      absl::StrAppendFormat(&s, "  stage %d: %s\n", static_cast<int>(i), stages[i].to_string());
+  }
+  s += kCaveat;
+  return s;
+}
+
+std::string layout_json(const LayoutPlan& l) {
+  const MemoryEstimate& m = l.mem;
+  nlohmann::json j = {{"tp", l.layout.tp}, {"pp", l.layout.pp}, {"dp", l.layout.dp},
+                      {"micro_batch", l.layout.micro_batch}, {"recompute", l.layout.recompute},
+                      {"micro_batches", l.micro_batches}, {"stage", l.stage},
+                      {"params_bytes", m.params}, {"grads_bytes", m.grads},
+                      {"bf16_copy_bytes", m.compute_copy}, {"optimizer_bytes", m.optimizer},
+                      {"activations_bytes", m.activations},
+                      {"recompute_bytes", m.recompute_transient},
+                      {"backward_bytes", m.backward_transient}, {"logits_bytes", m.logits},
+                      {"tables_bytes", l.tables}, {"estimate_bytes", m.total()},
+                      {"allowance_bytes", l.workspace}, {"per_gpu_bytes", l.per_gpu()},
+                      {"fits", l.fits}, {"bubble", l.bubble}, {"compute_s", l.compute_s},
+                      {"allreduce_s", l.allreduce_s}, {"tp_comm_s", l.tp_comm_s}, {"step_s", l.step_s},
+                      {"tok_per_s", l.tok_per_s}, {"days", l.days}, {"gpu_hours", l.gpu_hours}};
+  return j.dump();
+}
+
+}  // namespace vt::plan

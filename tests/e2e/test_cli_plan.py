@@ -1,0 +1,102 @@
+"""`vtrain plan` end to end: --help, a real plan printing its table sorted by days, refusals
+naming the input, and the planner's memory per GPU against reality: for a small model the
+estimate `vtrain plan --layout 1,1,1 --json` gives must be within 10% of the device_peak_bytes
+that `vtrain train --device emulated` reports after one step of the same model and batch."""
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+BUILD = os.environ.get("VTRAIN_BUILD", "build")
+VTRAIN = os.path.join(BUILD, "vtrain")
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def vt(*args, timeout=300):
+    return subprocess.run([VTRAIN, *map(str, args)], capture_output=True, text=True,
+                          errors="replace", env=ENV, timeout=timeout)
+
+
+def test_help_lists_the_flags():
+    r = vt("plan", "--help")
+    assert r.returncode == 0, r.stderr
+    for flag in ["--preset", "--layers", "--value", "--tokens", "--global-batch", "--gpus",
+                 "--gpu", "--gpus-per-node", "--mfu", "--intra-node-gbps", "--inter-node-gbps",
+                 "--disk-gbps", "--max-layouts", "--layout"]:
+        assert flag in r.stdout, flag
+    assert "plan" in vt("--help").stdout
+
+
+def test_a_plan_prints_layouts_sorted_by_days():
+    r = vt("plan", "--preset", "d12", "--tokens", "10e9", "--gpus", "16", "--gpu", "a100-80",
+           "--max-layouts", "5")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "recompute" in out and "GPU-hours" in out and "not a measurement" in out
+    rows = [l.split() for l in out.splitlines() if re.match(r"^\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+o", l)]
+    assert 1 <= len(rows) <= 5, out
+    for tp, pp, dp, *_ in rows:
+        assert int(tp) * int(pp) * int(dp) == 16
+    days = [float(x[12]) for x in rows]  # tp pp dp mb m recompute GiB bubble tp-s dp-s step tok/s days
+    assert days == sorted(days), days
+    assert "checkpoint:" in out and "memory per GPU of tp" in out
+    # The JSON lines carry the same layouts, fitting and best first.
+    j = [json.loads(l) for l in vt("plan", "--preset", "d12", "--tokens", "10e9", "--gpus", "16",
+                                   "--gpu", "a100-80", "--json").stdout.splitlines()]
+    assert j and all(x["fits"] for x in j)
+    assert [x["days"] for x in j] == sorted(x["days"] for x in j)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--preset", "d32", "--tokens", "200e9", "--gpus", "1", "--gpu", "custom",
+      "--gpu-memory-gib", "16", "--gpu-tflops", "100"],
+     r"no layout of 1 custom GPUs fits: the smallest need is [\d.]+ GiB per GPU .*--gpus \d+ would fit"),
+    (["--preset", "d32", "--tokens", "200e9", "--gpus", "12"],
+     r"--gpus 12 is not a whole number of nodes of --gpus-per-node 8"),
+    (["--preset", "d12", "--tokens", "1e9", "--global-batch", "1000"],
+     r"--global-batch 1000 tokens is not a whole number of rows of --seq-len 2048"),
+    (["--preset", "d12"], r"--tokens"),
+    (["--preset", "d12", "--tokens", "1e9", "--gpu", "custom"], r"--gpu custom needs --gpu-memory-gib"),
+    (["--preset", "d12", "--tokens", "1e9", "--layout", "2,2"], r"--layout '2,2' is not TP,PP,DP"),
+])
+def test_refusals_name_the_input(args, message):
+    r = vt("plan", *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert re.search(message, r.stderr), r.stderr
+    assert "vtrain plan: error:" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def datadir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plan")
+    text = subprocess.run(["bible", "Gen1:1-Gen20:18"], capture_output=True, text=True).stdout
+    assert len(text) > 50_000, "the bible-kjv package is needed (scripts/setup.sh installs it)"
+    (d / "g.txt").write_text(text)
+    r = vt("prepare", "--input", d / "g.txt", "--out", d / "data", "--tokenizer", "bpe:512",
+           "--val-fraction", "0.1", "--quiet")
+    assert r.returncode == 0, r.stderr
+    return d / "data"
+
+
+@pytest.mark.parametrize("value", ["baseline", "bov"])
+def test_memory_estimate_matches_the_emulated_device_peak(datadir, tmp_path, value):
+    tok = json.load(open(datadir / "tokenizer.json"))
+    vocab = len(tok["tokens"]) + len(tok["specials"])
+    model = ["--layers", "2", "--dim", "64", "--heads", "2", "--seq-len", "128", "--window", "64",
+             "--value", value]
+    mb = 16
+    batch = ["--global-batch", str(mb * 128)]
+    r = vt("train", "--data", datadir, *model, "--micro-batch", mb, *batch, "--steps", "1",
+           "--device", "emulated", "--final-eval-tokens", "0", "--metrics", tmp_path / "m.jsonl")
+    assert r.returncode == 0, r.stderr
+    peak = json.loads(open(tmp_path / "m.jsonl").readlines()[-1])["device_peak_bytes"]
+    r = vt("plan", *model, "--vocab", vocab, "--tokens", "1e6", *batch, "--gpus", "1",
+           "--layout", "1,1,1", "--micro-batch", mb, "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    # The planner's per-GPU figure less its stated allowance (context, workspaces, communication
+    # buffers, which the emulated device does not allocate) is the engine's estimate.
+    assert plan["per_gpu_bytes"] == pytest.approx(plan["estimate_bytes"] + plan["allowance_bytes"])
+    assert plan["estimate_bytes"] == pytest.approx(peak, rel=0.10), (plan, peak)

@@ -1,0 +1,216 @@
+// `vtrain plan`'s enumeration and arithmetic (src/plan/plan.h) against hand-computed values for a
+// small model: which layouts exist, the bubble factor, the step time and days from the stated
+// formula, the all-reduce estimate, the fit threshold, the checkpoint size, and the refusals.
+#include "plan/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <regex>
+#include <set>
+#include <tuple>
+
+#include "core/arena.h"
+#include "model/flops.h"
+#include "model/gpt.h"
+
+namespace vt::plan {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// L4, d128, 4 heads x hd 32 with 2 KV heads, T 256, vocabulary 32768: 32 rows per step.
+PlanInput small_input() {
+  PlanInput in;
+  ModelConfig c = *preset_config("tiny");
+  c.n_kv_head = 2;
+  EXPECT_TRUE(c.finalize().ok());
+  in.cfg = c;
+  in.tokens = 1e9;
+  in.global_batch = 32 * 256;
+  in.gpus = 8;
+  in.gpus_per_node = 8;
+  in.gpu = *gpu_spec("h100", 0, 0);
+  return in;
+}
+
+const LayoutPlan& find(const Plan& p, int tp, int pp, int dp, int mb, bool r) {
+  for (const LayoutPlan& l : p.layouts)
+    if (l.layout.tp == tp && l.layout.pp == pp && l.layout.dp == dp &&
+        l.layout.micro_batch == mb && l.layout.recompute == r)
+      return l;
+  ADD_FAILURE() << "no layout tp " << tp << " pp " << pp << " dp " << dp << " mb " << mb;
+  return p.layouts.front();
+}
+
+TEST(Plan, EnumeratesTheLayoutsByHand) {
+  // tp divides 4 heads and 2 KV heads: 1, 2. pp divides 4 layers: 1, 2, 4. dp = 8 / (tp pp):
+  // (1,1,8) (1,2,4) (1,4,2) (2,1,4) (2,2,2) (2,4,1). Rows per dp rank 32/dp = 4, 8, 16, 8, 16, 32
+  // take 3, 4, 5, 4, 5, 6 power-of-two micro-batches: 27, twice (recompute on/off) = 54.
+  PlanInput in = small_input();
+  auto ls = enumerate_layouts(in);
+  ASSERT_TRUE(ls.ok()) << ls.status();
+  EXPECT_EQ(ls->size(), 54u);
+  std::set<std::tuple<int, int, int>> shapes;
+  for (const Layout& l : *ls) {
+    shapes.insert({l.tp, l.pp, l.dp});
+    EXPECT_EQ(l.tp * l.pp * l.dp, 8);
+    EXPECT_EQ((32 / l.dp) % l.micro_batch, 0);
+  }
+  EXPECT_EQ(shapes, (std::set<std::tuple<int, int, int>>{
+                        {1, 1, 8}, {1, 2, 4}, {1, 4, 2}, {2, 1, 4}, {2, 2, 2}, {2, 4, 1}}));
+}
+
+TEST(Plan, MinMicroBatchLeavesOutSmallerOnes) {
+  // Micro-batches of at least 4: dp 8, 4, 2, 1 keep 1, 2, 3, 4 of theirs; the shapes of
+  // EnumeratesTheLayoutsByHand then give 1 + 2 + 3 + 2 + 3 + 4 = 15, x2.
+  PlanInput in = small_input();
+  in.min_micro_batch = 4;
+  auto ls = enumerate_layouts(in);
+  ASSERT_TRUE(ls.ok()) << ls.status();
+  EXPECT_EQ(ls->size(), 30u);
+  for (const Layout& l : *ls) EXPECT_GE(l.micro_batch, 4);
+}
+
+TEST(Plan, GpusPerNodeBoundsTensorParallel) {
+  PlanInput in = small_input();
+  in.gpus_per_node = 1;  // 8 nodes of one GPU: tp 1 only: 3 + 4 + 5 = 12 micro-batches, x2
+  auto ls = enumerate_layouts(in);
+  ASSERT_TRUE(ls.ok()) << ls.status();
+  EXPECT_EQ(ls->size(), 24u);
+  for (const Layout& l : *ls) EXPECT_EQ(l.tp, 1);
+  in.recompute = "off";
+  EXPECT_EQ(enumerate_layouts(in)->size(), 12u);
+}
+
+TEST(Plan, BubbleStepTimeAndDaysFollowTheFormula) {
+  PlanInput in = small_input();
+  auto p = make_plan(in);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const double fpt = flops_per_token(in.cfg);
+  // tp 2, pp 4, dp 1, micro-batch 4: 32 rows / 4 = 8 micro-batches, bubble 1 + 3/8; no
+  // data-parallel all-reduce; tensor parallel: 1 layer per stage x 4 all-reduces x 2 (2-1)/2 x
+  // 8192 tokens x 128 x 2 bytes (bf16) at 400 GB/s.
+  const LayoutPlan& a = find(*p, 2, 4, 1, 4, false);
+  EXPECT_EQ(a.micro_batches, 8);
+  EXPECT_DOUBLE_EQ(a.bubble, 1.375);
+  EXPECT_DOUBLE_EQ(a.allreduce_s, 0.0);
+  const double tp_s = 1 * 4 * 1.0 * 8192 * 128 * 2 / 400e9;
+  EXPECT_NEAR(a.tp_comm_s, tp_s, 1e-9 * tp_s);
+  const double compute = 8192.0 * fpt / (8 * 989e12 * 0.4);
+  EXPECT_NEAR(a.step_s, (compute + tp_s) * 1.375, 1e-12 * compute);
+  const double tok_s = 8192.0 / ((compute + tp_s) * 1.375);
+  EXPECT_NEAR(a.tok_per_s, tok_s, 1e-9 * tok_s);
+  EXPECT_NEAR(a.days, 1e9 / tok_s / 86400, 1e-9 * a.days);
+  EXPECT_NEAR(a.gpu_hours, 1e9 / tok_s / 3600 * 8, 1e-9 * a.gpu_hours);
+  // Recomputation costs a third more compute and reruns the forward's two all-reduces.
+  const LayoutPlan& ar = find(*p, 2, 4, 1, 4, true);
+  EXPECT_NEAR(ar.step_s, (compute * 4 / 3 + tp_s * 6 / 4) * 1.375, 1e-12 * compute);
+
+  // tp 1, pp 1, dp 8, micro-batch 2: 4 rows / 2 = 2 micro-batches, bubble 1; the all-reduce moves
+  // 2 (8-1)/8 x the fp32 gradients of the whole model at 400 GB/s (8 GPUs in one node).
+  const LayoutPlan& b = find(*p, 1, 1, 8, 2, false);
+  EXPECT_EQ(b.micro_batches, 2);
+  EXPECT_DOUBLE_EQ(b.bubble, 1.0);
+  EXPECT_DOUBLE_EQ(b.tp_comm_s, 0.0);
+  ParamStore store;
+  GPT model(in.cfg);
+  model.register_params(store);
+  const double grads = 4.0 * store.total_numel();
+  EXPECT_DOUBLE_EQ(b.mem.grads, grads);
+  EXPECT_NEAR(b.allreduce_s, 2.0 * 7 / 8 * grads / 400e9, 1e-15);
+  EXPECT_NEAR(b.step_s, compute + 2.0 * 7 / 8 * grads / 400e9, 1e-12 * compute);
+  // Across nodes (2 GPUs per node: tp 1 x dp 8 spans 4 nodes) at 50 GB/s.
+  PlanInput multi = in;
+  multi.gpus_per_node = 2;
+  const LayoutPlan c = plan_layout(multi, Layout{1, 1, 8, 2, false});
+  EXPECT_NEAR(c.allreduce_s, 2.0 * 7 / 8 * grads / 50e9, 1e-15);
+  // Fastest first.
+  for (size_t i = 1; i < p->fitting.size(); ++i)
+    EXPECT_LE(p->fitting[i - 1].days, p->fitting[i].days);
+}
+
+TEST(Plan, MemoryIsTheLargestStagePlusTheAllowance) {
+  PlanInput in = small_input();
+  const Layout l{1, 2, 4, 8, false};
+  const std::vector<MemoryEstimate> st = stage_memory(in, l);
+  ASSERT_EQ(st.size(), 2u);
+  const LayoutPlan p = plan_layout(in, l);
+  const double largest = std::max(st[0].total(), st[1].total());
+  EXPECT_DOUBLE_EQ(p.mem.total(), largest);
+  EXPECT_DOUBLE_EQ(p.per_gpu(), largest + 2 * kGiB);
+  // The fit threshold: (1 - headroom) x memory, exactly at the need and just below it.
+  in.gpu = *gpu_spec("custom", p.per_gpu() / kGiB / 0.9, 100);
+  EXPECT_TRUE(plan_layout(in, l).fits);
+  in.gpu = *gpu_spec("custom", p.per_gpu() / kGiB / 0.9 * 0.999, 100);
+  EXPECT_FALSE(plan_layout(in, l).fits);
+}
+
+TEST(Plan, CheckpointHoldsParametersAndOptimizerStatesInFp32) {
+  PlanInput in = small_input();
+  const Plan p = model_totals(in);
+  ParamStore store;
+  GPT model(in.cfg);
+  model.register_params(store);
+  double matrix = 0, other = 0;
+  for (const ParamInfo& i : store.infos())
+    (i.group == ParamGroup::kMatrix ? matrix : other) += i.numel();
+  EXPECT_DOUBLE_EQ(p.params, matrix + other);
+  // Muon: weight + momentum; AdamW: weight + two moments; 4 bytes each.
+  EXPECT_DOUBLE_EQ(p.ckpt_bytes, 4 * (2 * matrix + 3 * other));
+  EXPECT_DOUBLE_EQ(p.ckpt_save_s, p.ckpt_bytes / 2e9);
+}
+
+TEST(Plan, RefusesBadInputByName) {
+  PlanInput in = small_input();
+  in.global_batch = 1000;  // not whole rows of 256
+  auto r = enumerate_layouts(in);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--global-batch 1000"), std::string::npos) << r.status();
+  in = small_input();
+  in.gpus = 12;  // not whole nodes of 8
+  r = enumerate_layouts(in);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--gpus 12 is not a whole number of nodes"),
+            std::string::npos)
+      << r.status();
+  in = small_input();
+  in.gpus = 3;  // pp 1 (3 divides no 4 layers), dp 3 does not divide 32 rows
+  r = enumerate_layouts(in);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no layout of 3 GPUs"), std::string::npos) << r.status();
+  EXPECT_FALSE(gpu_spec("custom", 0, 100).ok());
+  EXPECT_FALSE(gpu_spec("tpu", 0, 0).ok());
+}
+
+// Nothing fits: the message gives the smallest need and a GPU count that fits, which really
+// fits while half of it does not.
+TEST(Plan, NothingFitsSaysTheSmallestNeedAndWhatWouldFit) {
+  PlanInput in = small_input();
+  in.gpus = 1;
+  in.workspace_gib = 0;
+  // Find the smallest need of one GPU, then offer a GPU with a little less.
+  in.gpu = GpuSpec{"custom", 1e6, 100};
+  auto big = make_plan(in);
+  ASSERT_TRUE(big.ok());
+  double least = 1e300;
+  for (const LayoutPlan& l : big->layouts) least = std::min(least, l.per_gpu());
+  in.gpu = GpuSpec{"custom", least / kGiB / 0.9 * 0.99, 100};
+  auto p = make_plan(in);
+  ASSERT_FALSE(p.ok());
+  const std::string msg(p.status().message());
+  EXPECT_NE(msg.find("no layout of 1 custom GPUs fits"), std::string::npos) << msg;
+  char need[32];
+  std::snprintf(need, sizeof need, "smallest need is %.1f GiB", least / kGiB);
+  EXPECT_NE(msg.find(need), std::string::npos) << msg;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(msg, m, std::regex("--gpus (\\d+) would fit"))) << msg;
+  const int fit = std::stoi(m[1]);
+  in.gpus = fit;
+  EXPECT_TRUE(make_plan(in).ok()) << fit;
+  in.gpus = fit / 2;
+  EXPECT_FALSE(make_plan(in).ok()) << fit / 2;
+}
+
+}  // namespace
+}  // namespace vt::plan
