@@ -5,8 +5,11 @@
 // next pre-norm removes). Sigma_{-1} = I (the embedding's positions start uncorrelated);
 //   uspa: Sigma_l = (1 - rho_l) I + rho_l 1 1^T
 //   espa: Sigma_l[i][j] = exp(-gamma_l |i - j|) with exp(-gamma_l) = rho_l
-// and the depth schedule rho_l = kSpaRhoMax * (l + 1) / L (docs/model.md says why). Both
-// Cholesky factors and the products are formed in closed form, O(T^2) per layer.
+// and the depth schedule rho_l = kSpaRhoMax * (l + 1) / L, which is ours: the paper's own
+// schedule could not be read (docs/model.md records what was and was not checked). No
+// location-dependent rescaling (the paper's, per its abstract): the next RMSNorm undoes the
+// per-position scale. Both Cholesky factors and the products are formed in closed form, O(T^2)
+// per layer.
 #pragma once
 #include <vector>
 

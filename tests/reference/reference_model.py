@@ -247,7 +247,8 @@ def dense_inputs(config: dict, i: int) -> list[int]:
 
 
 def spa_rho(layer: int, L: int) -> float:
-    """Depth schedule of E-SPA/U-SPA (docs/model.md): rho_l = 0.8 (l+1)/L, rho_{-1} = 0."""
+    """Depth schedule of E-SPA/U-SPA (docs/model.md; vtrain's own, not the paper's):
+    rho_l = 0.8 (l+1)/L, rho_{-1} = 0."""
     return 0.0 if layer < 0 else 0.8 * (layer + 1) / L
 
 

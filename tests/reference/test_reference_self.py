@@ -181,6 +181,37 @@ def test_spa_bias_propagates_the_target_kernel(kind):
     assert math.isclose(rm.spa_rho(L - 1, L), 0.8)
 
 
+def test_spa_schedule_and_entries_by_hand():
+    # docs/model.md: rho_l = 0.8 (l+1)/L, rho_{-1} = 0 (Sigma_{-1} = I).
+    assert rm.spa_rho(-1, 4) == 0.0
+    for layer, L, want in [(0, 4, 0.2), (1, 4, 0.4), (3, 4, 0.8), (5, 12, 0.4), (0, 32, 0.025)]:
+        assert math.isclose(rm.spa_rho(layer, L), want, rel_tol=1e-15), (layer, L)
+    # Layer 1 of 4 (rho 0.4 after 0.2), T = 3, from the closed forms with s(x) = sqrt(1 - x^2).
+    s = lambda x: math.sqrt(1.0 - x * x)
+    r, p = 0.4, 0.2
+    k = s(r) / s(p)
+    espa = [[1, 0, 0], [r - p * k, k, 0], [r * (r - p * k), k * (r - p), k]]
+    c1, c1p = r * (1 - r) / s(r), p * (1 - p) / s(p)  # compound symmetry: L[2][1]
+    d2, d2p = math.sqrt(1 - r * r - c1 * c1), math.sqrt(1 - p * p - c1p * c1p)
+    x2 = d2 / d2p
+    x1 = (c1 - x2 * c1p) / s(p)
+    uspa = [[1, 0, 0], [r - p * k, k, 0], [r - (x1 + x2) * p, x1, x2]]
+    for kind, want in [("espa", espa), ("uspa", uspa)]:
+        A = np.exp(rm.spa_bias({"attn_bias": kind, "n_layer": 4}, 1, 3)) * np.tri(3)
+        assert np.allclose(A, np.array(want, dtype=float), atol=1e-12, rtol=0), kind
+    assert np.allclose(np.array(uspa)[2], [0.195024869935, 0.115738360230, 0.909137290097],
+                       atol=1e-11)
+
+
+@pytest.mark.parametrize("kind", ["espa", "uspa"])
+def test_spa_bias_of_a_shorter_sequence_is_the_leading_block(kind):
+    # Evaluation and decoding at T' < T use the bias built for T' (docs/model.md).
+    cfg = {"attn_bias": kind, "n_layer": 3}
+    for layer in range(3):
+        full, short = rm.spa_bias(cfg, layer, 12), rm.spa_bias(cfg, layer, 5)
+        assert np.allclose(np.tril(full[:5, :5]), np.tril(short), atol=1e-12)
+
+
 def test_dense_starting_weights_equal_the_plain_network():
     cfg_d = small_config("bov", dense=True, dense_dilation=2)
     cfg_p = small_config("bov")
