@@ -9,6 +9,7 @@ Prints the checkpoint size, dd's MB/s, vtrain's MB/s for the write (save time fr
 "saved checkpoint ... (S s)" line), their ratio, and the pauses. The model is d12's blocks with a
 4096-token vocabulary and short sequences, so steps are cheap and the save dominates."""
 import argparse
+import json
 import os
 import re
 import shutil
@@ -58,10 +59,13 @@ def save_runs(data, directory, args, async_save):
     r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
     if r.returncode != 0:
         sys.exit(r.stderr)
-    writes = [float(x) for x in re.findall(r"saved checkpoint \S+ \(([0-9.]+) s", r.stdout)]
-    pauses = [float(x) for x in re.findall(r'"ckpt_pause_s":([0-9.eE+-]+)', open(metrics).read())]
+    lines = re.findall(r"saved checkpoint \S+ \(([0-9.]+) s[^:]*: (.*)\)", r.stdout)
+    writes = [float(t) for t, _ in lines]
+    rows = [json.loads(x) for x in open(metrics) if "ckpt_pause_s" in x]
+    pauses = [d["ckpt_pause_s"] for d in rows]
+    waits = [d.get("ckpt_wait_s", 0.0) for d in rows]
     size = os.path.getsize(os.path.join(ckpt, open(os.path.join(ckpt, "latest")).read().strip()))
-    return size, writes, pauses
+    return dict(size=size, writes=writes, phases=[p for _, p in lines], pauses=pauses, waits=waits)
 
 
 def main():
@@ -69,24 +73,46 @@ def main():
     ap.add_argument("--dir", default=None, help="directory on the disk to measure (default: a temp dir)")
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--saves", type=int, default=4)
+    ap.add_argument("--saves", type=int, default=3, help="saves per run")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of dd, a synchronous run and an asynchronous run, one after another")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="vtrain-bench-ckpt-", dir=args.dir)
     try:
         data = prepare(work)
-        size, writes, pauses = save_runs(data, work, args, async_save=False)
-        _, awrites, apauses = save_runs(data, work, args, async_save=True)
-        dd = statistics.median(dd_rate(work, size) for _ in range(3))
-        w = statistics.median(writes)
-        mb = size / 1e6
-        print(f"checkpoint: {mb:.0f} MB (L{args.layers} d{args.dim}, parameters and optimizer states)")
-        print(f"dd conv=fsync:        {dd:8.1f} MB/s  (median of 3)")
-        print(f"vtrain save (sync):   {mb / w:8.1f} MB/s  ({w:.2f} s, median of {len(writes)})"
-              f"  = {mb / w / dd:.2f}x dd")
-        print(f"vtrain save (async):  {mb / statistics.median(awrites):8.1f} MB/s in the background")
-        print(f"training pause per save: sync {statistics.median(pauses):.3f} s, async "
-              f"{statistics.median(apauses):.3f} s ({statistics.median(pauses) / max(statistics.median(apauses), 1e-6):.1f}x shorter)")
+        ratios, dds, rates, arates, pauses, apauses, awaits, phases = [], [], [], [], [], [], [], []
+        for _ in range(args.rounds):
+            # dd, then the saves, then the background saves, so that each round compares the disk
+            # with itself a few seconds apart (the disk of a shared machine varies by minutes).
+            sync = save_runs(data, work, args, async_save=False)
+            dd = dd_rate(work, sync["size"])
+            bg = save_runs(data, work, args, async_save=True)
+            mb = sync["size"] / 1e6
+            rate = mb / statistics.median(sync["writes"])
+            dds.append(dd)
+            rates.append(rate)
+            ratios.append(rate / dd)
+            arates.append(mb / statistics.median(bg["writes"]))
+            pauses += sync["pauses"]
+            apauses += bg["pauses"]
+            awaits += bg["waits"]
+            phases += list(zip(sync["writes"], sync["phases"]))
+        mb = sync["size"] / 1e6
+        print(f"checkpoint: {mb:.0f} MB (L{args.layers} d{args.dim}, parameters and optimizer states), "
+              f"{args.rounds} rounds")
+        print(f"dd conv=fsync:        {statistics.median(dds):8.1f} MB/s  (median; rounds: "
+              + ", ".join(f"{x:.0f}" for x in dds) + ")")
+        print(f"vtrain save (sync):   {statistics.median(rates):8.1f} MB/s  (median; rounds: "
+              + ", ".join(f"{x:.0f}" for x in rates) + ")")
+        print(f"save / dd, per round: " + ", ".join(f"{x:.2f}x" for x in ratios)
+              + f"  (median {statistics.median(ratios):.2f}x)")
+        print(f"vtrain save (async):  {statistics.median(arates):8.1f} MB/s in the background")
+        print(f"where a synchronous save's time went (median save): {sorted(phases)[len(phases) // 2][1]}")
+        print(f"training pause per save: sync {statistics.median(pauses):.3f} s; async snapshot "
+              f"{statistics.median(apauses):.3f} s ({statistics.median(pauses) / max(statistics.median(apauses), 1e-6):.1f}x shorter)"
+              f", plus {statistics.median(awaits):.2f} s waiting for the previous background save "
+              f"(saves every step here: steps are much shorter than a save)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

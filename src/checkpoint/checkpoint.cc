@@ -2,6 +2,8 @@
 #include "checkpoint/checkpoint.h"
 
 #include <chrono>
+#include <functional>
+#include <thread>
 
 #include <fcntl.h>
 #include <sys/statvfs.h>
@@ -65,8 +67,8 @@ std::vector<std::string> config_differences(const ModelConfig& checkpoint, const
 }
 
 std::string SaveTimings::str() const {
-  return absl::StrFormat("checksums %.2f s, write %.2f s, fsync %.2f s, verify %.2f s, rename %.2f s",
-                         checksum, write, fsync, verify, rename);
+  return absl::StrFormat("write %.2f s (checksums %.2f s beside it), verify %.2f s (fsync %.2f s "
+                         "beside it), rename %.2f s", write, checksum, verify, fsync, rename);
 }
 
 namespace {
@@ -114,15 +116,19 @@ absl::Status write_header(h5::File& f, const ModelConfig& cfg, const nlohmann::j
   return absl::OkStatus();
 }
 
-// Writes every dataset of `plan` (owners write their box, the others select nothing).
+// Writes every dataset of `plan` (owners write their box, the others select nothing), then the
+// checksum attribute of each from `global_sums()` (collective; the checksums are computed beside
+// the writes, so they are asked for only once the data is written).
 absl::Status write_datasets(const CkptComm& comm, h5::File& f, const std::vector<DatasetPlan>& plan,
-                            const std::vector<Piece>& pieces, const std::vector<uint64_t>& sums) {
+                            const std::vector<Piece>& pieces,
+                            const std::function<std::vector<uint64_t>()>& global_sums) {
+  std::vector<h5::Dataset> made;
+  made.reserve(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
     const DatasetPlan& d = plan[i];
     absl::Status st;
     absl::StatusOr<h5::Dataset> ds = f.create_f32(d.path, d.global);
     st = ds.status();
-    if (st.ok()) st = ds->set_attr("checksum", ckpt::checksum_hex(sums[i]));
     if (st.ok()) {
       const Piece* p = d.owner ? &pieces[d.piece] : nullptr;
       // Independent writes: a rank whose write fails (a full disk) gets its error back at once;
@@ -130,7 +136,11 @@ absl::Status write_datasets(const CkptComm& comm, h5::File& f, const std::vector
       st = ds->write_slab(p ? &p->box : nullptr, p ? p->data : nullptr, h5::Transfer::kIndependent);
     }
     VT_RETURN_IF_ERROR(comm.agree(st));
+    made.push_back(*std::move(ds));
   }
+  const std::vector<uint64_t> sums = global_sums();
+  for (size_t i = 0; i < made.size(); ++i)
+    VT_RETURN_IF_ERROR(comm.agree(made[i].set_attr("checksum", ckpt::checksum_hex(sums[i]))));
   return absl::OkStatus();
 }
 
@@ -142,7 +152,8 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
                        const ParamStore& store, const CheckpointMeta& meta,
                        const std::vector<NamedTensor>& extra, const ProcessGrid* grid,
                        SaveTimings& times) {
-  double mark = seconds_now();
+  const double start = seconds_now();
+  double mark = start;
   auto lap = [&mark](double& into) {
     const double t = seconds_now();
     into += t - mark;
@@ -181,15 +192,24 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot save ", path, ": the ranks together do not hold all of ", absl::StrJoin(gaps, ", ")));
 
-  // Checksums of the global tensors from the owners' shards.
+  // Checksums of the global tensors from the owners' shards, on a thread of their own while the
+  // data is written (one thread: the write needs a core too); summed over the ranks once the
+  // data is written (write_datasets). The jthread joins on every way out of this function.
   std::vector<uint64_t> sums(plan.size(), 0);
-  for (size_t i = 0; i < plan.size(); ++i)
-    if (plan[i].owner) {
-      const Piece& p = (*pieces)[plan[i].piece];
-      sums[i] = ckpt::checksum_box(p.data, p.global, p.box.start, p.box.count);
-    }
-  comm.sum(sums);
-  lap(times.checksum);
+  std::jthread summer([&plan, &pieces, &sums, &times] {
+    const double t0 = seconds_now();
+    for (size_t i = 0; i < plan.size(); ++i)
+      if (plan[i].owner) {
+        const Piece& p = (*pieces)[plan[i].piece];
+        sums[i] = ckpt::checksum_box(p.data, p.global, p.box.start, p.box.count, /*threads=*/false);
+      }
+    times.checksum += seconds_now() - t0;
+  });
+  auto global_sums = [&] {
+    summer.join();
+    comm.sum(sums);
+    return sums;
+  };
 
   // Rank 0's training state, identical on every rank (HDF5 metadata writes are collective).
   const nlohmann::json meta_json = nlohmann::json::parse(comm.broadcast(
@@ -232,7 +252,8 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
     absl::StatusOr<h5::File> f = h5::File::create(tmp, comm.comm(), /*dense_attributes=*/true);
     VT_RETURN_IF_ERROR(comm.agree(with_space(f.status())));
     absl::Status written = comm.agree(with_space(write_header(*f, cfg, meta_json)));
-    if (written.ok()) written = comm.agree(with_space(write_datasets(comm, *f, plan, *pieces, sums)));
+    if (written.ok())
+      written = comm.agree(with_space(write_datasets(comm, *f, plan, *pieces, global_sums)));
     if (!written.ok()) {
       f->abandon();  // closing would flush collectively: see h5::File::abandon
       return written;
@@ -240,15 +261,21 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
     VT_RETURN_IF_ERROR(comm.agree(with_space(f->close())));
   }
   lap(times.write);
-  if (comm.rank() == 0) fsync_path(tmp);
-  comm.barrier();
-  lap(times.fsync);
-  // Reopen and recompute every checksum from what is on disk.
+  // Reopen and recompute every checksum from what the file holds, while rank 0 flushes it to the
+  // disk (the rename below waits for both: only a durable, verified file becomes the checkpoint).
   {
+    std::jthread flusher;
+    if (comm.rank() == 0)
+      flusher = std::jthread([&tmp, &times] {
+        const double t0 = seconds_now();
+        fsync_path(tmp);
+        times.fsync = seconds_now() - t0;
+      });
     absl::StatusOr<ckpt::Opened> ck = ckpt::open_checkpoint(tmp, comm);
     VT_RETURN_IF_ERROR(comm.agree(ck.status()));
     VT_RETURN_IF_ERROR(ckpt::verify_file(comm, *ck, tmp));
   }
+  comm.barrier();
   lap(times.verify);
   absl::Status renamed;
   if (comm.rank() == 0) {
@@ -260,6 +287,7 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
       fsync_path(std::filesystem::absolute(path).parent_path().string());
   }
   lap(times.rename);
+  times.total = seconds_now() - start;
   return comm.agree(renamed);
 }
 

@@ -62,13 +62,15 @@ std::vector<std::pair<std::string, Shape>> model_datasets(const ModelConfig& cfg
 // "field: checkpoint X, model Y" for every config field that differs.
 std::vector<std::string> config_differences(const ModelConfig& checkpoint, const ModelConfig& model);
 
-// Where a save's time went (seconds on this rank, from the start of save_checkpoint): checksums of
-// the data in memory, the HDF5 writes and close, the fsync, the reopen and re-read with checksums,
-// the rename. Filled when a caller passes one.
+// Where a save's time went (seconds on this rank). Wall-clock phases: `write` (the HDF5 file
+// written and closed), `verify` (reopened, re-read, every checksum recomputed), `rename`; `total`
+// (the whole save). Beside them, on threads of their own: `checksum` (the checksums of the data
+// in memory, during the write) and `fsync` (rank 0's flush to disk, during the verify). Filled
+// when a caller passes one.
 struct SaveTimings {
-  double checksum = 0, write = 0, fsync = 0, verify = 0, rename = 0;
-  double total() const { return checksum + write + fsync + verify + rename; }
-  std::string str() const;  // "checksum 0.12 s, write 0.30 s, ..."
+  double write = 0, verify = 0, rename = 0, total = 0;
+  double checksum = 0, fsync = 0;
+  std::string str() const;  // "write 0.30 s (checksums 0.10 s beside it), ..."
 };
 
 // Collective over grid->world() (nullptr: this process alone). Writes `path` atomically (see

@@ -17,9 +17,9 @@ inline uint64_t mix(uint64_t z) {
 }
 }  // namespace
 
-uint64_t checksum_run(const float* data, int64_t first, int64_t n) {
+uint64_t checksum_run(const float* data, int64_t first, int64_t n, bool threads) {
   uint64_t sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static) if (n > (1 << 16))
+#pragma omp parallel for reduction(+ : sum) schedule(static) if (threads && n > (1 << 16))
   for (int64_t k = 0; k < n; ++k) {
     uint32_t bits;
     std::memcpy(&bits, data + k, 4);
@@ -29,9 +29,10 @@ uint64_t checksum_run(const float* data, int64_t first, int64_t n) {
 }
 
 uint64_t checksum_box(const float* local, const std::vector<int64_t>& global,
-                      const std::vector<int64_t>& start, const std::vector<int64_t>& count) {
+                      const std::vector<int64_t>& start, const std::vector<int64_t>& count,
+                      bool threads) {
   const int nd = static_cast<int>(global.size());
-  if (nd == 0) return checksum_run(local, 0, 1);
+  if (nd == 0) return checksum_run(local, 0, 1, false);
   // Innermost contiguous run: the last dimension's count; iterate the outer indices.
   const int64_t run = count[nd - 1];
   int64_t outer = 1;
@@ -41,7 +42,7 @@ uint64_t checksum_box(const float* local, const std::vector<int64_t>& global,
   std::vector<int64_t> stride(nd, 1);
   for (int d = nd - 2; d >= 0; --d) stride[d] = stride[d + 1] * global[d + 1];
   uint64_t sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static) if (outer >= 64 && run < (1 << 16))
+#pragma omp parallel for reduction(+ : sum) schedule(static) if (threads && outer >= 64 && run < (1 << 16))
   for (int64_t o = 0; o < outer; ++o) {
     int64_t rem = o, g = start[nd - 1];
     for (int d = nd - 2; d >= 0; --d) {
@@ -49,7 +50,7 @@ uint64_t checksum_box(const float* local, const std::vector<int64_t>& global,
       rem /= count[d];
       g += (start[d] + idx) * stride[d];
     }
-    sum += checksum_run(local + o * run, g, run);
+    sum += checksum_run(local + o * run, g, run, threads);
   }
   return sum;
 }

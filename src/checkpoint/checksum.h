@@ -20,12 +20,14 @@ namespace vt::ckpt {
 inline constexpr const char* kChecksumAlgorithm = "pkmix64-sum";
 
 // Sum of the terms of n contiguous elements whose first has global flat index `first`.
-uint64_t checksum_run(const float* data, int64_t first, int64_t n);
+// `threads`: use the OpenMP team for long runs (false: this thread alone, e.g. beside a write).
+uint64_t checksum_run(const float* data, int64_t first, int64_t n, bool threads = true);
 
 // Sum of the terms of a local shard: `local` is row-major with shape `count`, placed at `start`
 // in a tensor of shape `global` (a box; any axis may be partial).
 uint64_t checksum_box(const float* local, const std::vector<int64_t>& global,
-                      const std::vector<int64_t>& start, const std::vector<int64_t>& count);
+                      const std::vector<int64_t>& start, const std::vector<int64_t>& count,
+                      bool threads = true);
 
 std::string checksum_hex(uint64_t c);
 absl::StatusOr<uint64_t> parse_checksum_hex(const std::string& s);

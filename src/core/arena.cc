@@ -56,8 +56,13 @@ ParamStore ParamStore::host_mirror() const {
   h.infos_ = infos_;
   h.by_name_ = by_name_;
   h.total_ = total_;
-  h.finalize(Device::kCPU, DType::kF32);
+  // Not finalize(): no gradient arena and no zero fill of storage the copy overwrites (a snapshot
+  // for --async-save is taken while training waits).
+  h.device_ = Device::kCPU;
+  h.compute_ = DType::kF32;
+  h.params_ = Tensor::empty({total_ > 0 ? total_ : 1}, DType::kF32, Device::kCPU);
   h.params_.copy_from(params_);
+  h.finalized_ = true;
   return h;
 }
 

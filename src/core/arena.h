@@ -75,8 +75,8 @@ class ParamStore {
   // Re-derives the bf16 compute copy from the master weights (no-op for f32 compute). Call after
   // init, checkpoint load and every optimizer step.
   void refresh_compute_copy();
-  // A CPU store with the same registration and parameter values (gradients zero): checkpoints
-  // of a device store are written from it.
+  // A CPU store with the same registration and parameter values and no gradient arena (grad()
+  // must not be called on it): checkpoints are written from it and loaded into it.
   ParamStore host_mirror() const;
   // Copies every parameter value from `src` (same registration, any device) and refreshes the
   // compute copy.

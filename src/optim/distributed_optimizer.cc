@@ -293,9 +293,9 @@ Tensor DistributedOptimizer::gather_state(const std::string& name, const std::st
   VT_CHECK_MSG(i >= 0, "gather_state: no parameter named " << name);
   check_kind(state_kinds(name), name, kind);
   const ParamInfo& info = store_->info(i);
-  Tensor out = Tensor::zeros(info.shape);  // host
   const int64_t n = info.numel();
-  if (n == 0) return out;
+  if (n == 0) return Tensor::zeros(info.shape);
+  Tensor out = Tensor::empty(info.shape);  // host; every element is written below
   if (Muon::handles(info.group)) {
     const MatrixPlan& m = matrix_plan(i, "gather_state");
     out.flat(0, n).copy_from(momentum_.flat(m.state, n));

@@ -268,6 +268,11 @@ absl::Status Trainer::save(int64_t step) {
         "the weights after step ", step, " are not finite (",
         diagnose_nonfinite(*model_, store_, *grid_, {}), "); no checkpoint was written; lower the "
         "learning rate (--lr-scale) or enable --max-grad-norm")));
+  // A background save of an earlier step still running is waited for first (saves more frequent
+  // than the disk allows): reported apart from the snapshot's own pause.
+  const double w0 = now_seconds();
+  absl::Status waited = writer_->wait();
+  const double wait = now_seconds() - w0;
   const double t0 = now_seconds();
   CheckpointMeta meta;
   meta.step = step;
@@ -289,9 +294,9 @@ absl::Status Trainer::save(int64_t step) {
   }
   const bool async = writer_->asynchronous();
   const int64_t prev = last_saved_step_;
-  absl::Status st = writer_->write(std::move(snap), [async](const std::string& path,
+  absl::Status st = !waited.ok() ? waited : writer_->write(std::move(snap), [async](const std::string& path,
                                                            const SaveTimings& t) {
-    std::printf("saved checkpoint %s (%.2f s%s: %s)\n", path.c_str(), t.total(),
+    std::printf("saved checkpoint %s (%.2f s%s: %s)\n", path.c_str(), t.total,
                 async ? " in the background" : "", t.str().c_str());
     std::fflush(stdout);
   });
@@ -303,12 +308,16 @@ absl::Status Trainer::save(int64_t step) {
   last_saved_step_ = step;
   const double pause = now_seconds() - t0;
   if (rank0_) {
-    if (async) std::printf("checkpoint of step %lld: training paused %.3f s for the snapshot\n",
-                           static_cast<long long>(step), pause);
-    metrics_.write({{"step", step}, {"ckpt_pause_s", pause}, {"ckpt_async", async}});
+    if (async)
+      std::printf("checkpoint of step %lld: training paused %.3f s for the snapshot%s\n",
+                  static_cast<long long>(step), pause,
+                  wait >= 0.01 ? absl::StrFormat(" (and %.2f s waiting for the previous save)", wait).c_str()
+                               : "");
+    metrics_.write({{"step", step}, {"ckpt_pause_s", pause}, {"ckpt_wait_s", wait},
+                    {"ckpt_async", async}});
     std::fflush(stdout);
   }
-  t_last_ += pause;  // the next step's tok/s excludes the save
+  t_last_ += pause + wait;  // the next step's tok/s excludes the save
   return absl::OkStatus();
 }
 
