@@ -235,9 +235,11 @@ double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBat
   }
   grid_.pp()->wait_sends();
   VT_CHECK(inflight_total_ == 0);
-  // 1F1B's memory bound: pp - stage passes in flight; interleaved: the warm-up plus one.
-  const size_t bound = V == 1 ? static_cast<size_t>(P - s)
-                              : static_cast<size_t>(std::min(M * V, (P - s - 1) * 2 + (V - 1) * P + 1));
+  // 1F1B's memory bound: pp - stage passes in flight; interleaved: the warm-up plus one (every
+  // pass when M = pp: all forwards come first).
+  const size_t bound = V == 1    ? static_cast<size_t>(P - s)
+                       : M == P ? static_cast<size_t>(M * V)
+                                : static_cast<size_t>(std::min(M * V, (P - s - 1) * 2 + (V - 1) * P + 1));
   VT_CHECK_MSG(max_inflight_ <= bound, "1F1B kept " << max_inflight_ << " passes on stage " << s);
   times_.busy_s = now_s() - t_begin - times_.wait_s;
   return loss_sum;

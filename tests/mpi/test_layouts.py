@@ -69,7 +69,7 @@ def train(datadir, out, mode, dp, tp, pp, micro, resume=None, stop_at=None, vpp=
     chunks per pipeline rank (interleaved 1F1B); layers: the model's depth."""
     micro = micro or 4 // dp  # 4 micro-batches at dp=1, 2 at dp=2: same global batch
     global_batch = micro * MICRO * SEQ * dp
-    assert global_batch == 4 * MICRO * SEQ or micro == 4
+    assert global_batch == 4 * MICRO * SEQ or dp == 1
     extra = ["--value", mode] if isinstance(mode, str) else list(mode)
     model = list(MODEL)
     model[model.index("--layers") + 1] = str(layers)
@@ -132,28 +132,29 @@ def test_layouts_match_one_process(mode, datadir, tmp_path):
     assert not failures, "\n".join(failures)
 
 
-# Interleaved 1F1B: (flags, layers, dp, tp, pp, vpp), 4 micro-batches per step (a multiple of pp).
-# With 4 layers over pp 2 x vpp 2 every layer is its own virtual stage: rank 0 holds layers 0 and
-# 2, rank 1 layers 1 and 3, so V1 (layer 0's value) goes 0 -> 1 -> 0 -> 1 round the ring.
+# Interleaved 1F1B: (flags, layers, dp, tp, pp, vpp, micro-batches per step and dp rank, a
+# multiple of pp). With 4 layers over pp 2 x vpp 2 every layer is its own virtual stage: rank 0
+# holds layers 0 and 2, rank 1 layers 1 and 3, so V1 (layer 0's value) goes 0 -> 1 -> 0 -> 1
+# round the ring. m = pp (the dp 2 case) runs every forward before the backwards.
 VPP_CASES = {
-    "v1_pp2_vpp2": (["--value", "v1"], 4, 1, 1, 2, 2),
-    "resformer-dense_tp2_pp2_vpp2": (["--value", "resformer-dense"], 4, 1, 2, 2, 2),
-    "x0v_pp4_vpp2": (["--value", "x0v"], 8, 1, 1, 4, 2),
-    "vskipinit_dense_dp2_pp2_vpp2": (VARIANTS["vskipinit_dense"], 4, 2, 1, 2, 2),
+    "v1_pp2_vpp2": (["--value", "v1"], 4, 1, 1, 2, 2, 4),
+    "resformer-dense_tp2_pp2_vpp2": (["--value", "resformer-dense"], 4, 1, 2, 2, 2, 4),
+    "x0v_pp4_vpp2": (["--value", "x0v"], 8, 1, 1, 4, 2, 8),
+    "vskipinit_dense_dp2_pp2_vpp2": (VARIANTS["vskipinit_dense"], 4, 2, 1, 2, 2, 2),
 }
 
 
 @pytest.mark.parametrize("case", list(VPP_CASES))
 def test_interleaved_matches_one_process(case, datadir, tmp_path):
-    flags, layers, dp, tp, pp, vpp = VPP_CASES[case]
+    flags, layers, dp, tp, pp, vpp, micro = VPP_CASES[case]
     warm = None
     if "--dense" in flags:  # off DenseFormer's symmetry point first (see WARM)
-        train(datadir, tmp_path / "warm", flags, 1, 1, 1, 4, stop_at=2, layers=layers)
+        train(datadir, tmp_path / "warm", flags, 1, 1, 1, micro * dp, stop_at=2, layers=layers)
         warm = tmp_path / "warm" / "ckpt" / f"step_{2:08d}.h5"
-    ref_losses, ref_params = train(datadir, tmp_path / "ref", flags, 1, 1, 1, 4, resume=warm,
-                                   layers=layers)
+    ref_losses, ref_params = train(datadir, tmp_path / "ref", flags, 1, 1, 1, micro * dp,
+                                   resume=warm, layers=layers)
     assert ref_losses[-1] < ref_losses[0]
-    losses, params = train(datadir, tmp_path / "vpp", flags, dp, tp, pp, 4 // dp, resume=warm,
+    losses, params = train(datadir, tmp_path / "vpp", flags, dp, tp, pp, micro, resume=warm,
                            vpp=vpp, layers=layers)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
     assert set(params) == set(ref_params)
