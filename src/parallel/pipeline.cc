@@ -43,6 +43,40 @@ std::vector<PipelineOp> interleaved_1f1b(int pp, int vpp, int M, int stage) {
   return ops;
 }
 
+double replay_step_seconds(int pp, int vpp, int M, const std::vector<std::vector<double>>& pass_s) {
+  VT_CHECK(static_cast<int>(pass_s.size()) == pp);
+  std::vector<std::vector<PipelineOp>> ops(pp);
+  for (int r = 0; r < pp; ++r) {
+    ops[r] = interleaved_1f1b(pp, vpp, M, r);
+    VT_CHECK(pass_s[r].size() == ops[r].size());
+  }
+  // finish[(forward, virtual stage, micro)] in seconds; -1: not run yet.
+  const int nv = pp * vpp, last = nv - 1;
+  std::vector<double> finish(2 * static_cast<size_t>(nv) * M, -1.0);
+  auto at = [&](bool fwd, int v, int i) -> double& { return finish[(static_cast<size_t>(fwd) * nv + v) * M + i]; };
+  std::vector<double> clock(pp, 0.0);
+  std::vector<size_t> pos(pp, 0);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r = 0; r < pp; ++r)
+      while (pos[r] < ops[r].size()) {
+        const PipelineOp& o = ops[r][pos[r]];
+        const int v = o.chunk * pp + r;
+        double ready = 0.0;
+        if (o.forward ? v > 0 : true) {
+          ready = o.forward ? at(true, v - 1, o.micro) : (v == last ? at(true, v, o.micro) : at(false, v + 1, o.micro));
+          if (ready < 0) break;  // its input is not there yet
+        }
+        clock[r] = std::max(clock[r], ready) + pass_s[r][pos[r]];
+        at(o.forward, v, o.micro) = clock[r];
+        ++pos[r];
+        moved = true;
+      }
+  }
+  for (int r = 0; r < pp; ++r) VT_CHECK_MSG(pos[r] == ops[r].size(), "the schedule does not run to its end");
+  return *std::max_element(clock.begin(), clock.end());
+}
+
 PipelineEngine::PipelineEngine(GPT& model, const ProcessGrid& grid) : model_(model), grid_(grid) {}
 
 int PipelineEngine::prev_rank(int chunk) const {
@@ -220,6 +254,12 @@ double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBat
   std::vector<int> backwards(V, 0);
   for (const PipelineOp& op : interleaved_1f1b(P, V, M, s)) {
     if (op.micro >= end) continue;
+    const double t0 = now_s(), wait0 = times_.wait_s;
+    struct PassTimer {  // the pass's own time: its wall time less the waits inside it
+      StepTimes& t;
+      double t0, wait0;
+      ~PassTimer() { t.pass_s.push_back(now_s() - t0 - (t.wait_s - wait0)); }
+    } timer{times_, t0, wait0};
     if (op.forward) {
       if (op.chunk == 0 && !next_forward(op.micro)) {
         end = op.micro;
@@ -234,6 +274,7 @@ double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBat
     }
   }
   grid_.pp()->wait_sends();
+  if (stopped_) times_.pass_s.clear();
   VT_CHECK(inflight_total_ == 0);
   // 1F1B's memory bound: pp - stage passes in flight; interleaved: the warm-up plus one (every
   // pass when M = pp: all forwards come first).

@@ -38,6 +38,14 @@ struct PipelineOp {
 // (pp - stage - 1) 2 + (vpp - 1) pp forwards (all of them when M = pp).
 std::vector<PipelineOp> interleaved_1f1b(int pp, int vpp, int M, int stage);
 
+// The step time the schedule gives when every pass takes what it took (pass_s[r][k]: rank r's
+// k-th pass of interleaved_1f1b(pp, vpp, M, r)) and every rank has a core of its own and
+// messages take no time: each pass starts once its rank is free and the pass feeding it (the
+// previous virtual stage's forward; the next one's backward, or its own forward on the last
+// virtual stage) has finished. With forwards of f / vpp and backwards of b / vpp it is
+// (M + (pp - 1) / vpp) (f + b): Megatron's bubble.
+double replay_step_seconds(int pp, int vpp, int M, const std::vector<std::vector<double>>& pass_s);
+
 class PipelineEngine {
  public:
   PipelineEngine(GPT& model, const ProcessGrid& grid);
@@ -66,6 +74,8 @@ class PipelineEngine {
   // control message (the pipeline bubble, plus transfer time) and everything else.
   struct StepTimes {
     double wait_s = 0, busy_s = 0;
+    std::vector<double> pass_s;  // each pass's own time (its waits left out), in schedule order;
+                                 // empty after a stopped step
   };
   const StepTimes& last_step_times() const { return times_; }
 

@@ -462,14 +462,36 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
   // The pipeline's idle share: seconds the ranks waited for another stage during the step's
   // forwards and backwards, and the seconds they worked, averaged over the pipeline ranks
   // (bench/bench_layouts.py compares wait / busy with the theory (pp-1) / (vpp M)).
-  double pp_times[2] = {engine_->last_step_times().wait_s, engine_->last_step_times().busy_s};
+  const PipelineEngine::StepTimes& times = engine_->last_step_times();
+  double pp_times[2] = {times.wait_s, times.busy_s};
   if (shape_.pp > 1) grid_->pp()->all_reduce_sum(pp_times, 2);
-  log_step(step_1based, loss, st, comm_s, pp_times[0] / shape_.pp, pp_times[1] / shape_.pp);
+  // And the schedule replayed with the passes' measured times, each rank on a core of its own
+  // (replay_step_seconds): the bubble of the schedule itself, apart from ranks sharing cores;
+  // against the busiest rank's passes (pp_pass_max_s) it is the critical rank's idle share.
+  double pass_s = 0, pass_max_s = 0, replay_s = 0;
+  if (shape_.pp > 1) {
+    const int64_t n = static_cast<int64_t>(times.pass_s.size());
+    std::vector<float> mine(times.pass_s.begin(), times.pass_s.end());
+    std::vector<float> all(static_cast<size_t>(n) * shape_.pp);
+    grid_->pp()->all_gather(mine.data(), all.data(), n);
+    std::vector<std::vector<double>> per_rank(shape_.pp);
+    for (int r = 0; r < shape_.pp; ++r) {
+      per_rank[r].assign(all.begin() + r * n, all.begin() + (r + 1) * n);
+      double sum = 0;
+      for (double x : per_rank[r]) sum += x;
+      pass_s += sum / shape_.pp;
+      pass_max_s = std::max(pass_max_s, sum);
+    }
+    replay_s = replay_step_seconds(shape_.pp, o_.vpp, micro_batches_, per_rank);
+  }
+  log_step(step_1based, loss, st, comm_s, pp_times[0] / shape_.pp, pp_times[1] / shape_.pp,
+           pass_s, pass_max_s, replay_s);
   return StepOutcome::kApplied;
 }
 
 void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s,
-                       double pp_wait_s, double pp_busy_s) {
+                       double pp_wait_s, double pp_busy_s, double pp_pass_s,
+                       double pp_pass_max_s, double pp_replay_s) {
   const double t = now_seconds();
   const double tok_per_s = o_.global_batch / std::max(1e-9, t - t_last_);
   const double mfu = flops_per_token_ * tok_per_s / peak_flops_;
@@ -493,6 +515,9 @@ void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, do
                   {"comm_s", comm_s},
                   {"pp_wait_s", pp_wait_s},
                   {"pp_busy_s", pp_busy_s},
+                  {"pp_pass_s", pp_pass_s},
+                  {"pp_pass_max_s", pp_pass_max_s},
+                  {"pp_replay_s", pp_replay_s},
                   {"device_bytes", device_bytes()},
                   {"device_peak_bytes", device_peak_bytes()}});
   if (done % o_.log_every == 0 || done == o_.steps || done == first_step_ + 1) {

@@ -69,7 +69,8 @@ class Trainer {
   absl::Status finish_saves();  // waits for a background write; its error, agreed
   void print_banner() const;
   void log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s,
-                double pp_wait_s, double pp_busy_s);
+                double pp_wait_s, double pp_busy_s, double pp_pass_s, double pp_pass_max_s,
+                double pp_replay_s);
   void replay_forward(const BlockOutputHook& observer);
   FetchBatch fetch_from(data::DataLoader& loader);
 

@@ -165,5 +165,27 @@ TEST(InterleavedSchedule, EveryPassRunsOnceAndNoRankWaitsForever) {
       }
 }
 
+TEST(InterleavedSchedule, ReplayGivesMegatronsBubble) {
+  // Forwards of f / vpp, backwards of b / vpp on every rank: the step is (M + (pp-1)/vpp)(f + b),
+  // i.e. the bubble (pp - 1) / (vpp M) of the ideal M (f + b).
+  const double f = 1.0, b = 2.0;
+  for (int pp : {2, 4})
+    for (int vpp : {1, 2, 3})
+      for (int M : {pp, 2 * pp, 8}) {
+        if (M % pp) continue;
+        std::vector<std::vector<double>> t(pp);
+        for (int r = 0; r < pp; ++r)
+          for (const PipelineOp& o : interleaved_1f1b(pp, vpp, M, r))
+            t[r].push_back((o.forward ? f : b) / vpp);
+        EXPECT_NEAR(replay_step_seconds(pp, vpp, M, t), (M + (pp - 1.0) / vpp) * (f + b), 1e-9)
+            << pp << " " << vpp << " " << M;
+      }
+  // A slow last stage (the loss end) holds the others up: pp 2, vpp 1, M 2, rank 1's passes
+  // twice as long: F0 on rank 0 ends at 1, rank 1 runs F0 B0 F1 B1 from 1 to 1 + 2 (1 + 2 + 1 + 2)
+  // = 13, rank 0's B1 ends at 13 + 2.
+  std::vector<std::vector<double>> t = {{1, 1, 2, 2}, {2, 4, 2, 4}};
+  EXPECT_NEAR(replay_step_seconds(2, 1, 2, t), 15.0, 1e-12);
+}
+
 }  // namespace
 }  // namespace vt
