@@ -64,10 +64,11 @@ def run(data, dp, tp, pp, args, tmp, vpp=1, extra=(), global_rows=None, micro_ba
     step_s = statistics.median(global_batch / x["tok_per_s"] for x in rows)
     comm = [x.get("comm_s", 0.0) * x["tok_per_s"] / global_batch for x in rows]
     bubble = [x["pp_wait_s"] / x["pp_busy_s"] for x in rows if x.get("pp_busy_s", 0) > 0]
-    replay = [x["pp_replay_s"] / x["pp_pass_max_s"] - 1 for x in rows
-              if x.get("pp_pass_max_s", 0) > 0]
+    replay_mean = [x["pp_replay_s"] / x["pp_pass_s"] - 1 for x in rows if x.get("pp_pass_s", 0) > 0]
+    replay_max = [x["pp_replay_s"] / x["pp_pass_max_s"] - 1 for x in rows
+                  if x.get("pp_pass_max_s", 0) > 0]
     med = lambda v: statistics.median(v) if v else 0.0
-    return step_s, statistics.median(comm), (med(bubble), med(replay))
+    return step_s, statistics.median(comm), (med(bubble), med(replay_mean), med(replay_max))
 
 
 def bubble_table(data, args, tmp):
@@ -77,24 +78,27 @@ def bubble_table(data, args, tmp):
           f"dp = tp = 1, {os.cpu_count()} cores for up to 4 ranks (measured = wait / work of the "
           f"pipeline ranks, median of {args.steps - args.warmup} steps; rough where ranks share "
           f"cores)\n")
-    print("| p | v | m | theory (p-1)/(v m) | measured (wall) | replayed | step s | step vs v=1 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| p | v | m | theory (p-1)/(v m) | measured (wall) | replayed, mean rank | "
+          "replayed, busiest rank | step s | step vs v=1 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for p in (2, 4):
         base = None
         for v in (1, 2):
-            step_s, _, (bubble, replay) = run(data, 1, 1, p, args, tmp, vpp=v,
-                                              extra=["--layers", "8"],
-                                              global_rows=m * args.micro_batch)
+            step_s, _, (bubble, r_mean, r_max) = run(data, 1, 1, p, args, tmp, vpp=v,
+                                                     extra=["--layers", "8"],
+                                                     global_rows=m * args.micro_batch)
             base = base or step_s
-            print(f"| {p} | {v} | {m} | {(p - 1) / (v * m):.3f} | {bubble:.3f} | {replay:.3f} | "
-                  f"{step_s:.3f} | {step_s / base:.2f}x |", flush=True)
+            print(f"| {p} | {v} | {m} | {(p - 1) / (v * m):.3f} | {bubble:.3f} | {r_mean:.3f} | "
+                  f"{r_max:.3f} | {step_s:.3f} | {step_s / base:.2f}x |", flush=True)
     print("\nmeasured (wall): the seconds the pipeline ranks waited for another stage over the "
           "seconds they worked, averaged over the ranks; it includes the stages' imbalance (the "
           "last also runs the lm_head and loss) and the time-slicing of ranks sharing cores. "
           "replayed: the schedule re-timed with each pass's measured time as if every rank had a "
-          "core of its own and messages were free, as the busiest rank's idle share "
-          "(pp_replay_s / pp_pass_max_s - 1): the schedule's own bubble, comparable with the "
-          "theory; its pass times still come from ranks that shared cores.")
+          "core of its own and messages were free (pp_replay_s), over the mean rank's work "
+          "(pp_pass_s: includes the imbalance) and over the busiest rank's (pp_pass_max_s: the "
+          "critical rank's idle share, below the theory when the other stages are lighter); the "
+          "theory assumes equal stages and lies between them when imbalance is all that differs. "
+          "The pass times still come from ranks that shared cores.")
 
 
 def main():
