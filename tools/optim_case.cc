@@ -142,6 +142,8 @@ void build_store(ParamStore& s, int64_t d) {
   s.add("blocks.1.value.gain", {1}, ParamGroup::kScalar);
   s.add("blocks.1.value.dense", {3}, ParamGroup::kScalar);
   s.add("value_plus.logits", {5}, ParamGroup::kScalar);
+  s.add("blocks.1.attn.alpha", {4}, ParamGroup::kGain);
+  s.add("blocks.1.mlp_gain", {1}, ParamGroup::kGain);
   s.add("lm_head", {d, vp}, ParamGroup::kLmHead);
   s.finalize();
 }

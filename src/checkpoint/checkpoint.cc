@@ -1,10 +1,13 @@
 // Parallel HDF5 checkpoints: save (collective, atomic, verified) and load on any layout.
 #include "checkpoint/checkpoint.h"
 
+#include <chrono>
+
 #include <fcntl.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -59,6 +62,11 @@ std::vector<std::string> config_differences(const ModelConfig& checkpoint, const
     if (va != vb) out.push_back(absl::StrCat(k, ": checkpoint ", va.dump(), ", model ", vb.dump()));
   }
   return out;
+}
+
+std::string SaveTimings::str() const {
+  return absl::StrFormat("checksums %.2f s, write %.2f s, fsync %.2f s, verify %.2f s, rename %.2f s",
+                         checksum, write, fsync, verify, rename);
 }
 
 namespace {
@@ -126,9 +134,20 @@ absl::Status write_datasets(const CkptComm& comm, h5::File& f, const std::vector
   return absl::OkStatus();
 }
 
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 absl::Status save_impl(const CkptComm& comm, const std::string& path, const ModelConfig& model_cfg,
                        const ParamStore& store, const CheckpointMeta& meta,
-                       const std::vector<NamedTensor>& extra, const ProcessGrid* grid) {
+                       const std::vector<NamedTensor>& extra, const ProcessGrid* grid,
+                       SaveTimings& times) {
+  double mark = seconds_now();
+  auto lap = [&mark](double& into) {
+    const double t = seconds_now();
+    into += t - mark;
+    mark = t;
+  };
   VT_ASSIGN_OR_RETURN(const ModelConfig cfg, finalized(model_cfg));
   // Local pieces, checked against the model's parameter list.
   const std::vector<std::pair<std::string, Shape>> model = model_datasets(cfg);
@@ -170,6 +189,7 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
       sums[i] = ckpt::checksum_box(p.data, p.global, p.box.start, p.box.count);
     }
   comm.sum(sums);
+  lap(times.checksum);
 
   // Rank 0's training state, identical on every rank (HDF5 metadata writes are collective).
   const nlohmann::json meta_json = nlohmann::json::parse(comm.broadcast(
@@ -219,14 +239,17 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
     }
     VT_RETURN_IF_ERROR(comm.agree(with_space(f->close())));
   }
+  lap(times.write);
   if (comm.rank() == 0) fsync_path(tmp);
   comm.barrier();
+  lap(times.fsync);
   // Reopen and recompute every checksum from what is on disk.
   {
     absl::StatusOr<ckpt::Opened> ck = ckpt::open_checkpoint(tmp, comm);
     VT_RETURN_IF_ERROR(comm.agree(ck.status()));
     VT_RETURN_IF_ERROR(ckpt::verify_file(comm, *ck, tmp));
   }
+  lap(times.verify);
   absl::Status renamed;
   if (comm.rank() == 0) {
     std::error_code ec;
@@ -236,6 +259,7 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
     else
       fsync_path(std::filesystem::absolute(path).parent_path().string());
   }
+  lap(times.rename);
   return comm.agree(renamed);
 }
 
@@ -243,9 +267,11 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
 
 absl::Status save_checkpoint(const std::string& path, const ModelConfig& cfg,
                              const ParamStore& store, const CheckpointMeta& meta,
-                             const std::vector<NamedTensor>& extra, const ProcessGrid* grid) {
+                             const std::vector<NamedTensor>& extra, const ProcessGrid* grid,
+                             SaveTimings* timings) {
   VT_ASSIGN_OR_RETURN(CkptComm comm, CkptComm::from_grid(grid));
-  absl::Status st = save_impl(comm, path, cfg, store, meta, extra, grid);
+  SaveTimings local;
+  absl::Status st = save_impl(comm, path, cfg, store, meta, extra, grid, timings ? *timings : local);
   if (!st.ok() && comm.rank() == 0) {
     std::error_code ec;
     std::filesystem::remove(path + ".tmp", ec);  // a failed save leaves nothing behind

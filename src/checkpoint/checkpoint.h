@@ -62,6 +62,15 @@ std::vector<std::pair<std::string, Shape>> model_datasets(const ModelConfig& cfg
 // "field: checkpoint X, model Y" for every config field that differs.
 std::vector<std::string> config_differences(const ModelConfig& checkpoint, const ModelConfig& model);
 
+// Where a save's time went (seconds on this rank, from the start of save_checkpoint): checksums of
+// the data in memory, the HDF5 writes and close, the fsync, the reopen and re-read with checksums,
+// the rename. Filled when a caller passes one.
+struct SaveTimings {
+  double checksum = 0, write = 0, fsync = 0, verify = 0, rename = 0;
+  double total() const { return checksum + write + fsync + verify + rename; }
+  std::string str() const;  // "checksum 0.12 s, write 0.30 s, ..."
+};
+
 // Collective over grid->world() (nullptr: this process alone). Writes `path` atomically (see
 // above); `store` holds this rank's parameters, `extra` its optimizer states. Every parameter of
 // the model of `cfg` and every named tensor must be held, as a whole, by the ranks together.
@@ -69,7 +78,7 @@ std::vector<std::string> config_differences(const ModelConfig& checkpoint, const
 absl::Status save_checkpoint(const std::string& path, const ModelConfig& cfg,
                              const ParamStore& store, const CheckpointMeta& meta,
                              const std::vector<NamedTensor>& extra = {},
-                             const ProcessGrid* grid = nullptr);
+                             const ProcessGrid* grid = nullptr, SaveTimings* timings = nullptr);
 
 // Collective. Checks format, version and architecture against `cfg`, fills this rank's shard of
 // every parameter of `store` and of every `extra` tensor (any layout), verifies the checksum of

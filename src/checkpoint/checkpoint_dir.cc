@@ -96,7 +96,8 @@ absl::StatusOr<std::string> save_checkpoint_in_dir(const std::string& dir, int64
                                                    const ModelConfig& cfg, const ParamStore& store,
                                                    const CheckpointMeta& meta,
                                                    const std::vector<NamedTensor>& extra,
-                                                   const ProcessGrid* grid, int keep_last) {
+                                                   const ProcessGrid* grid, int keep_last,
+                                                   SaveTimings* timings) {
   VT_ASSIGN_OR_RETURN(ckpt::CkptComm comm, ckpt::CkptComm::from_grid(grid));
   absl::Status made;
   if (comm.rank() == 0) {
@@ -107,7 +108,7 @@ absl::StatusOr<std::string> save_checkpoint_in_dir(const std::string& dir, int64
   VT_RETURN_IF_ERROR(comm.agree(made));
   const std::string name = checkpoint_file_name(step);
   const std::string path = (fs::path(dir) / name).string();
-  VT_RETURN_IF_ERROR(save_checkpoint(path, cfg, store, meta, extra, grid));
+  VT_RETURN_IF_ERROR(save_checkpoint(path, cfg, store, meta, extra, grid, timings));
   absl::Status pointed;
   if (comm.rank() == 0) {
     pointed = write_latest(dir, name);

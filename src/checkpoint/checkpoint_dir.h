@@ -30,7 +30,8 @@ absl::StatusOr<std::string> save_checkpoint_in_dir(const std::string& dir, int64
                                                    const CheckpointMeta& meta,
                                                    const std::vector<NamedTensor>& extra = {},
                                                    const ProcessGrid* grid = nullptr,
-                                                   int keep_last = 0);
+                                                   int keep_last = 0,
+                                                   SaveTimings* timings = nullptr);
 
 // Collective. The newest checkpoint in `dir` that passes verify_checkpoint (so a corrupt or
 // truncated newest file falls back to the previous one; each one skipped is reported on stderr

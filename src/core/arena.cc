@@ -12,6 +12,7 @@ const char* param_group_name(ParamGroup g) {
     case ParamGroup::kLmHead: return "lm_head";
     case ParamGroup::kValueTable: return "value_table";
     case ParamGroup::kScalar: return "scalar";
+    case ParamGroup::kGain: return "gain";
   }
   return "?";
 }

@@ -20,6 +20,7 @@ enum class ParamGroup : uint8_t {
   kLmHead,      // W_lm: AdamW
   kValueTable,  // bov / bov-add / value-embed tables: AdamW
   kScalar,      // lambdas, gates, logits: AdamW
+  kGain,        // block-shape gains (shaped attention, sub-layer and projection gains): AdamW
 };
 const char* param_group_name(ParamGroup g);
 

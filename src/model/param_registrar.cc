@@ -26,8 +26,12 @@ int ParamRegistrar::scalar(const std::string& name, int64_t n, InitRule init, in
   return add(name, {n}, ParamGroup::kScalar, -1, std::move(init), {layer, pp_replicated});
 }
 
-int ParamRegistrar::per_head(const std::string& name, InitRule init, int layer) {
-  return add(name, {cfg_.n_head}, ParamGroup::kScalar, 0, std::move(init), {layer, false});
+int ParamRegistrar::gain(const std::string& name, int64_t n, InitRule init, int layer) {
+  return add(name, {n}, ParamGroup::kGain, -1, std::move(init), {layer, false});
+}
+
+int ParamRegistrar::per_head_gain(const std::string& name, InitRule init, int layer) {
+  return add(name, {cfg_.n_head}, ParamGroup::kGain, 0, std::move(init), {layer, false});
 }
 
 int ParamRegistrar::matrix_cols(const std::string& name, int64_t rows, int64_t cols,

@@ -24,8 +24,10 @@ class ParamRegistrar {
   // Scalars and small vectors replicated over TP (AdamW's scalar group).
   int scalar(const std::string& name, int64_t n, InitRule init, int layer,
              bool pp_replicated = false);
-  // A vector with one entry per query head (H,), split over TP with the heads (scalar group).
-  int per_head(const std::string& name, InitRule init, int layer);
+  // A block shape's gains, replicated over TP (AdamW's gain group).
+  int gain(const std::string& name, int64_t n, InitRule init, int layer);
+  // A block shape's per-head gains (H,), split over TP with the heads (gain group).
+  int per_head_gain(const std::string& name, InitRule init, int layer);
   // Matrices split over TP by output columns (q/k/v heads, MLP hidden units) or by input rows
   // (W_O, W_proj). rows/cols are global; the split dimension must divide by tp.
   int matrix_cols(const std::string& name, int64_t rows, int64_t cols, InitRule init, int layer);

@@ -35,6 +35,9 @@ struct AdamWConfig {
   AdamWHyper lm_head{0.008, 0.8, 0.96, 0.01};
   AdamWHyper value_table{0.15, 0.8, 0.995, 0.01};
   AdamWHyper scalar{0.5, 0.8, 0.95, 0.0};
+  // The block shapes' gains (docs/model.md "Optimizer groups": at the scalar group's 0.5 the
+  // skipless shapes stall for tens of steps at 8 layers; docs/results.md).
+  AdamWHyper gain{0.01, 0.8, 0.95, 0.0};
 
   // The defaults of docs/model.md "Optimizer groups": embedding, lm_head and value-table lrs scaled
   // by (d_model / 768)^-0.5, scalars not scaled.

@@ -24,7 +24,8 @@ nlohmann::json OptimizerConfig::to_json() const {
   j["adamw"] = {{"embedding", hyper_json(adamw.embedding)},
                 {"lm_head", hyper_json(adamw.lm_head)},
                 {"value_table", hyper_json(adamw.value_table)},
-                {"scalar", hyper_json(adamw.scalar)}};
+                {"scalar", hyper_json(adamw.scalar)},
+                {"gain", hyper_json(adamw.gain)}};
   j["muon"] = {{"lr", muon.lr},
                {"weight_decay", muon.weight_decay},
                {"ns_steps", muon.ns_steps},

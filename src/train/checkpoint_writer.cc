@@ -1,20 +1,12 @@
 // Synchronous and background checkpoint writes (see checkpoint_writer.h).
 #include "train/checkpoint_writer.h"
 
-#include <chrono>
 #include <cstdio>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "parallel/mpi_communicator.h"
 
 namespace vt {
-
-namespace {
-double now_seconds() {
-  using clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 CheckpointSnapshot take_snapshot(int64_t step, const ModelConfig& cfg, const ParamStore& store,
                                  CheckpointMeta meta, std::vector<NamedTensor> states) {
@@ -68,16 +60,16 @@ absl::Status CheckpointWriter::wait() {
 }
 
 absl::Status CheckpointWriter::write(CheckpointSnapshot snap,
-                                     std::function<void(const std::string&, double)> on_written) {
+                                     std::function<void(const std::string&, const SaveTimings&)> on_written) {
   VT_RETURN_IF_ERROR(wait());
   const ProcessGrid* grid = own_grid_ ? own_grid_.get() : grid_;
   const bool rank0 = grid->world()->rank() == 0;
   auto job = [this, grid, rank0, snap = std::move(snap), on_written]() -> absl::Status {
-    const double t0 = now_seconds();
+    SaveTimings times;
     absl::StatusOr<std::string> path = save_checkpoint_in_dir(
-        dir_, snap.step, snap.cfg, snap.params, snap.meta, snap.states, grid, keep_last_);
+        dir_, snap.step, snap.cfg, snap.params, snap.meta, snap.states, grid, keep_last_, &times);
     if (!path.ok()) return path.status();
-    if (rank0 && on_written) on_written(*path, now_seconds() - t0);
+    if (rank0 && on_written) on_written(*path, times);
     return absl::OkStatus();
   };
   if (!async_) return job();

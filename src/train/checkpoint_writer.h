@@ -46,7 +46,7 @@ class CheckpointWriter {
   // done (its error, if any, is returned instead and `snap` is not written). `on_written(path,
   // seconds)` runs on rank 0 when the file is complete (on the writer's thread when async).
   absl::Status write(CheckpointSnapshot snap,
-                     std::function<void(const std::string&, double)> on_written);
+                     std::function<void(const std::string&, const SaveTimings&)> on_written);
   // Collective: waits for a background write; its status, the same on every rank.
   absl::Status wait();
 

@@ -36,6 +36,11 @@ const CommandSpec& train_command() {
         flag_heading("schedule"),
         int_flag("steps", 100, 1, 1e12, "optimizer steps"),
         num_flag("matrix-lr", 0.02, 0, 1e3, "Muon's peak learning rate"),
+        num_flag("scalar-lr", 0.5, 0, 1e3,
+                 "AdamW peak lr of the scalar group: value-mode gains and lambdas, DenseFormer "
+                 "weights, logits (docs/model.md)"),
+        num_flag("gain-lr", 0.01, 0, 1e3,
+                 "AdamW peak lr of the block shapes' gains (vskipinit, sas, sas-p)"),
         num_flag("lr-scale", 1.0, 0, 1e6, "multiplies every group's peak learning rate"),
         int_flag("warmup", 40, 0, 1e12, "linear warmup steps"),
         num_flag("warmdown", 0.65, 0, 1, "fraction of the steps in the final linear decay"),
@@ -103,7 +108,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"global_batch", global_batch}, {"steps", steps},
           {"eval_every", eval_every},   {"eval_tokens", eval_tokens},
           {"final_eval_tokens", final_eval_tokens},
-          {"seed", seed},               {"matrix_lr", matrix_lr},
+          {"seed", seed},               {"matrix_lr", matrix_lr}, {"scalar_lr", scalar_lr}, {"gain_lr", gain_lr},
           {"lr_scale", lr_scale},       {"warmup_steps", warmup_steps},
           {"warmdown_frac", warmdown_frac}, {"max_grad_norm", max_grad_norm},
           {"polar_express", polar_express}, {"device", device},
@@ -146,6 +151,8 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   // --reparam-init orth draws W0 from the run seed; the config keeps it (checkpoints, decoding).
   if (o.model.reparam_init == "orth") o.model.reparam_seed = o.seed;
   o.matrix_lr = f.get_double("matrix-lr");
+  o.scalar_lr = f.get_double("scalar-lr");
+  o.gain_lr = f.get_double("gain-lr");
   o.lr_scale = f.get_double("lr-scale");
   o.warmup_steps = f.get_int("warmup");
   o.warmdown_frac = f.get_double("warmdown");

@@ -30,6 +30,8 @@ struct TrainOptions {
   std::string metrics_path;
   uint64_t seed = 1337;
   double matrix_lr = 0.02;
+  double scalar_lr = 0.5;
+  double gain_lr = 0.01;
   double lr_scale = 1.0;    // multiplies every group's peak lr
   int64_t warmup_steps = 40;
   double warmdown_frac = 0.65;

@@ -182,8 +182,10 @@ absl::Status Trainer::setup() {
   engine_->set_stop_check([] { return stop_signal_received() != 0; });
   optim::OptimizerConfig oc = optim::OptimizerConfig::defaults(cfg.n_embd);
   oc.muon.lr = o_.matrix_lr * o_.lr_scale;
+  oc.adamw.scalar.lr = o_.scalar_lr;
+  oc.adamw.gain.lr = o_.gain_lr;
   for (optim::AdamWHyper* h : {&oc.adamw.embedding, &oc.adamw.lm_head, &oc.adamw.value_table,
-                               &oc.adamw.scalar})
+                               &oc.adamw.scalar, &oc.adamw.gain})
     h->lr *= o_.lr_scale;
   oc.schedule.warmup_steps = o_.warmup_steps;
   oc.schedule.warmdown_frac = o_.warmdown_frac;
@@ -303,8 +305,10 @@ absl::Status Trainer::save(int64_t step) {
   }
   const bool async = writer_->asynchronous();
   const int64_t prev = last_saved_step_;
-  absl::Status st = writer_->write(std::move(snap), [this, async](const std::string& path, double s) {
-    std::printf("saved checkpoint %s (%.2f s%s)\n", path.c_str(), s, async ? ", in the background" : "");
+  absl::Status st = writer_->write(std::move(snap), [async](const std::string& path,
+                                                           const SaveTimings& t) {
+    std::printf("saved checkpoint %s (%.2f s%s: %s)\n", path.c_str(), t.total(),
+                async ? " in the background" : "", t.str().c_str());
     std::fflush(stdout);
   });
   // The checkpoint code agrees on its errors: every rank holds the same one.

@@ -23,7 +23,7 @@ class Sas final : public BlockShape {
   bool default_qk_norm() const override { return false; }
   void register_layer(ParamRegistrar& r, int layer, LayerParams& lp) const override {
     simplified::register_attention_side(r, layer, lp);
-    lp.mlp_skip = r.scalar("blocks." + std::to_string(layer) + ".mlp_skip", 1,
+    lp.mlp_skip = r.gain("blocks." + std::to_string(layer) + ".mlp_skip", 1,
                            InitRule::constant(1.0), layer);
   }
   std::vector<float> initial_value_projection(const ModelConfig& cfg, int layer,

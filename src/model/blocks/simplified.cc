@@ -32,15 +32,15 @@ Projection reparam(ParamRegistrar& r, const std::string& p, const std::string& w
   pr.kind = Projection::Kind::kReparam;
   pr.w = columns ? r.matrix_cols(p + "w" + what, C, C, InitRule::zeros(), layer)
                  : r.matrix_rows(p + "w" + what, C, C, InitRule::zeros(), layer);
-  pr.skip = r.scalar(p + what + "_skip", 1, InitRule::constant(1.0), layer);
-  pr.resid = r.scalar(p + what + "_resid", 1, InitRule::constant(1.0), layer);
+  pr.skip = r.gain(p + what + "_skip", 1, InitRule::constant(1.0), layer);
+  pr.resid = r.gain(p + what + "_resid", 1, InitRule::constant(1.0), layer);
   return pr;
 }
 
 Projection identity(ParamRegistrar& r, const std::string& p, const std::string& what, int layer) {
   Projection pr;
   pr.kind = Projection::Kind::kIdentity;
-  pr.skip = r.scalar(p + what + "_skip", 1, InitRule::constant(1.0), layer);
+  pr.skip = r.gain(p + what + "_skip", 1, InitRule::constant(1.0), layer);
   return pr;
 }
 
@@ -59,11 +59,11 @@ void register_attention_side(ParamRegistrar& r, int layer, LayerParams& lp) {
   // front of the next norm would have exactly zero gradient (AdamW would step them on noise).
   block_params::register_mlp(r, layer, lp, true);
   const bool bias = !cfg.attn_bias.empty();
-  lp.alpha = r.per_head(p + "alpha", InitRule::constant(bias ? 0.0 : 1.0), layer);
-  lp.beta = r.per_head(p + "beta", InitRule::constant(1.0), layer);
-  lp.gamma = r.per_head(p + "gamma", InitRule::constant(bias ? 0.0 : 1.0), layer);
-  lp.attn_gain = r.scalar(b + "attn_gain", 1, InitRule::constant(1.0), layer);
-  lp.mlp_gain = r.scalar(b + "mlp_gain", 1, InitRule::constant(0.1), layer);
+  lp.alpha = r.per_head_gain(p + "alpha", InitRule::constant(bias ? 0.0 : 1.0), layer);
+  lp.beta = r.per_head_gain(p + "beta", InitRule::constant(1.0), layer);
+  lp.gamma = r.per_head_gain(p + "gamma", InitRule::constant(bias ? 0.0 : 1.0), layer);
+  lp.attn_gain = r.gain(b + "attn_gain", 1, InitRule::constant(1.0), layer);
+  lp.mlp_gain = r.gain(b + "mlp_gain", 1, InitRule::constant(0.1), layer);
 }
 
 std::vector<float> projection_base(const ModelConfig& cfg, int layer, bool out) {

@@ -20,8 +20,8 @@ class VSkipInit final : public BlockShape {
     block_params::register_qk(r, layer, lp, false);
     block_params::register_vo_matrices(r, layer, lp, true);
     block_params::register_mlp(r, layer, lp);
-    lp.alpha = r.per_head(p + "alpha", InitRule::constant(1.0), layer);
-    lp.beta = r.per_head(p + "beta", InitRule::constant(0.0), layer);
+    lp.alpha = r.per_head_gain(p + "alpha", InitRule::constant(1.0), layer);
+    lp.beta = r.per_head_gain(p + "beta", InitRule::constant(0.0), layer);
   }
   void forward(const BlockKit& k, Tensor& x, BlockActs& a) const override {
     const Tensor n1 = k.norm(a.x_in, a.norm1);
