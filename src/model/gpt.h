@@ -237,7 +237,7 @@ class GPT {
   int wte_ = -1, lm_head_ = -1;
   ValueSharedParams value_shared_;
   mutable std::vector<LayerParams> layers_;  // mutable: Projection::base is filled lazily
-  mutable std::vector<Tensor> attn_bias_;     // per local layer (index into layers_) (undefined without --attn-bias)
+  mutable std::vector<Tensor> attn_bias_;     // per held layer, as layers_ (undefined without --attn-bias)
   mutable bool fixed_ready_ = false;
   bool recompute_ = false;
   std::function<void(int)> layer_grads_hook_;

@@ -20,7 +20,8 @@
 
 namespace vt {
 
-// Fills micro-batch i's ids: inputs and targets, B*T each.
+// Fills micro-batch i's ids: inputs and targets, B*T each. Called once per micro-batch, in
+// increasing i, on every stage (with model chunks: by the micro-batch's first pass there).
 using FetchBatch = std::function<void(int micro, int32_t* inputs, int32_t* targets)>;
 // Called on the last stage for every micro-batch after its loss was computed.
 using OnLoss = std::function<void(const Activations& acts)>;

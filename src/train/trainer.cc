@@ -141,8 +141,9 @@ absl::Status Trainer::setup() {
   model_->register_params(store_);
 
   // Memory before anything large is allocated: the parameters are registered, not allocated.
-  const MemoryEstimate mem = estimate_memory(cfg, store_, shape_, grid_->coords(),
-                                             model_->num_chunks() * (chunks_[0].second - chunks_[0].first),
+  int held_layers = 0;
+  for (const auto& [b, e] : chunks_) held_layers += e - b;
+  const MemoryEstimate mem = estimate_memory(cfg, store_, shape_, grid_->coords(), held_layers,
                                              o_.micro_batch, device_.act_dtype, o_.recompute, o_.vpp);
   memory_line_ = mem.to_string();
   VT_RETURN_IF_ERROR(check_memory_fits(mem, device_.device, o_.skip_memory_check, world_));
