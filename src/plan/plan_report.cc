@@ -126,8 +126,15 @@ std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts) {
 
 std::string format_layout(const PlanInput& in, const Plan& p, const LayoutPlan& l) {
   std::string s = header(in, p) + "\n" + kColumns + row(l);
-  absl::StrAppendFormat(&s, "%s\n\n", l.fits ? "fits" : "DOES NOT FIT");
-  s += checkpoint(p, in) + "\n" + breakdown(l);
+  absl::StrAppendFormat(&s, "%s\n", l.fits ? "fits" : "DOES NOT FIT");
+  if (in.vpp > 1)
+    absl::StrAppendFormat(&s, "%s\n",
+                          l.layout.vpp > 1
+                              ? absl::StrCat("interleaved 1F1B: --vpp ", l.layout.vpp, " chunks per pipeline rank")
+                              : absl::StrCat("plain 1F1B: --vpp ", in.vpp,
+                                             " needs pp > 1 dividing into equal chunks of the layers per "
+                                             "stage and micro-batches a multiple of pp"));
+  s += "\n" + checkpoint(p, in) + "\n" + breakdown(l);
   const std::vector<MemoryEstimate> stages = stage_memory(in, l.layout);
   if (stages.size() > 1) {
     s += "every stage (the start-up estimate, without the allowance):\n";
