@@ -62,6 +62,10 @@ const CommandSpec& plan_command() {
                                   "TP,PP,DP: report only this layout (with --micro-batch), "
                                   "every pipeline stage's memory, fitting or not")),
              int_flag("micro-batch", 1, 1, 1 << 24, "rows per micro-batch (--layout)"),
+             int_flag("vpp", 1, 1, 1 << 20,
+                      "interleaved 1F1B: model chunks per pipeline rank, for the layouts whose "
+                      "layers per stage it divides and whose micro-batches are a multiple of pp "
+                      "(bubble (pp-1)/(vpp m)); others keep plain 1F1B"),
              bool_flag("json", "one JSON object per line instead of the report"),
          })
       c.flags.push_back(f);
@@ -120,6 +124,7 @@ absl::StatusOr<plan::PlanInput> plan_input(const Flags& f) {
   in.act_dtype = f.get_string("act-dtype") == "f32" ? DType::kF32 : DType::kBF16;
   in.recompute = f.get_string("recompute");
   in.min_micro_batch = static_cast<int>(f.get_int("min-micro-batch"));
+  in.vpp = static_cast<int>(f.get_int("vpp"));
   return in;
 }
 
@@ -146,6 +151,7 @@ absl::StatusOr<std::string> one_layout(plan::PlanInput in, const Flags& f) {
         " is not a layout of this model and batch: tp must divide the heads and KV heads (at most "
         "--gpus-per-node), pp the layers, and micro-batch x dp the ",
         in.global_batch / in.cfg.seq_len, " rows of --global-batch (micro-batch a power of two)"));
+  l.vpp = plan::layout_vpp(in, l);
   const plan::Plan p = plan::model_totals(in);
   const plan::LayoutPlan lp = plan::plan_layout(in, l);
   return f.get_bool("json") ? plan::layout_json(lp) + "\n" : plan::format_layout(in, p, lp);

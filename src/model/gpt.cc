@@ -18,9 +18,17 @@ namespace vt {
 GPT::GPT(const ModelConfig& config, const ModelParallel& parallel) : cfg_(config), par_(parallel) {
   VT_CHECK_MSG(cfg_.vocab_padded > 0, "ModelConfig::finalize() must be called first");
   shape_ = &vt::block_shape(cfg_.block);
-  begin_ = par_.layer_begin;
-  end_ = par_.layer_end < 0 ? cfg_.n_layer : par_.layer_end;
-  VT_CHECK(0 <= begin_ && begin_ < end_ && end_ <= cfg_.n_layer);
+  if (par_.chunks.empty())
+    chunks_ = {{par_.layer_begin, par_.layer_end < 0 ? cfg_.n_layer : par_.layer_end}};
+  else
+    chunks_ = par_.chunks;
+  local_.assign(cfg_.n_layer, -1);
+  int n_local = 0, prev_end = 0;
+  for (const auto& [b, e] : chunks_) {
+    VT_CHECK_MSG(prev_end <= b && b < e && e <= cfg_.n_layer, "bad layer chunk [" << b << ", " << e << ")");
+    for (int i = b; i < e; ++i) local_[i] = n_local++;
+    prev_end = e;
+  }
   const int tp = par_.tp_size();
   VT_CHECK_MSG(cfg_.n_head % tp == 0 && cfg_.n_kv_head % tp == 0 && cfg_.mlp_hidden() % tp == 0 &&
                    cfg_.vocab_padded % tp == 0,
@@ -49,8 +57,9 @@ void GPT::ensure_fixed() const {
   VT_CHECK(store_ && store_->finalized());
   const int tp = par_.tp_size(), r = par_.tp_rank();
   const int64_t C = cfg_.n_embd;
-  for (int i = begin_; i < end_; ++i) {
-    LayerParams& lp = layers_[i - begin_];
+  for (int i = 0; i < cfg_.n_layer; ++i) {
+    if (!holds_layer(i)) continue;
+    LayerParams& lp = layers_[local(i)];
     for (Projection* p : {&lp.v, &lp.o}) {
       if (p->kind != Projection::Kind::kReparam || p->base.defined()) continue;
       const bool out = p == &lp.o;
@@ -66,14 +75,15 @@ void GPT::ensure_fixed() const {
       p->base.copy_from(local);
     }
   }
-  attn_bias_.assign(end_ - begin_, Tensor());
+  attn_bias_.assign(layers_.size(), Tensor());
   if (!cfg_.attn_bias.empty()) {
     const int T = cfg_.seq_len;
-    for (int i = begin_; i < end_; ++i) {
+    for (int i = 0; i < cfg_.n_layer; ++i) {
+      if (!holds_layer(i)) continue;
       std::vector<float> b = spa_bias(cfg_, i, T);
       Tensor t = Tensor::zeros({T, T}, DType::kF32, device());
       t.copy_from(Tensor::view(b.data(), {T, T}));
-      attn_bias_[i - begin_] = t;
+      attn_bias_[local(i)] = t;
     }
   }
   fixed_ready_ = true;
@@ -83,7 +93,7 @@ bool GPT::keeps_value(int layer) const { return cfg_.value().keeps_value(cfg_, l
 
 const Tensor& GPT::attention_bias(int layer) const {
   ensure_fixed();
-  return attn_bias_.at(layer - begin_);
+  return attn_bias_.at(local(layer));
 }
 
 ValueLayerCtx GPT::value_ctx(int layer, int64_t N, const Tensor& ids,
@@ -123,7 +133,8 @@ void GPT::register_params(ParamStore& store) {
   layers_.clear();
   attn_bias_.clear();
   fixed_ready_ = false;
-  for (int i = begin_; i < end_; ++i) {
+  for (int i = 0; i < cfg_.n_layer; ++i) {
+    if (!holds_layer(i)) continue;  // chunks in increasing order: layers_ follows local_
     LayerParams lp;
     shape_->register_layer(r, i, lp);
     if (cfg_.is_target(i)) vp.register_layer(r, i, value_shared_, lp.value);
@@ -150,9 +161,11 @@ void GPT::init_params(uint64_t seed) {
 }
 
 void GPT::start_activations(Activations& acts, const int32_t* inputs, const int32_t* targets,
-                            int B) const {
+                            int B, int chunk) const {
   const int64_t N = static_cast<int64_t>(B) * cfg_.seq_len;
+  VT_CHECK(0 <= chunk && chunk < num_chunks());
   acts.B = B;
+  acts.chunk = chunk;
   acts.inputs.assign(inputs, inputs + N);
   if (targets) acts.targets.assign(targets, targets + N);
   for (int64_t n = 0; n < N; ++n) {
@@ -162,7 +175,7 @@ void GPT::start_activations(Activations& acts, const int32_t* inputs, const int3
       VT_CHECK_MSG(targets[n] >= 0 && targets[n] < cfg_.vocab_size,
                    "target id " << targets[n] << " outside the vocabulary");
   }
-  acts.blocks.assign(end_ - begin_, BlockActs{});
+  acts.blocks.assign(chunk_end(chunk) - chunk_begin(chunk), BlockActs{});
   acts.input_ids = Tensor::from_host(acts.inputs.data(), {N}, device());
   if (targets) acts.target_ids = Tensor::from_host(acts.targets.data(), {N}, device());
 }
@@ -194,8 +207,9 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts) const {
     cfg_.value().begin_pass(cfg_, *store_, value_shared_, acts.value_coef);
     acts.value_dcoef.assign(acts.value_coef.size(), 0.0);
   }
-  for (int i = begin_; i < end_; ++i) {
-    BlockActs& a = acts.blocks[i - begin_];
+  const int begin = chunk_begin(acts.chunk), end = chunk_end(acts.chunk);
+  for (int i = begin; i < end; ++i) {
+    BlockActs& a = acts.blocks[i - begin];
     block_forward(i, bundle, acts, a);
     if (block_output_hook_) block_output_hook_(i, bundle.x);
     if (cfg_.dense) dense_forward(i, bundle);
@@ -217,7 +231,7 @@ void GPT::dense_forward(int i, Bundle& bundle) const {
     return;
   }
   bundle.dense[i + 1] = bundle.x;  // the stream is replaced below: no copy needed
-  const Tensor a = P(layers_[i - begin_].dwa);
+  const Tensor a = P(layers_[local(i)].dwa);
   Tensor y = act(bundle.x.shape());
   for (size_t k = 0; k < s.size(); ++k) ops::axpy_coef(y, bundle.dense[s[k]], a, k);
   bundle.x = y;
@@ -226,7 +240,7 @@ void GPT::dense_forward(int i, Bundle& bundle) const {
 void GPT::dense_backward(int i, Bundle& grad, const Activations& acts) const {
   const std::vector<int> s = dense::inputs(cfg_, i);
   if (!s.empty()) {
-    const int idx = layers_[i - begin_].dwa;
+    const int idx = layers_[local(i)].dwa;
     const Tensor a = P(idx), ga = G(idx);
     const Tensor dy = grad.x;
     Tensor dx = act(dy.shape());
@@ -260,21 +274,22 @@ void GPT::block_forward(int i, Bundle& bundle, Activations& acts, BlockActs& a) 
 void GPT::blocks_backward(Bundle& grad, Activations& acts) const {
   if (grad.values.empty()) grad.values.resize(cfg_.n_layer);
   if (grad.dense.empty()) grad.dense.resize(cfg_.n_layer + 1);
-  for (int i = end_ - 1; i >= begin_; --i) {
+  const int begin = chunk_begin(acts.chunk), end = chunk_end(acts.chunk);
+  for (int i = end - 1; i >= begin; --i) {
     if (cfg_.dense) dense_backward(i, grad, acts);
     if (recompute_) {
       // Rerun this block's forward from its saved input. Earlier layers' values and x0 come from
       // the saved forward state; what the rerun writes into its scratch bundle is dropped.
       Bundle scratch;
-      scratch.x = acts.blocks[i - begin_].x_in.clone();
+      scratch.x = acts.blocks[i - begin].x_in.clone();
       scratch.x0 = acts.x0;
       scratch.values = acts.values;
       scratch.dense.resize(cfg_.n_layer + 1);
-      block_forward(i, scratch, acts, acts.blocks[i - begin_]);
+      block_forward(i, scratch, acts, acts.blocks[i - begin]);
     }
-    block_backward(i, grad, acts, acts.blocks[i - begin_]);
+    block_backward(i, grad, acts, acts.blocks[i - begin]);
     if (layer_grads_hook_) layer_grads_hook_(i);
-    acts.blocks[i - begin_] = BlockActs{};  // free as we go
+    acts.blocks[i - begin] = BlockActs{};  // free as we go
   }
   if (!cfg_.target_layers.empty())
     cfg_.value().end_backward(cfg_, *store_, value_shared_, acts.value_coef, acts.value_dcoef);

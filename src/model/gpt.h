@@ -12,10 +12,12 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "core/arena.h"
 #include "core/backend.h"
+#include "core/check.h"
 #include "core/communicator.h"
 #include "core/tensor.h"
 #include "model/config.h"
@@ -28,6 +30,10 @@ struct ModelParallel {
   Communicator* tp = nullptr;  // tensor-parallel group; nullptr means a group of one
   int layer_begin = 0;         // first layer of this pipeline stage
   int layer_end = -1;          // one past the last layer; -1 means n_layer
+  // Interleaved pipeline schedule (--vpp): the layer ranges [begin, end) of this rank's model
+  // chunks (virtual stages), in increasing order; when non-empty they replace layer_begin /
+  // layer_end (see parallel/process_grid.h virtual_stage_layers).
+  std::vector<std::pair<int, int>> chunks;
 
   Communicator* tp_comm() const { return tp ? tp : self_communicator(); }
   int tp_size() const { return tp_comm()->size(); }
@@ -87,10 +93,11 @@ struct BlockActs {
 // The saved state of one micro-batch's forward pass on this stage.
 struct Activations {
   int B = 0;
+  int chunk = 0;                         // the model chunk (virtual stage) this pass ran
   std::vector<int32_t> inputs, targets;  // (B*T) on the host
   Tensor input_ids, target_ids;          // the same on the model's device (i32)
   Tensor emb_raw, emb_rstd;              // wte rows before norm, norm's rstd (first stage)
-  std::vector<BlockActs> blocks;         // indexed by layer - layer_begin
+  std::vector<BlockActs> blocks;         // indexed by layer - chunk_begin(chunk)
   Tensor head_x, head_rstd, head_n;      // final residual, its norm (last stage)
   Tensor logits, lse;                    // (N, Vp_local), (N)
   std::vector<float> token_loss;         // (N) cross-entropy of each target (last stage), host
@@ -116,10 +123,18 @@ class GPT {
   // A view of this stage (same parameters, same store) that runs sequences of T <= seq_len
   // tokens, for evaluating short inputs; every layer keeps its trained attention window.
   GPT with_seq_len(int T) const;
-  int layer_begin() const { return begin_; }
-  int layer_end() const { return end_; }
-  bool is_first_stage() const { return begin_ == 0; }
-  bool is_last_stage() const { return end_ == cfg_.n_layer; }
+  // The layers this rank holds: one contiguous range (a chunk) per pipeline stage, or with the
+  // interleaved schedule one chunk per virtual stage (ModelParallel::chunks). The stage pieces
+  // below run one chunk at a time (Activations::chunk).
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  int chunk_begin(int c) const { return chunks_.at(c).first; }
+  int chunk_end(int c) const { return chunks_.at(c).second; }
+  // First layer held, one past the last (with one chunk: the stage's range).
+  int layer_begin() const { return chunks_.front().first; }
+  int layer_end() const { return chunks_.back().second; }
+  bool holds_layer(int layer) const { return local_.at(layer) >= 0; }
+  bool is_first_stage() const { return layer_begin() == 0; }
+  bool is_last_stage() const { return layer_end() == cfg_.n_layer; }
 
   // Registers this stage's parameters (local shards) in `store` (before store.finalize()).
   void register_params(ParamStore& store);
@@ -131,8 +146,9 @@ class GPT {
   const InitRule& init_rule(int idx) const { return init_rules_.at(idx); }
 
   // Records the micro-batch's token ids (checked against the vocabulary) in `acts`.
+  // `chunk` selects the model chunk the pass runs (0 without the interleaved schedule).
   void start_activations(Activations& acts, const int32_t* inputs, const int32_t* targets,
-                         int B) const;
+                         int B, int chunk = 0) const;
   // Stage pieces (for the pipeline schedule). `inputs`/`targets` are (B, T) token ids.
   Bundle embed_forward(Activations& acts) const;
   void blocks_forward(Bundle& bundle, Activations& acts) const;
@@ -167,7 +183,7 @@ class GPT {
   // Where activations live and their dtype: the store's device and compute dtype.
   Device device() const { return store_->device(); }
   DType act_dtype() const { return store_->compute_dtype(); }
-  const LayerParams& layer_params(int layer) const { return layers_.at(layer - begin_); }
+  const LayerParams& layer_params(int layer) const { return layers_.at(local(layer)); }
   const ValueSharedParams& value_shared() const { return value_shared_; }
   // What the value mode reads about target layer `layer` for N rows of token ids `ids`.
   ValueLayerCtx value_ctx(int layer, int64_t N, const Tensor& ids, const std::vector<double>* coef,
@@ -205,7 +221,13 @@ class GPT {
   ModelConfig cfg_;
   ModelParallel par_;
   const BlockShape* shape_ = nullptr;
-  int begin_ = 0, end_ = 0;
+  std::vector<std::pair<int, int>> chunks_;  // this rank's layer ranges
+  std::vector<int> local_;                   // [layer] = index into layers_, -1: not held
+  int local(int layer) const {
+    const int i = local_.at(layer);
+    VT_CHECK_MSG(i >= 0, "layer " << layer << " is not held by this rank");
+    return i;
+  }
   int heads_ = 0, kv_heads_ = 0;  // local (per TP rank)
   int hidden_ = 0;                // local MLP width
   int64_t vocab_rows_ = 0;        // local rows of wte / tables, columns of W_lm
@@ -215,7 +237,7 @@ class GPT {
   int wte_ = -1, lm_head_ = -1;
   ValueSharedParams value_shared_;
   mutable std::vector<LayerParams> layers_;  // mutable: Projection::base is filled lazily
-  mutable std::vector<Tensor> attn_bias_;     // per local layer (undefined without --attn-bias)
+  mutable std::vector<Tensor> attn_bias_;     // per held layer, as layers_ (undefined without --attn-bias)
   mutable bool fixed_ready_ = false;
   bool recompute_ = false;
   std::function<void(int)> layer_grads_hook_;

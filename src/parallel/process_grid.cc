@@ -52,6 +52,38 @@ std::pair<int, int> stage_layers(int n_layer, int pp, int stage) {
   return {begin, begin + base + (stage < extra ? 1 : 0)};
 }
 
+std::vector<std::pair<int, int>> virtual_stage_layers(int n_layer, int pp, int vpp, int stage) {
+  if (vpp == 1) return {stage_layers(n_layer, pp, stage)};
+  VT_CHECK(pp > 1 && n_layer % (pp * vpp) == 0 && 0 <= stage && stage < pp);
+  const int per = n_layer / (pp * vpp);
+  std::vector<std::pair<int, int>> chunks;
+  for (int c = 0; c < vpp; ++c) {
+    const int v = c * pp + stage;  // the virtual stage of chunk c
+    chunks.push_back({v * per, (v + 1) * per});
+  }
+  return chunks;
+}
+
+absl::Status check_virtual_stages(int n_layer, int pp, int vpp, int micro_batches) {
+  if (vpp == 1) return absl::OkStatus();
+  if (pp == 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--vpp ", vpp, " needs pipeline parallelism: it splits each pipeline rank's layers into "
+        "virtual stages; pass --pp 2 or more, or drop --vpp"));
+  if (n_layer % pp != 0 || (n_layer / pp) % vpp != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--vpp ", vpp, " does not divide the layers per pipeline stage (", n_layer, " layers over --pp ",
+        pp, n_layer % pp != 0 ? absl::StrCat(" do not split evenly") : absl::StrCat(" = ", n_layer / pp, " each"),
+        "); the interleaved schedule needs --layers a multiple of pp x vpp = ", pp * vpp));
+  if (micro_batches >= 0 && micro_batches % pp != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--vpp ", vpp, ": the interleaved schedule runs the micro-batches in groups of --pp ", pp,
+        ", but a step has ", micro_batches,
+        " micro-batches per data-parallel rank (--global-batch / (--micro-batch x seq-len x dp)); "
+        "make it a multiple of ", pp, " or drop --vpp"));
+  return absl::OkStatus();
+}
+
 ProcessGrid::ProcessGrid(Communicator* world, const GridShape& shape)
     : world_(world), shape_(shape) {
   VT_CHECK_MSG(world->size() == shape.world(), "grid " << shape.tp << "x" << shape.dp << "x"

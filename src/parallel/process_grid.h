@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
@@ -30,6 +31,15 @@ int grid_rank(const GridShape& g, const GridCoords& c);
 // Contiguous layers [begin, end) of pipeline stage `stage`, as even as possible (earlier stages
 // take the remainder).
 std::pair<int, int> stage_layers(int n_layer, int pp, int stage);
+// The interleaved schedule's layout (Megatron-LM's): the model is cut into pp * vpp virtual
+// stages of n_layer / (pp * vpp) layers; rank `stage` holds virtual stages stage, stage + pp,
+// stage + 2 pp, ... as its vpp model chunks. Returns their layer ranges in increasing order
+// (vpp = 1: the one range of stage_layers).
+std::vector<std::pair<int, int>> virtual_stage_layers(int n_layer, int pp, int vpp, int stage);
+// The interleaved schedule's requirements, each refused naming its option: vpp > 1 needs
+// pp > 1, vpp dividing the layers per stage (n_layer / pp, pp dividing n_layer), and a number
+// of micro-batches per step that is a multiple of pp.
+absl::Status check_virtual_stages(int n_layer, int pp, int vpp, int micro_batches);
 
 class ProcessGrid {
  public:

@@ -91,7 +91,7 @@ std::vector<MemoryEstimate> stage_memory(const PlanInput& in, const Layout& l) {
     GridCoords coords;
     coords.pp = s;
     out.push_back(estimate_memory(in.cfg, store, shape, coords, end - begin, l.micro_batch,
-                                  in.act_dtype, l.recompute));
+                                  in.act_dtype, l.recompute, l.vpp));
   }
   return out;
 }
@@ -107,7 +107,7 @@ static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimat
   p.fits = p.per_gpu() <= (1.0 - in.headroom) * in.gpu.memory_gib * kGiB;
   const int64_t rows_per_dp = in.global_batch / in.cfg.seq_len / l.dp;
   p.micro_batches = static_cast<int>(rows_per_dp / l.micro_batch);
-  p.bubble = 1.0 + static_cast<double>(l.pp - 1) / p.micro_batches;
+  p.bubble = 1.0 + static_cast<double>(l.pp - 1) / (static_cast<double>(l.vpp) * p.micro_batches);
   const double gpus = static_cast<double>(l.tp) * l.pp * l.dp;
   const double fpt = flops_per_token(in.cfg);
   p.compute_s = static_cast<double>(in.global_batch) * fpt /
@@ -129,6 +129,13 @@ static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimat
   p.days = in.tokens / p.tok_per_s / 86400.0;
   p.gpu_hours = in.tokens / p.tok_per_s / 3600.0 * gpus;
   return p;
+}
+
+int layout_vpp(const PlanInput& in, const Layout& l) {
+  const int64_t rows_per_dp = in.global_batch / in.cfg.seq_len / l.dp;
+  const int64_t m = rows_per_dp / l.micro_batch;
+  const bool ok = in.vpp > 1 && check_virtual_stages(in.cfg.n_layer, l.pp, in.vpp, static_cast<int>(m)).ok();
+  return ok ? in.vpp : 1;
 }
 
 LayoutPlan plan_layout(const PlanInput& in, const Layout& l) {
@@ -176,7 +183,11 @@ absl::StatusOr<std::vector<Layout>> enumerate_layouts(const PlanInput& in) {
       for (int64_t b = 1; b <= per_dp; b *= 2) {
         if (per_dp % b != 0) break;  // powers of two: once one does not divide, none larger does
         if (b < in.min_micro_batch) continue;
-        for (bool r : recomputes) out.push_back(Layout{tp, pp, dp, static_cast<int>(b), r});
+        for (bool r : recomputes) {
+          Layout l{tp, pp, dp, static_cast<int>(b), r};
+          l.vpp = layout_vpp(in, l);
+          out.push_back(l);
+        }
       }
     }
   }

@@ -43,6 +43,10 @@ struct PlanInput {
   DType act_dtype = DType::kBF16;
   std::string recompute = "both";  // both | on | off
   int min_micro_batch = 1;         // smaller micro-batches are left out
+  // Interleaved 1F1B (--vpp): model chunks per pipeline rank for the layouts that allow it
+  // (pp > 1, vpp dividing the layers per stage, micro-batches a multiple of pp); the others
+  // keep plain 1F1B. The bubble becomes (pp - 1) / (vpp m), activations in flight Megatron's.
+  int vpp = 1;
   // Recomputation reruns each block's forward in backward: the step's compute grows by this
   // factor (one more forward of ~2 of the 6 FLOPs per parameter and token).
   double recompute_cost = 4.0 / 3.0;
@@ -51,6 +55,7 @@ struct PlanInput {
 struct Layout {
   int tp = 1, pp = 1, dp = 1, micro_batch = 1;
   bool recompute = false;
+  int vpp = 1;  // model chunks per pipeline rank (interleaved 1F1B when > 1)
 };
 
 struct LayoutPlan {
@@ -63,7 +68,7 @@ struct LayoutPlan {
   double per_gpu() const { return mem.total() + workspace; }
   bool fits = false;    // per_gpu() <= (1 - headroom) x GPU memory
   int micro_batches = 1;      // per optimizer step and data-parallel rank
-  double bubble = 1;          // 1 + (pp - 1) / micro_batches
+  double bubble = 1;          // 1 + (pp - 1) / (vpp x micro_batches)
   double compute_s = 0;       // one step at the assumed MFU (with recomputation's cost)
   double allreduce_s = 0;     // the data-parallel gradient all-reduce, not overlapped
   double allreduce_gbps = 0;  // the bandwidth it was estimated with
@@ -87,6 +92,10 @@ struct Plan {
 
 // Every pipeline stage's memory estimate under layout `l` (stage order).
 std::vector<MemoryEstimate> stage_memory(const PlanInput& in, const Layout& l);
+
+// The chunks per pipeline rank layout `l` runs with: in.vpp when the interleaved schedule
+// allows it (parallel/process_grid.h check_virtual_stages), else 1.
+int layout_vpp(const PlanInput& in, const Layout& l);
 
 // The layout's memory (every stage estimated; the largest kept) and its cost. The layout must
 // be one the model allows (enumerate_layouts' checks).

@@ -31,11 +31,16 @@ std::string header(const PlanInput& in, const Plan& p) {
       in.gpu.name, in.gpu.memory_gib, in.gpu.peak_tflops, in.gpus_per_node);
   absl::StrAppendFormat(
       &s,
-      "assumed: MFU %.2f; recompute costs x%.2f compute; 1F1B bubble x(1 + (pp-1)/m); "
+      "assumed: MFU %.2f; recompute costs x%.2f compute; %s; "
       "data-parallel all-reduce 2(dp-1)/dp x fp32 grads at %.0f GB/s in a node, %.0f GB/s "
       "across nodes, and tensor-parallel all-reduces (4 per layer and micro-batch, 6 with "
       "recompute) at the in-node rate, neither overlapped; pipeline sends not counted\n",
-      in.mfu, in.recompute_cost, in.intra_node_gbps, in.inter_node_gbps);
+      in.mfu, in.recompute_cost,
+      in.vpp > 1 ? absl::StrCat("1F1B bubble x(1 + (pp-1)/(", in.vpp, " m)) where --vpp ", in.vpp,
+                                " divides the layers per stage and m is a multiple of pp (interleaved), "
+                                "else x(1 + (pp-1)/m)").c_str()
+                 : "1F1B bubble x(1 + (pp-1)/m)",
+      in.intra_node_gbps, in.inter_node_gbps);
   absl::StrAppendFormat(
       &s,
       "fits: the start-up memory estimate of `vtrain train` + %.1f GiB for CUDA context, "
@@ -121,8 +126,15 @@ std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts) {
 
 std::string format_layout(const PlanInput& in, const Plan& p, const LayoutPlan& l) {
   std::string s = header(in, p) + "\n" + kColumns + row(l);
-  absl::StrAppendFormat(&s, "%s\n\n", l.fits ? "fits" : "DOES NOT FIT");
-  s += checkpoint(p, in) + "\n" + breakdown(l);
+  absl::StrAppendFormat(&s, "%s\n", l.fits ? "fits" : "DOES NOT FIT");
+  if (in.vpp > 1)
+    absl::StrAppendFormat(&s, "%s\n",
+                          l.layout.vpp > 1
+                              ? absl::StrCat("interleaved 1F1B: --vpp ", l.layout.vpp, " chunks per pipeline rank")
+                              : absl::StrCat("plain 1F1B: --vpp ", in.vpp,
+                                             " needs pp > 1 dividing into equal chunks of the layers per "
+                                             "stage and micro-batches a multiple of pp"));
+  s += "\n" + checkpoint(p, in) + "\n" + breakdown(l);
   const std::vector<MemoryEstimate> stages = stage_memory(in, l.layout);
   if (stages.size() > 1) {
     s += "every stage (the start-up estimate, without the allowance):\n";
@@ -135,7 +147,7 @@ std::string format_layout(const PlanInput& in, const Plan& p, const LayoutPlan& 
 
 std::string layout_json(const LayoutPlan& l) {
   const MemoryEstimate& m = l.mem;
-  nlohmann::json j = {{"tp", l.layout.tp}, {"pp", l.layout.pp}, {"dp", l.layout.dp},
+  nlohmann::json j = {{"tp", l.layout.tp}, {"pp", l.layout.pp}, {"vpp", l.layout.vpp}, {"dp", l.layout.dp},
                       {"micro_batch", l.layout.micro_batch}, {"recompute", l.layout.recompute},
                       {"micro_batches", l.micro_batches}, {"stage", l.stage},
                       {"params_bytes", m.params}, {"grads_bytes", m.grads},

@@ -20,7 +20,7 @@ std::string MemoryEstimate::to_string() const {
 
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
-                               int B, DType act_dtype, bool recompute) {
+                               int B, DType act_dtype, bool recompute, int vpp) {
   MemoryEstimate m;
   double matrix = 0, other = 0;
   for (const ParamInfo& p : store.infos())
@@ -58,7 +58,11 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
             gained * C) +
       4 * (2 + 2 * heads);
   const double tokens = static_cast<double>(B) * cfg.seq_len;
-  const int in_flight = std::max(1, shape.pp - coords.pp);  // 1F1B warm-up depth + 1
+  // 1F1B warm-up depth + 1 passes of the stage; interleaved (vpp > 1): Megatron's warm-up + 1
+  // passes of one chunk (layers / vpp), counted below as stage passes.
+  const double in_flight =
+      vpp == 1 ? std::max(1, shape.pp - coords.pp)
+               : static_cast<double>((shape.pp - coords.pp - 1) * 2 + (vpp - 1) * shape.pp + 1) / vpp;
   // Plus the bundle (residual, x0, values kept for later layers) per micro-batch.
   // With recomputation a block keeps only its input (C values per token); one block's full
   // activations exist at a time, during its backward.

@@ -1,7 +1,7 @@
 // A start-up estimate of one rank's memory for the chosen layout: parameters, gradients, the
 // bf16 weight copy, optimizer states (Muon momentum; AdamW moments sharded over dp) and the
 // activations one pipeline stage keeps (micro-batch tokens x layers x micro-batches in flight
-// under 1F1B), plus the loss end's logits (alive only while the blocks' backward is not). It counts
+// under 1F1B; with --vpp V the interleaved schedule's passes of layers / V each), plus the loss end's logits (alive only while the blocks' backward is not). It counts
 // what the engine allocates; allocator slack, workspaces and communication buffers come on top.
 #pragma once
 #include <algorithm>
@@ -32,6 +32,6 @@ struct MemoryEstimate {
 // `store` is this rank's finalized store; B the micro-batch rows.
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
-                               int B, DType act_dtype, bool recompute = false);
+                               int B, DType act_dtype, bool recompute = false, int vpp = 1);
 
 }  // namespace vt

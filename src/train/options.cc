@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "data/tokenizer.h"
+#include "parallel/process_grid.h"
 #include "train/model_flags.h"
 
 namespace vt {
@@ -24,6 +25,10 @@ const CommandSpec& train_command() {
         flag_heading("layout"),
         int_flag("tp", 1, 1, 1 << 20, "tensor-parallel ranks"),
         int_flag("pp", 1, 1, 1 << 20, "pipeline stages (dp = ranks / (tp*pp))"),
+        int_flag("vpp", 1, 1, 1 << 20,
+                 "model chunks (virtual stages) per pipeline rank: Megatron's interleaved 1F1B, "
+                 "bubble (pp-1)/(vpp*micro-batches); needs --pp > 1, vpp dividing the layers per "
+                 "stage and micro-batches per step a multiple of pp"),
         flag_heading("batch"),
         int_flag("micro-batch", 4, 1, 1 << 24, "rows of T tokens per forward/backward"),
         int_flag("global-batch", 0, 0, 1e15,
@@ -98,7 +103,8 @@ std::string train_usage() { return usage(train_command()); }
 
 nlohmann::json TrainOptions::to_json() const {
   return {{"data_dir", data_dir},       {"tp", tp},
-          {"pp", pp},                   {"micro_batch", micro_batch},
+          {"pp", pp},                   {"vpp", vpp},
+          {"micro_batch", micro_batch},
           {"global_batch", global_batch}, {"steps", steps},
           {"eval_every", eval_every},   {"eval_tokens", eval_tokens},
           {"final_eval_tokens", final_eval_tokens},
@@ -126,6 +132,9 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
 
   o.tp = static_cast<int>(f.get_int("tp"));
   o.pp = static_cast<int>(f.get_int("pp"));
+  o.vpp = static_cast<int>(f.get_int("vpp"));
+  // The micro-batch count (a multiple of pp) is checked once the layout is known (Trainer).
+  VT_RETURN_IF_ERROR(check_virtual_stages(o.model.n_layer, o.pp, o.vpp, -1));
   o.micro_batch = static_cast<int>(f.get_int("micro-batch"));
   o.global_batch = f.get_int("global-batch");
   o.steps = f.get_int("steps");

@@ -15,6 +15,7 @@ struct TrainOptions {
   std::string data_dir;
   ModelConfig model;        // finalized, vocabulary from the data
   int tp = 1, pp = 1;
+  int vpp = 1;              // model chunks (virtual stages) per pipeline rank: interleaved 1F1B
   int micro_batch = 4;      // rows of seq_len tokens per forward/backward
   int64_t global_batch = 0; // tokens per optimizer step (0: one micro-batch per dp rank)
   int64_t steps = 100;

@@ -114,23 +114,37 @@ absl::Status Trainer::setup() {
         "--global-batch ", o_.global_batch, " tokens is not a multiple of micro-batch ",
         o_.micro_batch, " x seq-len ", cfg.seq_len, " x data-parallel size ", shape_.dp)));
   micro_batches_ = static_cast<int>(o_.global_batch / (rows_per_micro_ * cfg.seq_len));
+  {
+    absl::Status st = check_virtual_stages(cfg.n_layer, shape_.pp, o_.vpp, micro_batches_);
+    if (!st.ok()) return agreed(st);
+  }
   VT_ASSIGN_OR_RETURN(inject_, FaultInjection::from_env());
   VT_ASSIGN_OR_RETURN(device_, setup_device(o_, world_));
   grid_ = std::make_unique<ProcessGrid>(world_, shape_);
   VT_ASSIGN_OR_RETURN(comm_desc_, setup_device_comms(o_, device_, *grid_));
-  std::tie(layer_begin_, layer_end_) = stage_layers(cfg.n_layer, shape_.pp, grid_->coords().pp);
+  if (o_.vpp > 1 && comm_desc_.rfind("NCCL", 0) == 0)
+    // NCCL matches point-to-point messages by order, not by tag; the interleaved schedule's
+    // forward and backward streams between two ranks are kept apart by tags (pipeline.h).
+    return agreed(absl::InvalidArgumentError(
+        "--vpp with NCCL device communication is not supported (the interleaved schedule's "
+        "messages are matched by tag); pass --device-comm mpi or drop --vpp"));
+  chunks_ = virtual_stage_layers(cfg.n_layer, shape_.pp, o_.vpp, grid_->coords().pp);
+  layer_begin_ = chunks_.front().first;
+  layer_end_ = chunks_.back().second;
   ModelParallel par;
   par.tp = grid_->tp();
   par.layer_begin = layer_begin_;
   par.layer_end = layer_end_;
+  if (o_.vpp > 1) par.chunks = chunks_;
   model_ = std::make_unique<GPT>(cfg, par);
   model_->set_recompute(o_.recompute);
   model_->register_params(store_);
 
   // Memory before anything large is allocated: the parameters are registered, not allocated.
-  const MemoryEstimate mem = estimate_memory(cfg, store_, shape_, grid_->coords(),
-                                             layer_end_ - layer_begin_, o_.micro_batch,
-                                             device_.act_dtype, o_.recompute);
+  int held_layers = 0;
+  for (const auto& [b, e] : chunks_) held_layers += e - b;
+  const MemoryEstimate mem = estimate_memory(cfg, store_, shape_, grid_->coords(), held_layers,
+                                             o_.micro_batch, device_.act_dtype, o_.recompute, o_.vpp);
   memory_line_ = mem.to_string();
   VT_RETURN_IF_ERROR(check_memory_fits(mem, device_.device, o_.skip_memory_check, world_));
 
@@ -233,9 +247,12 @@ void Trainer::print_banner() const {
               whole_params / 1e6, block_shape_name(cfg.block), cfg.norm_none ? " (no norms)" : "",
               cfg.attn_bias.empty() ? "" : (" + " + cfg.attn_bias).c_str(),
               value_mode_name(cfg.value_mode), cfg.dense ? " + DenseFormer" : "");
-  std::printf("layout: %d ranks = dp %d x tp %d x pp %d | this stage: layers %d..%d, %.2fM params\n",
-              world_->size(), shape_.dp, shape_.tp, shape_.pp, layer_begin_, layer_end_ - 1,
-              static_cast<double>(store_.total_numel()) / 1e6);
+  std::string layers;
+  for (const auto& [b, e] : chunks_) absl::StrAppend(&layers, layers.empty() ? "" : ", ", b, "..", e - 1);
+  std::printf("layout: %d ranks = dp %d x tp %d x pp %d%s | this stage: layers %s, %.2fM params\n",
+              world_->size(), shape_.dp, shape_.tp, shape_.pp,
+              o_.vpp > 1 ? absl::StrCat(" x vpp ", o_.vpp, " (interleaved 1F1B)").c_str() : "",
+              layers.c_str(), static_cast<double>(store_.total_numel()) / 1e6);
   std::printf("batch: %lld tokens/step = %d rows x %d tokens x dp %d x %d micro-batches; %lld steps\n",
               static_cast<long long>(o_.global_batch), o_.micro_batch, cfg.seq_len, shape_.dp,
               micro_batches_, static_cast<long long>(o_.steps));
@@ -455,11 +472,40 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
   completed_step_ = step_1based;
   tokens_seen_ += o_.global_batch;
   loader_state_ = train_->state_json();
-  log_step(step_1based, loss, st, comm_seconds_total() - comm_before);
+  const double comm_s = comm_seconds_total() - comm_before;
+  // The pipeline's idle share: seconds the ranks waited for another stage during the step's
+  // forwards and backwards, and the seconds they worked, averaged over the pipeline ranks
+  // (bench/bench_layouts.py compares wait / busy with the theory (pp-1) / (vpp M)).
+  const PipelineEngine::StepTimes& times = engine_->last_step_times();
+  double pp_times[2] = {times.wait_s, times.busy_s};
+  if (shape_.pp > 1) grid_->pp()->all_reduce_sum(pp_times, 2);
+  // And the schedule replayed with the passes' measured times, each rank on a core of its own
+  // (replay_step_seconds): the bubble of the schedule itself, apart from ranks sharing cores;
+  // against the busiest rank's passes (pp_pass_max_s) it is the critical rank's idle share.
+  double pass_s = 0, pass_max_s = 0, replay_s = 0;
+  if (shape_.pp > 1) {
+    const int64_t n = static_cast<int64_t>(times.pass_s.size());
+    std::vector<float> mine(times.pass_s.begin(), times.pass_s.end());
+    std::vector<float> all(static_cast<size_t>(n) * shape_.pp);
+    grid_->pp()->all_gather(mine.data(), all.data(), n);
+    std::vector<std::vector<double>> per_rank(shape_.pp);
+    for (int r = 0; r < shape_.pp; ++r) {
+      per_rank[r].assign(all.begin() + r * n, all.begin() + (r + 1) * n);
+      double sum = 0;
+      for (double x : per_rank[r]) sum += x;
+      pass_s += sum / shape_.pp;
+      pass_max_s = std::max(pass_max_s, sum);
+    }
+    replay_s = replay_step_seconds(shape_.pp, o_.vpp, micro_batches_, per_rank);
+  }
+  log_step(step_1based, loss, st, comm_s, pp_times[0] / shape_.pp, pp_times[1] / shape_.pp,
+           pass_s, pass_max_s, replay_s);
   return StepOutcome::kApplied;
 }
 
-void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s) {
+void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s,
+                       double pp_wait_s, double pp_busy_s, double pp_pass_s,
+                       double pp_pass_max_s, double pp_replay_s) {
   const double t = now_seconds();
   const double tok_per_s = o_.global_batch / std::max(1e-9, t - t_last_);
   const double mfu = flops_per_token_ * tok_per_s / peak_flops_;
@@ -481,6 +527,11 @@ void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, do
                   {"mfu", mfu},
                   {"grad_norm", st.grad_norm},
                   {"comm_s", comm_s},
+                  {"pp_wait_s", pp_wait_s},
+                  {"pp_busy_s", pp_busy_s},
+                  {"pp_pass_s", pp_pass_s},
+                  {"pp_pass_max_s", pp_pass_max_s},
+                  {"pp_replay_s", pp_replay_s},
                   {"device_bytes", device_bytes()},
                   {"device_peak_bytes", device_peak_bytes()}});
   if (done % o_.log_every == 0 || done == o_.steps || done == first_step_ + 1) {

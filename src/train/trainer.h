@@ -68,7 +68,9 @@ class Trainer {
   absl::Status save(int64_t step);
   absl::Status finish_saves();  // waits for a background write; its error, agreed
   void print_banner() const;
-  void log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s);
+  void log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s,
+                double pp_wait_s, double pp_busy_s, double pp_pass_s, double pp_pass_max_s,
+                double pp_replay_s);
   void replay_forward(const BlockOutputHook& observer);
   FetchBatch fetch_from(data::DataLoader& loader);
 
@@ -82,6 +84,7 @@ class Trainer {
   std::unique_ptr<ProcessGrid> grid_;
   std::string comm_desc_;
   int layer_begin_ = 0, layer_end_ = 0;
+  std::vector<std::pair<int, int>> chunks_;  // this rank's layer ranges (vpp of them)
   ParamStore store_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<PipelineEngine> engine_;

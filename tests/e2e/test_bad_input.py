@@ -190,6 +190,9 @@ CASES = [
     ("train-value-mode", ["train", "--data", "{data}", *TINY, "--value", "resformer"], r"unknown value mode 'resformer'", []),
     ("train-value-layers", ["train", "--data", "{data}", *TINY, "--value", "v1", "--value-layers", "1,7"], r"7", []),
     ("train-tp-ranks", ["train", "--data", "{data}", *TINY, "--tp", "2"], r"does not divide the 1 ranks", []),
+    ("train-vpp-no-pp", ["train", "--data", "{data}", *TINY, "--vpp", "2", "--ckpt-dir", "{new}"], r"--vpp 2 needs pipeline parallelism: .*--pp 2 or more", ["{new}"]),
+    ("train-vpp-divide", ["train", "--data", "{data}", *TINY, "--pp", "2", "--vpp", "2", "--ckpt-dir", "{new}"], r"--vpp 2 does not divide the layers per pipeline stage \(2 layers over --pp 2 = 1 each\)", ["{new}"]),
+    ("train-vpp-zero", ["train", "--data", "{data}", "--vpp", "0"], r"--vpp 0: out of range", []),
     ("train-device-choice", ["train", "--data", "{data}", "--device", "tpu"], r"--device tpu: expected one of cpu, cuda, emulated", []),
     ("train-on-nonfinite-choice", ["train", "--data", "{data}", "--on-nonfinite", "ignore"], r"expected one of stop, skip-step", []),
     ("train-duplicate-flag", ["train", "--data", "{data}", "--steps", "2", "--steps", "3"], r"--steps is given twice", []),
@@ -273,3 +276,20 @@ def test_every_command_answers_help():
         assert r.returncode == 0, (cmd, r.stderr)
         assert r.stdout.startswith(f"usage: vtrain {cmd}"), (cmd, r.stdout[:200])
 
+
+
+def test_vpp_micro_batches_not_multiple_of_pp(W, tmp_path):
+    """The interleaved schedule runs micro-batches in groups of pp: 3 micro-batches on pp = 2 is
+    refused on every rank, naming --vpp, before --ckpt-dir is made (needs 2 MPI ranks)."""
+    new = tmp_path / "new"
+    env = dict(ENV, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    r = subprocess.run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2", VTRAIN,
+                        "train", "--data", str(W["data"]), "--layers", "4", "--dim", "32", "--heads", "2",
+                        "--seq-len", "32", "--window", "16", "--eval-tokens", "1024",
+                        "--micro-batch", "2", "--global-batch", str(3 * 2 * 32), "--pp", "2",
+                        "--vpp", "2", "--ckpt-dir", str(new)],
+                       capture_output=True, text=True, errors="replace", env=env, timeout=300)
+    assert r.returncode == 2, (r.returncode, r.stdout[-800:], r.stderr[-1500:])
+    assert re.search(r"--vpp 2: the interleaved schedule runs the micro-batches in groups of "
+                     r"--pp 2, but a step has 3 micro-batches", r.stderr), r.stderr[-1500:]
+    assert not new.exists()

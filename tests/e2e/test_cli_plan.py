@@ -49,6 +49,31 @@ def test_a_plan_prints_layouts_sorted_by_days():
     assert [x["days"] for x in j] == sorted(x["days"] for x in j)
 
 
+def test_vpp_interleaves_the_layouts_that_allow_it():
+    """--vpp 2 on d12 (12 layers): pp 2 (6 layers per stage, 3 each chunk) interleaves, with the
+    bubble 1 + (pp-1)/(2 m); pp 4 with 3 layers per stage cannot and stays plain."""
+    base = ["plan", "--preset", "d12", "--tokens", "10e9", "--gpus", "8", "--gpu", "h100", "--json"]
+    plain = {(x["tp"], x["pp"], x["dp"], x["micro_batch"], x["recompute"]): x
+             for x in map(json.loads, vt(*base).stdout.splitlines())}
+    inter = [json.loads(l) for l in vt(*base, "--vpp", "2").stdout.splitlines()]
+    assert inter
+    seen = set()
+    for x in inter:
+        p = plain[(x["tp"], x["pp"], x["dp"], x["micro_batch"], x["recompute"])]
+        m = x["micro_batches"]
+        if x["pp"] == 2 and m % 2 == 0:
+            assert x["vpp"] == 2 and x["bubble"] == pytest.approx(1 + 1 / (2 * m))
+            assert p["bubble"] == pytest.approx(1 + 1 / m)
+            seen.add(2)
+        elif x["pp"] == 4:
+            assert x["vpp"] == 1 and x["bubble"] == pytest.approx(p["bubble"])
+            seen.add(4)
+    assert 2 in seen, "no interleaved layout in the plan"
+    r = vt("plan", "--preset", "d12", "--tokens", "1e9", "--layout", "1,2,4", "--micro-batch", "4",
+           "--vpp", "2")
+    assert r.returncode == 0 and "interleaved 1F1B: --vpp 2" in r.stdout, r.stdout[-1500:]
+
+
 @pytest.mark.parametrize("args,message", [
     (["--preset", "d32", "--tokens", "200e9", "--gpus", "1", "--gpu", "custom",
       "--gpu-memory-gib", "16", "--gpu-tflops", "100"],

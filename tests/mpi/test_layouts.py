@@ -1,7 +1,10 @@
 """The contract of the distributed engine: every dp x tp x pp layout trains exactly like one
 process. For each value mode, a few steps on {dp,tp,pp} in {1,2}^3, pp=4, and tp=2,pp=2 with 4
 micro-batches must give the single-process per-step losses (1e-5 relative) and parameters after
-the last step (1e-4 relative, read from the checkpoint every layout writes with global shapes)."""
+the last step (1e-4 relative, read from the checkpoint every layout writes with global shapes).
+The interleaved schedule (--vpp) is held to the same contract: V1, x0, every earlier value and
+DenseFormer's earlier outputs crossing virtual-stage boundaries (the last rank's chunk feeding
+the first rank's next chunk), and a --vpp checkpoint resumed on another layout."""
 import json
 import os
 import subprocess
@@ -60,14 +63,16 @@ def datadir(tmp_path_factory):
     return out
 
 
-def train(datadir, out, mode, dp, tp, pp, micro, resume=None, stop_at=None):
+def train(datadir, out, mode, dp, tp, pp, micro, resume=None, stop_at=None, vpp=1, layers=4):
     """`mode`: a value mode, or a list of extra flags (a VARIANTS entry). resume: a checkpoint to
-    continue from; stop_at: save at that step and stop (exit 75); returns nothing then."""
+    continue from; stop_at: save at that step and stop (exit 75); returns nothing then. vpp: model
+    chunks per pipeline rank (interleaved 1F1B); layers: the model's depth."""
     micro = micro or 4 // dp  # 4 micro-batches at dp=1, 2 at dp=2: same global batch
     global_batch = micro * MICRO * SEQ * dp
-    assert global_batch == 4 * MICRO * SEQ or micro == 4
+    assert global_batch == 4 * MICRO * SEQ or dp == 1
     extra = ["--value", mode] if isinstance(mode, str) else list(mode)
     model = list(MODEL)
+    model[model.index("--layers") + 1] = str(layers)
     if "--kv-heads" in extra:  # the variant's own head layout replaces the default one
         k = model.index("--kv-heads")
         del model[k:k + 2]
@@ -75,6 +80,8 @@ def train(datadir, out, mode, dp, tp, pp, micro, resume=None, stop_at=None):
            "--micro-batch", str(MICRO), "--global-batch", str(global_batch), "--steps", str(STEPS),
            "--tp", str(tp), "--pp", str(pp), "--eval-tokens", "2048", "--seed", "5",
            "--metrics", str(out / "m.jsonl"), "--ckpt-dir", str(out / "ckpt")]
+    if vpp > 1:
+        cmd += ["--vpp", str(vpp)]
     if resume:
         cmd += ["--resume", str(resume)]
     if stop_at:
@@ -123,3 +130,50 @@ def test_layouts_match_one_process(mode, datadir, tmp_path):
             if not err <= 1e-4:
                 failures.append(f"{tag}: {name} differs (rel {err:.2e})")
     assert not failures, "\n".join(failures)
+
+
+# Interleaved 1F1B: (flags, layers, dp, tp, pp, vpp, micro-batches per step and dp rank, a
+# multiple of pp). With 4 layers over pp 2 x vpp 2 every layer is its own virtual stage: rank 0
+# holds layers 0 and 2, rank 1 layers 1 and 3, so V1 (layer 0's value) goes 0 -> 1 -> 0 -> 1
+# round the ring. m = pp (the dp 2 case) runs every forward before the backwards.
+VPP_CASES = {
+    "v1_pp2_vpp2": (["--value", "v1"], 4, 1, 1, 2, 2, 4),
+    "resformer-dense_tp2_pp2_vpp2": (["--value", "resformer-dense"], 4, 1, 2, 2, 2, 4),
+    "x0v_pp4_vpp2": (["--value", "x0v"], 8, 1, 1, 4, 2, 8),
+    "vskipinit_dense_dp2_pp2_vpp2": (VARIANTS["vskipinit_dense"], 4, 2, 1, 2, 2, 2),
+}
+
+
+@pytest.mark.parametrize("case", list(VPP_CASES))
+def test_interleaved_matches_one_process(case, datadir, tmp_path):
+    flags, layers, dp, tp, pp, vpp, micro = VPP_CASES[case]
+    warm = None
+    if "--dense" in flags:  # off DenseFormer's symmetry point first (see WARM)
+        train(datadir, tmp_path / "warm", flags, 1, 1, 1, micro * dp, stop_at=2, layers=layers)
+        warm = tmp_path / "warm" / "ckpt" / f"step_{2:08d}.h5"
+    ref_losses, ref_params = train(datadir, tmp_path / "ref", flags, 1, 1, 1, micro * dp,
+                                   resume=warm, layers=layers)
+    assert ref_losses[-1] < ref_losses[0]
+    losses, params = train(datadir, tmp_path / "vpp", flags, dp, tp, pp, micro, resume=warm,
+                           vpp=vpp, layers=layers)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+    assert set(params) == set(ref_params)
+    for name, ref in ref_params.items():
+        err = np.max(np.abs(params[name] - ref)) / max(np.max(np.abs(ref)), 1e-30)
+        assert err <= 1e-4, f"{case}: {name} differs (rel {err:.2e})"
+
+
+def test_interleaved_checkpoint_resumes_on_another_layout(datadir, tmp_path):
+    """A --vpp run saves at step 2; a plain pp = 2 run (other chunks: layers 0-1 / 2-3) resumes
+    it and ends where one process does."""
+    flags = ["--value", "resformer-identity"]
+    ref_losses, ref_params = train(datadir, tmp_path / "ref", flags, 1, 1, 1, 4)
+    train(datadir, tmp_path / "a", flags, 1, 1, 2, 4, stop_at=2, vpp=2)
+    first = [json.loads(l)["loss"] for l in open(tmp_path / "a" / "m.jsonl") if '"loss"' in l]
+    np.testing.assert_allclose(first, ref_losses[:2], rtol=1e-5)
+    losses, params = train(datadir, tmp_path / "b", flags, 1, 1, 2, 4,
+                           resume=tmp_path / "a" / "ckpt" / f"step_{2:08d}.h5")
+    np.testing.assert_allclose(losses, ref_losses[2:], rtol=1e-5)
+    for name, ref in ref_params.items():
+        err = np.max(np.abs(params[name] - ref)) / max(np.max(np.abs(ref)), 1e-30)
+        assert err <= 1e-4, f"{name} differs (rel {err:.2e})"

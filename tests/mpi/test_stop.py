@@ -127,3 +127,39 @@ def test_signal_to_a_later_stage_only_is_agreed_at_the_step_end(datadir, tmp_pat
     step = int(got.group(1))
     assert (ckpt / "latest").read_text().strip() == f"step_{step:08d}.h5"
     assert max(losses(m)) == step
+
+
+def test_signal_stops_an_interleaved_step_and_resumes_exactly(datadir, tmp_path):
+    """--vpp 2 (4 layers over pp 2: each rank two one-layer chunks): the stop vote before each
+    micro-batch's first forward ends the interleaved step on every rank (the later micro-batches'
+    passes are dropped, the earlier ones finished), the last completed step is saved and a
+    resumed run gives the uninterrupted run's losses exactly."""
+    model = list(MODEL)
+    model[model.index("--layers") + 1] = "4"
+    def vcmd(ckpt, metrics, extra=()):
+        return ["mpirun", "-np", "2", VTRAIN, "train", "--data", str(datadir), *model,
+                "--global-batch", str(256 * 16), "--pp", "2", "--vpp", "2", "--steps", "20",
+                "--ckpt-dir", str(ckpt), "--metrics", str(metrics), *extra]
+    ref = tmp_path / "ref"
+    r = subprocess.run(vcmd(ref / "ckpt", ref / "m.jsonl"), capture_output=True, text=True,
+                       env=ENV, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ckpt, m = tmp_path / "ckpt", tmp_path / "m.jsonl"
+    p = subprocess.Popen(vcmd(ckpt, m), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=ENV, start_new_session=True)
+    try:
+        wait_for_step(m, 2, p)
+        time.sleep(0.05)
+        p.send_signal(signal.SIGUSR1)
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 75, (p.returncode, out[-1500:], err[-2000:])
+    got = re.search(r"stop signal received during step (\d+): checkpoint of step (\d+) saved", out)
+    assert got, [l for l in out.splitlines() if "stop" in l or "saved" in l][-5:]
+    assert int(got.group(2)) == int(got.group(1)) - 1
+    r = subprocess.run(vcmd(ckpt, m, ["--resume", "auto"]), capture_output=True, text=True,
+                       env=ENV, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert losses(m) == losses(ref / "m.jsonl")

@@ -212,5 +212,32 @@ TEST(Plan, NothingFitsSaysTheSmallestNeedAndWhatWouldFit) {
   EXPECT_FALSE(make_plan(in).ok()) << fit / 2;
 }
 
+TEST(Plan, InterleavedBubbleWhereTheLayoutAllowsIt) {
+  // --vpp 2 on 4 layers: pp 2 (2 layers per stage) interleaves when its micro-batches are a
+  // multiple of 2; pp 4 (one layer per stage) cannot and keeps plain 1F1B.
+  PlanInput in = small_input();
+  in.vpp = 2;
+  auto p = make_plan(in);
+  ASSERT_TRUE(p.ok()) << p.status();
+  // tp 1, pp 2, dp 4, micro-batch 2: 8 rows per dp rank / 2 = 4 micro-batches: 1 + 1/(2 x 4).
+  const LayoutPlan& a = find(*p, 1, 2, 4, 2, false);
+  EXPECT_EQ(a.layout.vpp, 2);
+  EXPECT_EQ(a.micro_batches, 4);
+  EXPECT_DOUBLE_EQ(a.bubble, 1.125);
+  // micro-batch 8: one micro-batch, not a multiple of pp: plain, bubble 1 + 1/1.
+  const LayoutPlan& b = find(*p, 1, 2, 4, 8, false);
+  EXPECT_EQ(b.layout.vpp, 1);
+  EXPECT_DOUBLE_EQ(b.bubble, 2.0);
+  const LayoutPlan& c = find(*p, 2, 4, 1, 4, false);
+  EXPECT_EQ(c.layout.vpp, 1);
+  EXPECT_DOUBLE_EQ(c.bubble, 1.375);
+  // The interleaved layout keeps more (smaller) passes in flight: stage 0 of pp 2 holds
+  // (2-0-1) 2 + (2-1) 2 + 1 = 5 chunk passes = 2.5 stage passes against plain 1F1B's 2.
+  Layout l{1, 2, 4, 2, false};
+  const double plain = stage_memory(in, l)[0].activations;
+  l.vpp = 2;
+  EXPECT_NEAR(stage_memory(in, l)[0].activations / plain, 2.5 / 2.0, 1e-12);
+}
+
 }  // namespace
 }  // namespace vt::plan
