@@ -9,7 +9,7 @@
 #      `vtrain prepare` and the core-hours for 200B tokens (bench_tokenizer.py)
 #   3. checkpoint save against dd, synchronous against asynchronous pause (bench_checkpoint.py)
 #   4. every dp x tp x pp layout against one process (bench_layouts.py)
-#   5. the memory estimates of bench/README.md (build/memory_plan)
+#   5. the memory estimates of bench/README.md (vtrain plan --layout --memory-only)
 #   6. the static H100 report of a d24/d32 step (static_report.py; needs the nvcc build)
 # From a clean clone: `bash bench/reproduce.sh` installs and builds first (scripts/setup.sh,
 # scripts/build.sh, both idempotent). Takes about 20 minutes on 2 cores. Knobs: OUT (default
@@ -75,11 +75,12 @@ if want 4; then
   record $PY bench/bench_layouts.py --data "$DATA"
 fi
 if want 5; then
-  section "5. Memory estimates (build/memory_plan)"
-  record ./build/memory_plan d24 16 2048 --value baseline
-  record ./build/memory_plan d24 16 2048 --value bov
-  record ./build/memory_plan d24 16 2048 --value bov --recompute
-  record ./build/memory_plan d12 16 2048 --value bov
+  section "5. Memory estimates (vtrain plan --layout --memory-only)"
+  mem="--seq-len 2048 --layout 1,1,1 --micro-batch 16 --memory-only"
+  record ./build/vtrain plan --preset d24 $mem --value baseline
+  record ./build/vtrain plan --preset d24 $mem --value bov
+  record ./build/vtrain plan --preset d24 $mem --value bov --recompute on
+  record ./build/vtrain plan --preset d12 $mem --value bov
 fi
 if want 6; then
   section "6. Static H100 report (bench/static_report.py)"

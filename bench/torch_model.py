@@ -770,7 +770,7 @@ class Optimizer:
 
     @torch.no_grad()
     def step(self, step_index: int, total_steps: int, grad_norm=None) -> dict:
-        """One update at 0-based step `step_index` of `total_steps` (vtrain's Optimizer::step)."""
+        """One update at 0-based step `step_index` of `total_steps` (vtrain's DistributedOptimizer::step)."""
         h = self.h
         mult = lr_multiplier(h, step_index, total_steps)
         m = muon_momentum(h, step_index)

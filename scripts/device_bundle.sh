@@ -8,7 +8,7 @@
 # the kernels nvcc compiled, the CUDA runtime, cuBLASLt and NCCL) and for any x86-64-v2 CPU
 # (VTRAIN_NATIVE=OFF: no -march=native code that the GPU machine's CPU may lack), then copies
 # into .device/ (git-ignored, carried with `carry: [".device"]`):
-#   root/usr/bin/            vtrain, memory_plan, mpirun/orterun/orted
+#   root/usr/bin/            vtrain, attention_bench, mpirun/orterun/orted
 #   root/tests/              the GPU test binaries (tests/gpu/*_test.cc)
 #   root/usr/lib/x86_64-linux-gnu/
 #                            every shared library those load that is neither glibc, the C++
@@ -31,7 +31,7 @@ done
 
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DVTRAIN_CUDA=ON -DVTRAIN_CUDA_EMULATION=OFF \
   -DVTRAIN_NATIVE=OFF -DVTRAIN_PYTHON="$PWD/.venv/bin/python" >/dev/null
-gpu_targets=(vtrain memory_plan attention_bench)
+gpu_targets=(vtrain attention_bench)
 for t in tests/gpu/*_test.cc; do gpu_targets+=("$(basename "$t" .cc)"); done
 cmake --build "$BUILD" -j "$JOBS" --target "${gpu_targets[@]}"
 # The bundle must not need the build machine's CPU: no AVX-512 or other -march=native code.
@@ -47,8 +47,8 @@ fi
 rm -rf "$OUT"
 mkdir -p "$OUT/root/usr/bin" "$OUT/root/tests" "$OUT/root/usr/lib/x86_64-linux-gnu" \
          "$OUT/root/usr/share"
-bins=("$BUILD/vtrain" "$BUILD/memory_plan" "$BUILD/attention_bench" /usr/bin/orterun /usr/bin/orted)
-cp -L "$BUILD/vtrain" "$BUILD/memory_plan" "$BUILD/attention_bench" "$OUT/root/usr/bin/"
+bins=("$BUILD/vtrain" "$BUILD/attention_bench" /usr/bin/orterun /usr/bin/orted)
+cp -L "$BUILD/vtrain" "$BUILD/attention_bench" "$OUT/root/usr/bin/"
 cp -L /usr/bin/orterun /usr/bin/orted "$OUT/root/usr/bin/"
 ln -sf orterun "$OUT/root/usr/bin/mpirun"
 for t in tests/gpu/*_test.cc; do
@@ -60,7 +60,7 @@ for t in tests/gpu/*_test.cc; do
   ranks=$(sed -n 's|.*vtrain-mpi-ranks:[ ]*||p' "$t")
   [ -n "$ranks" ] && echo "$ranks" > "$OUT/root/tests/$name.ranks"
 done
-strip --strip-unneeded "$OUT"/root/tests/*_test "$OUT/root/usr/bin/vtrain" "$OUT/root/usr/bin/memory_plan"
+strip --strip-unneeded "$OUT"/root/tests/*_test "$OUT/root/usr/bin/vtrain"
 
 OMPI_PKGLIB=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
 mkdir -p "$OUT/root$OMPI_PKGLIB"

@@ -44,7 +44,6 @@ B=$ROOT/build
 export B ROOT LOGS
 mkdir -p "$B/tests"
 ln -sf "$ROOT/usr/bin/vtrain" "$B/vtrain"
-ln -sf "$ROOT/usr/bin/memory_plan" "$B/memory_plan"
 ln -sf "$ROOT/usr/bin/attention_bench" "$B/attention_bench"
 for t in "$ROOT"/tests/*_test; do ln -sf "$t" "$B/tests/$(basename "$t")"; done
 

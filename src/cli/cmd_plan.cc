@@ -1,7 +1,8 @@
 // `vtrain plan`: the layouts a model can train on for a cluster, each one's memory per GPU (the
 // start-up estimate of `vtrain train` plus a stated allowance) and what a token budget costs on
 // it (days, GPU-hours, checkpoints), from an assumed MFU (src/plan/plan.h). With --layout, one
-// layout's report, every pipeline stage included. One process, no MPI, no device.
+// layout's report, every pipeline stage included; with --layout --memory-only, only each stage's
+// start-up memory estimate (what tools/memory_plan printed). One process, no MPI, no device.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -29,7 +30,8 @@ const CommandSpec& plan_command() {
              no_default(int_flag("vocab", 32768, 2, 1 << 30,
                                  "vocabulary size (default: the preset's, 32768)")),
              flag_heading("budget"),
-             required(num_flag("tokens", 1e9, 1, 1e18, "training tokens, e.g. 200e9")),
+             no_default(num_flag("tokens", 1e9, 1, 1e18,
+                                 "training tokens, e.g. 200e9 (required but with --memory-only)")),
              int_flag("global-batch", 524288, 1, 1e15,
                       "tokens per optimizer step (a multiple of --seq-len)"),
              flag_heading("cluster"),
@@ -62,6 +64,10 @@ const CommandSpec& plan_command() {
                                   "TP,PP,DP: report only this layout (with --micro-batch), "
                                   "every pipeline stage's memory, fitting or not")),
              int_flag("micro-batch", 1, 1, 1 << 24, "rows per micro-batch (--layout)"),
+             bool_flag("memory-only",
+                       "with --layout: only every pipeline stage's start-up memory estimate, the "
+                       "line `vtrain train` prints on that stage's ranks (no --tokens needed; "
+                       "--global-batch defaults to micro-batch x dp x pp rows)"),
              int_flag("vpp", 1, 1, 1 << 20,
                       "interleaved 1F1B: model chunks per pipeline rank, for the layouts whose "
                       "layers per stage it divides and whose micro-batches are a multiple of pp "
@@ -104,7 +110,10 @@ absl::StatusOr<plan::PlanInput> plan_input(const Flags& f) {
   if (f.has("vocab")) m.vocab_size = static_cast<int>(f.get_int("vocab"));
   VT_RETURN_IF_ERROR(m.finalize());
   in.cfg = m;
-  in.tokens = f.get_double("tokens");
+  if (!f.has("tokens") && !f.get_bool("memory-only"))
+    return absl::InvalidArgumentError(
+        "--tokens is required (the token budget, e.g. 200e9), but with --layout --memory-only");
+  in.tokens = f.has("tokens") ? f.get_double("tokens") : 1;
   in.global_batch = f.get_int("global-batch");
   in.gpus = static_cast<int>(f.get_int("gpus"));
   in.gpus_per_node = static_cast<int>(f.get_int("gpus-per-node"));
@@ -140,18 +149,16 @@ absl::StatusOr<std::string> one_layout(plan::PlanInput in, const Flags& f) {
                                                    world, " GPUs but --gpus is ", in.gpus,
                                                    "; give one of them"));
   in.gpus = world;
-  VT_ASSIGN_OR_RETURN(std::vector<plan::Layout> all, plan::enumerate_layouts(in));
-  bool found = false;
-  for (const plan::Layout& a : all)
-    found |= a.tp == l.tp && a.pp == l.pp && a.dp == l.dp && a.micro_batch == l.micro_batch &&
-             a.recompute == l.recompute;
-  if (!found)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--layout ", f.get_string("layout"), " --micro-batch ", l.micro_batch,
-        " is not a layout of this model and batch: tp must divide the heads and KV heads (at most "
-        "--gpus-per-node), pp the layers, and micro-batch x dp the ",
-        in.global_batch / in.cfg.seq_len, " rows of --global-batch (micro-batch a power of two)"));
+  if (f.get_bool("memory-only") && !f.has("global-batch"))
+    in.global_batch = static_cast<int64_t>(l.micro_batch) * l.dp * l.pp * in.cfg.seq_len;
+  if (absl::Status st = plan::check_layout(in, l); !st.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--layout ", f.get_string("layout"),
+                                                   " --micro-batch ", l.micro_batch,
+                                                   " is not a layout of this model and batch: ",
+                                                   st.message()));
   l.vpp = plan::layout_vpp(in, l);
+  if (f.get_bool("memory-only"))
+    return f.get_bool("json") ? plan::stage_memory_json(in, l) : plan::format_stage_memory(in, l);
   const plan::Plan p = plan::model_totals(in);
   const plan::LayoutPlan lp = plan::plan_layout(in, l);
   return f.get_bool("json") ? plan::layout_json(lp) + "\n" : plan::format_layout(in, p, lp);
@@ -170,6 +177,8 @@ int cmd_plan(int argc, char** argv) {
   if (!in.ok()) return report_error("plan", std::string(in.status().message()).c_str());
   if (f->has("micro-batch") && !f->has("layout"))
     return report_error("plan", "--micro-batch applies only with --layout TP,PP,DP");
+  if (f->get_bool("memory-only") && !f->has("layout"))
+    return report_error("plan", "--memory-only applies only with --layout TP,PP,DP");
   if (f->has("layout")) {
     absl::StatusOr<std::string> s = one_layout(*in, *f);
     if (!s.ok()) return report_error("plan", std::string(s.status().message()).c_str());

@@ -63,7 +63,7 @@ class AdamW {
 
   // Increments the step count, then updates every non-kMatrix parameter from its gradient with
   // lr = group peak lr * lr_multiplier. Leaves the store's bf16 compute copy alone
-  // (Optimizer::step refreshes it).
+  // (the caller refreshes it).
   void step(double lr_multiplier);
 
   static bool handles(ParamGroup g) { return g != ParamGroup::kMatrix; }

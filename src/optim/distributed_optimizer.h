@@ -1,5 +1,5 @@
 // DistributedOptimizer: the optimizer of a dp x tp x pp layout (docs/design.md "Parallelism": data
-// parallel with ZeRO-1, distributed Muon), giving the same updates as the single-process Optimizer
+// parallel with ZeRO-1, distributed Muon), giving the same updates as its own 1-rank grid run
 // to fp32 round-off. Each rank holds its stage's parameters, TP-sliced; gradients are already
 // complete (summed over DP by all_reduce_grads, over PP for PP-replicated parameters by the
 // trainer).
@@ -52,7 +52,7 @@ class DistributedOptimizer {
   DistributedOptimizer(ParamStore* store, OptimizerConfig config, const ProcessGrid& grid);
 
   // One update at 0-based step `step_index` of `total_steps` (same schedules, clipping and
-  // stats as Optimizer::step). Gradients must already be summed over DP. Clipping scales the
+  // stats on every layout). Gradients must already be summed over DP. Clipping scales the
   // store's grads in place; grads are not zeroed.
   StepStats step(int64_t step_index, int64_t total_steps);
   // The same with the global grad norm already computed by grad_norm() (the trainer checks it

@@ -111,7 +111,7 @@ class Muon {
   Muon(ParamStore* store, MuonConfig config);
 
   // Updates every kMatrix parameter with lr = config lr * lr_multiplier and the given momentum.
-  // Leaves the store's bf16 compute copy alone (Optimizer::step refreshes it).
+  // Leaves the store's bf16 compute copy alone (the caller refreshes it).
   void step(double lr_multiplier, double momentum);
 
   static bool handles(ParamGroup g) { return g == ParamGroup::kMatrix; }

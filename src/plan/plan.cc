@@ -56,6 +56,16 @@ ParamStore stage_store(const ModelConfig& cfg, int tp, int pp, int stage) {
   return store;
 }
 
+// The planner's order of fitting layouts: fewest days; ties: no recomputation, larger
+// micro-batches, less memory.
+bool by_days(const LayoutPlan& a, const LayoutPlan& b) {
+  if (a.days != b.days) return a.days < b.days;
+  if (a.layout.recompute != b.layout.recompute) return !a.layout.recompute;
+  if (a.layout.micro_batch != b.layout.micro_batch)
+    return a.layout.micro_batch > b.layout.micro_batch;
+  return a.per_gpu() < b.per_gpu();
+}
+
 std::vector<int> divisors(int n) {
   std::vector<int> d;
   for (int i = 1; i <= n; ++i)
@@ -201,8 +211,8 @@ absl::StatusOr<std::vector<Layout>> enumerate_layouts(const PlanInput& in) {
   return out;
 }
 
-// The least memory any layout of `in` needs per GPU (the plans of every layout).
-static absl::StatusOr<LayoutPlan> smallest_need(const PlanInput& in) {
+// The least memory any layout of `in` needs per GPU (see plan.h).
+absl::StatusOr<LayoutPlan> smallest_layout(const PlanInput& in) {
   VT_ASSIGN_OR_RETURN(std::vector<Layout> ls, enumerate_layouts(in));
   LayoutPlan best;
   double need = std::numeric_limits<double>::infinity();
@@ -243,14 +253,7 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
     if (p.layouts.back().fits) p.fitting.push_back(p.layouts.back());
   }
   p.shapes = static_cast<int>(shapes.size());
-  std::stable_sort(p.fitting.begin(), p.fitting.end(),
-                   [](const LayoutPlan& a, const LayoutPlan& b) {
-                     if (a.days != b.days) return a.days < b.days;
-                     if (a.layout.recompute != b.layout.recompute) return !a.layout.recompute;
-                     if (a.layout.micro_batch != b.layout.micro_batch)
-                       return a.layout.micro_batch > b.layout.micro_batch;
-                     return a.per_gpu() < b.per_gpu();
-                   });
+  std::stable_sort(p.fitting.begin(), p.fitting.end(), by_days);
   if (!p.fitting.empty()) return p;
 
   // Nothing fits: the smallest need, and the GPU counts (more of them) or recompute that fit.
@@ -267,7 +270,7 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
   if (in.recompute == "off") {
     PlanInput r = in;
     r.recompute = "on";
-    auto need = smallest_need(r);
+    auto need = smallest_layout(r);
     if (need.ok() && need->fits) absl::StrAppend(&msg, "; --recompute on would fit");
   }
   std::string more;
@@ -275,7 +278,7 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
     PlanInput r = in;
     r.gpus = in.gpus * k;
     if (in.recompute == "off") r.recompute = "both";
-    auto need = smallest_need(r);
+    auto need = smallest_layout(r);
     if (need.ok() && need->fits)
       more = absl::StrFormat("; --gpus %d would fit (%.1f GiB per GPU at tp %d pp %d dp %d%s)",
                              r.gpus, need->per_gpu() / kGiB, need->layout.tp, need->layout.pp,
@@ -284,6 +287,67 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
   if (more.empty()) more = "; no count up to 64x as many GPUs fits either: use a smaller model or a larger GPU";
   absl::StrAppend(&msg, more);
   return absl::ResourceExhaustedError(msg);
+}
+
+absl::Status check_layout(const PlanInput& in, const Layout& l) {
+  const ModelConfig& c = in.cfg;
+  const std::string name = absl::StrCat("tp ", l.tp, " pp ", l.pp, " dp ", l.dp);
+  if (c.n_head % l.tp != 0 || c.n_kv_head % l.tp != 0)
+    return absl::InvalidArgumentError(absl::StrCat(name, ": tp ", l.tp, " must divide --heads ",
+                                                   c.n_head, " and --kv-heads ", c.n_kv_head));
+  if (l.tp > in.gpus_per_node)
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": tp ", l.tp, " is more than --gpus-per-node ", in.gpus_per_node,
+        " (tensor parallelism stays inside a node)"));
+  if (c.n_layer % l.pp != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": pp ", l.pp, " must divide --layers ", c.n_layer));
+  VT_RETURN_IF_ERROR(make_grid_shape(l.tp * l.pp * l.dp, l.tp, l.pp, c).status());
+  if (in.global_batch % c.seq_len != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--global-batch ", in.global_batch, " tokens is not a whole number of rows of --seq-len ",
+        c.seq_len));
+  const int64_t rows = in.global_batch / c.seq_len;
+  if (rows % (static_cast<int64_t>(l.micro_batch) * l.dp) != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " micro-batch ", l.micro_batch, ": micro-batch x dp = ",
+        static_cast<int64_t>(l.micro_batch) * l.dp, " rows does not divide the ", rows,
+        " rows of --global-batch ", in.global_batch));
+  return absl::OkStatus();
+}
+
+std::vector<LayoutPlan> suggest_layouts(const PlanInput& in, const Layout& current, int max) {
+  std::vector<LayoutPlan> fit;
+  auto ls = enumerate_layouts(in);
+  if (!ls.ok()) return fit;
+  for (const Layout& l : *ls) {
+    LayoutPlan p = plan_layout(in, l);
+    if (p.fits) fit.push_back(p);
+  }
+  std::vector<LayoutPlan> out;
+  auto same = [](const Layout& a, const Layout& b) {
+    return a.tp == b.tp && a.pp == b.pp && a.dp == b.dp && a.micro_batch == b.micro_batch &&
+           a.recompute == b.recompute;
+  };
+  auto add = [&](const LayoutPlan* p) {
+    if (p == nullptr || static_cast<int>(out.size()) >= max) return;
+    for (const LayoutPlan& o : out)
+      if (same(o.layout, p->layout)) return;
+    out.push_back(*p);
+  };
+  // The nearest: the same tp and pp, the largest micro-batch, without recomputation, then with.
+  for (bool r : {false, true}) {
+    const LayoutPlan* best = nullptr;
+    for (const LayoutPlan& p : fit)
+      if (p.layout.tp == current.tp && p.layout.pp == current.pp && p.layout.recompute == r &&
+          (best == nullptr || p.layout.micro_batch > best->layout.micro_batch))
+        best = &p;
+    add(best);
+  }
+  // Then the planner's order (fewest days; ties: no recomputation, larger micro-batches).
+  std::stable_sort(fit.begin(), fit.end(), by_days);
+  for (const LayoutPlan& p : fit) add(&p);
+  return out;
 }
 
 }  // namespace vt::plan

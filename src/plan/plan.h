@@ -113,12 +113,34 @@ Plan model_totals(const PlanInput& in);
 // All of the above; refuses when nothing fits, saying the smallest need and what would fit.
 absl::StatusOr<Plan> make_plan(const PlanInput& in);
 
+// Whether `l` is a layout of `in`'s model and batch on tp x pp x dp GPUs: tp divides the heads
+// and KV heads (at most gpus_per_node), pp the layers, the grid takes the model
+// (make_grid_shape), and micro-batch x dp divides the rows of the global batch (any micro-batch,
+// not only the powers of two enumerate_layouts tries). The error names what to change.
+absl::Status check_layout(const PlanInput& in, const Layout& l);
+
+// Layouts of in.gpus GPUs that fit (`fits`), for a run that does not: first the nearest ones
+// (`current`'s tp and pp with the largest micro-batch that fits, without recomputation if any
+// does, then with it), then the planner's best by days; at most `max`, no two alike. Empty
+// when no enumerated layout fits.
+std::vector<LayoutPlan> suggest_layouts(const PlanInput& in, const Layout& current, int max);
+// The enumerated layout that needs the least memory per GPU, fitting or not.
+absl::StatusOr<LayoutPlan> smallest_layout(const PlanInput& in);
+
 // The printed report: assumptions, the table of the best `max_layouts` (one row per tp x pp x dp x
 // recompute: its fastest micro-batch, ties to the largest), the checkpoint, the best layout's
 // memory breakdown.
 std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts);
 // One layout's report (--layout): its cost and every stage's memory.
 std::string format_layout(const PlanInput& in, const Plan& p, const LayoutPlan& l);
+// The memory breakdown of a layout's largest stage, one item a line (weights, gradients, bf16
+// copy, optimizer, activations, transients, logits, the allowance, the total): what `vtrain
+// plan` prints and what `vtrain train` prints when it refuses a layout that does not fit.
+std::string format_breakdown(const LayoutPlan& l);
+// Every pipeline stage's start-up estimate, one line each (--layout --memory-only: what
+// `vtrain train` prints as "memory estimate" on that stage's ranks).
+std::string format_stage_memory(const PlanInput& in, const Layout& l);
+std::string stage_memory_json(const PlanInput& in, const Layout& l);  // one object per stage
 // One JSON object (one line) per layout: its shape, memory (bytes) and cost.
 std::string layout_json(const LayoutPlan& l);
 

@@ -8,6 +8,7 @@
 #include "model/block_shape_kind.h"
 #include "nlohmann/json.hpp"
 #include "model/value_mode.h"
+#include "parallel/process_grid.h"
 #include "plan/plan.h"
 
 namespace vt::plan {
@@ -74,7 +75,9 @@ std::string checkpoint(const Plan& p, const PlanInput& in) {
       p.ckpt_bytes / kGiB, p.ckpt_save_s, in.disk_gbps);
 }
 
-std::string breakdown(const LayoutPlan& l) {
+}  // namespace
+
+std::string format_breakdown(const LayoutPlan& l) {
   const MemoryEstimate& m = l.mem;
   std::string s = absl::StrFormat(
       "memory per GPU of tp %d pp %d dp %d micro-batch %d recompute %s (pipeline stage %d, the "
@@ -99,8 +102,6 @@ std::string breakdown(const LayoutPlan& l) {
   return s;
 }
 
-}  // namespace
-
 std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts) {
   std::string s = header(in, p);
   std::set<std::tuple<int, int, int, bool>> seen;
@@ -119,7 +120,7 @@ std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts) {
       static_cast<int>(shown.size()), static_cast<int>(seen.size()));
   s += kColumns;
   for (const LayoutPlan* l : shown) s += row(*l);
-  s += "\n" + checkpoint(p, in) + "\n" + breakdown(p.fitting.front());
+  s += "\n" + checkpoint(p, in) + "\n" + format_breakdown(p.fitting.front());
   s += kCaveat;
   return s;
 }
@@ -134,7 +135,7 @@ std::string format_layout(const PlanInput& in, const Plan& p, const LayoutPlan& 
                               : absl::StrCat("plain 1F1B: --vpp ", in.vpp,
                                              " needs pp > 1 dividing into equal chunks of the layers per "
                                              "stage and micro-batches a multiple of pp"));
-  s += "\n" + checkpoint(p, in) + "\n" + breakdown(l);
+  s += "\n" + checkpoint(p, in) + "\n" + format_breakdown(l);
   const std::vector<MemoryEstimate> stages = stage_memory(in, l.layout);
   if (stages.size() > 1) {
     s += "every stage (the start-up estimate, without the allowance):\n";
@@ -142,6 +143,39 @@ std::string format_layout(const PlanInput& in, const Plan& p, const LayoutPlan& 
       absl::StrAppendFormat(&s, "  stage %d: %s\n", static_cast<int>(i), stages[i].to_string());
   }
   s += kCaveat;
+  return s;
+}
+
+std::string format_stage_memory(const PlanInput& in, const Layout& l) {
+  const std::vector<MemoryEstimate> stages = stage_memory(in, l);
+  std::string s;
+  for (int i = 0; i < static_cast<int>(stages.size()); ++i) {
+    const auto [begin, end] = stage_layers(in.cfg.n_layer, l.pp, i);
+    absl::StrAppendFormat(&s, "tp %d pp %d dp %d micro-batch %d%s%s stage %d (layers %d..%d): %s\n",
+                          l.tp, l.pp, l.dp, l.micro_batch, l.recompute ? " recompute" : "",
+                          l.vpp > 1 ? absl::StrCat(" vpp ", l.vpp) : "", i, begin, end - 1,
+                          stages[i].to_string());
+  }
+  return s;
+}
+
+std::string stage_memory_json(const PlanInput& in, const Layout& l) {
+  const std::vector<MemoryEstimate> stages = stage_memory(in, l);
+  std::string s;
+  for (int i = 0; i < static_cast<int>(stages.size()); ++i) {
+    const MemoryEstimate& m = stages[i];
+    const auto [begin, end] = stage_layers(in.cfg.n_layer, l.pp, i);
+    nlohmann::json j = {{"tp", l.tp}, {"pp", l.pp}, {"vpp", l.vpp}, {"dp", l.dp},
+                        {"micro_batch", l.micro_batch}, {"recompute", l.recompute},
+                        {"stage", i}, {"layer_begin", begin}, {"layer_end", end},
+                        {"params_bytes", m.params}, {"grads_bytes", m.grads},
+                        {"bf16_copy_bytes", m.compute_copy}, {"optimizer_bytes", m.optimizer},
+                        {"activations_bytes", m.activations},
+                        {"recompute_bytes", m.recompute_transient},
+                        {"backward_bytes", m.backward_transient}, {"logits_bytes", m.logits},
+                        {"estimate_bytes", m.total()}};
+    s += j.dump() + "\n";
+  }
   return s;
 }
 

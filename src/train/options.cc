@@ -85,6 +85,11 @@ const CommandSpec& train_command() {
         bool_flag("no-overlap-grad-sync", "sum data-parallel gradients after backward, not during it"),
         bool_flag("skip-memory-check",
                   "start even when the memory estimate exceeds the free host/device memory"),
+        no_default(num_flag("memory-limit-gib", 0, 0.001, 1e9,
+                            "check the memory estimate against this many GiB instead of the "
+                            "measured free memory: per device with --device cuda, else the "
+                            "host's, shared by its ranks (to plan for a smaller machine, or to "
+                            "leave room for other processes)")),
         bool_flag("profile",
                   "print the host time of each tensor op per step at the end (rank 0; the first "
                   "step and evaluations left out)"),
@@ -163,6 +168,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.recompute = f.get_bool("recompute");
   o.overlap_grad_sync = !f.get_bool("no-overlap-grad-sync");
   o.skip_memory_check = f.get_bool("skip-memory-check");
+  if (f.has("memory-limit-gib")) o.memory_limit_gib = f.get_double("memory-limit-gib");
   o.async_save = f.get_bool("async-save");
   o.profile = f.get_bool("profile");
   o.on_nonfinite = f.get_string("on-nonfinite");

@@ -54,6 +54,8 @@ struct TrainOptions {
   bool overlap_grad_sync = true;
   std::string muon_ns_dtype = "default";  // f32 | bf16 (default: bf16 on cuda, else f32)
   bool skip_memory_check = false;
+  double memory_limit_gib = 0;  // > 0: the memory the start-up check counts as free (per
+                                // device with a CUDA device, else per host)
   bool async_save = false;  // write checkpoints in the background (train/checkpoint_writer.h)  // start even when the estimate exceeds free memory
   std::string on_nonfinite = "stop";  // stop | skip-step
   int64_t max_nonfinite_steps = 3;    // skip-step: stop after this many in a row

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <cstdio>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "core/host_memory.h"
 #include "core/rng.h"
 #include "parallel/failure.h"
+#include "plan/plan.h"
 
 namespace vt {
 
@@ -27,25 +29,118 @@ float host_key() {
   return static_cast<float>(fnv1a64(host) % 1000003);
 }
 
+// The flags that give layout `l` to `vtrain train` on the same ranks (the global batch kept).
+std::string layout_flags(const plan::Layout& l, const TrainOptions& o) {
+  std::string s = absl::StrCat("--tp ", l.tp, " --pp ", l.pp, " --micro-batch ", l.micro_batch);
+  if (l.recompute) absl::StrAppend(&s, " --recompute");
+  if (l.vpp > 1) absl::StrAppend(&s, " --vpp ", l.vpp);
+  else if (o.vpp > 1) absl::StrAppend(&s, " --vpp 1");
+  if (static_cast<int64_t>(l.micro_batch) * l.dp * o.model.seq_len != o.global_batch)
+    absl::StrAppend(&s, " --global-batch ", o.global_batch);
+  return s;
+}
+
+// What the refusal adds to its first line: the breakdown of the rank that needs the most
+// (`parts` of every rank, kParts floats each, GiB) and the layouts that fit `cap` bytes per rank.
+constexpr int kParts = 8;
+
+std::string refusal_detail(const std::vector<float>& parts, const std::vector<float>& stages,
+                           double cap, const TrainOptions& o, const GridShape& shape,
+                           DType act_dtype, int world_size) {
+  int worst = 0;
+  auto total = [&](int r) {
+    MemoryEstimate m;
+    double* f[kParts] = {&m.params, &m.grads, &m.compute_copy, &m.optimizer, &m.activations,
+                         &m.recompute_transient, &m.backward_transient, &m.logits};
+    for (int i = 0; i < kParts; ++i) *f[i] = static_cast<double>(parts[r * kParts + i]) * kGiB;
+    return m;
+  };
+  for (int r = 1; r < world_size; ++r)
+    if (total(r).total() > total(worst).total()) worst = r;
+  plan::Layout cur{o.tp, o.pp, shape.dp, o.micro_batch, o.recompute, o.vpp};
+  plan::LayoutPlan lp;
+  lp.layout = cur;
+  lp.mem = total(worst);
+  lp.stage = static_cast<int>(stages[worst]);
+  std::string s = absl::StrCat("\n(rank ", worst, ") ", plan::format_breakdown(lp),
+                               "  (this check counts no allowance: the free memory is measured "
+                               "after start-up)\n");
+
+  plan::PlanInput in;
+  in.cfg = o.model;
+  in.global_batch = o.global_batch;
+  in.tokens = static_cast<double>(o.global_batch) * std::max<int64_t>(o.steps, 1);
+  in.gpus = world_size;
+  in.gpus_per_node = world_size;  // vtrain train does not keep tensor parallelism in a node
+  in.gpu = plan::GpuSpec{"rank", cap / kGiB, 1};
+  in.headroom = 0;
+  in.workspace_gib = 0;
+  in.act_dtype = act_dtype;
+  in.vpp = o.vpp;
+  const std::vector<plan::LayoutPlan> fit = plan::suggest_layouts(in, cur, 3);
+  if (fit.empty()) {
+    auto least = plan::smallest_layout(in);
+    absl::StrAppendFormat(&s, "no layout of these %d ranks fits in %.2f GiB per rank", world_size,
+                          cap / kGiB);
+    if (least.ok())
+      absl::StrAppendFormat(&s, " (the smallest need: %.2f GiB with %s)", least->per_gpu() / kGiB,
+                            layout_flags(least->layout, o));
+    s += "; use more ranks, a shorter --seq-len or a smaller model\n";
+    return s;
+  }
+  absl::StrAppendFormat(&s,
+                        "layouts of the same %d ranks that fit in %.2f GiB per rank (the "
+                        "enumeration of `vtrain plan`):\n",
+                        world_size, cap / kGiB);
+  for (const plan::LayoutPlan& l : fit)
+    absl::StrAppendFormat(&s, "  %s: %.2f GiB per rank (tp %d pp %d dp %d, pipeline stage %d the "
+                              "largest)\n",
+                          layout_flags(l.layout, o), l.per_gpu() / kGiB, l.layout.tp,
+                          l.layout.pp, l.layout.dp, l.stage);
+  return s;
+}
+
 }  // namespace
 
-absl::Status check_memory_fits(const MemoryEstimate& estimate, Device device, bool skip,
+absl::Status check_memory_fits(const MemoryEstimate& estimate, const TrainOptions& o,
+                               const GridShape& shape, int stage, Device device, DType act_dtype,
                                Communicator* world) {
   const double mine = estimate.total();
+  const double limit = o.memory_limit_gib > 0 ? o.memory_limit_gib * kGiB : -1;
+  const int n = world->size();
   double need = mine, have = -1;
   int sharing = 1;
   std::string pool;
-  if (device != Device::kCPU && has_backend(device) && backend(device).available_bytes() >= 0) {
-    have = static_cast<double>(backend(device).available_bytes());
+  const bool per_device =
+      device != Device::kCPU && has_backend(device) && backend(device).available_bytes() >= 0;
+  if (per_device) {
+    have = limit > 0 ? limit : static_cast<double>(backend(device).available_bytes());
     pool = absl::StrCat("device ", backend(device).name(), " has ", absl::StrFormat("%.2f", have / kGiB),
-                        " GiB free");
+                        limit > 0 ? " GiB (--memory-limit-gib)" : " GiB free");
   } else {
-    // Host memory: the estimates of every rank on this host add up.
-    const int n = world->size();
-    std::vector<float> keys(n), needs(n);
-    const float key = host_key(), gib = static_cast<float>(mine / kGiB);
-    world->all_gather(&key, keys.data(), 1);
-    world->all_gather(&gib, needs.data(), 1);
+    have = limit > 0 ? limit : static_cast<double>(host_available_bytes());
+    pool = absl::StrCat("the host has ", absl::StrFormat("%.2f", have / kGiB),
+                        limit > 0 ? " GiB (--memory-limit-gib)"
+                                  : " GiB available (MemAvailable, within the cgroup limit)");
+  }
+  // Every rank's parts, pipeline stage, host and pool: the host's ranks add up, and a refusal
+  // shows the rank that needs the most and what fits the smallest pool per rank.
+  const float key = host_key();
+  std::vector<float> mine_parts = {
+      static_cast<float>(estimate.params / kGiB), static_cast<float>(estimate.grads / kGiB),
+      static_cast<float>(estimate.compute_copy / kGiB), static_cast<float>(estimate.optimizer / kGiB),
+      static_cast<float>(estimate.activations / kGiB),
+      static_cast<float>(estimate.recompute_transient / kGiB),
+      static_cast<float>(estimate.backward_transient / kGiB), static_cast<float>(estimate.logits / kGiB)};
+  std::vector<float> parts(static_cast<size_t>(n) * kParts), stages(n), keys(n), needs(n), pools(n);
+  const float fstage = static_cast<float>(stage), gib = static_cast<float>(mine / kGiB),
+              fhave = static_cast<float>(have / kGiB);
+  world->all_gather(mine_parts.data(), parts.data(), kParts);
+  world->all_gather(&fstage, stages.data(), 1);
+  world->all_gather(&key, keys.data(), 1);
+  world->all_gather(&gib, needs.data(), 1);
+  world->all_gather(&fhave, pools.data(), 1);
+  if (!per_device) {
     need = 0;
     sharing = 0;
     for (int r = 0; r < n; ++r)
@@ -53,20 +148,26 @@ absl::Status check_memory_fits(const MemoryEstimate& estimate, Device device, bo
         need += static_cast<double>(needs[r]) * kGiB;
         ++sharing;
       }
-    have = static_cast<double>(host_available_bytes());
-    pool = absl::StrCat("the host has ", absl::StrFormat("%.2f", have / kGiB),
-                        " GiB available (MemAvailable, within the cgroup limit)");
   }
   absl::Status st;
   if (have >= 0 && need > have) {
+    // The smallest pool per rank of the job: the device's, or the host's over its ranks.
+    double cap = std::numeric_limits<double>::infinity();
+    for (int r = 0; r < n; ++r) {
+      int on_host = 0;
+      for (int q = 0; q < n; ++q) on_host += keys[q] == keys[r] ? 1 : 0;
+      const double pool_r = static_cast<double>(pools[r]) * kGiB;
+      if (pool_r >= 0) cap = std::min(cap, per_device ? pool_r : pool_r / on_host);
+    }
     st = absl::ResourceExhaustedError(absl::StrCat(
         "this run does not fit in memory: rank ", world->rank(), " needs an estimated ",
-        absl::StrFormat("%.2f", mine / kGiB), " GiB (", estimate.to_string(), ")",
+        absl::StrFormat("%.2f", mine / kGiB), " GiB",
         sharing > 1 ? absl::StrFormat(", %.2f GiB for the %d ranks on its host", need / kGiB, sharing) : "",
         ", but ", pool, "; lower --micro-batch or --seq-len, spread the model over more ranks "
-        "(--tp, --pp), use --recompute, or pass --skip-memory-check to start anyway"));
+        "(--tp, --pp), use --recompute, or pass --skip-memory-check to start anyway",
+        refusal_detail(parts, stages, cap, o, shape, act_dtype, n)));
   }
-  if (skip && !st.ok()) {
+  if (o.skip_memory_check && !st.ok()) {
     if (world->rank() == 0 || world->size() == 1)
       std::fprintf(stderr, "vtrain: warning (--skip-memory-check): %s\n", std::string(st.message()).c_str());
     st = absl::OkStatus();

@@ -12,14 +12,22 @@
 #include "core/communicator.h"
 #include "core/tensor.h"
 #include "data/loader.h"
+#include "parallel/process_grid.h"
 #include "train/memory_estimate.h"
+#include "train/options.h"
 
 namespace vt {
 
 // Collective over `world`. The estimate of every rank against the memory it draws from: the
 // device's free memory for a CUDA device, else the host's available memory shared by the ranks
-// of that host. `skip` (--skip-memory-check) turns a refusal into a warning.
-absl::Status check_memory_fits(const MemoryEstimate& estimate, Device device, bool skip,
+// of that host; o.memory_limit_gib (--memory-limit-gib) replaces the measured figure. A refusal
+// names the need and the pool, prints the planner's breakdown of the rank that needs the most
+// (plan/plan.h format_breakdown) and the layouts of the same world size that fit (the planner's
+// enumeration, suggest_layouts, each with the flags to pass and its need per rank).
+// o.skip_memory_check (--skip-memory-check) turns a refusal into a warning. `shape` and `stage`
+// are this rank's grid and pipeline stage; o.global_batch must be filled in.
+absl::Status check_memory_fits(const MemoryEstimate& estimate, const TrainOptions& o,
+                               const GridShape& shape, int stage, Device device, DType act_dtype,
                                Communicator* world);
 
 // Micro-batches of `micro_batch` rows x dp an evaluation of at most `max_tokens` reads from a

@@ -146,7 +146,8 @@ absl::Status Trainer::setup() {
   const MemoryEstimate mem = estimate_memory(cfg, store_, shape_, grid_->coords(), held_layers,
                                              o_.micro_batch, device_.act_dtype, o_.recompute, o_.vpp);
   memory_line_ = mem.to_string();
-  VT_RETURN_IF_ERROR(check_memory_fits(mem, device_.device, o_.skip_memory_check, world_));
+  VT_RETURN_IF_ERROR(check_memory_fits(mem, o_, shape_, grid_->coords().pp, device_.device,
+                                       device_.act_dtype, world_));
 
   // The data: the training shards' ids, the validation split against what evaluations read.
   data::LoaderOptions lo;

@@ -293,3 +293,68 @@ def test_vpp_micro_batches_not_multiple_of_pp(W, tmp_path):
     assert re.search(r"--vpp 2: the interleaved schedule runs the micro-batches in groups of "
                      r"--pp 2, but a step has 3 micro-batches", r.stderr), r.stderr[-1500:]
     assert not new.exists()
+
+
+MEM_MODEL = ["--layers", "4", "--dim", "128", "--heads", "4", "--seq-len", "128", "--window", "64",
+             "--final-eval-tokens", "0"]
+BREAKDOWN = ["weights (fp32)", "gradients (fp32)", "optimizer (Muon momentum; AdamW moments / dp)",
+             "activations kept for backward", "backward temporaries", "logits and their gradient",
+             "allowance", "total"]
+
+
+def suggestions(stderr):
+    """The layouts a memory refusal suggests: (flags, GiB per rank)."""
+    return [(m.group(1).split(), float(m.group(2)))
+            for m in re.finditer(r"^\s+(--tp \d+ --pp \d+ --micro-batch \d+[^:]*): ([\d.]+) GiB per rank",
+                                 stderr, re.M)]
+
+
+def train_argv(data, *extra, ranks=1):
+    argv = [VTRAIN, "train", "--data", str(data), *MEM_MODEL, *map(str, extra)]
+    if ranks > 1:
+        argv = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(ranks), *argv]
+    return argv
+
+
+def run(argv):
+    env = dict(ENV, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return subprocess.run(argv, capture_output=True, text=True, errors="replace", env=env,
+                          timeout=600)
+
+
+@pytest.mark.parametrize("ranks,limit", [(1, "0.15"), (2, "0.3")])
+def test_memory_refusal_shows_the_breakdown_and_layouts_that_fit(W, tmp_path, ranks, limit):
+    """A layout over --memory-limit-gib is refused before --ckpt-dir is made, with the planner's
+    breakdown of the rank that needs the most and layouts of the same ranks that fit; each
+    suggested layout then gets past the same check and trains a step. --skip-memory-check starts
+    the refused layout anyway with the same text as a warning. L4 d128, 128 tokens x micro-batch
+    64 (f32 activations on the CPU): about 0.33 GiB per rank; 2 ranks share the host's limit."""
+    new = tmp_path / "new"
+    big = ["--micro-batch", "64", "--memory-limit-gib", limit, "--steps", "1"]
+    r = run(train_argv(W["data"], *big, "--ckpt-dir", new, ranks=ranks))
+    assert r.returncode == 2, (r.returncode, r.stdout[-800:], r.stderr[-3000:])
+    err = r.stderr
+    assert re.search(r"does not fit in memory: rank \d needs an estimated [\d.]+ GiB.*"
+                     rf"the host has {limit}0? GiB \(--memory-limit-gib\)", err), err[-3000:]
+    assert re.search(r"memory per GPU of tp 1 pp 1 dp \d micro-batch 64 recompute off", err), err[-3000:]
+    for item in BREAKDOWN:
+        assert item in err, (item, err[-3000:])
+    assert f"layouts of the same {ranks} ranks that fit" in err, err[-3000:]
+    fits = suggestions(err)
+    assert fits, err[-3000:]
+    assert not new.exists()
+    per_rank = float(limit) / ranks
+    for flags, gib in fits:
+        assert gib <= per_rank, (flags, gib)
+        # A suggestion keeps the refused run's global batch: 64 rows x 128 tokens per dp rank.
+        gb = re.search(r"--global-batch (\d+)", " ".join(flags))
+        assert gb is None or int(gb.group(1)) == 64 * 128 * ranks, flags
+        ok = run(train_argv(W["data"], "--memory-limit-gib", limit, "--steps", "1", *flags,
+                            ranks=ranks))
+        assert ok.returncode == 0, (flags, ok.stdout[-800:], ok.stderr[-2000:])
+        assert re.search(r"step 1/1", ok.stdout), (flags, ok.stdout[-800:])
+    # --skip-memory-check: a warning with the same breakdown, and the run starts.
+    r = run(train_argv(W["data"], *big, "--skip-memory-check", ranks=ranks))
+    assert r.returncode == 0, (r.stdout[-800:], r.stderr[-2000:])
+    assert "warning (--skip-memory-check): this run does not fit in memory" in r.stderr
+    assert "activations kept for backward" in r.stderr and "layouts of the same" in r.stderr

@@ -85,6 +85,9 @@ def test_vpp_interleaves_the_layouts_that_allow_it():
     (["--preset", "d12"], r"--tokens"),
     (["--preset", "d12", "--tokens", "1e9", "--gpu", "custom"], r"--gpu custom needs --gpu-memory-gib"),
     (["--preset", "d12", "--tokens", "1e9", "--layout", "2,2"], r"--layout '2,2' is not TP,PP,DP"),
+    (["--preset", "d12", "--memory-only"], r"--memory-only applies only with --layout"),
+    (["--preset", "d12", "--layout", "1,1,1"], r"--tokens is required"),
+    (["--preset", "d12", "--layout", "1,5,1", "--memory-only"], r"pp 5 must divide --layers 12"),
 ])
 def test_refusals_name_the_input(args, message):
     r = vt("plan", *args)
@@ -117,6 +120,14 @@ def test_memory_estimate_matches_the_emulated_device_peak(datadir, tmp_path, val
            "--device", "emulated", "--final-eval-tokens", "0", "--metrics", tmp_path / "m.jsonl")
     assert r.returncode == 0, r.stderr
     peak = json.loads(open(tmp_path / "m.jsonl").readlines()[-1])["device_peak_bytes"]
+    started = re.search(r"memory estimate \(rank 0\): (.+)", r.stdout)
+    assert started, r.stdout[-1500:]
+    # --memory-only (what tools/memory_plan printed): the very line train printed at start-up.
+    r = vt("plan", *model, "--vocab", vocab, "--layout", "1,1,1", "--micro-batch", mb,
+           "--memory-only")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        f"tp 1 pp 1 dp 1 micro-batch {mb} stage 0 (layers 0..1): {started.group(1)}"], r.stdout
     r = vt("plan", *model, "--vocab", vocab, "--tokens", "1e6", *batch, "--gpus", "1",
            "--layout", "1,1,1", "--micro-batch", mb, "--json")
     assert r.returncode == 0, r.stderr
@@ -125,3 +136,28 @@ def test_memory_estimate_matches_the_emulated_device_peak(datadir, tmp_path, val
     # buffers, which the emulated device does not allocate) is the engine's estimate.
     assert plan["per_gpu_bytes"] == pytest.approx(plan["estimate_bytes"] + plan["allowance_bytes"])
     assert plan["estimate_bytes"] == pytest.approx(peak, rel=0.10), (plan, peak)
+
+
+def test_memory_only_gives_every_stage():
+    """--layout --memory-only needs no --tokens and prints one estimate per pipeline stage: the
+    loss end's logits only on the last; the JSON lines carry the same totals and the full
+    --layout report the same stage lines."""
+    args = ["plan", "--preset", "d12", "--seq-len", "2048", "--layout", "2,2,2", "--micro-batch", "4",
+            "--memory-only"]
+    r = vt(*args)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [l.split(": ")[0] for l in lines] == [
+        "tp 2 pp 2 dp 2 micro-batch 4 stage 0 (layers 0..5)",
+        "tp 2 pp 2 dp 2 micro-batch 4 stage 1 (layers 6..11)"], r.stdout
+    j = [json.loads(l) for l in vt(*args, "--json").stdout.splitlines()]
+    assert [x["stage"] for x in j] == [0, 1]
+    assert j[0]["logits_bytes"] == 0 and j[1]["logits_bytes"] > 0
+    for x, line in zip(j, lines):
+        assert re.search(r"total ([\d.]+) GiB", line).group(1) == f"{x['estimate_bytes'] / 2**30:.2f}"
+    # The same layout's full report shows the same stages.
+    full = vt("plan", "--preset", "d12", "--seq-len", "2048", "--layout", "2,2,2", "--micro-batch",
+              "4", "--tokens", "1e9")
+    assert full.returncode == 0, full.stderr
+    for line in lines:
+        assert line.split(": ", 1)[1] in full.stdout, (line, full.stdout[-2000:])

@@ -1,8 +1,10 @@
 // DistributedOptimizer and all_reduce_grads under MPI: for every (tp, pp) layout that fits the
 // world, a few steps on TP-sliced, PP-partitioned, DP-replicated local stores must reproduce a
-// single-process Optimizer run on the global parameters (parameters, grad norms, clipping and
-// optimizer states), checkpoint gather/scatter must round-trip, and ZeRO-1 must shrink the AdamW
-// state per rank. A control test shows that orthogonalizing TP shards separately would fail.
+// one-process run on the global parameters (the same optimizer on a 1-rank grid over
+// self_communicator(), itself checked against numpy by tests/optim/test_optim_numpy.py):
+// parameters, grad norms, clipping and optimizer states; checkpoint gather/scatter must
+// round-trip, and ZeRO-1 must shrink the AdamW state per rank. A control test shows that
+// orthogonalizing TP shards separately would fail.
 // vtrain-mpi-ranks: 1 2 4 8
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/communicator.h"
 #include "core/rng.h"
 #include "optim/distributed_optimizer.h"
 #include "optim/grad_sync.h"
@@ -142,7 +145,7 @@ std::vector<Scenario> scenarios() {
   return {a, b};
 }
 
-// The single-process run on the global parameters.
+// The one-process run on the global parameters (a 1-rank grid on every rank).
 struct Reference {
   std::vector<StepStats> stats;
   std::map<std::string, std::vector<float>> params;                 // after kSteps
@@ -157,7 +160,8 @@ Reference run_reference(const OptimizerConfig& cfg) {
     auto v = values(s);
     std::copy(v.begin(), v.end(), store.param(s.name).f32());
   }
-  Optimizer opt(&store, cfg);
+  ProcessGrid self(self_communicator(), GridShape{});
+  DistributedOptimizer opt(&store, cfg, self);
   Reference ref;
   for (int step = 0; step < kSteps; ++step) {
     for (const Spec& s : specs()) {
@@ -168,7 +172,7 @@ Reference run_reference(const OptimizerConfig& cfg) {
     if (step == 1) {
       for (const Spec& s : specs())
         for (const auto& kind : opt.state_kinds(s.name))
-          ref.states[{s.name, kind}] = to_vec(opt.state(s.name, kind));
+          ref.states[{s.name, kind}] = to_vec(opt.gather_state(s.name, kind));
     }
   }
   for (const Spec& s : specs()) ref.params[s.name] = to_vec(store.param(s.name));

@@ -1,7 +1,8 @@
 """Independent numpy (float64) check of vtrain's optimizers.
 
-tools/optim_case runs vt::optim::Optimizer for a few steps on parameters of every group and writes
-params, grads, params after each step, stats and final states to HDF5. This file re-implements the
+tools/optim_case runs vt::optim::DistributedOptimizer on a 1-rank grid (one process) for a few
+steps on parameters of every group and writes params, grads, params after each step, stats and
+final states to HDF5. This file re-implements the
 schedule, AdamW, Muon (standard and Polar Express Newton-Schulz) and clipping from docs/model.md
 "Optimizer groups" in plain numpy and compares. The hyperparameters are that section's numbers
 written out here, not read back from the C++ side (the C++ config is checked against them instead).

@@ -1,14 +1,18 @@
-// Optimizer facade and clipping: dispatch of groups to AdamW/Muon, schedule values in the stats,
-// grad norm (double, padding excluded, thread-count independent), optional clipping, states by
-// name.
+// The optimizer on one process (DistributedOptimizer on a 1-rank grid over self_communicator(),
+// as `vtrain train` runs without MPI) and clipping: dispatch of groups to AdamW/Muon, schedule
+// values in the stats, grad norm (double, padding excluded, thread-count independent), optional
+// clipping, states by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "core/arena.h"
+#include "core/communicator.h"
 #include "core/rng.h"
 #include "optim/clip.h"
+#include "optim/distributed_optimizer.h"
 #include "optim/optimizer.h"
+#include "parallel/process_grid.h"
 
 namespace vt::optim {
 namespace {
@@ -83,7 +87,8 @@ TEST(Optimizer, StepDispatchesGroupsAndReportsStats) {
   fill(s, 7, false);
   std::vector<float> before(s.param_data(), s.param_data() + s.total_numel());
   OptimizerConfig cfg = OptimizerConfig::defaults(16);
-  Optimizer opt(&s, cfg);
+  ProcessGrid grid(self_communicator(), GridShape{});
+  DistributedOptimizer opt(&s, cfg, grid);
   fill(s, 8, true);
   const double norm = grad_norm(s);
   StepStats st = opt.step(0, 100);
@@ -105,10 +110,10 @@ TEST(Optimizer, StepDispatchesGroupsAndReportsStats) {
       ASSERT_EQ(kinds.size(), 1u);
       EXPECT_EQ(kinds[0], "momentum_buffer");
       // buf = 0.15 * g after one step.
-      EXPECT_NEAR(opt.state(info.name, "momentum_buffer").f32()[0], 0.15f * s.grad(i).f32()[0], 1e-7);
+      EXPECT_NEAR(opt.gather_state(info.name, "momentum_buffer").f32()[0], 0.15f * s.grad(i).f32()[0], 1e-7);
     } else {
       ASSERT_EQ(kinds.size(), 2u);
-      EXPECT_NEAR(opt.state(info.name, "exp_avg").f32()[0], 0.2f * s.grad(i).f32()[0], 1e-7);
+      EXPECT_NEAR(opt.gather_state(info.name, "exp_avg").f32()[0], 0.2f * s.grad(i).f32()[0], 1e-7);
     }
   }
   // An AdamW parameter moved by lr * sign(g) at the first step (plus decay).
@@ -122,7 +127,8 @@ TEST(Optimizer, ClippingAndExternalNorm) {
   fill(s, 7, false);
   OptimizerConfig cfg = OptimizerConfig::defaults(16);
   cfg.max_grad_norm = 1.0;
-  Optimizer opt(&s, cfg);
+  ProcessGrid grid(self_communicator(), GridShape{});
+  DistributedOptimizer opt(&s, cfg, grid);
   fill(s, 8, true);
   const double norm = grad_norm(s);
   ASSERT_GT(norm, 1.0);
@@ -137,7 +143,6 @@ TEST(Optimizer, ClippingAndExternalNorm) {
   EXPECT_EQ(st2.clip_scale, 1.0);
   opt.set_step_count(40);
   EXPECT_EQ(opt.step_count(), 40);
-  EXPECT_EQ(opt.muon().step_count(), 40);
 }
 
 }  // namespace

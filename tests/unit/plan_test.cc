@@ -239,5 +239,62 @@ TEST(Plan, InterleavedBubbleWhereTheLayoutAllowsIt) {
   EXPECT_NEAR(stage_memory(in, l)[0].activations / plain, 2.5 / 2.0, 1e-12);
 }
 
+// What `vtrain train` suggests when a layout does not fit: layouts that fit the memory per GPU,
+// the refused layout's tp and pp with the largest micro-batch that fits first.
+TEST(Plan, SuggestedLayoutsFitNearestFirst) {
+  PlanInput in = small_input();
+  in.workspace_gib = 0;
+  in.headroom = 0;
+  // Exactly the need of tp 1 pp 1 dp 8 micro-batch 2: micro-batch 4 (more activations) is over.
+  const Layout refused{1, 1, 8, 4, false};
+  const double cap = plan_layout(in, Layout{1, 1, 8, 2, false}).per_gpu();
+  in.gpu = GpuSpec{"custom", cap / kGiB, 100};
+  ASSERT_FALSE(plan_layout(in, refused).fits);
+  const std::vector<LayoutPlan> s = suggest_layouts(in, refused, 3);
+  ASSERT_FALSE(s.empty());
+  EXPECT_LE(s.size(), 3u);
+  EXPECT_EQ(s[0].layout.tp, 1);
+  EXPECT_EQ(s[0].layout.pp, 1);
+  EXPECT_EQ(s[0].layout.micro_batch, 2);
+  EXPECT_FALSE(s[0].layout.recompute);
+  std::set<std::tuple<int, int, int, int, bool>> seen;
+  for (const LayoutPlan& l : s) {
+    EXPECT_TRUE(l.fits);
+    EXPECT_LE(l.per_gpu(), cap);
+    EXPECT_TRUE(seen.insert({l.layout.tp, l.layout.pp, l.layout.dp, l.layout.micro_batch,
+                             l.layout.recompute})
+                    .second);
+  }
+  // The planner's best layout (fewest days) is among them.
+  auto p = make_plan(in);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const Layout& best = p->fitting.front().layout;
+  bool has_best = false;
+  for (const LayoutPlan& l : s)
+    has_best |= l.layout.tp == best.tp && l.layout.pp == best.pp && l.layout.dp == best.dp &&
+                l.layout.micro_batch == best.micro_batch && l.layout.recompute == best.recompute;
+  EXPECT_TRUE(has_best);
+  // Memory for nothing: no suggestion.
+  in.gpu = GpuSpec{"custom", 1e-6, 100};
+  EXPECT_TRUE(suggest_layouts(in, refused, 3).empty());
+}
+
+TEST(Plan, CheckLayoutNamesWhatToChange) {
+  PlanInput in = small_input();  // 4 heads, 2 KV heads, 4 layers, 32 rows of 256
+  EXPECT_TRUE(check_layout(in, Layout{2, 2, 2, 16, false}).ok());
+  auto msg = [&](const Layout& l) { return std::string(check_layout(in, l).message()); };
+  EXPECT_NE(msg(Layout{4, 1, 2, 1, false}).find("tp 4 must divide --heads 4 and --kv-heads 2"),
+            std::string::npos);
+  EXPECT_NE(msg(Layout{1, 3, 1, 1, false}).find("pp 3 must divide --layers 4"), std::string::npos);
+  EXPECT_NE(msg(Layout{1, 1, 8, 3, false}).find("24 rows does not divide the 32 rows"),
+            std::string::npos);
+  in.gpus_per_node = 1;
+  EXPECT_NE(msg(Layout{2, 1, 1, 1, false}).find("more than --gpus-per-node 1"), std::string::npos);
+  // Any micro-batch dividing the rows, not only the powers of two the enumeration tries.
+  in = small_input();
+  in.global_batch = 24 * 256;
+  EXPECT_TRUE(check_layout(in, Layout{1, 1, 1, 3, false}).ok());
+}
+
 }  // namespace
 }  // namespace vt::plan
