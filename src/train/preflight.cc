@@ -43,7 +43,8 @@ absl::Status check_memory_fits(const MemoryEstimate& estimate, Device device, bo
     // Host memory: the estimates of every rank on this host add up.
     const int n = world->size();
     std::vector<float> keys(n), needs(n);
-    const float key = host_key(), gib = static_cast<float>(mine / kGiB);
+    // (Value tables kept in host memory count here whatever the device.)
+    const float key = host_key(), gib = static_cast<float>((mine + estimate.host_tables) / kGiB);
     world->all_gather(&key, keys.data(), 1);
     world->all_gather(&gib, needs.data(), 1);
     need = 0;
