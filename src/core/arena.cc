@@ -1,6 +1,8 @@
 // ParamStore: registration and flat allocation of parameters and gradients.
 #include "core/arena.h"
 
+#include <algorithm>
+
 #include "core/ops.h"
 
 namespace vt {
@@ -29,12 +31,19 @@ int ParamStore::add(const std::string& name, Shape shape, ParamGroup group, Shap
   info.group = group;
   info.layer = meta.layer;
   info.pp_replicated = meta.pp_replicated;
+  info.host = std::find(host_groups_.begin(), host_groups_.end(), group) != host_groups_.end();
   // Align every parameter to 16 floats so views stay 64-byte aligned.
-  info.offset = total_;
-  total_ += (info.numel() + 15) / 16 * 16;
+  int64_t& end = info.host ? host_total_ : total_;
+  info.offset = end;
+  end += (info.numel() + 15) / 16 * 16;
   by_name_[name] = static_cast<int>(infos_.size());
   infos_.push_back(std::move(info));
   return static_cast<int>(infos_.size()) - 1;
+}
+
+void ParamStore::keep_in_host_memory(ParamGroup group) {
+  VT_CHECK_MSG(infos_.empty(), "keep_in_host_memory after parameters were added");
+  host_groups_.push_back(group);
 }
 
 void ParamStore::finalize(Device device, DType compute) {
@@ -47,6 +56,10 @@ void ParamStore::finalize(Device device, DType compute) {
   grads_ = Tensor::zeros({total_ > 0 ? total_ : 1}, DType::kF32, device);
   if (compute == DType::kBF16)
     compute_copy_ = Tensor::zeros({total_ > 0 ? total_ : 1}, DType::kBF16, device);
+  if (host_total_ > 0) {
+    host_params_ = Tensor::zeros({host_total_}, DType::kF32, Device::kCPU);
+    host_grads_ = Tensor::zeros({host_total_}, DType::kF32, Device::kCPU);
+  }
   finalized_ = true;
 }
 
@@ -56,28 +69,43 @@ ParamStore ParamStore::host_mirror() const {
   h.infos_ = infos_;
   h.by_name_ = by_name_;
   h.total_ = total_;
+  h.host_total_ = host_total_;
+  h.host_groups_ = host_groups_;
   // Not finalize(): no gradient arena and no zero fill of storage the copy overwrites (a snapshot
   // for --async-save is taken while training waits).
   h.device_ = Device::kCPU;
   h.compute_ = DType::kF32;
   h.params_ = Tensor::empty({total_ > 0 ? total_ : 1}, DType::kF32, Device::kCPU);
   h.params_.copy_from(params_);
+  if (host_total_ > 0) {
+    h.host_params_ = Tensor::empty({host_total_}, DType::kF32, Device::kCPU);
+    h.host_params_.copy_from(host_params_);
+  }
   h.finalized_ = true;
   return h;
 }
 
 void ParamStore::copy_params_from(const ParamStore& src) {
   VT_CHECK(finalized_ && src.finalized_);
-  VT_CHECK_MSG(src.total_ == total_ && src.infos_.size() == infos_.size(),
+  VT_CHECK_MSG(src.infos_.size() == infos_.size(),
                "copy_params_from: the stores hold different parameters");
-  params_.copy_from(src.params_);
+  if (src.total_ == total_ && src.host_total_ == host_total_) {
+    params_.copy_from(src.params_);
+    if (host_total_ > 0) host_params_.copy_from(src.host_params_);
+  } else {  // the same parameters placed differently (one store keeps some in host memory)
+    for (int i = 0; i < size(); ++i) {
+      VT_CHECK_MSG(src.infos_[i].name == infos_[i].name && src.infos_[i].shape == infos_[i].shape,
+                   "copy_params_from: the stores hold different parameters");
+      param(i).copy_from(src.param(i));
+    }
+  }
   refresh_compute_copy();
 }
 
 Tensor ParamStore::compute_param(int i) const {
   VT_CHECK(finalized_);
-  if (compute_ == DType::kF32) return param(i);
   const ParamInfo& p = infos_.at(i);
+  if (compute_ == DType::kF32 || p.host) return param(i);
   return compute_copy_.flat(p.offset, p.numel()).reshaped(p.shape);
 }
 
@@ -95,13 +123,13 @@ int ParamStore::find(const std::string& name) const {
 Tensor ParamStore::param(int i) const {
   VT_CHECK(finalized_);
   const ParamInfo& p = infos_.at(i);
-  return params_.flat(p.offset, p.numel()).reshaped(p.shape);
+  return (p.host ? host_params_ : params_).flat(p.offset, p.numel()).reshaped(p.shape);
 }
 
 Tensor ParamStore::grad(int i) const {
   VT_CHECK(finalized_);
   const ParamInfo& p = infos_.at(i);
-  return grads_.flat(p.offset, p.numel()).reshaped(p.shape);
+  return (p.host ? host_grads_ : grads_).flat(p.offset, p.numel()).reshaped(p.shape);
 }
 
 Tensor ParamStore::param(const std::string& name) const {

@@ -43,7 +43,8 @@ struct ParamInfo {
   Shape global_shape;   // shape of the whole parameter
   ParamSplit split;
   ParamGroup group = ParamGroup::kMatrix;
-  int64_t offset = 0;   // element offset in the arena
+  int64_t offset = 0;   // element offset in the arena (the host arena when `host`)
+  bool host = false;    // held in host memory (keep_in_host_memory) whatever the store's device
   int layer = -1;       // ParamMeta::layer
   bool pp_replicated = false;  // ParamMeta::pp_replicated
   int64_t numel() const { return shape_numel(shape); }
@@ -54,6 +55,9 @@ class ParamStore {
   // Registers a parameter; returns its index. Must be called before finalize().
   int add(const std::string& name, Shape shape, ParamGroup group, Shape global_shape = {},
           ParamSplit split = {}, ParamMeta meta = {});
+  // Parameters of `group` are kept in host memory (their own arenas) whatever finalize()'s device.
+  // Before the first add().
+  void keep_in_host_memory(ParamGroup group);
   // Allocates the param and grad arenas (zero-filled) on `device`; with compute == kBF16 also
   // the bf16 compute copy.
   void finalize(Device device = Device::kCPU, DType compute = DType::kF32);
@@ -81,25 +85,36 @@ class ParamStore {
   // Copies every parameter value from `src` (same registration, any device) and refreshes the
   // compute copy.
   void copy_params_from(const ParamStore& src);
-  // Whole arenas (1-D, total_numel() elements).
+  // Whole arenas (1-D, total_numel() elements): every parameter not kept in host memory.
   Tensor params_tensor() const { return params_.flat(0, total_); }
   Tensor grads_tensor() const { return grads_.flat(0, total_); }
+  // The host-memory arenas (1-D, host_numel() elements; empty without host-kept parameters).
+  Tensor host_params_tensor() const { return host_params_.flat(0, host_total_); }
+  Tensor host_grads_tensor() const { return host_grads_.flat(0, host_total_); }
 
   int64_t total_numel() const { return total_; }
+  int64_t host_numel() const { return host_total_; }
+  bool has_host_params() const { return host_total_ > 0; }
   float* param_data() const { return params_.f32(); }
   float* grad_data() const { return grads_.f32(); }
-  void zero_grads() { grads_.zero_(); }
+  void zero_grads() {
+    grads_.zero_();
+    if (host_grads_.defined()) host_grads_.zero_();
+  }
 
  private:
   std::vector<ParamInfo> infos_;
   std::map<std::string, int> by_name_;
   int64_t total_ = 0;
+  int64_t host_total_ = 0;
+  std::vector<ParamGroup> host_groups_;
   bool finalized_ = false;
   Device device_ = Device::kCPU;
   DType compute_ = DType::kF32;
   Tensor params_;
   Tensor grads_;
   Tensor compute_copy_;
+  Tensor host_params_, host_grads_;  // Device::kCPU, host_total_ elements
 };
 
 }  // namespace vt

@@ -97,7 +97,8 @@ const Tensor& GPT::attention_bias(int layer) const {
 }
 
 ValueLayerCtx GPT::value_ctx(int layer, int64_t N, const Tensor& ids,
-                             const std::vector<double>* coef, std::vector<double>* dcoef) const {
+                             const std::vector<double>* coef, std::vector<double>* dcoef,
+                             const Tensor& table_ids) const {
   ValueLayerCtx c;
   c.cfg = &cfg_;
   c.store = store_;
@@ -112,8 +113,25 @@ ValueLayerCtx GPT::value_ctx(int layer, int64_t N, const Tensor& ids,
   c.ids = ids;
   c.pass_coef = coef;
   c.pass_dcoef = dcoef;
+  if (table_rows_.active() && table_ids.defined()) {
+    c.table_rows = &table_rows_;
+    c.table_ids = table_ids;
+  }
   return c;
 }
+
+void GPT::prepare_table_rows(const std::vector<const int32_t*>& inputs, int64_t n_each,
+                             bool with_grads) {
+  VT_CHECK(store_ && store_->finalized());
+  for (const int32_t* ids : inputs)
+    for (int64_t n = 0; n < n_each; ++n)
+      VT_CHECK_MSG(ids[n] >= 0 && ids[n] < cfg_.vocab_size,
+                   "token id " << ids[n] << " outside the vocabulary [0, " << cfg_.vocab_size << ")");
+  table_rows_.prepare(*store_, host_tables_, vocab_offset_, vocab_rows_, device(), inputs, n_each,
+                      with_grads);
+}
+
+void GPT::finish_table_rows() { table_rows_.finish(*store_); }
 
 void GPT::register_params(ParamStore& store) {
   store_ = &store;
@@ -144,6 +162,14 @@ void GPT::register_params(ParamStore& store) {
   if (is_last_stage())
     lm_head_ = r.add("lm_head", {C, cfg_.vocab_padded}, ParamGroup::kLmHead, 1,
                      InitRule::normal(0.001), {});
+  host_tables_.clear();
+  table_rows_.clear();
+  for (int i = 0; i < store.size(); ++i)
+    if (store.info(i).host) {
+      VT_CHECK_MSG(store.info(i).group == ParamGroup::kValueTable,
+                   "only value tables can be kept in host memory, not " << store.info(i).name);
+      host_tables_.push_back(i);
+    }
 }
 
 void GPT::init_params(uint64_t seed) {
@@ -177,6 +203,7 @@ void GPT::start_activations(Activations& acts, const int32_t* inputs, const int3
   }
   acts.blocks.assign(chunk_end(chunk) - chunk_begin(chunk), BlockActs{});
   acts.input_ids = Tensor::from_host(acts.inputs.data(), {N}, device());
+  if (table_rows_.active()) acts.table_ids = table_rows_.compact_ids(acts.inputs.data(), N);
   if (targets) acts.target_ids = Tensor::from_host(acts.targets.data(), {N}, device());
 }
 

@@ -22,6 +22,7 @@
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/init.h"
+#include "model/table_rows.h"
 #include "model/value_path.h"
 
 namespace vt {
@@ -96,6 +97,7 @@ struct Activations {
   int chunk = 0;                         // the model chunk (virtual stage) this pass ran
   std::vector<int32_t> inputs, targets;  // (B*T) on the host
   Tensor input_ids, target_ids;          // the same on the model's device (i32)
+  Tensor table_ids;                      // inputs as compact ids into the pass's TableRows
   Tensor emb_raw, emb_rstd;              // wte rows before norm, norm's rstd (first stage)
   std::vector<BlockActs> blocks;         // indexed by layer - chunk_begin(chunk)
   Tensor head_x, head_rstd, head_n;      // final residual, its norm (last stage)
@@ -185,9 +187,22 @@ class GPT {
   DType act_dtype() const { return store_->compute_dtype(); }
   const LayerParams& layer_params(int layer) const { return layers_.at(local(layer)); }
   const ValueSharedParams& value_shared() const { return value_shared_; }
-  // What the value mode reads about target layer `layer` for N rows of token ids `ids`.
+  // What the value mode reads about target layer `layer` for N rows of token ids `ids`
+  // (`table_ids`: the same as compact ids into the prepared TableRows, when there are any).
   ValueLayerCtx value_ctx(int layer, int64_t N, const Tensor& ids, const std::vector<double>* coef,
-                          std::vector<double>* dcoef) const;
+                          std::vector<double>* dcoef, const Tensor& table_ids = {}) const;
+
+  // Value tables kept in host memory (ParamStore::keep_in_host_memory, --table-offload): the
+  // store indices of this rank's host-kept tables (empty: none). Before a pass over micro-batches
+  // whose input ids are `inputs` (n_each each), prepare_table_rows() puts the rows they read on
+  // the device (start_activations then records each micro-batch's compact ids); after the pass,
+  // finish_table_rows() adds the rows' gradients into the host gradients (with_grads) and frees
+  // them. See model/table_rows.h.
+  const std::vector<int>& host_tables() const { return host_tables_; }
+  void prepare_table_rows(const std::vector<const int32_t*>& inputs, int64_t n_each,
+                          bool with_grads);
+  void finish_table_rows();
+  const TableRows& table_rows() const { return table_rows_; }
   int local_heads() const { return heads_; }
   int local_kv_heads() const { return kv_heads_; }
   int local_hidden() const { return hidden_; }
@@ -236,6 +251,8 @@ class GPT {
   std::vector<InitRule> init_rules_;  // per store index
   int wte_ = -1, lm_head_ = -1;
   ValueSharedParams value_shared_;
+  std::vector<int> host_tables_;  // store indices of host-kept value tables (after finalize)
+  TableRows table_rows_;
   mutable std::vector<LayerParams> layers_;  // mutable: Projection::base is filled lazily
   mutable std::vector<Tensor> attn_bias_;     // per held layer, as layers_ (undefined without --attn-bias)
   mutable bool fixed_ready_ = false;

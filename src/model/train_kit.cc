@@ -41,7 +41,8 @@ void TrainKit::gain_grad(int gain, const Tensor& dy, const Tensor& y) const {
 }
 
 ValueLayerCtx TrainKit::value_ctx() const {
-  return m_.value_ctx(layer_, rows(), acts_.input_ids, &acts_.value_coef, &acts_.value_dcoef);
+  return m_.value_ctx(layer_, rows(), acts_.input_ids, &acts_.value_coef, &acts_.value_dcoef,
+                      acts_.table_ids);
 }
 
 // Sources of a target layer's value: in forward from the bundle, in backward from the saved

@@ -17,6 +17,7 @@
 namespace vt {
 
 class ParamRegistrar;
+class TableRows;
 
 // Which layers a mode targets when --value-layers is `default`.
 enum class DefaultTargets { kNone, kAll, kLastThird, kAlternate };
@@ -59,6 +60,10 @@ struct ValueLayerCtx {
   Communicator* tp = nullptr;
   int64_t vocab_offset = 0;  // first vocabulary row of this rank's table shards
   Tensor ids;                // (N) i32 token ids on the model's device
+  // Value tables kept in host memory (--table-offload): the pass's rows on the device and the
+  // compact ids of this micro-batch into them (table_rows.h); null / undefined otherwise.
+  const TableRows* table_rows = nullptr;
+  Tensor table_ids;
   const std::vector<double>* pass_coef = nullptr;  // begin_pass() output for this pass
   std::vector<double>* pass_dcoef = nullptr;       // d loss / d pass_coef, accumulated
 };
@@ -138,10 +143,12 @@ void grad_scalar(const ValueLayerCtx& c, int param, int64_t elem, const Tensor& 
                  const Tensor& src);
 // sum(dv * src) over the TP group, on the host.
 double dot_host(const ValueLayerCtx& c, const Tensor& dv, const Tensor& src);
-// Rows of a vocabulary-sharded table for this rank's heads (see values/value_helpers.cc) into
-// out (N, kv_heads * hd), and the backward (scatter-add into the rows this rank owns).
-void table_lookup(const ValueLayerCtx& c, const Tensor& table, const Tensor& out);
-void table_lookup_backward(const ValueLayerCtx& c, const Tensor& de, const Tensor& dtable);
+// Rows of vocabulary-sharded table `table` (a store index) for this rank's heads (see
+// values/value_helpers.cc) into out (N, kv_heads * hd), and the backward (scatter-add into the
+// rows this rank owns). A table kept in host memory is read from the pass's TableRows, or, for
+// a forward without them (decoding), gathered on the host.
+void table_lookup(const ValueLayerCtx& c, int table, const Tensor& out);
+void table_lookup_backward(const ValueLayerCtx& c, const Tensor& de, int table);
 // The "aligned" table init of bov / bov-add: E = norm(wte_init) W_V^layer_init, where W_V^layer
 // is the V projection layer `layer` would start with under the config's block shape (drawn
 // even when the mode stores none), so the first forward pass equals x0v's with gain 1.

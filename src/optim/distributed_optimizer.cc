@@ -3,6 +3,7 @@
 #include "optim/distributed_optimizer.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "core/check.h"
 #include "core/ops.h"
@@ -30,7 +31,7 @@ DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig co
   VT_CHECK(grid_.tp()->size() == tp && grid_.dp()->size() == dp && stage_size == tp * dp);
 
   plan_of_.assign(store_->size(), -1);
-  int64_t momentum_size = 0, adam_size = 0;
+  int64_t momentum_size = 0, adam_size = 0, adam_host_size = 0;
   double matrix_numel = 0;
   for (int i = 0; i < store_->size(); ++i) {
     const ParamInfo& info = store_->info(i);
@@ -68,16 +69,19 @@ DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig co
     } else {
       AdamPlan a;
       a.param = i;
+      a.host = info.host;
       const int64_t n = info.numel();
       a.chunk = (n + dp - 1) / dp;
       a.lo = std::min(n, a.chunk * dp_rank);
       a.hi = std::min(n, a.lo + a.chunk);
-      a.state = adam_size;
-      adam_size += a.hi - a.lo;
-      if (buckets_.empty() || (buckets_.back().size > 0 &&
-                               buckets_.back().size + a.chunk > kGatherBucket)) {
+      int64_t& size = a.host ? adam_host_size : adam_size;
+      a.state = size;
+      size += a.hi - a.lo;
+      if (buckets_.empty() || buckets_.back().host != a.host ||
+          (buckets_.back().size > 0 && buckets_.back().size + a.chunk > kGatherBucket)) {
         Bucket b;
         b.begin = b.end = static_cast<int>(adam_.size());
+        b.host = a.host;
         buckets_.push_back(b);
       }
       a.pack = buckets_.back().size;
@@ -92,6 +96,8 @@ DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig co
   update_ = Tensor::zeros({momentum_size}, DType::kF32, dev);
   exp_avg_ = Tensor::zeros({adam_size}, DType::kF32, dev);
   exp_avg_sq_ = Tensor::zeros({adam_size}, DType::kF32, dev);
+  exp_avg_host_ = Tensor::zeros({adam_host_size}, DType::kF32, Device::kCPU);
+  exp_avg_sq_host_ = Tensor::zeros({adam_host_size}, DType::kF32, Device::kCPU);
 
   // Every rank of the stage must plan the same matrices in the same order (the broadcasts of the
   // step pair up by position): compare counts and sizes over the stage group.
@@ -126,53 +132,73 @@ StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps, do
   s.clip_scale = clip_scale(s.grad_norm, config_.max_grad_norm);
   scale_grads(*store_, s.clip_scale);
   ++step_count_;
-  adamw_step(s.lr_multiplier);
+  // Parameters kept in host memory: updated by the host beside the device's work when the store
+  // is on a device (their states and gradients are host tensors: the CPU backend runs them).
+  const bool side = store_->has_host_params() && store_->device() != Device::kCPU;
+  std::thread host_update;
+  if (side)
+    host_update = std::thread([this, m = s.lr_multiplier] { adamw_update(true, m); });
+  else
+    adamw_update(true, s.lr_multiplier);
+  adamw_update(false, s.lr_multiplier);
+  adamw_gather(false);
   muon_step(s.lr_multiplier, s.momentum);
+  if (host_update.joinable()) host_update.join();
+  adamw_gather(true);
   store_->refresh_compute_copy();
   return s;
 }
 
-void DistributedOptimizer::adamw_step(double lr_multiplier) {
-  const Tensor params = store_->params_tensor(), grads = store_->grads_tensor();
+void DistributedOptimizer::adamw_update(bool host, double lr_multiplier) {
   for (const AdamPlan& a : adam_) {
-    if (a.hi == a.lo) continue;
+    if (a.hi == a.lo || a.host != host) continue;
     const ParamInfo& info = store_->info(a.param);
     const AdamWHyper& h = config_.adamw.for_group(info.group);
-    const int64_t o = info.offset + a.lo, n = a.hi - a.lo;
-    ops::adamw_update(params.flat(o, n), grads.flat(o, n), exp_avg_.flat(a.state, n),
-                      exp_avg_sq_.flat(a.state, n),
+    const int64_t n = a.hi - a.lo;
+    const Tensor& m = state_tensor(a, "exp_avg");
+    const Tensor& v = state_tensor(a, "exp_avg_sq");
+    ops::adamw_update(store_->param(a.param).flat(a.lo, n), store_->grad(a.param).flat(a.lo, n),
+                      m.flat(a.state, n), v.flat(a.state, n),
                       adamw_step_args(h, h.lr * lr_multiplier, step_count_));
   }
+}
+
+void DistributedOptimizer::adamw_gather(bool host) {
   Communicator* dp = grid_.dp();
   const int D = dp->size();
   if (D == 1) return;
   // All-gather the updated chunks, one bucket of parameters at a time. Rank r's chunk of a
   // parameter sits at r * bucket size + pack in the gathered buffer: the full chunks go back
   // into the parameter with one strided copy, a shorter last one with a second.
-  const Device dev = store_->device();
+  const Device dev = host ? Device::kCPU : store_->device();
   for (const Bucket& b : buckets_) {
+    if (b.host != host) continue;
     const Tensor send = Tensor::zeros({b.size}, DType::kF32, dev);
     const Tensor recv = Tensor::zeros({b.size * D}, DType::kF32, dev);
     for (int k = b.begin; k < b.end; ++k) {
       const AdamPlan& a = adam_[k];
       const int64_t n = a.hi - a.lo;
-      if (n > 0) send.flat(a.pack, n).copy_from(params.flat(store_->info(a.param).offset + a.lo, n));
+      if (n > 0) send.flat(a.pack, n).copy_from(store_->param(a.param).flat(a.lo, n));
     }
     dp->all_gather(send, recv);
     for (int k = b.begin; k < b.end; ++k) {
       const AdamPlan& a = adam_[k];
-      const ParamInfo& info = store_->info(a.param);
-      const int64_t n = info.numel();
+      const Tensor p = store_->param(a.param);
+      const int64_t n = p.numel();
       if (n == 0) continue;
+      const Tensor flat = p.flat(0, n);
       const int64_t full = std::min<int64_t>(D, n / a.chunk);  // ranks with a whole chunk
-      ops::copy_2d(params, info.offset, a.chunk, recv, a.pack, b.size, full, a.chunk);
+      ops::copy_2d(flat, 0, a.chunk, recv, a.pack, b.size, full, a.chunk);
       const int64_t rest = n - full * a.chunk;  // rank `full` holds the short last chunk
-      if (rest > 0) {
-        ops::copy_2d(params, info.offset + full * a.chunk, rest, recv, full * b.size + a.pack,
-                     rest, 1, rest);
-      }
+      if (rest > 0)
+        ops::copy_2d(flat, full * a.chunk, rest, recv, full * b.size + a.pack, rest, 1, rest);
     }
   }
+}
+
+const Tensor& DistributedOptimizer::state_tensor(const AdamPlan& a, const std::string& kind) const {
+  if (kind == "exp_avg") return a.host ? exp_avg_host_ : exp_avg_;
+  return a.host ? exp_avg_sq_host_ : exp_avg_sq_;
 }
 
 void DistributedOptimizer::muon_step(double lr_multiplier, double momentum) {
@@ -302,10 +328,10 @@ Tensor DistributedOptimizer::gather_state(const std::string& name, const std::st
     return out;
   }
   const AdamPlan& a = adam_plan(i, "gather_state");
-  const Tensor& st = kind == "exp_avg" ? exp_avg_ : exp_avg_sq_;
+  const Tensor& st = state_tensor(a, kind);
   Communicator* dp = grid_.dp();
   const int D = dp->size();
-  const Device dev = store_->device();
+  const Device dev = a.host ? Device::kCPU : store_->device();
   const Tensor send = Tensor::zeros({a.chunk}, DType::kF32, dev);
   const Tensor recv = Tensor::zeros({a.chunk * D}, DType::kF32, dev);
   if (a.hi > a.lo) send.flat(0, a.hi - a.lo).copy_from(st.flat(a.state, a.hi - a.lo));
@@ -337,7 +363,7 @@ void DistributedOptimizer::scatter_state(const std::string& name, const std::str
     return;
   }
   const AdamPlan& a = adam_plan(i, "scatter_state");
-  const Tensor& st = kind == "exp_avg" ? exp_avg_ : exp_avg_sq_;
+  const Tensor& st = state_tensor(a, kind);
   if (a.hi > a.lo) st.flat(a.state, a.hi - a.lo).copy_from(local_full.flat(a.lo, a.hi - a.lo));
 }
 

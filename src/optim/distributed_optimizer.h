@@ -21,6 +21,11 @@
 // chunks are all-gathered over DP (padded to equal size, in buckets) so every replica ends with
 // the whole updated shard.
 //
+// Parameters the store keeps in host memory (--table-offload: the value tables) keep their AdamW
+// states in host memory too, in gather buckets of their own; the host runs their update (the CPU
+// backend's multi-threaded AdamW) on a side thread while the device runs the other updates and
+// Muon, and their buckets are gathered after it joins. A CPU store runs them in line.
+//
 // Collectives: step() on every rank of the grid; gather_state() of an AdamW parameter on every
 // rank of the DP group, in the same order. scatter_state() is local.
 //
@@ -77,7 +82,9 @@ class DistributedOptimizer {
 
   // Floats of optimizer state held by this rank: AdamW exp_avg + exp_avg_sq (only the owned
   // ZeRO chunks, about 2 * numel / dp) and Muon momentum (the local shards).
-  int64_t adamw_state_numel() const { return 2 * exp_avg_.numel(); }
+  int64_t adamw_state_numel() const { return 2 * (exp_avg_.numel() + exp_avg_host_.numel()); }
+  // Of those, the floats kept in host memory (parameters the store keeps there).
+  int64_t host_state_numel() const { return 2 * exp_avg_host_.numel(); }
   int64_t muon_state_numel() const { return momentum_.numel(); }
   // Stage rank that orthogonalizes a Muon parameter (diagnostics and tests).
   int muon_owner(const std::string& name) const;
@@ -93,15 +100,21 @@ class DistributedOptimizer {
     int param = 0;
     int64_t chunk = 0;      // ceil(numel / dp)
     int64_t lo = 0, hi = 0; // owned element range of the local shard
-    int64_t state = 0;      // offset in exp_avg_ / exp_avg_sq_
+    int64_t state = 0;      // offset in exp_avg_ / exp_avg_sq_ (the _host_ pair when host)
     int64_t pack = 0;       // offset of this parameter's chunk in its gather bucket
+    bool host = false;      // the store keeps the parameter in host memory
   };
   struct Bucket {
     int begin = 0, end = 0; // range of adam_ entries
     int64_t size = 0;       // per-rank chunk floats of the bucket
+    bool host = false;      // its parameters are kept in host memory
   };
 
-  void adamw_step(double lr_multiplier);
+  // The updates of the owned chunks of the parameters kept in host memory (host) or not, and
+  // the all-gathers of their buckets over DP.
+  void adamw_update(bool host, double lr_multiplier);
+  void adamw_gather(bool host);
+  const Tensor& state_tensor(const AdamPlan& a, const std::string& kind) const;
   void muon_step(double lr_multiplier, double momentum);
   const AdamPlan& adam_plan(int param, const std::string& who) const;
   const MatrixPlan& matrix_plan(int param, const std::string& who) const;
@@ -120,6 +133,7 @@ class DistributedOptimizer {
   // f32 states on the store's device (1-D, the offsets of the plans).
   Tensor momentum_;
   Tensor exp_avg_, exp_avg_sq_;
+  Tensor exp_avg_host_, exp_avg_sq_host_;  // host memory, for parameters kept there
   Tensor update_;  // Muon's Nesterov directions (momentum_'s layout), reused every step
 };
 

@@ -23,6 +23,9 @@ void all_reduce_grads(ParamStore& store, Communicator* dp, int64_t bucket_elems)
   for (int64_t lo = 0; lo < total; lo += bucket_elems) {
     dp->all_reduce_sum(g.flat(lo, std::min(bucket_elems, total - lo)));
   }
+  const Tensor h = store.host_grads_tensor();  // parameters kept in host memory
+  for (int64_t lo = 0; lo < store.host_numel(); lo += bucket_elems)
+    dp->all_reduce_sum(h.flat(lo, std::min(bucket_elems, store.host_numel() - lo)));
 }
 
 OverlappedGradSync::OverlappedGradSync(ParamStore* store, Communicator* dp, int64_t bucket_elems)
@@ -30,9 +33,11 @@ OverlappedGradSync::OverlappedGradSync(ParamStore* store, Communicator* dp, int6
   VT_CHECK(store_ && store_->finalized() && dp_ && bucket_ > 0);
   // Each parameter spans [offset, next offset) (its padding included); a layer's range is the
   // union of its parameters' spans, which registration makes contiguous.
-  const int n = store_->size();
-  std::vector<int> order(n);
-  for (int i = 0; i < n; ++i) order[i] = i;
+  // Parameters kept in host memory are summed by finish(), over their own arena.
+  std::vector<int> order;
+  for (int i = 0; i < store_->size(); ++i)
+    if (!store_->info(i).host) order.push_back(i);
+  const int n = static_cast<int>(order.size());
   std::sort(order.begin(), order.end(),
             [&](int a, int b) { return store_->info(a).offset < store_->info(b).offset; });
   int64_t cursor = 0;
@@ -82,6 +87,9 @@ void OverlappedGradSync::finish() {
   for (const Range& r : rest_)
     for (int64_t lo = r.lo; lo < r.hi; lo += bucket_)
       dp_->all_reduce_sum(g.flat(lo, std::min(bucket_, r.hi - lo)));
+  const Tensor h = store_->host_grads_tensor();
+  for (int64_t lo = 0; lo < store_->host_numel(); lo += bucket_)
+    dp_->all_reduce_sum(h.flat(lo, std::min(bucket_, store_->host_numel() - lo)));
   dp_->all_reduce_wait();
   std::fill(started_.begin(), started_.end(), 0);
 }
@@ -129,10 +137,13 @@ std::vector<uint8_t> grad_norm_mask(const ParamStore& store, const ProcessGrid& 
 double global_grad_norm(const ParamStore& store, const ProcessGrid& grid,
                         const std::vector<uint8_t>& mask) {
   VT_CHECK(static_cast<int>(mask.size()) == store.size());
-  std::vector<Tensor> counted;
+  // One device synchronization for the whole store; parameters kept in host memory are summed
+  // apart, unless the store is on the CPU too (then in the same order as without).
+  std::vector<Tensor> counted, host_kept;
+  const bool split = store.device() != Device::kCPU;
   for (int i = 0; i < store.size(); ++i)
-    if (mask[i]) counted.push_back(store.grad(i));
-  double s = ops::sum_squares_list(counted);  // one device synchronization for the whole store
+    if (mask[i]) (split && store.info(i).host ? host_kept : counted).push_back(store.grad(i));
+  double s = ops::sum_squares_list(counted) + ops::sum_squares_list(host_kept);
   grid.tp()->all_reduce_sum(&s, 1);
   grid.pp()->all_reduce_sum(&s, 1);
   return std::sqrt(s);

@@ -169,7 +169,7 @@ void PipelineEngine::forward_micro(int i, int chunk, int B, const FetchBatch& fe
   const int64_t N = static_cast<int64_t>(B) * model_.config().seq_len;
   if (static_cast<int>(ids_.size()) <= i) ids_.resize(i + 1);
   std::vector<int32_t>& ids = ids_[i];
-  if (chunk == 0) {
+  if (chunk == 0 && !prefetched_) {
     ids.resize(2 * N);
     fetch(i, ids.data(), ids.data() + N);
   }
@@ -235,6 +235,22 @@ bool PipelineEngine::next_forward(int i) {
   return go != 0.0f;
 }
 
+void PipelineEngine::prepare_tables(int M, int B, const FetchBatch& fetch, bool with_grads) {
+  prefetched_ = false;
+  if (model_.host_tables().empty()) return;
+  // The rows of host-kept value tables the pass reads go to the device before its first
+  // forward, so every micro-batch's ids are read now (in order, as forward_micro would).
+  const int64_t N = static_cast<int64_t>(B) * model_.config().seq_len;
+  ids_.assign(M, std::vector<int32_t>(2 * N));
+  std::vector<const int32_t*> inputs(M);
+  for (int i = 0; i < M; ++i) {
+    fetch(i, ids_[i].data(), ids_[i].data() + N);
+    inputs[i] = ids_[i].data();
+  }
+  model_.prepare_table_rows(inputs, N, with_grads);
+  prefetched_ = true;
+}
+
 double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBatch& fetch,
                                   const std::function<void(int)>& on_last_layer_grads) {
   const int P = grid_.shape().pp, s = grid_.coords().pp, V = model_.num_chunks();
@@ -245,6 +261,7 @@ double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBat
   ids_.clear();
   inflight_total_ = max_inflight_ = 0;
   stopped_ = false;
+  prepare_tables(M, B, fetch, true);
   // Micro-batches from `end` on are dropped: a stop request (next_forward, voted before each
   // micro-batch's first forward, which every rank meets before any other pass of that
   // micro-batch) ends the step there on every rank; the passes of earlier micro-batches still
@@ -274,6 +291,8 @@ double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBat
     }
   }
   grid_.pp()->wait_sends();
+  if (prefetched_) model_.finish_table_rows();  // the rows' gradients into the host tables'
+  prefetched_ = false;
   if (stopped_) times_.pass_s.clear();
   VT_CHECK(inflight_total_ == 0);
   // 1F1B's memory bound: pp - stage passes in flight; interleaved: the warm-up plus one (every
@@ -291,9 +310,12 @@ double PipelineEngine::forward_only(int M, int B, const FetchBatch& fetch, const
   double loss_sum = 0.0;
   stopped_ = false;
   ids_.clear();
+  prepare_tables(M, B, fetch, false);
   for (int i = 0; i < M && next_forward(i); ++i)
     for (int c = 0; c < model_.num_chunks(); ++c) forward_micro(i, c, B, fetch, on_loss, false, loss_sum);
   grid_.pp()->wait_sends();
+  if (prefetched_) model_.finish_table_rows();
+  prefetched_ = false;
   return loss_sum;
 }
 

@@ -10,7 +10,9 @@
 // residual stream, x0 for x0v, and the context values later layers read (V1; every earlier value
 // for resformer-dense), DenseFormer's earlier block outputs that later averages read, and in
 // backward their gradients. With pp = 1 it is plain gradient accumulation. Token ids are read on
-// every stage by `fetch`, never sent.
+// every stage by `fetch`, never sent; with value tables kept in host memory (--table-offload)
+// every micro-batch's ids are read before the first forward, so the table rows they need are
+// on the device before the pass starts (model/table_rows.h).
 #pragma once
 #include <functional>
 #include <vector>
@@ -88,6 +90,9 @@ class PipelineEngine {
   std::vector<Slot> boundary_slots(int boundary) const;
 
  private:
+  // With value tables kept in host memory: reads all M micro-batches' ids and puts the rows
+  // they touch on the device (GPT::prepare_table_rows); forward_micro then uses those ids.
+  void prepare_tables(int M, int B, const FetchBatch& fetch, bool with_grads);
   bool next_forward(int i);  // the stop vote before micro-batch i's first forward (set_stop_check)
   void forward_micro(int i, int chunk, int B, const FetchBatch& fetch, const OnLoss& on_loss,
                      bool keep, double& loss_sum);
@@ -111,6 +116,7 @@ class PipelineEngine {
   size_t inflight_total_ = 0, max_inflight_ = 0;
   std::function<bool()> stop_check_;
   bool stopped_ = false;
+  bool prefetched_ = false;  // ids_ holds every micro-batch's ids (prepare_tables)
   StepTimes times_;
 };
 

@@ -96,8 +96,10 @@ std::string format_breakdown(const LayoutPlan& l) {
   line("backward temporaries (one block)", m.backward_transient);
   line("logits and their gradient (last stage; freed before the", m.logits);
   absl::StrAppendFormat(&s, "    blocks' backward: this or the two above count, the larger)\n");
+  if (m.table_rows > 0) line("value-table rows of a step and their gradient", m.table_rows);
   line("allowance: context, workspaces, comm buffers", l.workspace);
   line("total", l.per_gpu());
+  if (m.host_tables > 0) line("  + value tables in host memory (--table-offload)", m.host_tables);
   if (l.tables > 0) line("  of which value tables (all their parts)", l.tables);
   return s;
 }

@@ -13,18 +13,28 @@ std::string MemoryEstimate::to_string() const {
   constexpr double G = 1024.0 * 1024.0 * 1024.0;
   return absl::StrFormat(
       "params %.2f GiB | grads %.2f | bf16 weights %.2f | optimizer %.2f | activations %.2f "
-      "(+%.2f recomputed block, +%.2f backward temporaries) | logits %.2f | total %.2f GiB",
+      "(+%.2f recomputed block, +%.2f backward temporaries) | logits %.2f | %stotal %.2f GiB%s",
       params / G, grads / G, compute_copy / G, optimizer / G, activations / G,
-      recompute_transient / G, backward_transient / G, logits / G, total() / G);
+      recompute_transient / G, backward_transient / G, logits / G,
+      host_tables > 0 ? absl::StrFormat("table rows %.2f | ", table_rows / G) : "", total() / G,
+      host_tables > 0 ? absl::StrFormat(" (+ tables in host memory %.2f GiB)", host_tables / G)
+                      : "");
 }
 
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
-                               int B, DType act_dtype, bool recompute, int vpp) {
+                               int B, DType act_dtype, bool recompute, int vpp, int micro_batches) {
   MemoryEstimate m;
-  double matrix = 0, other = 0;
-  for (const ParamInfo& p : store.infos())
+  double matrix = 0, other = 0, host = 0, host_width = 0;
+  for (const ParamInfo& p : store.infos()) {
+    if (p.host) {  // --table-offload: the table, its gradient and AdamW states in host memory
+      host += static_cast<double>(p.numel());
+      host_width += static_cast<double>(p.shape.back());
+      continue;
+    }
     (p.group == ParamGroup::kMatrix ? matrix : other) += static_cast<double>(p.numel());
+  }
+  m.host_tables = 8 * host + 8 * host / shape.dp;
   const double n = matrix + other;
   // Fixed tensors beside the parameters: the W0 of reparameterized projections (sas/sas-p: layer
   // 0's V and O, every layer's with --reparam-init; C x C/tp each) and --attn-bias's T x T bias
@@ -58,6 +68,9 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
             gained * C) +
       4 * (2 + 2 * heads);
   const double tokens = static_cast<double>(B) * cfg.seq_len;
+  // Host-kept tables: the rows the step's micro-batches read and their gradient, on the device.
+  const double vocab_rows = static_cast<double>(cfg.vocab_padded) / shape.tp;
+  m.table_rows = 8 * host_width * std::min(vocab_rows, tokens * std::max(1, micro_batches));
   // 1F1B warm-up depth + 1 passes of the stage; interleaved (vpp > 1): Megatron's warm-up + 1
   // passes of one chunk (layers / vpp), counted below as stage passes.
   const double in_flight =

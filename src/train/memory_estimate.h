@@ -20,10 +20,13 @@ struct MemoryEstimate {
   double activations = 0;          // kept from forward to backward
   double recompute_transient = 0;  // one block's activations rebuilt in backward (--recompute)
   double backward_transient = 0;   // one block's activation gradients, alive during its backward
+  // --table-offload: the value tables, their gradients and AdamW states in host memory (not in
+  // total()), and the rows a step reads with their gradient on the device.
+  double host_tables = 0, table_rows = 0;
   // The loss end's logits and their gradient are freed before the blocks' backward starts
   // (GPT::head_backward), so they and the block transients are never alive together.
   double total() const {
-    return params + grads + compute_copy + optimizer + activations +
+    return params + grads + compute_copy + optimizer + activations + table_rows +
            std::max(logits, recompute_transient + backward_transient);
   }
   std::string to_string() const;  // "params 1.2 GiB | grads ... | total ..."
@@ -32,6 +35,7 @@ struct MemoryEstimate {
 // `store` is this rank's finalized store; B the micro-batch rows.
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
-                               int B, DType act_dtype, bool recompute = false, int vpp = 1);
+                               int B, DType act_dtype, bool recompute = false, int vpp = 1,
+                               int micro_batches = 1);
 
 }  // namespace vt

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "data/tokenizer.h"
+#include "model/value_path.h"
 #include "parallel/process_grid.h"
 #include "train/model_flags.h"
 
@@ -82,6 +83,9 @@ const CommandSpec& train_command() {
                     "how device tensors cross ranks (mpi stages through host memory)"),
         choice_flag("muon-ns-dtype", "", {"f32", "bf16"}, "Newton-Schulz dtype (default bf16 on cuda)"),
         bool_flag("recompute", "save only each block's input and rerun its forward in backward"),
+        bool_flag("table-offload",
+                  "keep the value tables (bov, bov-add, value-embed) and their AdamW states in "
+                  "host memory; only the rows a step reads go to the device"),
         bool_flag("no-overlap-grad-sync", "sum data-parallel gradients after backward, not during it"),
         bool_flag("skip-memory-check",
                   "start even when the memory estimate exceeds the free host/device memory"),
@@ -118,6 +122,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"warmdown_frac", warmdown_frac}, {"max_grad_norm", max_grad_norm},
           {"polar_express", polar_express}, {"device", device},
           {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute},
+          {"table_offload", table_offload},
           {"muon_ns_dtype", muon_ns_dtype}, {"core_every", core_every}, {"core_dir", core_dir}};
 }
 
@@ -166,6 +171,11 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.sample_every = f.get_int("sample-every");
   o.polar_express = f.get_bool("polar-express");
   o.recompute = f.get_bool("recompute");
+  o.table_offload = f.get_bool("table-offload");
+  if (o.table_offload && !o.model.value().has_table())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--table-offload keeps value tables in host memory, and --value-mode ",
+        o.model.value().name(), " has none (bov, bov-add and value-embed do)"));
   o.overlap_grad_sync = !f.get_bool("no-overlap-grad-sync");
   o.skip_memory_check = f.get_bool("skip-memory-check");
   if (f.has("memory-limit-gib")) o.memory_limit_gib = f.get_double("memory-limit-gib");

@@ -49,6 +49,7 @@ struct TrainOptions {
   std::string device = "cpu";
   std::string act_dtype = "default";
   std::string device_comm = "auto";
+  bool table_offload = false;  // value tables and their AdamW states in host memory
   bool recompute = false;  // rerun each block's forward in backward instead of saving it
   bool profile = false;    // per-op host time per step, printed at the end (core/op_profile.h)
   bool overlap_grad_sync = true;

@@ -42,7 +42,7 @@ std::string layout_flags(const plan::Layout& l, const TrainOptions& o) {
 
 // What the refusal adds to its first line: the breakdown of the rank that needs the most
 // (`parts` of every rank, kParts floats each, GiB) and the layouts that fit `cap` bytes per rank.
-constexpr int kParts = 8;
+constexpr int kParts = 10;
 
 std::string refusal_detail(const std::vector<float>& parts, const std::vector<float>& stages,
                            double cap, const TrainOptions& o, const GridShape& shape,
@@ -51,7 +51,8 @@ std::string refusal_detail(const std::vector<float>& parts, const std::vector<fl
   auto total = [&](int r) {
     MemoryEstimate m;
     double* f[kParts] = {&m.params, &m.grads, &m.compute_copy, &m.optimizer, &m.activations,
-                         &m.recompute_transient, &m.backward_transient, &m.logits};
+                         &m.recompute_transient, &m.backward_transient, &m.logits,
+                         &m.table_rows, &m.host_tables};
     for (int i = 0; i < kParts; ++i) *f[i] = static_cast<double>(parts[r * kParts + i]) * kGiB;
     return m;
   };
@@ -131,9 +132,12 @@ absl::Status check_memory_fits(const MemoryEstimate& estimate, const TrainOption
       static_cast<float>(estimate.compute_copy / kGiB), static_cast<float>(estimate.optimizer / kGiB),
       static_cast<float>(estimate.activations / kGiB),
       static_cast<float>(estimate.recompute_transient / kGiB),
-      static_cast<float>(estimate.backward_transient / kGiB), static_cast<float>(estimate.logits / kGiB)};
+      static_cast<float>(estimate.backward_transient / kGiB), static_cast<float>(estimate.logits / kGiB),
+      static_cast<float>(estimate.table_rows / kGiB), static_cast<float>(estimate.host_tables / kGiB)};
   std::vector<float> parts(static_cast<size_t>(n) * kParts), stages(n), keys(n), needs(n), pools(n);
-  const float fstage = static_cast<float>(stage), gib = static_cast<float>(mine / kGiB),
+  // Value tables kept in host memory (--table-offload) count against the host's memory.
+  const float fstage = static_cast<float>(stage),
+              gib = static_cast<float>((mine + estimate.host_tables) / kGiB),
               fhave = static_cast<float>(have / kGiB);
   world->all_gather(mine_parts.data(), parts.data(), kParts);
   world->all_gather(&fstage, stages.data(), 1);
@@ -161,7 +165,7 @@ absl::Status check_memory_fits(const MemoryEstimate& estimate, const TrainOption
     }
     st = absl::ResourceExhaustedError(absl::StrCat(
         "this run does not fit in memory: rank ", world->rank(), " needs an estimated ",
-        absl::StrFormat("%.2f", mine / kGiB), " GiB",
+        absl::StrFormat("%.2f", (per_device ? mine : mine + estimate.host_tables) / kGiB), " GiB",
         sharing > 1 ? absl::StrFormat(", %.2f GiB for the %d ranks on its host", need / kGiB, sharing) : "",
         ", but ", pool, "; lower --micro-batch or --seq-len, spread the model over more ranks "
         "(--tp, --pp), use --recompute, or pass --skip-memory-check to start anyway",

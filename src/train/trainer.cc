@@ -138,13 +138,15 @@ absl::Status Trainer::setup() {
   if (o_.vpp > 1) par.chunks = chunks_;
   model_ = std::make_unique<GPT>(cfg, par);
   model_->set_recompute(o_.recompute);
+  if (o_.table_offload) store_.keep_in_host_memory(ParamGroup::kValueTable);
   model_->register_params(store_);
 
   // Memory before anything large is allocated: the parameters are registered, not allocated.
   int held_layers = 0;
   for (const auto& [b, e] : chunks_) held_layers += e - b;
   const MemoryEstimate mem = estimate_memory(cfg, store_, shape_, grid_->coords(), held_layers,
-                                             o_.micro_batch, device_.act_dtype, o_.recompute, o_.vpp);
+                                             o_.micro_batch, device_.act_dtype, o_.recompute, o_.vpp,
+                                             micro_batches_);
   memory_line_ = mem.to_string();
   VT_RETURN_IF_ERROR(check_memory_fits(mem, o_, shape_, grid_->coords().pp, device_.device,
                                        device_.act_dtype, world_));
@@ -280,6 +282,7 @@ absl::Status Trainer::save(int64_t step) {
   // Never a checkpoint of non-finite weights (an update can overflow even from finite
   // gradients): one reduction over the parameters, agreed by every rank.
   double sq = ops::sum_squares(store_.params_tensor());
+  if (store_.has_host_params()) sq += ops::sum_squares(store_.host_params_tensor());
   world_->all_reduce_sum(&sq, 1);
   if (!std::isfinite(sq))
     return agreed(absl::DataLossError(absl::StrCat(

@@ -53,7 +53,7 @@ class Bov final : public ValuePath {
   void forward(const ValueLayerCtx& c, const ValueSources&, ValueState& st,
                const Tensor& v) const override {
     st.emb = Tensor::zeros(v.shape(), v.dtype(), v.device());
-    value_ops::table_lookup(c, c.store->param(c.params->table), st.emb);
+    value_ops::table_lookup(c, c.params->table, st.emb);
     ops::scale_copy_coef(v, st.emb, c.store->param(c.params->p[kGain]));
   }
   void backward(const ValueLayerCtx& c, const ValueSources&, const ValueState& st,
@@ -61,7 +61,7 @@ class Bov final : public ValuePath {
     value_ops::grad_scalar(c, c.params->p[kGain], 0, dv, st.emb);
     Tensor de = Tensor::zeros(dv.shape(), dv.dtype(), dv.device());
     ops::scale_copy_coef(de, dv, c.store->param(c.params->p[kGain]));
-    value_ops::table_lookup_backward(c, de, c.store->grad(c.params->table));
+    value_ops::table_lookup_backward(c, de, c.params->table);
   }
 };
 

@@ -33,7 +33,7 @@ class BovAdd final : public ValuePath {
   void forward(const ValueLayerCtx& c, const ValueSources& src, ValueState& st,
                const Tensor& v) const override {
     st.emb = Tensor::zeros(v.shape(), v.dtype(), v.device());
-    value_ops::table_lookup(c, c.store->param(c.params->table), st.emb);
+    value_ops::table_lookup(c, c.params->table, st.emb);
     if (c.params->p[kA] >= 0) {
       ops::scale_copy_coef(v, src.ctx, c.store->param(c.params->p[kA]));
       ops::axpy_coef(v, st.emb, c.store->param(c.params->p[kB]));
@@ -54,7 +54,7 @@ class BovAdd final : public ValuePath {
       ops::scale_copy(g.dctx, dv, 0.5f);
       ops::scale_copy(de, dv, 0.5f);
     }
-    value_ops::table_lookup_backward(c, de, c.store->grad(c.params->table));
+    value_ops::table_lookup_backward(c, de, c.params->table);
   }
 };
 

@@ -39,7 +39,7 @@ class ValueEmbed final : public ValuePath {
                const Tensor& v) const override {
     const ModelConfig& cfg = *c.cfg;
     st.emb = Tensor::zeros(v.shape(), v.dtype(), v.device());
-    value_ops::table_lookup(c, c.store->param(c.params->table), st.emb);
+    value_ops::table_lookup(c, c.params->table, st.emb);
     // gate (N, kv_heads) = scale * sigmoid(gate_in[:, :Gc] W_g)
     st.gate = Tensor::zeros({c.N, c.kv_heads}, DType::kF32, v.device());
     GemmArgs g;
@@ -80,7 +80,7 @@ class ValueEmbed final : public ValuePath {
     gx.C = g.dgate_in, gx.ldc = C;
     gx.beta = 1.0f;
     ops::gemm(gx);
-    value_ops::table_lookup_backward(c, de, c.store->grad(c.params->table));
+    value_ops::table_lookup_backward(c, de, c.params->table);
   }
 };
 

@@ -5,6 +5,7 @@
 #include "model/block_shape.h"
 #include "model/gpt.h"
 #include "model/init.h"
+#include "model/table_rows.h"
 #include "model/value_path.h"
 
 namespace vt {
@@ -49,31 +50,54 @@ double dot_host(const ValueLayerCtx& c, const Tensor& dv, const Tensor& src) {
   return s;
 }
 
+namespace {
+// This rank's rows of table `table` (rows [vocab_offset, + rows) of the vocabulary) into
+// full (N, K), zero rows for ids of other shards.
+void lookup_rows(const ValueLayerCtx& c, int table, const Tensor& full) {
+  if (!c.store->info(table).host) {
+    ops::embedding(c.store->param(table), c.vocab_offset, c.ids, full);
+  } else if (c.table_rows && c.table_rows->holds(table)) {
+    ops::embedding(c.table_rows->rows(table), 0, c.table_ids, full);
+  } else {  // a host-kept table read without prepared rows (decoding): gathered on the host
+    const Tensor host = Tensor::zeros(full.shape(), DType::kF32, Device::kCPU);
+    ops::embedding(c.store->param(table), c.vocab_offset, c.ids.to(Device::kCPU), host);
+    ops::copy(full, host);
+  }
+}
+void scatter_rows(const ValueLayerCtx& c, int table, const Tensor& full) {
+  if (!c.store->info(table).host) {
+    ops::embedding_backward(full, c.ids, c.vocab_offset, c.store->grad(table));
+    return;
+  }
+  VT_CHECK_MSG(c.table_rows && c.table_rows->holds(table),
+               "the backward of a host-kept value table needs the pass's TableRows");
+  ops::embedding_backward(full, c.table_ids, 0, c.table_rows->grad(table));
+}
+}  // namespace
+
 // Each TP rank looks up the rows it owns (zeros elsewhere), then a reduce-scatter over the head
 // dimension sums the pieces and leaves each rank its own heads.
-void table_lookup(const ValueLayerCtx& c, const Tensor& table, const Tensor& out) {
-  const Tensor& ids = c.ids;
+void table_lookup(const ValueLayerCtx& c, int table, const Tensor& out) {
   Communicator* tp = c.tp;
-  const int64_t N = ids.numel(), K = table.dim(-1), Kl = out.numel() / N;
+  const int64_t N = c.ids.numel(), K = c.store->info(table).shape.back(), Kl = out.numel() / N;
   if (tp->size() == 1) {
-    ops::embedding(table, c.vocab_offset, ids, out);
+    lookup_rows(c, table, out);
     return;
   }
   const int P = tp->size();
   Tensor full = Tensor::zeros({N, K}, out.dtype(), out.device());
-  ops::embedding(table, c.vocab_offset, ids, full);
+  lookup_rows(c, table, full);
   Tensor by_rank = Tensor::zeros({P, N, Kl}, out.dtype(), out.device());  // (rank, N, heads)
   for (int r = 0; r < P; ++r) ops::copy_2d(by_rank, r * N * Kl, Kl, full, r * Kl, K, N, Kl);
   tp->reduce_scatter_sum(by_rank, out);
 }
 
 // Gather every rank's head slice of the gradient, scatter-add the rows this rank owns.
-void table_lookup_backward(const ValueLayerCtx& c, const Tensor& de, const Tensor& dtable) {
-  const Tensor& ids = c.ids;
+void table_lookup_backward(const ValueLayerCtx& c, const Tensor& de, int table) {
   Communicator* tp = c.tp;
-  const int64_t N = ids.numel(), K = dtable.dim(-1);
+  const int64_t N = c.ids.numel(), K = c.store->info(table).shape.back();
   if (tp->size() == 1) {
-    ops::embedding_backward(de, ids, c.vocab_offset, dtable);
+    scatter_rows(c, table, de);
     return;
   }
   const int P = tp->size();
@@ -82,7 +106,7 @@ void table_lookup_backward(const ValueLayerCtx& c, const Tensor& de, const Tenso
   tp->all_gather(de, by_rank);
   Tensor full = Tensor::zeros({N, K}, de.dtype(), de.device());
   for (int r = 0; r < P; ++r) ops::copy_2d(full, r * Kl, K, by_rank, r * N * Kl, Kl, N, Kl);
-  ops::embedding_backward(full, ids, c.vocab_offset, dtable);
+  scatter_rows(c, table, full);
 }
 
 std::vector<float> aligned_table_init(const ModelConfig& cfg, int layer, uint64_t seed) {
