@@ -63,7 +63,7 @@ std::string refusal_detail(const std::vector<float>& parts, const std::vector<fl
   lp.layout = cur;
   lp.mem = total(worst);
   lp.stage = static_cast<int>(stages[worst]);
-  std::string s = absl::StrCat("\n(rank ", worst, ") ", plan::format_breakdown(lp),
+  std::string s = absl::StrCat("\nrank ", worst, " needs the most; ", plan::format_breakdown(lp),
                                "  (this check counts no allowance: the free memory is measured "
                                "after start-up)\n");
 
