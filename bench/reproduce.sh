@@ -11,6 +11,9 @@
 #   4. every dp x tp x pp layout against one process (bench_layouts.py)
 #   5. the memory estimates of bench/README.md (vtrain plan --layout --memory-only)
 #   6. the static H100 report of a d24/d32 step (static_report.py; needs the nvcc build)
+#   7. the PyTorch peer against the JAX reference and vtrain (check_torch_model.py): needs
+#      torch, installed from PyPI into .venv-torch on first use (about 5.4 GiB with the CUDA
+#      libraries PyPI's torch wheel pulls in; TORCH_PYTHON=path uses another python with torch)
 # From a clean clone: `bash bench/reproduce.sh` installs and builds first (scripts/setup.sh,
 # scripts/build.sh, both idempotent). Takes about 20 minutes on 2 cores. Knobs: OUT (default
 # runs/reproduce-DATE), ONLY="1 3" (a subset of the numbered parts), SKIP_SETUP=1.
@@ -89,6 +92,17 @@ if want 6; then
   else
     say "skipped: no nvcc build with ptxas reports in build/ (CUDA toolkit not found at configure)"
   fi
+fi
+if want 7; then
+  section "7. The PyTorch peer (bench/check_torch_model.py)"
+  TORCH_PY=${TORCH_PYTHON:-.venv-torch/bin/python}
+  if ! "$TORCH_PY" -c "import torch, numpy, h5py" >/dev/null 2>&1 && [ -z "${TORCH_PYTHON:-}" ]; then
+    python3 -m venv .venv-torch && .venv-torch/bin/pip install -q torch numpy h5py
+  fi
+  say "- torch $("$TORCH_PY" -c 'import torch; print(torch.__version__)')"
+  record "$TORCH_PY" bench/check_torch_model.py --vtrain build/vtrain
+  record "$TORCH_PY" bench/check_torch_model.py --vtrain build/vtrain --jax-python none \
+    --vtrain-extra-args '--device emulated --act-dtype f32'
 fi
 say ""
 say "- load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -40,6 +40,8 @@ const CommandSpec& eval_command() {
         flag_heading("layout and device"),
         int_flag("tp", 1, 1, 1 << 20, "tensor-parallel ranks (dp = ranks / (tp*pp))"),
         int_flag("pp", 1, 1, 1 << 20, "pipeline stages; any layout loads any checkpoint"),
+        int_flag("vpp", 1, 1, 1 << 20,
+                 "model chunks per pipeline rank (the interleaved layout of `train --vpp`)"),
         choice_flag("device", "cpu", {"cpu", "cuda", "emulated"}, "where the model runs"),
         choice_flag("act-dtype", "", {"f32", "bf16"}, "activations (default bf16 off the CPU)"),
         choice_flag("device-comm", "auto", {"auto", "nccl", "mpi"}, "how device tensors cross ranks"),
@@ -76,12 +78,15 @@ int cmd_eval(int argc, char** argv) {
     TrainOptions o;
     o.tp = static_cast<int>(f.get_int("tp"));
     o.pp = static_cast<int>(f.get_int("pp"));
+    o.vpp = static_cast<int>(f.get_int("vpp"));
     o.device = f.get_string("device");
     o.act_dtype = f.get_string("act-dtype");
     if (o.act_dtype.empty()) o.act_dtype = o.device == "cpu" ? "f32" : "bf16";
     o.device_comm = f.get_string("device-comm");
     auto shape = make_grid_shape(world->size(), o.tp, o.pp, cfg);
     if (!shape.ok()) return agreed(shape.status());
+    if (absl::Status st = check_virtual_stages(cfg.n_layer, o.pp, o.vpp, -1); !st.ok())
+      return agreed(st);
     auto tok_or = tokenizer_for_checkpoint(ckpt, meta_or->extra, f.get_string("data"));
     if (!tok_or.ok()) return agreed(tok_or.status());
     std::unique_ptr<data::Tokenizer> tok = std::move(*tok_or);
@@ -102,6 +107,7 @@ int cmd_eval(int argc, char** argv) {
     par.tp = grid.tp();
     par.layer_begin = layer_begin;
     par.layer_end = layer_end;
+    if (o.vpp > 1) par.chunks = virtual_stage_layers(cfg.n_layer, shape->pp, o.vpp, grid.coords().pp);
     ParamStore store;
     GPT model(cfg, par);
     model.register_params(store);
@@ -114,8 +120,9 @@ int cmd_eval(int argc, char** argv) {
     }
     const bool rank0 = world->rank() == 0;
     if (rank0)
-      std::printf("eval: %s (step %lld) | layout dp %d x tp %d x pp %d | %s | %s\n", ckpt.c_str(),
+      std::printf("eval: %s (step %lld) | layout dp %d x tp %d x pp %d%s | %s | %s\n", ckpt.c_str(),
                   static_cast<long long>(meta_or->step), shape->dp, shape->tp, shape->pp,
+                  o.vpp > 1 ? absl::StrCat(" x vpp ", o.vpp).c_str() : "",
                   device.description.c_str(), comm_desc.c_str());
     PipelineEngine engine(model, grid);
     if (f.has("data")) {

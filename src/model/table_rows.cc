@@ -29,24 +29,45 @@ void TableRows::prepare(const ParamStore& store, const std::vector<int>& tables,
       rows_.push_back(r);
     }
   const int64_t U = std::max<int64_t>(1, static_cast<int64_t>(rows_.size()));
-  const int64_t used = static_cast<int64_t>(rows_.size());
+  std::vector<const float*> sources;
   for (int t : tables) {
     const ParamInfo& info = store.info(t);
     VT_CHECK_MSG(info.host && info.shape.size() == 2 && info.shape[0] == rows,
                  "TableRows: " << info.name << " is not a host-kept table of " << rows << " rows");
     const int64_t W = info.shape[1];
-    const float* src = store.param(t).f32();
-    Tensor host = Tensor::zeros({U, W});
-#pragma omp parallel for schedule(static) if (used * W >= (int64_t{1} << 16))
-    for (int64_t u = 0; u < used; ++u)
-      std::memcpy(host.f32() + u * W, src + rows_[u] * W, sizeof(float) * W);
     Table tab;
     tab.param = t;
-    tab.rows = device == Device::kCPU ? host : host.to(device);
+    tab.host = Tensor::empty({U, W});
+    if (U > static_cast<int64_t>(rows_.size())) tab.host.zero_();  // the one zero row of U = 1
     if (with_grads) tab.grad = Tensor::zeros({U, W}, DType::kF32, device);
     tables_.push_back(std::move(tab));
+    sources.push_back(store.param(t).f32());
   }
   active_ = true;
+  // The rows are gathered beside the forward (value tables serve later layers: BoV's last
+  // third); the first lookup waits for them (ready()). On the CPU the gather runs in line.
+  auto gather = [this, sources, parallel = device == Device::kCPU] {
+    const int64_t used = static_cast<int64_t>(rows_.size());
+    for (size_t k = 0; k < tables_.size(); ++k) {
+      const int64_t W = tables_[k].host.dim(1);
+      float* dst = tables_[k].host.f32();
+      const float* src = sources[k];
+#pragma omp parallel for schedule(static) if (parallel && used * W >= (int64_t{1} << 16))
+      for (int64_t u = 0; u < used; ++u)
+        std::memcpy(dst + u * W, src + rows_[u] * W, sizeof(float) * W);
+    }
+  };
+  if (device == Device::kCPU)
+    gather();
+  else
+    gather_ = std::thread(gather);
+}
+
+void TableRows::ready() const {
+  if (uploaded_) return;
+  if (gather_.joinable()) gather_.join();
+  for (Table& t : tables_) t.rows = device_ == Device::kCPU ? t.host : t.host.to(device_);
+  uploaded_ = true;
 }
 
 bool TableRows::holds(int table) const {
@@ -69,6 +90,7 @@ Tensor TableRows::compact_ids(const int32_t* ids, int64_t n) const {
 }
 
 const Tensor& TableRows::rows(int table) const {
+  ready();
   for (const Table& t : tables_)
     if (t.param == table) return t.rows;
   VT_CHECK_MSG(false, "TableRows: table " << table << " was not prepared");
@@ -104,7 +126,8 @@ void TableRows::finish(const ParamStore& store) {
 }
 
 void TableRows::clear() {
-  active_ = with_grads_ = false;
+  if (gather_.joinable()) gather_.join();
+  active_ = with_grads_ = uploaded_ = false;
   rows_.clear();
   compact_.clear();
   tables_.clear();

@@ -56,8 +56,18 @@ absl::StatusOr<std::string> setup_device_comms(const TrainOptions& o, const Devi
   if (grid.world()->size() == 1) return std::string("none (one rank)");
   std::string choice = o.device_comm;
   const bool native_possible = o.device == "cuda" && node_local_size() <= cuda_device_count_or_zero();
-  if (choice == "auto") choice = native_possible ? "nccl" : "mpi";
-  if (choice == "mpi") return std::string("MPI, device tensors staged through host memory");
+  // NCCL matches point-to-point messages by order, not by tag; the interleaved schedule's
+  // forward and backward streams between two ranks are kept apart by tags (pipeline.h), so
+  // --vpp runs over MPI: `auto` picks it, an explicit nccl is refused.
+  if (choice == "nccl" && o.vpp > 1)
+    return agreed(absl::InvalidArgumentError(
+        "--vpp with NCCL device communication is not supported (the interleaved schedule's "
+        "messages are matched by tag); pass --device-comm mpi or drop --vpp"));
+  if (choice == "auto") choice = native_possible && o.vpp == 1 ? "nccl" : "mpi";
+  if (choice == "mpi")
+    return std::string(o.vpp > 1 && native_possible
+                           ? "MPI, device tensors staged through host memory (--vpp needs tagged messages)"
+                           : "MPI, device tensors staged through host memory");
   if (o.device != "cuda")
     return agreed(absl::InvalidArgumentError("--device-comm nccl needs --device cuda"));
   if (!native_possible)

@@ -122,12 +122,6 @@ absl::Status Trainer::setup() {
   VT_ASSIGN_OR_RETURN(device_, setup_device(o_, world_));
   grid_ = std::make_unique<ProcessGrid>(world_, shape_);
   VT_ASSIGN_OR_RETURN(comm_desc_, setup_device_comms(o_, device_, *grid_));
-  if (o_.vpp > 1 && comm_desc_.rfind("NCCL", 0) == 0)
-    // NCCL matches point-to-point messages by order, not by tag; the interleaved schedule's
-    // forward and backward streams between two ranks are kept apart by tags (pipeline.h).
-    return agreed(absl::InvalidArgumentError(
-        "--vpp with NCCL device communication is not supported (the interleaved schedule's "
-        "messages are matched by tag); pass --device-comm mpi or drop --vpp"));
   chunks_ = virtual_stage_layers(cfg.n_layer, shape_.pp, o_.vpp, grid_->coords().pp);
   layer_begin_ = chunks_.front().first;
   layer_end_ = chunks_.back().second;

@@ -165,15 +165,42 @@ def test_interleaved_matches_one_process(case, datadir, tmp_path):
 
 def test_interleaved_checkpoint_resumes_on_another_layout(datadir, tmp_path):
     """A --vpp run saves at step 2; a plain pp = 2 run (other chunks: layers 0-1 / 2-3) resumes
-    it and ends where one process does."""
+    it and ends where one process does; `vtrain eval --pp 2 --vpp 2` gives one process's
+    validation loss on it."""
     flags = ["--value", "resformer-identity"]
     ref_losses, ref_params = train(datadir, tmp_path / "ref", flags, 1, 1, 1, 4)
     train(datadir, tmp_path / "a", flags, 1, 1, 2, 4, stop_at=2, vpp=2)
     first = [json.loads(l)["loss"] for l in open(tmp_path / "a" / "m.jsonl") if '"loss"' in l]
     np.testing.assert_allclose(first, ref_losses[:2], rtol=1e-5)
-    losses, params = train(datadir, tmp_path / "b", flags, 1, 1, 2, 4,
-                           resume=tmp_path / "a" / "ckpt" / f"step_{2:08d}.h5")
+    ck = tmp_path / "a" / "ckpt" / f"step_{2:08d}.h5"
+    losses, params = train(datadir, tmp_path / "b", flags, 1, 1, 2, 4, resume=ck)
     np.testing.assert_allclose(losses, ref_losses[2:], rtol=1e-5)
+    val = {}
+    for pp, vpp in [(1, 1), (2, 2)]:
+        cmd = [VTRAIN, "eval", "--ckpt", str(ck), "--data", str(datadir), "--tokens", "2048",
+               "--micro-batch", "2", "--pp", str(pp), "--vpp", str(vpp)]
+        if pp > 1:
+            cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(pp)] + cmd
+        r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        line = [l for l in r.stdout.splitlines() if l.startswith("val loss")][0]
+        val[vpp] = float(line.split()[2])
+        if vpp > 1:
+            assert "x vpp 2" in r.stdout, r.stdout
+    assert abs(val[2] - val[1]) <= 1e-5 * abs(val[1]), val
     for name, ref in ref_params.items():
         err = np.max(np.abs(params[name] - ref)) / max(np.max(np.abs(ref)), 1e-30)
         assert err <= 1e-4, f"{name} differs (rel {err:.2e})"
+
+
+def test_interleaved_refuses_nccl(datadir, tmp_path):
+    """NCCL matches messages by order, the interleaved schedule by tag: an explicit
+    --device-comm nccl with --vpp is refused by name (before any NCCL set-up)."""
+    cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2", VTRAIN, "train",
+           "--data", str(datadir), *MODEL, "--micro-batch", str(MICRO), "--steps", "1",
+           "--global-batch", str(4 * MICRO * SEQ), "--pp", "2", "--vpp", "2", "--device",
+           "emulated", "--device-comm", "nccl"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
+    assert r.returncode != 0
+    assert "--vpp with NCCL" in r.stderr + r.stdout and "--device-comm mpi" in r.stderr + r.stdout, \
+        r.stderr[-2000:]
