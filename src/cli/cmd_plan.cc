@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "core/check.h"
 #include "core/flags.h"
+#include "model/value_path.h"
 #include "plan/plan.h"
 #include "train/model_flags.h"
 
@@ -72,6 +73,9 @@ const CommandSpec& plan_command() {
                       "interleaved 1F1B: model chunks per pipeline rank, for the layouts whose "
                       "layers per stage it divides and whose micro-batches are a multiple of pp "
                       "(bubble (pp-1)/(vpp m)); others keep plain 1F1B"),
+             bool_flag("table-offload",
+                       "value tables (bov, bov-add, value-embed) with their gradients and AdamW "
+                       "states in host memory, as `train --table-offload`"),
              bool_flag("json", "one JSON object per line instead of the report"),
          })
       c.flags.push_back(f);
@@ -134,6 +138,11 @@ absl::StatusOr<plan::PlanInput> plan_input(const Flags& f) {
   in.recompute = f.get_string("recompute");
   in.min_micro_batch = static_cast<int>(f.get_int("min-micro-batch"));
   in.vpp = static_cast<int>(f.get_int("vpp"));
+  in.table_offload = f.get_bool("table-offload");
+  if (in.table_offload && !in.cfg.value().has_table())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--table-offload keeps value tables in host memory, and --value-mode ",
+        in.cfg.value().name(), " has none (bov, bov-add and value-embed do)"));
   return in;
 }
 

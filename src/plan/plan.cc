@@ -43,7 +43,7 @@ class SizeOnly final : public Communicator {
 };
 
 // The parameters stage `stage` of a tp x pp layout registers (nothing is allocated).
-ParamStore stage_store(const ModelConfig& cfg, int tp, int pp, int stage) {
+ParamStore stage_store(const ModelConfig& cfg, int tp, int pp, int stage, bool table_offload) {
   SizeOnly comm(tp);
   auto [begin, end] = stage_layers(cfg.n_layer, pp, stage);
   ModelParallel par;
@@ -52,6 +52,7 @@ ParamStore stage_store(const ModelConfig& cfg, int tp, int pp, int stage) {
   par.layer_end = end;
   GPT model(cfg, par);
   ParamStore store;
+  if (table_offload) store.keep_in_host_memory(ParamGroup::kValueTable);
   model.register_params(store);
   return store;
 }
@@ -96,12 +97,15 @@ std::vector<MemoryEstimate> stage_memory(const PlanInput& in, const Layout& l) {
   shape.dp = l.dp;
   std::vector<MemoryEstimate> out;
   for (int s = 0; s < l.pp; ++s) {
-    const ParamStore store = stage_store(in.cfg, l.tp, l.pp, s);
+    const ParamStore store = stage_store(in.cfg, l.tp, l.pp, s, in.table_offload);
     auto [begin, end] = stage_layers(in.cfg.n_layer, l.pp, s);
     GridCoords coords;
     coords.pp = s;
+    // Micro-batches per step and dp rank: the step's rows of host-kept tables are their union.
+    const int64_t rows = static_cast<int64_t>(l.micro_batch) * in.cfg.seq_len * l.dp;
+    const int m = rows > 0 ? static_cast<int>(std::max<int64_t>(1, in.global_batch / rows)) : 1;
     out.push_back(estimate_memory(in.cfg, store, shape, coords, end - begin, l.micro_batch,
-                                  in.act_dtype, l.recompute, l.vpp));
+                                  in.act_dtype, l.recompute, l.vpp, m));
   }
   return out;
 }
@@ -158,11 +162,13 @@ LayoutPlan plan_layout(const PlanInput& in, const Layout& l) {
   }
   LayoutPlan p = cost(in, l, mems[worst], worst, max_grads);
   double table_numel = 0;
-  const ParamStore store = stage_store(in.cfg, l.tp, l.pp, worst);
+  const ParamStore store = stage_store(in.cfg, l.tp, l.pp, worst, false);
   for (const ParamInfo& info : store.infos())
     if (info.name.size() >= 5 && info.name.compare(info.name.size() - 5, 5, "table") == 0)
       table_numel += static_cast<double>(info.numel());
-  p.tables = table_numel * (4 + 4 + (in.act_dtype == DType::kBF16 ? 2 : 0) + 8.0 / l.dp);
+  // (With --table-offload they are in host memory: the breakdown's host line counts them.)
+  if (!in.table_offload)
+    p.tables = table_numel * (4 + 4 + (in.act_dtype == DType::kBF16 ? 2 : 0) + 8.0 / l.dp);
   return p;
 }
 
@@ -229,7 +235,7 @@ absl::StatusOr<LayoutPlan> smallest_layout(const PlanInput& in) {
 Plan model_totals(const PlanInput& in) {
   Plan p;
   {
-    const ParamStore whole = stage_store(in.cfg, 1, 1, 0);
+    const ParamStore whole = stage_store(in.cfg, 1, 1, 0, false);
     double matrix = 0, other = 0;
     for (const ParamInfo& info : whole.infos())
       (info.group == ParamGroup::kMatrix ? matrix : other) +=

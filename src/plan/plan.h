@@ -47,6 +47,9 @@ struct PlanInput {
   // (pp > 1, vpp dividing the layers per stage, micro-batches a multiple of pp); the others
   // keep plain 1F1B. The bubble becomes (pp - 1) / (vpp m), activations in flight Megatron's.
   int vpp = 1;
+  // --table-offload: the value tables (bov, bov-add, value-embed) with their gradients and
+  // AdamW states in host memory; the device holds a step's rows (train/memory_estimate.h).
+  bool table_offload = false;
   // Recomputation reruns each block's forward in backward: the step's compute grows by this
   // factor (one more forward of ~2 of the 6 FLOPs per parameter and token).
   double recompute_cost = 4.0 / 3.0;

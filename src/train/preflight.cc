@@ -78,6 +78,7 @@ std::string refusal_detail(const std::vector<float>& parts, const std::vector<fl
   in.workspace_gib = 0;
   in.act_dtype = act_dtype;
   in.vpp = o.vpp;
+  in.table_offload = o.table_offload;
   const std::vector<plan::LayoutPlan> fit = plan::suggest_layouts(in, cur, 3);
   if (fit.empty()) {
     auto least = plan::smallest_layout(in);
