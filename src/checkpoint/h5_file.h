@@ -49,6 +49,12 @@ class Dataset {
   absl::Status set_attr(const std::string& name, const std::string& value);
   absl::StatusOr<std::string> get_attr(const std::string& name) const;
 
+  // The byte offset in the file of the dataset's data when it is stored as one contiguous,
+  // allocated block of little-endian float32 (what create_f32 makes): raw reads and writes of
+  // that block are reads and writes of the dataset (checkpoint/raw_io.h). -1 otherwise (chunked,
+  // compact, not allocated, another type: use read_slab).
+  int64_t contiguous_offset() const;
+
  private:
   friend class File;
   Dataset(hid_t id, std::string path, bool parallel)
@@ -66,6 +72,8 @@ class File {
   static absl::StatusOr<File> create(const std::string& path, MPI_Comm comm = MPI_COMM_NULL,
                                      bool dense_attributes = false);
   static absl::StatusOr<File> open_read(const std::string& path, MPI_Comm comm = MPI_COMM_NULL);
+  // Opens an existing file for writing by this process alone (POSIX driver).
+  static absl::StatusOr<File> open_write(const std::string& path);
   File(File&& o) noexcept : id_(o.id_), comm_(o.comm_) { o.id_ = -1; }
   File& operator=(File&& o) noexcept;
   ~File();
@@ -91,7 +99,8 @@ class File {
   bool exists(const std::string& path) const;
 
   // An f32 dataset of `shape` whose contents are written later by slabs (collective on a
-  // parallel file). No fill value is written: every element must be written by someone.
+  // parallel file) or by raw writes at Dataset::contiguous_offset(): contiguous storage,
+  // allocated at creation, no fill value written (every element must be written by someone).
   absl::StatusOr<Dataset> create_f32(const std::string& path, const std::vector<int64_t>& shape);
   absl::StatusOr<Dataset> open_dataset(const std::string& path) const;
   // Paths ("/model/wte", ...) of every dataset in the file, sorted by name.
