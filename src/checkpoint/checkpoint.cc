@@ -90,17 +90,6 @@ void fsync_path(const std::string& path) {
   ::close(fd);
 }
 
-// fsync of a written file: an error (EIO, a delayed ENOSPC) means the data may not be on the disk.
-absl::Status fsync_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  const int err = ::fsync(fd) != 0 ? errno : 0;
-  ::close(fd);
-  if (err != 0)
-    return absl::InternalError(absl::StrCat("cannot flush ", path, " to the disk: ", std::strerror(err)));
-  return absl::OkStatus();
-}
-
 // Bytes the file system holding `dir` still accepts from this user (-1: unknown).
 int64_t free_bytes(const std::string& dir) {
   struct statvfs v;
@@ -178,9 +167,7 @@ absl::Status write_data(const std::string& tmp, const std::vector<DatasetPlan>& 
   const int fd = ::open(tmp.c_str(), O_WRONLY);
   if (fd < 0)
     return absl::InternalError(absl::StrCat("cannot open ", tmp, " for writing: ", std::strerror(errno)));
-  ckpt::RawWriteOptions opt;
-  opt.threads = ckpt::raw_io_threads();
-  absl::Status st = ckpt::write_runs(fd, tmp, runs, sums, opt, &times.checksum);
+  absl::Status st = ckpt::write_runs(fd, tmp, runs, sums, ckpt::raw_io_threads(), &times.checksum);
   // close() reports write errors some file systems (NFS) keep until then.
   if (::close(fd) != 0 && st.ok())
     st = absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
@@ -286,6 +273,9 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
     const std::string text = comm.broadcast(nlohmann::json(offsets).dump());
     offsets = nlohmann::json::parse(text).get<std::vector<int64_t>>();
   }
+  // From here on the file streams to the disk while it is written (every rank: each flushes what
+  // its node's cache holds), and is fsynced beside the verify pass.
+  ckpt::Flusher flusher(tmp);
   std::vector<uint64_t> sums(plan.size(), 0);
   VT_RETURN_IF_ERROR(comm.agree(with_space(write_data(tmp, plan, *pieces, offsets, sums, times))));
   comm.sum(sums);
@@ -304,20 +294,14 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
   }
   VT_RETURN_IF_ERROR(comm.agree(with_space(summed)));
   lap(times.write);
-  // Reopen and recompute every checksum from what the file holds, while it is flushed to the disk
-  // (by every rank: each flushes what its node's cache holds; the rename below waits for both:
-  // only a durable, verified file becomes the checkpoint).
+  // Reopen and recompute every checksum from what the file holds, while it is fsynced (the
+  // rename below waits for both: only a durable, verified file becomes the checkpoint).
   {
-    absl::Status flushed;
-    std::jthread flusher([&tmp, &times, &flushed] {
-      const double t0 = seconds_now();
-      flushed = fsync_file(tmp);
-      times.fsync = seconds_now() - t0;
-    });
+    flusher.fsync();
     absl::StatusOr<ckpt::Opened> ck = ckpt::open_checkpoint(tmp, comm);
     absl::Status verified = comm.agree(ck.status());
     if (verified.ok()) verified = ckpt::verify_file(comm, *ck, tmp);
-    flusher.join();
+    const absl::Status flushed = flusher.wait(&times.fsync);
     VT_RETURN_IF_ERROR(verified);
     VT_RETURN_IF_ERROR(comm.agree(with_space(flushed)));
   }

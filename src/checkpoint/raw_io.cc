@@ -22,7 +22,7 @@ namespace vt::ckpt {
 namespace {
 
 constexpr int64_t kChunkFloats = int64_t{1} << 18;  // 1 MiB: large writes, still in the L2 cache
-constexpr int64_t kStreamBytes = int64_t{8} << 20;  // hand dirty pages to writeback this often
+constexpr auto kStreamEvery = std::chrono::milliseconds(10);  // hand dirty pages to writeback
 
 // The runs cut into chunks of at most kChunkFloats.
 std::vector<RawRun> chunks_of(const std::vector<RawRun>& runs) {
@@ -106,13 +106,11 @@ void append_box_runs(std::vector<RawRun>& runs, int dataset, int64_t base, const
 int raw_io_threads() { return std::clamp(omp_get_max_threads(), 1, 8); }
 
 absl::Status write_runs(int fd, const std::string& path, const std::vector<RawRun>& runs,
-                        std::vector<uint64_t>& sums, const RawWriteOptions& opt,
-                        double* checksum_seconds) {
+                        std::vector<uint64_t>& sums, int threads, double* checksum_seconds) {
   const std::vector<RawRun> chunks = chunks_of(runs);
-  const int threads = std::max(1, opt.threads);
+  threads = std::max(1, threads);
   std::vector<double> summing(threads, 0.0);
   std::vector<std::vector<uint64_t>> part(threads, std::vector<uint64_t>(sums.size(), 0));
-  std::vector<int64_t> since_stream(threads, 0);
   absl::Status st = for_chunks(chunks, threads, [&](const RawRun& c, int t) -> absl::Status {
     const char* p = reinterpret_cast<const char*>(c.data);
     int64_t left = 4 * c.n, off = c.offset;
@@ -129,13 +127,6 @@ absl::Status write_runs(int fd, const std::string& path, const std::vector<RawRu
     const auto t0 = std::chrono::steady_clock::now();
     part[t][c.dataset] += checksum_run(c.data, c.first, c.n, /*threads=*/false);
     summing[t] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    since_stream[t] += 4 * c.n;
-    if (opt.stream && since_stream[t] >= kStreamBytes) {
-      // Start writeback of every dirty page of the file not yet under it (does not wait for the
-      // disk; a full device queue may hold this thread back, which paces the copy to the disk).
-      ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-      since_stream[t] = 0;
-    }
     return absl::OkStatus();
   });
   for (const auto& p : part)
@@ -182,6 +173,60 @@ absl::Status read_runs(int fd, const std::string& path, const std::vector<RawRun
       nonfinite[i] += pbad[t][i];
     }
   return st;
+}
+
+Flusher::Flusher(std::string path) : path_(std::move(path)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+Flusher::~Flusher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ask_ == Ask::kStream) ask_ = Ask::kStop;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Flusher::fsync() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ask_ = Ask::kFsync;
+  }
+  cv_.notify_all();
+}
+
+absl::Status Flusher::wait(double* fsync_seconds) {
+  fsync();
+  if (thread_.joinable()) thread_.join();
+  if (fsync_seconds) *fsync_seconds = seconds_;
+  return status_;
+}
+
+void Flusher::run() {
+  const int fd = ::open(path_.c_str(), O_RDONLY);
+  if (fd < 0) {
+    status_ = absl::InternalError(absl::StrCat("cannot open ", path_, ": ", errno_text(errno)));
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  while (ask_ == Ask::kStream) {
+    lock.unlock();
+    // Starts the writeback of every dirty page of the file not yet under it. It may wait while
+    // the device's queue is full: this thread waits, not the writers.
+    ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    lock.lock();
+    cv_.wait_for(lock, kStreamEvery, [this] { return ask_ != Ask::kStream; });
+  }
+  const bool sync = ask_ == Ask::kFsync;
+  lock.unlock();
+  if (sync) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (::fsync(fd) != 0)
+      status_ = absl::InternalError(absl::StrCat("cannot flush ", path_, " to the disk: ", errno_text(errno)));
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  ::close(fd);
 }
 
 }  // namespace vt::ckpt
