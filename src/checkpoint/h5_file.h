@@ -81,7 +81,8 @@ class File {
   bool parallel() const { return comm_ != MPI_COMM_NULL; }
   // Flushes and closes (reporting failure, unlike the destructor).
   absl::Status close();
-  // Forgets the file without flushing or closing it: after a failed write, parallel HDF5's
+  // Forgets the file without flushing or closing it (for collective writers; checkpoints are
+  // written by one process since the raw writer): after a failed write, parallel HDF5's
   // collective flush can hang (ranks take different error paths inside it), so a writer that
   // failed abandons the file (the handle leaks until the process ends) and deletes it.
   void abandon() { id_ = -1; }
