@@ -147,13 +147,15 @@ absl::StatusOr<std::vector<int64_t>> create_layout(const std::string& tmp, const
   const int err = size > 0 && ::fallocate(fd, 0, 0, size) != 0 ? errno : 0;
   ::close(fd);
   if (err != 0 && err != EOPNOTSUPP && err != ENOSYS)
-    return absl::ResourceExhaustedError(absl::StrCat("cannot reserve ", mib(static_cast<double>(size)),
-                                                     " for ", tmp, ": ", std::strerror(err)));
+    return absl::Status(err == ENOSPC || err == EDQUOT ? absl::StatusCode::kResourceExhausted
+                                                       : absl::StatusCode::kInternal,
+                        absl::StrCat("cannot reserve ", mib(static_cast<double>(size)), " for ",
+                                     tmp, ": ", std::strerror(err)));
   return offsets;
 }
 
-// Writes this rank's owned boxes of every dataset at `offsets` of `tmp` (raw_io.h; threads,
-// checksums beside) and returns the per-dataset checksum terms of what it wrote.
+// Writes this rank's owned boxes of every dataset at `offsets` of `tmp` (raw_io.h: threads, each
+// chunk checksummed once written) and adds the checksum terms of what it wrote to `sums`.
 absl::Status write_data(const std::string& tmp, const std::vector<DatasetPlan>& plan,
                         const std::vector<Piece>& pieces, const std::vector<int64_t>& offsets,
                         std::vector<uint64_t>& sums, SaveTimings& times) {
