@@ -4,10 +4,13 @@ one run on the same directory, and the training pause of a synchronous save agai
 asynchronous one (--async-save: the pause is the snapshot into host memory).
 
   .venv/bin/python bench/bench_checkpoint.py --dir /path/on/the/disk [--layers 12 --dim 768]
+  .venv/bin/python bench/bench_checkpoint.py --compare /work/main/build   # before/after
 
 Prints the checkpoint size, dd's MB/s, vtrain's MB/s for the write (save time from vtrain's
-"saved checkpoint ... (S s)" line), their ratio, and the pauses. The model is d12's blocks with a
-4096-token vocabulary and short sequences, so steps are cheap and the save dominates."""
+"saved checkpoint ... (S s)" line), their ratio per round and the median, and the pauses. The
+model is d12's blocks with a 4096-token vocabulary and short sequences, so steps are cheap and
+the save dominates. `--compare DIR` runs DIR/vtrain's synchronous saves in every round as well
+(e.g. the build of an earlier commit) and prints its rates and ratios beside."""
 import argparse
 import json
 import os
@@ -44,13 +47,13 @@ def dd_rate(directory, nbytes):
     return count * (1 << 20) / dt / 1e6
 
 
-def save_runs(data, directory, args, async_save):
+def save_runs(data, directory, args, async_save, vtrain=VTRAIN):
     ckpt = os.path.join(directory, "ckpt")
     shutil.rmtree(ckpt, ignore_errors=True)
     metrics = os.path.join(directory, "m.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    cmd = [VTRAIN, "train", "--data", data, "--layers", str(args.layers), "--dim", str(args.dim),
+    cmd = [vtrain, "train", "--data", data, "--layers", str(args.layers), "--dim", str(args.dim),
            "--heads", str(args.dim // 64), "--seq-len", "32", "--window", "32", "--micro-batch", "1",
            "--steps", str(args.saves), "--ckpt-dir", ckpt, "--ckpt-every", "1", "--keep-last", "2",
            "--final-eval-tokens", "0", "--metrics", metrics]
@@ -77,27 +80,38 @@ def main():
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of dd, a synchronous run and an asynchronous run, one after another")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--compare", default=None,
+                    help="a build directory whose vtrain's synchronous saves also run in every round")
+    ap.add_argument("--no-async", action="store_true", help="skip the --async-save runs")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="vtrain-bench-ckpt-", dir=args.dir)
     try:
         data = prepare(work)
         ratios, dds, rates, arates, pauses, apauses, awaits, phases = [], [], [], [], [], [], [], []
+        crates, cratios = [], []
         for _ in range(args.rounds):
-            # dd, then the saves, then the background saves, so that each round compares the disk
-            # with itself a few seconds apart (the disk of a shared machine varies by minutes).
+            # The saves, dd, the other build's saves, the background saves, one after another, so
+            # that each round compares the disk with itself seconds apart (the disk of a shared
+            # machine varies by minutes).
             sync = save_runs(data, work, args, async_save=False)
             dd = dd_rate(work, sync["size"])
-            bg = save_runs(data, work, args, async_save=True)
             mb = sync["size"] / 1e6
             rate = mb / statistics.median(sync["writes"])
             dds.append(dd)
             rates.append(rate)
             ratios.append(rate / dd)
-            arates.append(mb / statistics.median(bg["writes"]))
             pauses += sync["pauses"]
-            apauses += bg["pauses"]
-            awaits += bg["waits"]
             phases += list(zip(sync["writes"], sync["phases"]))
+            if args.compare:
+                other = save_runs(data, work, args, async_save=False,
+                                  vtrain=os.path.join(args.compare, "vtrain"))
+                crates.append(other["size"] / 1e6 / statistics.median(other["writes"]))
+                cratios.append(crates[-1] / dd)
+            if not args.no_async:
+                bg = save_runs(data, work, args, async_save=True)
+                arates.append(mb / statistics.median(bg["writes"]))
+                apauses += bg["pauses"]
+                awaits += bg["waits"]
         mb = sync["size"] / 1e6
         print(f"checkpoint: {mb:.0f} MB (L{args.layers} d{args.dim}, parameters and optimizer states), "
               f"{args.rounds} rounds")
@@ -107,12 +121,19 @@ def main():
               + ", ".join(f"{x:.0f}" for x in rates) + ")")
         print(f"save / dd, per round: " + ", ".join(f"{x:.2f}x" for x in ratios)
               + f"  (median {statistics.median(ratios):.2f}x)")
-        print(f"vtrain save (async):  {statistics.median(arates):8.1f} MB/s in the background")
+        if args.compare:
+            print(f"{args.compare}/vtrain save (sync): {statistics.median(crates):8.1f} MB/s  (median; "
+                  "rounds: " + ", ".join(f"{x:.0f}" for x in crates) + ")")
+            print(f"  its save / dd, per round: " + ", ".join(f"{x:.2f}x" for x in cratios)
+                  + f"  (median {statistics.median(cratios):.2f}x); this save / it, per round: "
+                  + ", ".join(f"{a / b:.2f}x" for a, b in zip(rates, crates)))
         print(f"where a synchronous save's time went (median save): {sorted(phases)[len(phases) // 2][1]}")
-        print(f"training pause per save: sync {statistics.median(pauses):.3f} s; async snapshot "
-              f"{statistics.median(apauses):.3f} s ({statistics.median(pauses) / max(statistics.median(apauses), 1e-6):.1f}x shorter)"
-              f", plus {statistics.median(awaits):.2f} s waiting for the previous background save "
-              f"(saves every step here: steps are much shorter than a save)")
+        if not args.no_async:
+            print(f"vtrain save (async):  {statistics.median(arates):8.1f} MB/s in the background")
+            print(f"training pause per save: sync {statistics.median(pauses):.3f} s; async snapshot "
+                  f"{statistics.median(apauses):.3f} s ({statistics.median(pauses) / max(statistics.median(apauses), 1e-6):.1f}x shorter)"
+                  f", plus {statistics.median(awaits):.2f} s waiting for the previous background save "
+                  f"(saves every step here: steps are much shorter than a save)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,8 +1,7 @@
-// Parallel HDF5 checkpoints: save (collective, atomic, verified) and load on any layout.
+// HDF5 checkpoints: save (collective, raw threaded writes, atomic, verified) and load on any layout.
 #include "checkpoint/checkpoint.h"
 
 #include <chrono>
-#include <functional>
 #include <thread>
 
 #include <fcntl.h>
@@ -10,8 +9,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -24,6 +25,7 @@
 #include "checkpoint/checkpoint_verify.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/ckpt_comm.h"
+#include "checkpoint/raw_io.h"
 #include "core/check.h"
 #include "model/gpt.h"
 #include "parallel/process_grid.h"
@@ -67,7 +69,7 @@ std::vector<std::string> config_differences(const ModelConfig& checkpoint, const
 }
 
 std::string SaveTimings::str() const {
-  return absl::StrFormat("write %.2f s (checksums %.2f s beside it), verify %.2f s (fsync %.2f s "
+  return absl::StrFormat("write %.2f s (checksums %.2f s within it), verify %.2f s (fsync %.2f s "
                          "beside it), rename %.2f s", write, checksum, verify, fsync, rename);
 }
 
@@ -116,32 +118,62 @@ absl::Status write_header(h5::File& f, const ModelConfig& cfg, const nlohmann::j
   return absl::OkStatus();
 }
 
-// Writes every dataset of `plan` (owners write their box, the others select nothing), then the
-// checksum attribute of each from `global_sums()` (collective; the checksums are computed beside
-// the writes, so they are asked for only once the data is written).
-absl::Status write_datasets(const CkptComm& comm, h5::File& f, const std::vector<DatasetPlan>& plan,
-                            const std::vector<Piece>& pieces,
-                            const std::function<std::vector<uint64_t>()>& global_sums) {
-  std::vector<h5::Dataset> made;
-  made.reserve(plan.size());
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const DatasetPlan& d = plan[i];
-    absl::Status st;
-    absl::StatusOr<h5::Dataset> ds = f.create_f32(d.path, d.global);
-    st = ds.status();
-    if (st.ok()) {
-      const Piece* p = d.owner ? &pieces[d.piece] : nullptr;
-      // Independent writes: a rank whose write fails (a full disk) gets its error back at once;
-      // a failing collective write can leave the ranks in different states.
-      st = ds->write_slab(p ? &p->box : nullptr, p ? p->data : nullptr, h5::Transfer::kIndependent);
+// The file's layout, made by one process (rank 0) with HDF5's POSIX driver: the header, then
+// every dataset of `plan` allocated as one contiguous block (no data written yet). Returns the
+// byte offset of each dataset's data, and reserves the whole file on the disk (fallocate: a full
+// disk is found here, before any data is written; file systems without it are written as they
+// are).
+absl::StatusOr<std::vector<int64_t>> create_layout(const std::string& tmp, const ModelConfig& cfg,
+                                                   const nlohmann::json& meta,
+                                                   const std::vector<DatasetPlan>& plan) {
+  std::vector<int64_t> offsets;
+  {
+    VT_ASSIGN_OR_RETURN(h5::File f, h5::File::create(tmp, MPI_COMM_NULL, /*dense_attributes=*/true));
+    VT_RETURN_IF_ERROR(write_header(f, cfg, meta));
+    for (const DatasetPlan& d : plan) {
+      VT_ASSIGN_OR_RETURN(h5::Dataset ds, f.create_f32(d.path, d.global));
+      const int64_t at = ds.contiguous_offset();
+      if (at < 0)
+        return absl::InternalError(absl::StrCat("HDF5 did not allocate ", d.path, " in ", tmp,
+                                                " as one contiguous block"));
+      offsets.push_back(at);
     }
-    VT_RETURN_IF_ERROR(comm.agree(st));
-    made.push_back(*std::move(ds));
+    VT_RETURN_IF_ERROR(f.close());
   }
-  const std::vector<uint64_t> sums = global_sums();
-  for (size_t i = 0; i < made.size(); ++i)
-    VT_RETURN_IF_ERROR(comm.agree(made[i].set_attr("checksum", ckpt::checksum_hex(sums[i]))));
-  return absl::OkStatus();
+  const int fd = ::open(tmp.c_str(), O_WRONLY);
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("cannot reopen ", tmp, ": ", std::strerror(errno)));
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  const int err = size > 0 && ::fallocate(fd, 0, 0, size) != 0 ? errno : 0;
+  ::close(fd);
+  if (err != 0 && err != EOPNOTSUPP && err != ENOSYS)
+    return absl::Status(err == ENOSPC || err == EDQUOT ? absl::StatusCode::kResourceExhausted
+                                                       : absl::StatusCode::kInternal,
+                        absl::StrCat("cannot reserve ", mib(static_cast<double>(size)), " for ",
+                                     tmp, ": ", std::strerror(err)));
+  return offsets;
+}
+
+// Writes this rank's owned boxes of every dataset at `offsets` of `tmp` (raw_io.h: threads, each
+// chunk checksummed once written) and adds the checksum terms of what it wrote to `sums`.
+absl::Status write_data(const std::string& tmp, const std::vector<DatasetPlan>& plan,
+                        const std::vector<Piece>& pieces, const std::vector<int64_t>& offsets,
+                        std::vector<uint64_t>& sums, SaveTimings& times) {
+  std::vector<ckpt::RawRun> runs;
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (plan[i].owner) {
+      const Piece& p = pieces[plan[i].piece];
+      ckpt::append_box_runs(runs, static_cast<int>(i), offsets[i], p.data, p.global, p.box);
+    }
+  if (runs.empty()) return absl::OkStatus();
+  const int fd = ::open(tmp.c_str(), O_WRONLY);
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("cannot open ", tmp, " for writing: ", std::strerror(errno)));
+  absl::Status st = ckpt::write_runs(fd, tmp, runs, sums, ckpt::raw_io_threads(), &times.checksum);
+  // close() reports write errors some file systems (NFS) keep until then.
+  if (::close(fd) != 0 && st.ok())
+    st = absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  return st;
 }
 
 double seconds_now() {
@@ -192,26 +224,7 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot save ", path, ": the ranks together do not hold all of ", absl::StrJoin(gaps, ", ")));
 
-  // Checksums of the global tensors from the owners' shards, on a thread of their own while the
-  // data is written (one thread: the write needs a core too); summed over the ranks once the
-  // data is written (write_datasets). The jthread joins on every way out of this function.
-  std::vector<uint64_t> sums(plan.size(), 0);
-  std::jthread summer([&plan, &pieces, &sums, &times] {
-    const double t0 = seconds_now();
-    for (size_t i = 0; i < plan.size(); ++i)
-      if (plan[i].owner) {
-        const Piece& p = (*pieces)[plan[i].piece];
-        sums[i] = ckpt::checksum_box(p.data, p.global, p.box.start, p.box.count, /*threads=*/false);
-      }
-    times.checksum += seconds_now() - t0;
-  });
-  auto global_sums = [&] {
-    summer.join();
-    comm.sum(sums);
-    return sums;
-  };
-
-  // Rank 0's training state, identical on every rank (HDF5 metadata writes are collective).
+  // Rank 0's training state (rank 0 writes the header).
   const nlohmann::json meta_json = nlohmann::json::parse(comm.broadcast(
       nlohmann::json{{"step", meta.step},
                      {"tokens", meta.tokens},
@@ -248,34 +261,52 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
                                                 static_cast<double>(have) < need ? ": it is full" : "",
                                                 ")"));
   };
+  // The layout (rank 0), then every rank's data at the offsets of its datasets (no MPI-IO: the
+  // ranks write disjoint byte ranges of the file), then the checksum attributes (rank 0).
+  std::vector<int64_t> offsets;
   {
-    absl::StatusOr<h5::File> f = h5::File::create(tmp, comm.comm(), /*dense_attributes=*/true);
-    VT_RETURN_IF_ERROR(comm.agree(with_space(f.status())));
-    absl::Status written = comm.agree(with_space(write_header(*f, cfg, meta_json)));
-    if (written.ok())
-      written = comm.agree(with_space(write_datasets(comm, *f, plan, *pieces, global_sums)));
-    if (!written.ok()) {
-      f->abandon();  // closing would flush collectively: see h5::File::abandon
-      return written;
+    absl::Status laid;
+    if (comm.rank() == 0) {
+      absl::StatusOr<std::vector<int64_t>> at = create_layout(tmp, cfg, meta_json, plan);
+      laid = at.status();
+      if (at.ok()) offsets = *std::move(at);
     }
-    VT_RETURN_IF_ERROR(comm.agree(with_space(f->close())));
+    VT_RETURN_IF_ERROR(comm.agree(with_space(laid)));
+    const std::string text = comm.broadcast(nlohmann::json(offsets).dump());
+    offsets = nlohmann::json::parse(text).get<std::vector<int64_t>>();
   }
+  // From here on the file streams to the disk while it is written (every rank: each flushes what
+  // its node's cache holds), and is fsynced beside the verify pass.
+  ckpt::Flusher flusher(tmp);
+  std::vector<uint64_t> sums(plan.size(), 0);
+  VT_RETURN_IF_ERROR(comm.agree(with_space(write_data(tmp, plan, *pieces, offsets, sums, times))));
+  comm.sum(sums);
+  absl::Status summed;
+  if (comm.rank() == 0) {
+    absl::StatusOr<h5::File> f = h5::File::open_write(tmp);
+    summed = f.status();
+    for (size_t i = 0; i < plan.size() && summed.ok(); ++i) {
+      absl::StatusOr<h5::Dataset> ds = f->open_dataset(plan[i].path);
+      summed = ds.ok() ? ds->set_attr("checksum", ckpt::checksum_hex(sums[i])) : ds.status();
+    }
+    if (f.ok()) {
+      absl::Status closed = f->close();
+      if (summed.ok()) summed = closed;
+    }
+  }
+  VT_RETURN_IF_ERROR(comm.agree(with_space(summed)));
   lap(times.write);
-  // Reopen and recompute every checksum from what the file holds, while rank 0 flushes it to the
-  // disk (the rename below waits for both: only a durable, verified file becomes the checkpoint).
+  // Reopen and recompute every checksum from what the file holds, while it is fsynced (the
+  // rename below waits for both: only a durable, verified file becomes the checkpoint).
   {
-    std::jthread flusher;
-    if (comm.rank() == 0)
-      flusher = std::jthread([&tmp, &times] {
-        const double t0 = seconds_now();
-        fsync_path(tmp);
-        times.fsync = seconds_now() - t0;
-      });
+    flusher.fsync();
     absl::StatusOr<ckpt::Opened> ck = ckpt::open_checkpoint(tmp, comm);
-    VT_RETURN_IF_ERROR(comm.agree(ck.status()));
-    VT_RETURN_IF_ERROR(ckpt::verify_file(comm, *ck, tmp));
+    absl::Status verified = comm.agree(ck.status());
+    if (verified.ok()) verified = ckpt::verify_file(comm, *ck, tmp);
+    const absl::Status flushed = flusher.wait(&times.fsync);
+    VT_RETURN_IF_ERROR(verified);
+    VT_RETURN_IF_ERROR(comm.agree(with_space(flushed)));
   }
-  comm.barrier();
   lap(times.verify);
   absl::Status renamed;
   if (comm.rank() == 0) {

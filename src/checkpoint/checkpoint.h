@@ -1,15 +1,18 @@
-// Checkpoints (HDF5, docs/design.md "Checkpoints"): one file per checkpoint, written collectively
-// by every rank of the grid with the MPI-IO driver (or by one process with a null grid). Every
-// parameter (/model/<name>) and optimizer state (/optim/<param>/<kind>) is stored with its
-// GLOBAL shape; each rank writes the box of its local shard, one owner per replicated box
-// (checkpoint_plan.h), so a checkpoint loads on any dp x tp x pp layout. Root attributes:
+// Checkpoints (HDF5, docs/design.md "Checkpoints"): one file per checkpoint, written by every rank
+// of the grid (or by one process with a null grid). Every parameter (/model/<name>) and optimizer
+// state (/optim/<param>/<kind>) is stored with its GLOBAL shape as one contiguous float32 block;
+// each rank writes the box of its local shard, one owner per replicated box (checkpoint_plan.h),
+// so a checkpoint loads on any dp x tp x pp layout. Root attributes:
 //   format "vtrain-checkpoint", format_version, library_version, checksum_algorithm,
 //   config (JSON), step, tokens (int64), loader_state, rng_state, extra, layout (JSON; layout is
 //   informational only). Each dataset has a "checksum" attribute (checksum.h: layout-independent).
-// Saving writes `<path>.tmp`, flushes, closes, reopens and verifies every checksum, then renames
+// Saving: rank 0 lays out `<path>.tmp` with HDF5 (header, every dataset allocated, the whole file
+// reserved on the disk); every rank writes its boxes' bytes there with pwrite from a few threads,
+// checksumming them as they go (raw_io.h); rank 0 adds the checksum attributes; the file is
+// reopened and every checksum recomputed from it while it is fsynced; then it is renamed
 // (checkpoint_dir.h adds `latest`, keep-last-K and find_latest_good). Loading checks the format,
 // the architecture (config field by field, missing/unexpected parameters) and the checksums of
-// what it reads.
+// what it reads (parallel HDF5 reads: any HDF5 file of this layout loads, whoever wrote it).
 #pragma once
 #include <string>
 #include <utility>
@@ -62,15 +65,16 @@ std::vector<std::pair<std::string, Shape>> model_datasets(const ModelConfig& cfg
 // "field: checkpoint X, model Y" for every config field that differs.
 std::vector<std::string> config_differences(const ModelConfig& checkpoint, const ModelConfig& model);
 
-// Where a save's time went (seconds on this rank). Wall-clock phases: `write` (the HDF5 file
-// written and closed), `verify` (reopened, re-read, every checksum recomputed), `rename`; `total`
-// (the whole save). Beside them, on threads of their own: `checksum` (the checksums of the data
-// in memory, during the write) and `fsync` (rank 0's flush to disk, during the verify). Filled
-// when a caller passes one.
+// Where a save's time went (seconds on this rank). Wall-clock phases: `write` (layout, data and
+// checksum attributes written), `verify` (reopened, re-read, every checksum recomputed, and the
+// fsync beside it), `rename`; `total` (the whole save). Within them: `checksum` (the checksums of
+// the data in memory, computed by the writing threads chunk by chunk; summed over the threads)
+// and `fsync` (this rank's flush to disk, on a thread of its own during the verify). Filled when
+// a caller passes one.
 struct SaveTimings {
   double write = 0, verify = 0, rename = 0, total = 0;
   double checksum = 0, fsync = 0;
-  std::string str() const;  // "write 0.30 s (checksums 0.10 s beside it), ..."
+  std::string str() const;  // "write 0.30 s (checksums 0.10 s within it), ..."
 };
 
 // Collective over grid->world() (nullptr: this process alone). Writes `path` atomically (see

@@ -1,7 +1,7 @@
 // Reading a checkpoint's header and checking a whole file: open_checkpoint (exists, is HDF5, is
 // a vtrain checkpoint of a format this build reads, config parses), verify_checkpoint (for
 // `vtrain ckpt verify`: the structure against the config and every dataset's checksum
-// recomputed from the file, rows split over the ranks) and inspect_checkpoint (for `vtrain ckpt
+// recomputed from the file, split over the ranks) and inspect_checkpoint (for `vtrain ckpt
 // inspect`: attributes, datasets, shapes, checksums).
 #pragma once
 #include <string>
@@ -48,7 +48,8 @@ struct Opened {
 // Opens (collectively when comm has MPI) and checks the header; errors say what the file is.
 absl::StatusOr<Opened> open_checkpoint(const std::string& path, const CkptComm& comm);
 absl::StatusOr<CheckpointMeta> read_meta(const h5::File& f, int format_version);
-// Recomputes every dataset's checksum from the file (rows split over the ranks) and compares it
+// Recomputes every dataset's checksum from the file (split over the ranks; contiguous datasets
+// read raw in threads, raw_io.h, others through HDF5 by rows) and compares it
 // with its attribute; also checks /model against the config's parameter list.
 absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::string& path);
 

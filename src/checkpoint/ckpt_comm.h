@@ -3,7 +3,7 @@
 // agreeing on an error). A null grid, or a grid over a one-rank non-MPI world, is a single
 // process that makes no MPI calls at all (so single-process tools and unit tests need no
 // MPI_Init); so is any one-rank grid (the POSIX HDF5 driver); a grid of several ranks over an
-// MpiCommunicator uses its MPI_Comm (and the MPI-IO HDF5 driver).
+// MpiCommunicator uses its MPI_Comm (and the MPI-IO HDF5 driver for loading and verifying).
 #pragma once
 #include <mpi.h>
 

@@ -247,6 +247,24 @@ absl::Status Dataset::read_slab(const Slab* slab, float* data, Transfer t) const
   return absl::OkStatus();
 }
 
+int64_t Dataset::contiguous_offset() const {
+  hid_t dcpl = H5Dget_create_plist(id_);
+  const bool contiguous = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
+                          H5Pget_external_count(dcpl) == 0;
+  if (dcpl >= 0) H5Pclose(dcpl);
+  hid_t type = H5Dget_type(id_);
+  const bool f32le = type >= 0 && H5Tequal(type, H5T_IEEE_F32LE) > 0;
+  if (type >= 0) H5Tclose(type);
+  hid_t space = H5Dget_space(id_);
+  const hssize_t n = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+  if (space >= 0) H5Sclose(space);
+  const haddr_t at = contiguous && f32le ? H5Dget_offset(id_) : HADDR_UNDEF;
+  const bool whole = at != HADDR_UNDEF && n >= 0 &&
+                     H5Dget_storage_size(id_) == static_cast<hsize_t>(4 * n);
+  H5Eclear2(H5E_DEFAULT);
+  return whole ? static_cast<int64_t>(at) : -1;
+}
+
 absl::Status Dataset::set_attr(const std::string& name, const std::string& value) {
   return set_string_attr(id_, name, value);
 }
@@ -287,6 +305,13 @@ absl::StatusOr<File> File::open_read(const std::string& path, MPI_Comm comm) {
     return absl::DataLossError(
         with_stack(absl::StrCat("cannot open HDF5 file ", path, " (truncated or corrupt?)"), why));
   return File(id, comm);
+}
+
+absl::StatusOr<File> File::open_write(const std::string& path) {
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (id < 0)
+    return absl::InternalError(with_stack(absl::StrCat("cannot open HDF5 file ", path, " for writing")));
+  return File(id, MPI_COMM_NULL);
 }
 
 File& File::operator=(File&& o) noexcept {
@@ -370,6 +395,7 @@ absl::StatusOr<Dataset> File::create_f32(const std::string& path, const std::vec
   hid_t space = shape.empty() ? H5Screate(H5S_SCALAR)
                               : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_layout(dcpl, H5D_CONTIGUOUS);
   H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
   H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
   hid_t ds = H5Dcreate2(id_, path.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);

@@ -49,6 +49,12 @@ class Dataset {
   absl::Status set_attr(const std::string& name, const std::string& value);
   absl::StatusOr<std::string> get_attr(const std::string& name) const;
 
+  // The byte offset in the file of the dataset's data when it is stored as one contiguous,
+  // allocated block of little-endian float32 (what create_f32 makes): raw reads and writes of
+  // that block are reads and writes of the dataset (checkpoint/raw_io.h). -1 otherwise (chunked,
+  // compact, not allocated, another type: use read_slab).
+  int64_t contiguous_offset() const;
+
  private:
   friend class File;
   Dataset(hid_t id, std::string path, bool parallel)
@@ -66,6 +72,8 @@ class File {
   static absl::StatusOr<File> create(const std::string& path, MPI_Comm comm = MPI_COMM_NULL,
                                      bool dense_attributes = false);
   static absl::StatusOr<File> open_read(const std::string& path, MPI_Comm comm = MPI_COMM_NULL);
+  // Opens an existing file for writing by this process alone (POSIX driver).
+  static absl::StatusOr<File> open_write(const std::string& path);
   File(File&& o) noexcept : id_(o.id_), comm_(o.comm_) { o.id_ = -1; }
   File& operator=(File&& o) noexcept;
   ~File();
@@ -73,7 +81,8 @@ class File {
   bool parallel() const { return comm_ != MPI_COMM_NULL; }
   // Flushes and closes (reporting failure, unlike the destructor).
   absl::Status close();
-  // Forgets the file without flushing or closing it: after a failed write, parallel HDF5's
+  // Forgets the file without flushing or closing it (for collective writers; checkpoints are
+  // written by one process since the raw writer): after a failed write, parallel HDF5's
   // collective flush can hang (ranks take different error paths inside it), so a writer that
   // failed abandons the file (the handle leaks until the process ends) and deletes it.
   void abandon() { id_ = -1; }
@@ -91,7 +100,8 @@ class File {
   bool exists(const std::string& path) const;
 
   // An f32 dataset of `shape` whose contents are written later by slabs (collective on a
-  // parallel file). No fill value is written: every element must be written by someone.
+  // parallel file) or by raw writes at Dataset::contiguous_offset(): contiguous storage,
+  // allocated at creation, no fill value written (every element must be written by someone).
   absl::StatusOr<Dataset> create_f32(const std::string& path, const std::vector<int64_t>& shape);
   absl::StatusOr<Dataset> open_dataset(const std::string& path) const;
   // Paths ("/model/wte", ...) of every dataset in the file, sorted by name.

@@ -2,9 +2,9 @@
 ends the run with one clean, named error and exit code 2 on 1, 2 and 4 ranks (no crash at exit,
 no MPI abort), the previous checkpoint stays `latest` and verifies, and no .tmp is left or
 promoted. Two ways in: the free-space check before writing (the usual case), and a save that
-runs into the full disk for real (VTRAIN_SKIP_SPACE_CHECK=1), where parallel HDF5 must not be
-left to flush collectively after a failed write (it hangs; see h5::File::abandon). Also a
-read-only --ckpt-dir is refused before any work."""
+runs into the full disk for real (VTRAIN_SKIP_SPACE_CHECK=1: the reservation of the laid-out
+file fails; no rank may be left waiting in a collective). Also a read-only --ckpt-dir is refused
+before any work."""
 import os
 import subprocess
 

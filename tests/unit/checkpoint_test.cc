@@ -1,6 +1,7 @@
 // Checkpoints in one process: round trip with optimizer states and training state, the
-// layout-independent checksum, atomic directory handling (.tmp ignored, truncated newest file,
-// keep-last-K), corruption, foreign files, future versions and architecture mismatches.
+// layout-independent checksum, the raw data runs of a shard's box, atomic directory handling
+// (.tmp ignored, truncated newest file, keep-last-K), corruption, foreign files, future versions,
+// architecture mismatches, and files whose datasets are not contiguous (verified through HDF5).
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include "checkpoint/checkpoint_verify.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/h5_file.h"
+#include "checkpoint/raw_io.h"
 #include "checkpoint_test_util.h"
 #include "model/gpt.h"
 
@@ -117,6 +119,49 @@ TEST(checkpoint_checksum, DoesNotDependOnHowTheTensorIsSplit) {
   EXPECT_EQ(*ckpt::parse_checksum_hex(ckpt::checksum_hex(whole)), whole);
 }
 
+// A shard's runs put every element at its global position, and whole rows make one run.
+TEST(checkpoint_raw, BoxRunsPlaceEveryElementAtItsGlobalIndex) {
+  const Shape g = {6, 10, 4};
+  const int64_t base = 4096;
+  for (int axis = 0; axis < 3; ++axis) {
+    for (int part = 0; part < 2; ++part) {
+      Shape local = g;
+      local[axis] = g[axis] / 2;
+      const ParamSplit split{axis, part * local[axis]};
+      std::vector<float> shard(shape_numel(local));
+      for (size_t k = 0; k < shard.size(); ++k) shard[k] = static_cast<float>(k);
+      h5::Slab box{std::vector<int64_t>(3, 0), local};
+      box.start[axis] = split.offset;
+      std::vector<ckpt::RawRun> runs;
+      ckpt::append_box_runs(runs, 7, base, shard.data(), g, box);
+      std::vector<int> seen(shape_numel(g), 0);
+      int64_t covered = 0;
+      for (const ckpt::RawRun& r : runs) {
+        EXPECT_EQ(r.dataset, 7);
+        EXPECT_EQ(r.offset, base + 4 * r.first);
+        for (int64_t k = 0; k < r.n; ++k) {
+          const int64_t local_k = static_cast<int64_t>(r.data[k]);
+          EXPECT_EQ(r.first + k, testing::global_index(local, g, split, local_k));
+          ++seen[r.first + k];
+        }
+        covered += r.n;
+      }
+      EXPECT_EQ(covered, shape_numel(local));
+      for (int v : seen) EXPECT_LE(v, 1);
+      // Runs break only where the file or the memory does: a split of axis 0 is one run, of
+      // axis 1 one run per index of axis 0, of axis 2 one per row.
+      const size_t want = axis == 0 ? 1 : axis == 1 ? g[0] : g[0] * g[1];
+      EXPECT_EQ(runs.size(), want) << "axis " << axis;
+    }
+  }
+  std::vector<ckpt::RawRun> runs;
+  const float x = 1;
+  ckpt::append_box_runs(runs, 0, 100, &x, {}, h5::Slab{});  // a scalar
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].n, 1);
+  EXPECT_EQ(runs[0].offset, 100);
+}
+
 TEST_F(checkpoint, RoundTripsParamsStatesAndTrainingState) {
   const ModelConfig cfg = ckpt_config(ValueMode::kResformerPlus);
   Model saved(cfg);
@@ -161,6 +206,13 @@ TEST_F(checkpoint, RoundTripsParamsStatesAndTrainingState) {
   ASSERT_TRUE(load_checkpoint_tensors(p, plain).ok());
   EXPECT_EQ(testing::store_mismatches(again.store, &again.states), 0);
   EXPECT_EQ(read_checkpoint_meta(p)->tokens, 5000);
+
+  // Every dataset is one contiguous block of the file (what the raw writer and verifier need).
+  auto f = h5::File::open_read(p);
+  ASSERT_TRUE(f.ok());
+  const std::vector<std::string> names = *f->list_datasets();
+  ASSERT_FALSE(names.empty());
+  for (const std::string& n : names) EXPECT_GE(f->open_dataset(n)->contiguous_offset(), 0) << n;
 }
 
 TEST_F(checkpoint, LargeAttributesFit) {
@@ -316,6 +368,68 @@ TEST_F(checkpoint, SaveRefusesAnIncompleteModel) {
   EXPECT_NE(st.message().find("/model/lm_head (0 of "), std::string::npos) << st;
   EXPECT_FALSE(fs::exists(path("partial.h5")));
   EXPECT_FALSE(fs::exists(path("partial.h5.tmp")));
+}
+
+// A checkpoint whose datasets are chunked and compressed (as another HDF5 writer may store them)
+// is verified and loaded through HDF5's reads instead of the raw ones; a changed value is found.
+TEST_F(checkpoint, VerifiesAndLoadsChunkedDatasets) {
+  const ModelConfig cfg = ckpt_config(ValueMode::kBaseline);
+  Model m(cfg);
+  const std::string p = save_step(dir_.string(), m, 2);
+  auto rewrite = [&](const std::string& out, bool corrupt) {
+    auto src = h5::File::open_read(p);
+    ASSERT_TRUE(src.ok());
+    {
+      auto dst = h5::File::create(out, MPI_COMM_NULL, /*dense_attributes=*/true);
+      ASSERT_TRUE(dst.ok());
+      for (const std::string& a : src->attr_names()) {
+        auto s = src->get_attr(a);
+        ASSERT_TRUE(s.ok() ? dst->set_attr(a, *s).ok() : dst->set_attr_i64(a, *src->get_attr_i64(a)).ok()) << a;
+      }
+      bool corrupted = false;
+      const std::vector<std::string> names = *src->list_datasets();
+      for (const std::string& n : names) {
+        std::vector<float> v = *src->read_f32(n);
+        Shape shape = *src->shape_of(n);
+        if (corrupt && !corrupted && v.size() > 100) {
+          v[v.size() / 2] += 1.0f;
+          corrupted = true;
+        }
+        ASSERT_TRUE(dst->write_f32(n, shape, v.data()).ok());  // parents
+        ASSERT_GE(H5Ldelete(dst->id(), n.c_str(), H5P_DEFAULT), 0);
+        std::vector<hsize_t> dims(shape.begin(), shape.end()), chunk = dims;
+        if (!chunk.empty()) chunk[0] = std::max<hsize_t>(1, chunk[0] / 3);
+        hid_t space = dims.empty() ? H5Screate(H5S_SCALAR)
+                                   : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        if (!dims.empty()) {
+          H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
+          H5Pset_deflate(dcpl, 1);
+        }
+        hid_t d = H5Dcreate2(dst->id(), n.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        ASSERT_GE(d, 0) << n;
+        ASSERT_GE(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+        H5Dclose(d);
+        H5Pclose(dcpl);
+        H5Sclose(space);
+        auto ds = dst->open_dataset(n);
+        ASSERT_TRUE(ds->set_attr("checksum", *src->open_dataset(n)->get_attr("checksum")).ok());
+        if (!dims.empty()) {
+          EXPECT_EQ(ds->contiguous_offset(), -1) << n;
+        }
+      }
+      ASSERT_TRUE(dst->close().ok());
+    }
+  };
+  rewrite(path("chunked.h5"), false);
+  EXPECT_TRUE(verify_checkpoint(path("chunked.h5")).ok()) << verify_checkpoint(path("chunked.h5"));
+  Model into(cfg, 5);
+  ASSERT_TRUE(load_checkpoint(path("chunked.h5"), cfg, into.store, into.states.named).ok());
+  EXPECT_EQ(testing::store_mismatches(into.store, &into.states), 0);
+  rewrite(path("changed.h5"), true);
+  const absl::Status v = verify_checkpoint(path("changed.h5"));
+  EXPECT_EQ(v.code(), absl::StatusCode::kDataLoss) << v;
+  EXPECT_NE(v.message().find("checksum mismatch"), std::string::npos) << v;
 }
 
 TEST_F(checkpoint, ReadsFormatOne) {
