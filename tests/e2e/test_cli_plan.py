@@ -88,6 +88,8 @@ def test_vpp_interleaves_the_layouts_that_allow_it():
     (["--preset", "d12", "--memory-only"], r"--memory-only applies only with --layout"),
     (["--preset", "d12", "--layout", "1,1,1"], r"--tokens is required"),
     (["--preset", "d12", "--layout", "1,5,1", "--memory-only"], r"pp 5 must divide --layers 12"),
+    (["--preset", "d12", "--tokens", "1e9", "--value", "v1", "--table-offload"],
+     r"--table-offload .* --value-mode v1 has none"),
 ])
 def test_refusals_name_the_input(args, message):
     r = vt("plan", *args)
@@ -108,12 +110,12 @@ def datadir(tmp_path_factory):
     return d / "data"
 
 
-@pytest.mark.parametrize("value", ["baseline", "bov"])
+@pytest.mark.parametrize("value", ["baseline", "bov", "bov --table-offload"])
 def test_memory_estimate_matches_the_emulated_device_peak(datadir, tmp_path, value):
     tok = json.load(open(datadir / "tokenizer.json"))
     vocab = len(tok["tokens"]) + len(tok["specials"])
     model = ["--layers", "2", "--dim", "64", "--heads", "2", "--seq-len", "128", "--window", "64",
-             "--value", value]
+             "--value", *value.split()]
     mb = 16
     batch = ["--global-batch", str(mb * 128)]
     r = vt("train", "--data", datadir, *model, "--micro-batch", mb, *batch, "--steps", "1",
