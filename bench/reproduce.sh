@@ -4,7 +4,8 @@
 # the date, commit and machine, then the output of each benchmark as the READMEs quote it:
 #   1. CPU training step against JAX (bench_cpu_vs_jax.py): tiny preset, T256, micro-batch 8,
 #      both cores, then single-threaded; and a development shape (L4, d512, hd128, T512,
-#      micro-batch 4) with the machine's SGEMM rate beside it (bench_cpu_vs_jax.py --sgemm)
+#      micro-batch 4) with the machine's SGEMM rate beside it (bench_cpu_vs_jax.py --sgemm), and
+#      d512 / d768 at T1024, micro-batch 2
 #   2. tokenizer: BPE training against Hugging Face tokenizers, encoding against tiktoken,
 #      `vtrain prepare` and the core-hours for 200B tokens (bench_tokenizer.py)
 #   3. checkpoint save against dd, synchronous against asynchronous pause (bench_checkpoint.py)
@@ -64,6 +65,12 @@ if want 1; then
   record $PY bench/bench_cpu_vs_jax.py --data "$DATA" --modes baseline --layers 4 --dim 512 \
     --heads 4 --kv-heads 4 --seq-len 512 --micro-batch 4 --steps 10 --warmup 3 --sgemm \
     --json "$OUT/cpu_vs_jax_d512.json"
+  record $PY bench/bench_cpu_vs_jax.py --data "$DATA" --modes baseline --layers 4 --dim 512 \
+    --heads 4 --kv-heads 4 --seq-len 1024 --micro-batch 2 --steps 8 --warmup 2 --sgemm \
+    --json "$OUT/cpu_vs_jax_d512_t1024.json"
+  record $PY bench/bench_cpu_vs_jax.py --data "$DATA" --modes baseline --layers 4 --dim 768 \
+    --heads 6 --kv-heads 6 --seq-len 1024 --micro-batch 2 --steps 8 --warmup 2 --sgemm \
+    --json "$OUT/cpu_vs_jax_d768_t1024.json"
 fi
 if want 2; then
   section "2. Tokenizer (bench/bench_tokenizer.py)"
