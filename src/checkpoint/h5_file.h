@@ -81,12 +81,6 @@ class File {
   bool parallel() const { return comm_ != MPI_COMM_NULL; }
   // Flushes and closes (reporting failure, unlike the destructor).
   absl::Status close();
-  // Forgets the file without flushing or closing it (for collective writers; checkpoints are
-  // written by one process since the raw writer): after a failed write, parallel HDF5's
-  // collective flush can hang (ranks take different error paths inside it), so a writer that
-  // failed abandons the file (the handle leaks until the process ends) and deletes it.
-  void abandon() { id_ = -1; }
-
   // Datasets (intermediate groups are created). `shape` empty means a scalar dataset.
   absl::Status write_f32(const std::string& path, const std::vector<int64_t>& shape,
                          const float* data);
