@@ -69,8 +69,10 @@ std::vector<std::string> config_differences(const ModelConfig& checkpoint, const
 }
 
 std::string SaveTimings::str() const {
-  return absl::StrFormat("write %.2f s (checksums %.2f s within it), verify %.2f s (fsync %.2f s "
-                         "beside it), rename %.2f s", write, checksum, verify, fsync, rename);
+  return absl::StrFormat("%swrite %.2f s (layout %.2f s, data %.2f s, checksums %.2f s within it), "
+                         "verify %.2f s (fsync %.2f s beside it), rename %.2f s",
+                         release > 0 ? absl::StrFormat("cache of older files dropped %.2f s, ", release) : "",
+                         write, layout, data, checksum, verify, fsync, rename);
 }
 
 namespace {
@@ -271,6 +273,7 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
       laid = at.status();
       if (at.ok()) offsets = *std::move(at);
     }
+    times.layout = seconds_now() - mark;
     VT_RETURN_IF_ERROR(comm.agree(with_space(laid)));
     const std::string text = comm.broadcast(nlohmann::json(offsets).dump());
     offsets = nlohmann::json::parse(text).get<std::vector<int64_t>>();
@@ -279,7 +282,10 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
   // its node's cache holds), and is fsynced beside the verify pass.
   ckpt::Flusher flusher(tmp);
   std::vector<uint64_t> sums(plan.size(), 0);
-  VT_RETURN_IF_ERROR(comm.agree(with_space(write_data(tmp, plan, *pieces, offsets, sums, times))));
+  const double data_start = seconds_now();
+  absl::Status written = write_data(tmp, plan, *pieces, offsets, sums, times);
+  times.data = seconds_now() - data_start;
+  VT_RETURN_IF_ERROR(comm.agree(with_space(written)));
   comm.sum(sums);
   absl::Status summed;
   if (comm.rank() == 0) {

@@ -73,6 +73,8 @@ std::vector<std::string> config_differences(const ModelConfig& checkpoint, const
 // a caller passes one.
 struct SaveTimings {
   double write = 0, verify = 0, rename = 0, total = 0;
+  double release = 0;           // before the save: the page cache of older checkpoints dropped
+  double layout = 0, data = 0;  // within write: rank 0's file layout; this rank's data writes
   double checksum = 0, fsync = 0;
   std::string str() const;  // "write 0.30 s (checksums 0.10 s within it), ..."
 };

@@ -1,7 +1,11 @@
 // Checkpoint directories: naming, `latest`, keep-last-K and find_latest_good (see checkpoint_dir.h).
 #include "checkpoint/checkpoint_dir.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -90,6 +94,27 @@ void prune(const std::string& dir, int64_t step, int keep_last) {
   }
 }
 
+// Hands the page cache of the directory's finished checkpoints back to the kernel (they were
+// fsynced when saved, so their pages are clean and are freed at once). A save right after this
+// writes into pages just freed, instead of pages the kernel must first reclaim from other files
+// (or, in a VM with free-page reporting, that the host must map again): measured with dd on the
+// development VM, 755 MB written beside three cached files ran at 380-430 MB/s, and at 2.1-2.4
+// GB/s once their cache was dropped. Every rank does it (the page cache is per node); the
+// checkpoints themselves are untouched. Returns the seconds it took.
+double release_cached_checkpoints(const ckpt::CkptComm& comm, const std::string& dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  nlohmann::json steps = comm.rank() == 0 ? nlohmann::json(list_checkpoint_steps(dir)) : nlohmann::json();
+  steps = nlohmann::json::parse(comm.broadcast(steps.dump()));
+  for (const auto& s : steps) {
+    const std::string path = (fs::path(dir) / checkpoint_file_name(s.get<int64_t>())).string();
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) continue;  // deleted meanwhile: nothing cached
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> save_checkpoint_in_dir(const std::string& dir, int64_t step,
@@ -108,7 +133,12 @@ absl::StatusOr<std::string> save_checkpoint_in_dir(const std::string& dir, int64
   VT_RETURN_IF_ERROR(comm.agree(made));
   const std::string name = checkpoint_file_name(step);
   const std::string path = (fs::path(dir) / name).string();
+  const double released = release_cached_checkpoints(comm, dir);
   VT_RETURN_IF_ERROR(save_checkpoint(path, cfg, store, meta, extra, grid, timings));
+  if (timings) {
+    timings->release = released;
+    timings->total += released;
+  }
   absl::Status pointed;
   if (comm.rank() == 0) {
     pointed = write_latest(dir, name);
