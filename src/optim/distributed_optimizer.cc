@@ -317,27 +317,46 @@ void check_kind(const std::vector<std::string>& kinds, const std::string& name,
 Tensor DistributedOptimizer::gather_state(const std::string& name, const std::string& kind) {
   const int i = store_->find(name);
   VT_CHECK_MSG(i >= 0, "gather_state: no parameter named " << name);
+  const ParamInfo& info = store_->info(i);
+  if (info.numel() == 0) {
+    check_kind(state_kinds(name), name, kind);
+    return Tensor::zeros(info.shape);
+  }
+  Tensor out = Tensor::empty(info.shape);  // host; every element is written below
+  gather_state_into(name, kind, out);
+  return out;
+}
+
+void DistributedOptimizer::gather_state_into(const std::string& name, const std::string& kind,
+                                             const Tensor& out) {
+  const int i = store_->find(name);
+  VT_CHECK_MSG(i >= 0, "gather_state: no parameter named " << name);
   check_kind(state_kinds(name), name, kind);
   const ParamInfo& info = store_->info(i);
+  VT_CHECK_MSG(out.on_host() && out.dtype() == DType::kF32 && out.shape() == info.shape,
+               "gather_state " << name << "/" << kind << ": wants a host f32 tensor of shape "
+                               << shape_str(info.shape));
   const int64_t n = info.numel();
-  if (n == 0) return Tensor::zeros(info.shape);
-  Tensor out = Tensor::empty(info.shape);  // host; every element is written below
+  if (n == 0) return;
   if (Muon::handles(info.group)) {
     const MatrixPlan& m = matrix_plan(i, "gather_state");
     out.flat(0, n).copy_from(momentum_.flat(m.state, n));
-    return out;
+    return;
   }
   const AdamPlan& a = adam_plan(i, "gather_state");
   const Tensor& st = state_tensor(a, kind);
   Communicator* dp = grid_.dp();
   const int D = dp->size();
+  if (D == 1) {  // this rank holds the whole state
+    out.flat(0, n).copy_from(st.flat(a.state, n));
+    return;
+  }
   const Device dev = a.host ? Device::kCPU : store_->device();
   const Tensor send = Tensor::zeros({a.chunk}, DType::kF32, dev);
   const Tensor recv = Tensor::zeros({a.chunk * D}, DType::kF32, dev);
   if (a.hi > a.lo) send.flat(0, a.hi - a.lo).copy_from(st.flat(a.state, a.hi - a.lo));
   dp->all_gather(send, recv);
   out.flat(0, n).copy_from(recv.flat(0, n));  // chunk r sits at r * chunk
-  return out;
 }
 
 void DistributedOptimizer::scatter_state(const std::string& name, const std::string& kind,

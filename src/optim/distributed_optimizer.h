@@ -72,6 +72,9 @@ class DistributedOptimizer {
   // A fresh HOST f32 tensor (Device::kCPU) with the parameter's local shape, copied from the
   // store's device; AdamW states are assembled from the ZeRO chunks (collective over DP).
   Tensor gather_state(const std::string& name, const std::string& kind);
+  // The same into `out`, a host f32 tensor of the parameter's local shape (a checkpoint
+  // snapshot's buffer, reused from save to save: no fresh pages to fault in).
+  void gather_state_into(const std::string& name, const std::string& kind, const Tensor& out);
   // Sets a state from its whole local f32 tensor (host or the store's device), keeping only
   // what this rank stores.
   void scatter_state(const std::string& name, const std::string& kind, const Tensor& local_full);

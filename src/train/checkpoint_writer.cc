@@ -4,19 +4,24 @@
 #include <cstdio>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "train/run_state.h"
 #include "parallel/mpi_communicator.h"
 
 namespace vt {
 
-CheckpointSnapshot take_snapshot(int64_t step, const ModelConfig& cfg, const ParamStore& store,
-                                 CheckpointMeta meta, std::vector<NamedTensor> states) {
-  CheckpointSnapshot s;
-  s.step = step;
-  s.cfg = cfg;
-  s.params = store.host_mirror();  // a copy even for a host store: training goes on changing it
-  s.meta = std::move(meta);
-  s.states = std::move(states);
-  return s;
+void fill_snapshot(CheckpointSnapshot& snap, int64_t step, const ModelConfig& cfg,
+                   const ParamStore& store, CheckpointMeta meta, optim::DistributedOptimizer& opt,
+                   bool copy_params) {
+  snap.step = step;
+  snap.cfg = cfg;
+  snap.meta = std::move(meta);
+  gather_optimizer_states(store, opt, snap.states);
+  if (!copy_params)
+    snap.params = store;  // shares the live host arrays
+  else if (snap.params.finalized() && snap.params.size() == store.size())
+    snap.params.copy_params_from(store);  // the buffers of the last snapshot (same parameters)
+  else
+    snap.params = store.host_mirror();
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create(
@@ -59,15 +64,21 @@ absl::Status CheckpointWriter::wait() {
   return st;
 }
 
+CheckpointSnapshot CheckpointWriter::take_buffers() {
+  VT_CHECK_MSG(!thread_.joinable(), "take_buffers while a background save runs");
+  return std::move(spare_);
+}
+
 absl::Status CheckpointWriter::write(CheckpointSnapshot snap,
                                      std::function<void(const std::string&, const SaveTimings&)> on_written) {
   VT_RETURN_IF_ERROR(wait());
   const ProcessGrid* grid = own_grid_ ? own_grid_.get() : grid_;
   const bool rank0 = grid->world()->rank() == 0;
-  auto job = [this, grid, rank0, snap = std::move(snap), on_written]() -> absl::Status {
+  auto job = [this, grid, rank0, snap = std::move(snap), on_written]() mutable -> absl::Status {
     SaveTimings times;
     absl::StatusOr<std::string> path = save_checkpoint_in_dir(
         dir_, snap.step, snap.cfg, snap.params, snap.meta, snap.states, grid, keep_last_, &times);
+    spare_ = std::move(snap);  // read by take_buffers only after this thread is joined
     if (!path.ok()) return path.status();
     if (rank0 && on_written) on_written(*path, times);
     return absl::OkStatus();

@@ -6,7 +6,9 @@
 // writes while training goes on; it uses a duplicate of the world communicator and a process grid
 // of its own, so its collectives never meet the training thread's (MPI_THREAD_MULTIPLE), and it is
 // the only user of HDF5 while it runs (the next save, and the end of the run, wait for it). The
-// snapshot costs the host memory of the parameters and optimizer states once more.
+// snapshot costs the host memory of the parameters and optimizer states once more, held for the
+// run: a written snapshot's buffers are handed back for the next one (take_buffers), so taking
+// it copies into pages already mapped (755 MB at d12: 0.06 s, against 0.36 s into fresh pages).
 #pragma once
 #include <functional>
 #include <memory>
@@ -18,6 +20,7 @@
 #include "checkpoint/checkpoint.h"
 #include "core/arena.h"
 #include "core/communicator.h"
+#include "optim/distributed_optimizer.h"
 #include "parallel/process_grid.h"
 
 namespace vt {
@@ -49,6 +52,9 @@ class CheckpointWriter {
                      std::function<void(const std::string&, const SaveTimings&)> on_written);
   // Collective: waits for a background write; its status, the same on every rank.
   absl::Status wait();
+  // The buffers to take the next snapshot into: the last written snapshot (reuse its tensors
+  // and store; fill_snapshot does), or an empty one. Call after wait().
+  CheckpointSnapshot take_buffers();
 
  private:
   CheckpointWriter() = default;
@@ -59,11 +65,16 @@ class CheckpointWriter {
   std::unique_ptr<Communicator> world_dup_;      // the writer thread's world (async, multi-rank)
   std::unique_ptr<ProcessGrid> own_grid_;
   std::thread thread_;
-  absl::Status last_;  // the background write's status (valid once joined)
+  absl::Status last_;        // the background write's status (valid once joined)
+  CheckpointSnapshot spare_;  // the last written snapshot, for take_buffers
 };
 
-// A snapshot of a store and optimizer states for CheckpointWriter::write (host copies).
-CheckpointSnapshot take_snapshot(int64_t step, const ModelConfig& cfg, const ParamStore& store,
-                                 CheckpointMeta meta, std::vector<NamedTensor> states);
+// Collective (the optimizer states are gathered over DP). Fills `snap` (from take_buffers) with
+// the step's state: the optimizer states into its tensors; the parameters copied into its host
+// store when `copy_params` (a background save: training goes on changing them; a device store),
+// else `snap.params` shares the live host store (a synchronous save reads it in place).
+void fill_snapshot(CheckpointSnapshot& snap, int64_t step, const ModelConfig& cfg,
+                   const ParamStore& store, CheckpointMeta meta, optim::DistributedOptimizer& opt,
+                   bool copy_params);
 
 }  // namespace vt

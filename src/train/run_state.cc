@@ -74,10 +74,32 @@ CheckpointDirLock::~CheckpointDirLock() {
 std::vector<NamedTensor> gather_optimizer_states(const ParamStore& store,
                                                  optim::DistributedOptimizer& opt) {
   std::vector<NamedTensor> out;
+  gather_optimizer_states(store, opt, out);
+  return out;
+}
+
+void gather_optimizer_states(const ParamStore& store, optim::DistributedOptimizer& opt,
+                             std::vector<NamedTensor>& into) {
+  size_t k = 0;
+  bool reuse = true;
+  for (const ParamInfo& info : store.infos())
+    for (const std::string& kind : opt.state_kinds(info.name)) {
+      const std::string path = "/optim/" + info.name + "/" + kind;
+      reuse = reuse && k < into.size() && into[k].path == path && into[k].tensor.on_host() &&
+              into[k].tensor.dtype() == DType::kF32 && into[k].tensor.shape() == info.shape;
+      ++k;
+    }
+  if (!reuse || k != into.size()) {
+    into.clear();
+    for (const ParamInfo& info : store.infos())
+      for (const std::string& kind : opt.state_kinds(info.name))
+        into.push_back({"/optim/" + info.name + "/" + kind, opt.gather_state(info.name, kind)});
+    return;
+  }
+  k = 0;
   for (const ParamInfo& info : store.infos())
     for (const std::string& kind : opt.state_kinds(info.name))
-      out.push_back({"/optim/" + info.name + "/" + kind, opt.gather_state(info.name, kind)});
-  return out;
+      opt.gather_state_into(info.name, kind, into[k++].tensor);
 }
 
 absl::StatusOr<CheckpointMeta> load_training_state(const std::string& path, const ModelConfig& cfg,

@@ -39,6 +39,10 @@ class CheckpointDirLock {
 // gathered over DP: a collective, called by every rank in the same order).
 std::vector<NamedTensor> gather_optimizer_states(const ParamStore& store,
                                                  optim::DistributedOptimizer& opt);
+// The same into `into`: its tensors are reused when it holds these states already (the buffers
+// of the previous checkpoint's snapshot), else it is rebuilt.
+void gather_optimizer_states(const ParamStore& store, optim::DistributedOptimizer& opt,
+                             std::vector<NamedTensor>& into);
 
 // Collective: fills the store (any device) and the optimizer from `path`; returns its meta.
 absl::StatusOr<CheckpointMeta> load_training_state(const std::string& path, const ModelConfig& cfg,

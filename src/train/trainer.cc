@@ -294,20 +294,12 @@ absl::Status Trainer::save(int64_t step) {
   meta.tokens = tokens_seen_;
   meta.loader_state = loader_state_;
   meta.extra = o_.to_json();
-  std::vector<NamedTensor> states = gather_optimizer_states(store_, *opt_);
   // A background write gets a copy of the parameters; a synchronous one reads the store (a
   // device store is copied to the host either way: checkpoints are written from host memory).
-  CheckpointSnapshot snap;
-  if (writer_->asynchronous()) {
-    snap = take_snapshot(step, o_.model, store_, meta, std::move(states));
-  } else {
-    snap.step = step;
-    snap.cfg = o_.model;
-    snap.params = store_.device() == Device::kCPU ? store_ : store_.host_mirror();
-    snap.meta = meta;
-    snap.states = std::move(states);
-  }
   const bool async = writer_->asynchronous();
+  CheckpointSnapshot snap = writer_->take_buffers();
+  fill_snapshot(snap, step, o_.model, store_, meta, *opt_,
+                /*copy_params=*/async || store_.device() != Device::kCPU);
   const int64_t prev = last_saved_step_;
   absl::Status st = !waited.ok() ? waited : writer_->write(std::move(snap), [async](const std::string& path,
                                                            const SaveTimings& t) {
