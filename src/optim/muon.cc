@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/op_profile.h"
 #include "core/ops.h"
 #include "optim/clip.h"
 
@@ -67,6 +68,9 @@ void newton_schulz(const float* G, int rows, int cols, float* out, int steps,
   const int m = transposed ? cols : rows;  // small side: X is m x n, A and B are m x m
   const int n = transposed ? rows : cols;
   const int64_t mn = static_cast<int64_t>(m) * n;
+  // In --profile as one op (its sgemms are not ops::gemm): per iteration X X^T, A A, B X.
+  const double md = m, nd = n;
+  op_profile::Scope profile("newton_schulz", steps * (4.0 * md * md * nd + 2.0 * md * md * md));
   std::vector<float> X(mn), Y(mn), A(static_cast<int64_t>(m) * m), B(A.size());
 
   // X = G or G^T, laid out m x n, so that the rest is identical for G and G^T.

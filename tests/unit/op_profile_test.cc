@@ -6,6 +6,7 @@
 
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "optim/muon.h"
 
 namespace vt {
 namespace {
@@ -48,6 +49,19 @@ TEST_F(OpProfile, CountsCallsAndGemmFlops) {
   const std::string table = op_profile::report(1.0, 1);
   EXPECT_NE(table.find("gemm"), std::string::npos);
   EXPECT_NE(table.find("(outside the ops)"), std::string::npos);
+}
+
+// Muon's host Newton-Schulz calls sgemm directly: it is one op of its own, with its FLOPs
+// (per iteration X X^T, A A and B X on the small side m = 3 of a 5 x 3 matrix).
+TEST_F(OpProfile, CountsNewtonSchulzWithItsFlops) {
+  std::vector<float> g(15), out(15);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.1f * static_cast<float>(i + 1);
+  optim::newton_schulz(g.data(), 5, 3, out.data(), 4, optim::NsCoefficients::standard());
+  const auto es = op_profile::entries();
+  const auto* ns = find(es, "newton_schulz");
+  ASSERT_NE(ns, nullptr);
+  EXPECT_EQ(ns->calls, 1);
+  EXPECT_DOUBLE_EQ(ns->flops, 4 * (4.0 * 3 * 3 * 5 + 2.0 * 3 * 3 * 3));
 }
 
 TEST_F(OpProfile, NestedScopesCountOnlyTheOutermost) {
