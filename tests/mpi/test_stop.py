@@ -2,7 +2,9 @@
 many micro-batches, SIGUSR1 to mpirun (forwarded to every rank at once) and SIGTERM to mpirun
 (Open MPI: SIGCONT, odls_base_sigkill_timeout seconds, SIGTERM to the ranks, the same again,
 SIGKILL) stop the run *during* a step, save the last completed step and exit 75 from the ranks;
-the checkpoint verifies and a resumed run gives the uninterrupted run's losses exactly. A
+the checkpoint verifies and a resumed run gives the uninterrupted run's losses exactly (SIGTERM,
+whose moment the test does not choose, may land after a step's last micro-batch: that step is
+then saved). A
 signal only some ranks receive (not the first pipeline stage) is agreed at the step's end."""
 import json
 import os
@@ -86,8 +88,19 @@ def test_signal_to_mpirun_stops_within_the_step_and_resumes_exactly(datadir, tmp
     # SIGTERM; the ranks' exit code is in its report either way.
     assert p.returncode in ((75,) if sig == "USR1" else (1, 75)), (p.returncode, out[-1500:], err[-2000:])
     got = re.search(r"stop signal received during step (\d+): checkpoint of step (\d+) saved", out)
-    assert got, [l for l in out.splitlines() if "stop" in l or "saved" in l][-5:]
-    during, saved = int(got.group(1)), int(got.group(2))
+    if got is None and sig == "TERM":
+        # SIGTERM reaches the ranks a second after mpirun gets it, at a moment the test does not
+        # choose: between a step's last micro-batch and its end-of-step check (the optimizer
+        # step, the metrics) the stop is taken there, saving that step. Still a stop, a saved
+        # step and an exact resume; USR1, sent well inside step 3, checks the within-step vote.
+        end = re.search(r"stop signal received: checkpoint of step (\d+) saved", out)
+        assert end, [l for l in out.splitlines() if "stop" in l or "saved" in l][-5:]
+        got_saved = int(end.group(1))
+        assert got_saved >= 2
+        during, saved = got_saved + 1, got_saved
+    else:
+        assert got, [l for l in out.splitlines() if "stop" in l or "saved" in l][-5:]
+        during, saved = int(got.group(1)), int(got.group(2))
     assert saved == during - 1 and saved >= 2
     assert (ckpt / "latest").read_text().strip() == f"step_{saved:08d}.h5"
     assert not list(ckpt.glob("*.tmp"))
