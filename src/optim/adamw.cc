@@ -54,14 +54,6 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
   }
 }
 
-AdamW::AdamW(ParamStore* store, AdamWConfig config) : store_(store), config_(config) {
-  VT_CHECK(store_ != nullptr);
-  VT_CHECK_MSG(store_->finalized(), "AdamW needs a finalized ParamStore");
-  const int64_t total = store_->total_numel() > 0 ? store_->total_numel() : 1;
-  exp_avg_ = Tensor::zeros({total}, DType::kF32, store_->device());
-  exp_avg_sq_ = Tensor::zeros({total}, DType::kF32, store_->device());
-}
-
 AdamWStepArgs adamw_step_args(const AdamWHyper& h, double lr, int64_t t) {
   VT_CHECK_MSG(t >= 1, "AdamW step count must be >= 1, got " << t);
   AdamWStepArgs a;
@@ -74,40 +66,9 @@ AdamWStepArgs adamw_step_args(const AdamWHyper& h, double lr, int64_t t) {
   return a;
 }
 
-void AdamW::step(double lr_multiplier) {
-  ++step_count_;
-  const Tensor params = store_->params_tensor(), grads = store_->grads_tensor();
-  for (const ParamInfo& info : store_->infos()) {
-    if (!handles(info.group)) continue;
-    const AdamWHyper& h = config_.for_group(info.group);
-    const int64_t o = info.offset, n = info.numel();
-    ops::adamw_update(params.flat(o, n), grads.flat(o, n), exp_avg_.flat(o, n),
-                      exp_avg_sq_.flat(o, n),
-                      adamw_step_args(h, h.lr * lr_multiplier, step_count_));
-  }
-}
-
-const std::vector<std::string>& AdamW::state_kinds() {
+const std::vector<std::string>& adamw_state_kinds() {
   static const std::vector<std::string> kinds = {"exp_avg", "exp_avg_sq"};
   return kinds;
-}
-
-Tensor AdamW::state(const std::string& name, const std::string& kind) const {
-  const int i = store_->find(name);
-  VT_CHECK_MSG(i >= 0, "AdamW::state: no parameter named " << name);
-  const ParamInfo& info = store_->info(i);
-  VT_CHECK_MSG(handles(info.group), "AdamW::state: " << name << " is a "
-                                                     << param_group_name(info.group)
-                                                     << " parameter, updated by Muon");
-  const Tensor* base = nullptr;
-  if (kind == "exp_avg") {
-    base = &exp_avg_;
-  } else if (kind == "exp_avg_sq") {
-    base = &exp_avg_sq_;
-  } else {
-    VT_CHECK_MSG(false, "AdamW::state: unknown state '" << kind << "' (exp_avg, exp_avg_sq)");
-  }
-  return base->flat(info.offset, info.numel()).reshaped(info.shape);
 }
 
 }  // namespace vt::optim

@@ -1,9 +1,8 @@
 // AdamW for every parameter that is not a block matrix (docs/model.md "Optimizer groups"):
 // embedding, lm_head, value tables and scalars, each group with its own hyperparameters.
-// Bias-corrected, decoupled weight decay, fp32 state. The states exp_avg and exp_avg_sq live in
-// flat arenas laid out exactly like the ParamStore (same offsets, so a ZeRO-1 shard of the flat
-// grad/param range maps
-// to the same range of the states, and checkpoints address them by parameter name).
+// Bias-corrected, decoupled weight decay, fp32 state (exp_avg, exp_avg_sq: DistributedOptimizer
+// keeps them per ZeRO-1 chunk; checkpoints address them by parameter name). This file holds the
+// hyperparameters and the update; the optimizer that applies it is distributed_optimizer.h.
 //
 // One step at count t (1-based, incremented before the update), lr = peak_lr * lr_multiplier:
 //   p  = p * (1 - lr * wd)                       decoupled decay on the old p, lr of this step
@@ -54,39 +53,9 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
 // backend maps them back to exactly the floats adamw_update above uses. VT_CHECK-fails for t < 1.
 AdamWStepArgs adamw_step_args(const AdamWHyper& h, double lr, int64_t t);
 
-// Single-process AdamW over a store on any device: the state arenas live on the store's device
-// and the step runs through ops::adamw_update (a CPU store computes exactly adamw_update above).
-class AdamW {
- public:
-  // The store must be finalized and outlive the optimizer.
-  AdamW(ParamStore* store, AdamWConfig config);
-
-  // Increments the step count, then updates every non-kMatrix parameter from its gradient with
-  // lr = group peak lr * lr_multiplier. Leaves the store's bf16 compute copy alone
-  // (the caller refreshes it).
-  void step(double lr_multiplier);
-
-  static bool handles(ParamGroup g) { return g != ParamGroup::kMatrix; }
-  // Names of the per-parameter states: {"exp_avg", "exp_avg_sq"}.
-  static const std::vector<std::string>& state_kinds();
-  // View of one state of one parameter (local shape, on the store's device). VT_CHECK-fails for
-  // a Muon parameter or an unknown kind.
-  Tensor state(const std::string& name, const std::string& kind) const;
-
-  int64_t step_count() const { return step_count_; }
-  void set_step_count(int64_t t) { step_count_ = t; }
-  const AdamWConfig& config() const { return config_; }
-  // The flat state arenas (ParamStore offsets; elements of Muon parameters stay zero). Host
-  // pointers: CPU stores only (they fail for a device store; use state()).
-  float* exp_avg_data() const { return exp_avg_.f32(); }
-  float* exp_avg_sq_data() const { return exp_avg_sq_.f32(); }
-
- private:
-  ParamStore* store_;
-  AdamWConfig config_;
-  int64_t step_count_ = 0;
-  Tensor exp_avg_;
-  Tensor exp_avg_sq_;
-};
+// AdamW's parameters: every group but kMatrix (Muon's).
+inline bool adamw_handles(ParamGroup g) { return g != ParamGroup::kMatrix; }
+// Names of its per-parameter states, as checkpoints store them: {"exp_avg", "exp_avg_sq"}.
+const std::vector<std::string>& adamw_state_kinds();
 
 }  // namespace vt::optim

@@ -35,7 +35,7 @@ DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig co
   double matrix_numel = 0;
   for (int i = 0; i < store_->size(); ++i) {
     const ParamInfo& info = store_->info(i);
-    if (Muon::handles(info.group)) {
+    if (muon_handles(info.group)) {
       VT_CHECK_MSG(info.shape.size() == 2 && info.global_shape.size() == 2,
                    "Muon parameter " << info.name << " must be 2-D, has local shape "
                                      << shape_str(info.shape) << ", global "
@@ -283,19 +283,19 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum) {
 const std::vector<std::string>& DistributedOptimizer::state_kinds(const std::string& name) const {
   const int i = store_->find(name);
   VT_CHECK_MSG(i >= 0, "DistributedOptimizer::state_kinds: no parameter named " << name);
-  return Muon::handles(store_->info(i).group) ? Muon::state_kinds() : AdamW::state_kinds();
+  return muon_handles(store_->info(i).group) ? muon_state_kinds() : adamw_state_kinds();
 }
 
 const DistributedOptimizer::AdamPlan& DistributedOptimizer::adam_plan(
     int param, const std::string& who) const {
-  VT_CHECK_MSG(!Muon::handles(store_->info(param).group),
+  VT_CHECK_MSG(!muon_handles(store_->info(param).group),
                who << ": " << store_->info(param).name << " is a Muon parameter");
   return adam_[plan_of_[param]];
 }
 
 const DistributedOptimizer::MatrixPlan& DistributedOptimizer::matrix_plan(
     int param, const std::string& who) const {
-  VT_CHECK_MSG(Muon::handles(store_->info(param).group),
+  VT_CHECK_MSG(muon_handles(store_->info(param).group),
                who << ": " << store_->info(param).name << " is an AdamW parameter");
   return matrices_[plan_of_[param]];
 }
@@ -338,7 +338,7 @@ void DistributedOptimizer::gather_state_into(const std::string& name, const std:
                                << shape_str(info.shape));
   const int64_t n = info.numel();
   if (n == 0) return;
-  if (Muon::handles(info.group)) {
+  if (muon_handles(info.group)) {
     const MatrixPlan& m = matrix_plan(i, "gather_state");
     out.flat(0, n).copy_from(momentum_.flat(m.state, n));
     return;
@@ -375,7 +375,7 @@ void DistributedOptimizer::scatter_state(const std::string& name, const std::str
   VT_CHECK_MSG(local_full.on_host() || local_full.device() == store_->device(),
                "scatter_state " << name << "/" << kind
                                 << ": the tensor must be on the host or the store's device");
-  if (Muon::handles(info.group)) {
+  if (muon_handles(info.group)) {
     const MatrixPlan& m = matrix_plan(i, "scatter_state");
     const int64_t n = info.numel();
     if (n > 0) momentum_.flat(m.state, n).copy_from(local_full.flat(0, n));

@@ -233,58 +233,9 @@ void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_de
   for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay - step * x[i];
 }
 
-Muon::Muon(ParamStore* store, MuonConfig config)
-    : store_(store), config_(config), coeffs_(NsCoefficients::of(config.ns)) {
-  VT_CHECK(store_ != nullptr);
-  VT_CHECK_MSG(store_->finalized(), "Muon needs a finalized ParamStore");
-  VT_CHECK_MSG(config_.ns_steps >= 1, "Muon ns_steps must be >= 1, got " << config_.ns_steps);
-  for (const ParamInfo& info : store_->infos()) {
-    if (!handles(info.group)) continue;
-    VT_CHECK_MSG(info.shape.size() == 2,
-                 "Muon parameter " << info.name << " must be 2-D, has shape " << shape_str(info.shape));
-    VT_CHECK_MSG(info.shape == info.global_shape,
-                 "Muon parameter " << info.name << " is split (local " << shape_str(info.shape)
-                                   << ", global " << shape_str(info.global_shape)
-                                   << "); orthogonalize the gathered matrix (distributed Muon)");
-  }
-  const int64_t total = store_->total_numel() > 0 ? store_->total_numel() : 1;
-  momentum_ = Tensor::zeros({total}, DType::kF32, store_->device());
-}
-
-void Muon::step(double lr_multiplier, double momentum) {
-  ++step_count_;
-  const double lr = config_.lr * lr_multiplier;
-  const Tensor params = store_->params_tensor(), grads = store_->grads_tensor();
-  const Device dev = store_->device();
-  for (const ParamInfo& info : store_->infos()) {
-    if (!handles(info.group)) continue;
-    const int64_t n = info.numel();
-    const int rows = static_cast<int>(info.shape[0]);
-    const int cols = static_cast<int>(info.shape[1]);
-    const int64_t o = info.offset;
-    Tensor u = Tensor::zeros({n}, DType::kF32, dev), x = Tensor::zeros({n}, DType::kF32, dev);
-    ops::muon_momentum(grads.flat(o, n), momentum_.flat(o, n), u, momentum);
-    newton_schulz(u, rows, cols, x, config_.ns_steps, coeffs_, config_.ns_dtype);
-    const double scale = muon_scale(info.global_shape[0], info.global_shape[1], config_.aspect);
-    ops::muon_apply(params.flat(o, n), x, lr, config_.weight_decay, scale);
-  }
-}
-
-const std::vector<std::string>& Muon::state_kinds() {
+const std::vector<std::string>& muon_state_kinds() {
   static const std::vector<std::string> kinds = {"momentum_buffer"};
   return kinds;
-}
-
-Tensor Muon::state(const std::string& name, const std::string& kind) const {
-  const int i = store_->find(name);
-  VT_CHECK_MSG(i >= 0, "Muon::state: no parameter named " << name);
-  const ParamInfo& info = store_->info(i);
-  VT_CHECK_MSG(handles(info.group), "Muon::state: " << name << " is a "
-                                                    << param_group_name(info.group)
-                                                    << " parameter, updated by AdamW");
-  VT_CHECK_MSG(kind == "momentum_buffer",
-               "Muon::state: unknown state '" << kind << "' (momentum_buffer)");
-  return momentum_.flat(info.offset, info.numel()).reshaped(info.shape);
 }
 
 }  // namespace vt::optim

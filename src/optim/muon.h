@@ -1,7 +1,7 @@
 // Muon for every block matrix (ParamGroup::kMatrix, docs/model.md "Optimizer groups"), fp32
-// throughout, and the Newton-Schulz orthogonalization as a standalone function on a whole matrix
-// (the distributed Muon gathers a matrix and calls exactly newton_schulz, so every layout gives the
-// same result).
+// throughout: its formulas, and the Newton-Schulz orthogonalization as a standalone function on a
+// whole matrix (the optimizer, distributed_optimizer.h, gathers a matrix and calls exactly
+// newton_schulz, so every layout gives the same result).
 //
 // One step for a matrix P (rows x cols as stored) with gradient G, momentum m (scheduled),
 // lr = peak matrix lr * lr_multiplier; this is the lerp form of modded-nanogpt / nanochat
@@ -100,39 +100,9 @@ void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momen
 // p = p*(1 - lr*wd) - lr*scale*x.
 void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale);
 
-// Single-process Muon over a store on any device: the momentum arena lives on the store's
-// device and the step runs through ops (ops::muon_momentum, newton_schulz on tensors,
-// ops::muon_apply); a CPU store computes exactly what the host functions above compute.
-class Muon {
- public:
-  // The store must be finalized and outlive the optimizer. Every kMatrix parameter must be 2-D
-  // and whole on this process (local shape == global shape); a tensor-parallel split matrix
-  // needs the distributed Muon.
-  Muon(ParamStore* store, MuonConfig config);
-
-  // Updates every kMatrix parameter with lr = config lr * lr_multiplier and the given momentum.
-  // Leaves the store's bf16 compute copy alone (the caller refreshes it).
-  void step(double lr_multiplier, double momentum);
-
-  static bool handles(ParamGroup g) { return g == ParamGroup::kMatrix; }
-  // {"momentum_buffer"}.
-  static const std::vector<std::string>& state_kinds();
-  // View of a parameter's momentum buffer (local shape) on the store's device, writable.
-  Tensor state(const std::string& name, const std::string& kind) const;
-
-  int64_t step_count() const { return step_count_; }
-  void set_step_count(int64_t t) { step_count_ = t; }
-  const MuonConfig& config() const { return config_; }
-  // Flat momentum arena (ParamStore offsets; elements of AdamW parameters stay zero). Host
-  // pointer: CPU stores only (fails for a device store; use state()).
-  float* momentum_data() const { return momentum_.f32(); }
-
- private:
-  ParamStore* store_;
-  MuonConfig config_;
-  NsCoefficients coeffs_;
-  int64_t step_count_ = 0;
-  Tensor momentum_;
-};
+// Muon's parameters: the block matrices (ParamGroup::kMatrix).
+inline bool muon_handles(ParamGroup g) { return g == ParamGroup::kMatrix; }
+// Names of its per-parameter states, as checkpoints store them: {"momentum_buffer"}.
+const std::vector<std::string>& muon_state_kinds();
 
 }  // namespace vt::optim

@@ -1,11 +1,14 @@
-// AdamW: per-group hyperparameters and lr scaling, one and two steps checked against the formula
-// evaluated by hand in double, state views and their layout.
+// AdamW: per-group hyperparameters and lr scaling, three steps of the optimizer checked against
+// the formula evaluated by hand in double, states by name and the step count.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "core/arena.h"
+#include "core/communicator.h"
 #include "optim/adamw.h"
+#include "optim/distributed_optimizer.h"
+#include "parallel/process_grid.h"
 
 namespace vt::optim {
 namespace {
@@ -48,16 +51,25 @@ struct Ref {
   }
 };
 
+// The optimizer (DistributedOptimizer on a 1-rank grid, as one process runs it) with the
+// schedule's lr multiplier of each step.
+struct OneRank {
+  ProcessGrid grid{self_communicator(), GridShape{}};
+  DistributedOptimizer opt;
+  OneRank(ParamStore* store, const OptimizerConfig& cfg) : opt(store, cfg, grid) {}
+};
+
 TEST(AdamW, StepsByHandForEveryGroup) {
   ParamStore store;
   store.add("wte", {5, 3}, ParamGroup::kEmbedding);
   store.add("lm_head", {3, 5}, ParamGroup::kLmHead);
   store.add("blocks.0.value.table", {5, 2}, ParamGroup::kValueTable);
   store.add("blocks.0.value.gain", {1}, ParamGroup::kScalar);
-  store.add("blocks.0.attn.wq", {3, 3}, ParamGroup::kMatrix);  // not AdamW's
+  store.add("blocks.0.block.gains", {2}, ParamGroup::kGain);
   store.finalize();
-  const AdamWConfig cfg = AdamWConfig::defaults(128);
-  AdamW opt(&store, cfg);
+  OptimizerConfig cfg = OptimizerConfig::defaults(128);
+  cfg.schedule.warmup_steps = 4;  // lr multipliers 1/4, 2/4, 3/4
+  OneRank one(&store, cfg);
 
   std::vector<std::vector<Ref>> ref(store.size());
   for (int i = 0; i < store.size(); ++i) {
@@ -67,30 +79,28 @@ TEST(AdamW, StepsByHandForEveryGroup) {
       ref[i].push_back(Ref{p[k]});
     }
   }
-  const double mults[3] = {0.25, 1.0, 0.5};
   for (int t = 1; t <= 3; ++t) {
     for (int i = 0; i < store.size(); ++i) {
       float* g = store.grad(i).f32();
       for (int64_t k = 0; k < store.info(i).numel(); ++k)
         g[k] = static_cast<float>(std::sin(1.0 + k + 7 * i + 13 * t));
     }
-    opt.step(mults[t - 1]);
-    EXPECT_EQ(opt.step_count(), t);
+    const StepStats st = one.opt.step(t - 1, 100);
+    EXPECT_DOUBLE_EQ(st.lr_multiplier, 0.25 * t);
+    EXPECT_EQ(one.opt.step_count(), t);
     for (int i = 0; i < store.size(); ++i) {
       const ParamInfo& info = store.info(i);
       const float* p = store.param(i).f32();
       const float* g = store.grad(i).f32();
+      const Tensor m = one.opt.gather_state(info.name, "exp_avg");
+      const Tensor v = one.opt.gather_state(info.name, "exp_avg_sq");
       for (int64_t k = 0; k < info.numel(); ++k) {
-        if (info.group == ParamGroup::kMatrix) {
-          EXPECT_EQ(p[k], static_cast<float>(ref[i][k].p)) << "AdamW touched a Muon matrix";
-          continue;
-        }
-        const AdamWHyper& h = cfg.for_group(info.group);
-        ref[i][k].step(g[k], h, h.lr * mults[t - 1], t);
+        const AdamWHyper& h = cfg.adamw.for_group(info.group);
+        ref[i][k].step(g[k], h, h.lr * st.lr_multiplier, t);
         EXPECT_NEAR(p[k], ref[i][k].p, 2e-6 * std::max(1.0, std::abs(ref[i][k].p)))
             << info.name << "[" << k << "] step " << t;
-        EXPECT_NEAR(opt.state(info.name, "exp_avg").f32()[k], ref[i][k].m, 1e-6);
-        EXPECT_NEAR(opt.state(info.name, "exp_avg_sq").f32()[k], ref[i][k].v, 1e-6);
+        EXPECT_NEAR(m.f32()[k], ref[i][k].m, 1e-6);
+        EXPECT_NEAR(v.f32()[k], ref[i][k].v, 1e-6);
       }
     }
   }
@@ -101,15 +111,16 @@ TEST(AdamW, FirstStepIsSignDescentPlusDecay) {
   ParamStore store;
   store.add("wte", {4}, ParamGroup::kEmbedding);
   store.finalize();
-  AdamWConfig cfg;
-  AdamW opt(&store, cfg);
+  OptimizerConfig cfg = OptimizerConfig::defaults(768);
+  cfg.schedule.warmup_steps = 0;
+  OneRank one(&store, cfg);
   const float p0[4] = {1.0f, -2.0f, 0.5f, 3.0f};
   const float g0[4] = {0.1f, -3.0f, 2e-3f, -7.0f};
   for (int k = 0; k < 4; ++k) {
     store.param(0).f32()[k] = p0[k];
     store.grad(0).f32()[k] = g0[k];
   }
-  opt.step(1.0);
+  EXPECT_DOUBLE_EQ(one.opt.step(0, 100).lr_multiplier, 1.0);
   const double lr = 0.3, wd = 0.001;
   for (int k = 0; k < 4; ++k) {
     const double expect = p0[k] * (1 - lr * wd) - lr * (g0[k] > 0 ? 1 : -1);
@@ -117,24 +128,26 @@ TEST(AdamW, FirstStepIsSignDescentPlusDecay) {
   }
 }
 
-TEST(AdamW, StatesShareTheParamStoreLayout) {
+TEST(AdamW, StatesByNameAndTheStepCountContinue) {
   ParamStore store;
   store.add("a", {3}, ParamGroup::kScalar);
   store.add("m", {2, 2}, ParamGroup::kMatrix);
   store.add("b", {17}, ParamGroup::kValueTable);
   store.finalize();
-  AdamW opt(&store, AdamWConfig{});
-  EXPECT_EQ(opt.state("a", "exp_avg").f32(), opt.exp_avg_data() + store.info(0).offset);
-  EXPECT_EQ(opt.state("b", "exp_avg_sq").f32(), opt.exp_avg_sq_data() + store.info(2).offset);
-  EXPECT_EQ(opt.state("b", "exp_avg").shape(), (Shape{17}));
-  ASSERT_EQ(AdamW::state_kinds().size(), 2u);
-  // Writable views (checkpoint loading), and set_step_count continues bias correction.
-  opt.state("a", "exp_avg").f32()[0] = 0.7f;
-  opt.set_step_count(10);
+  OneRank one(&store, OptimizerConfig::defaults(768));
+  EXPECT_EQ(one.opt.state_kinds("a"), adamw_state_kinds());
+  EXPECT_EQ(one.opt.state_kinds("m"), muon_state_kinds());
+  ASSERT_EQ(adamw_state_kinds().size(), 2u);
+  EXPECT_EQ(one.opt.gather_state("b", "exp_avg").shape(), (Shape{17}));
+  // States set by name (checkpoint loading), and set_step_count continues bias correction.
+  Tensor m = Tensor::zeros({3});
+  m.f32()[0] = 0.7f;
+  one.opt.scatter_state("a", "exp_avg", m);
+  one.opt.set_step_count(10);
   store.grad("a").f32()[0] = 0.0f;
-  opt.step(1.0);
-  EXPECT_EQ(opt.step_count(), 11);
-  EXPECT_FLOAT_EQ(opt.state("a", "exp_avg").f32()[0], 0.8f * 0.7f);
+  one.opt.step(50, 100);
+  EXPECT_EQ(one.opt.step_count(), 11);
+  EXPECT_FLOAT_EQ(one.opt.gather_state("a", "exp_avg").f32()[0], 0.8f * 0.7f);
 }
 
 }  // namespace

@@ -149,7 +149,7 @@ void expect_params_match(const ParamStore& dev, const ParamStore& cpu) {
   for (int i = 0; i < cpu.size(); ++i) {
     const ParamInfo& info = cpu.info(i);
     const auto got = host(dev.param(i)), want = host(cpu.param(i));
-    if (Muon::handles(info.group)) {
+    if (muon_handles(info.group)) {
       EXPECT_LE(rel_err(got, want), kMuonTol) << info.name;
     } else {
       EXPECT_TRUE(same_bits(got, want)) << info.name;

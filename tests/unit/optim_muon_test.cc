@@ -10,8 +10,11 @@
 
 #include "core/arena.h"
 #include "core/rng.h"
+#include "core/communicator.h"
 #include "core/tensor.h"
+#include "optim/distributed_optimizer.h"
 #include "optim/muon.h"
+#include "parallel/process_grid.h"
 
 namespace vt::optim {
 namespace {
@@ -175,11 +178,13 @@ TEST(Muon, StepsMatchTheComposedFormula) {
   ParamStore store;
   store.add("fc", {6, 10}, ParamGroup::kMatrix);    // wide
   store.add("proj", {10, 6}, ParamGroup::kMatrix);  // tall
-  store.add("gain", {1}, ParamGroup::kScalar);      // not Muon's
   store.finalize();
-  MuonConfig cfg;
-  cfg.weight_decay = 0.1;
-  Muon muon(&store, cfg);
+  OptimizerConfig cfg = OptimizerConfig::defaults(768);
+  cfg.muon.weight_decay = 0.1;
+  cfg.schedule.warmup_steps = 2;  // lr multipliers 1/2, 1
+  cfg.schedule.momentum_steps = 10;
+  ProcessGrid grid(self_communicator(), GridShape{});
+  DistributedOptimizer opt(&store, cfg, grid);
   const NsCoefficients ns = NsCoefficients::standard();
 
   std::vector<std::vector<double>> p(2), buf(2);
@@ -189,8 +194,7 @@ TEST(Muon, StepsMatchTheComposedFormula) {
     p[i].assign(init.begin(), init.end());
     buf[i].assign(60, 0.0);
   }
-  store.param(2).f32()[0] = 1.5f;
-  const double mults[2] = {0.5, 1.0}, moms[2] = {0.85, 0.9};
+  const double mults[2] = {0.5, 1.0}, moms[2] = {0.85, 0.86};
   for (int t = 0; t < 2; ++t) {
     for (int i = 0; i < 2; ++i) {
       auto g = randn(60, 200 + 10 * t + i);
@@ -212,17 +216,19 @@ TEST(Muon, StepsMatchTheComposedFormula) {
       const double lr = 0.02 * mults[t];
       for (int k = 0; k < 60; ++k) p[i][k] = p[i][k] * (1 - lr * 0.1) - lr * scale * x[k];
     }
-    muon.step(mults[t], moms[t]);
+    const StepStats st = opt.step(t, 100);
+    EXPECT_DOUBLE_EQ(st.lr_multiplier, mults[t]);
+    EXPECT_NEAR(st.momentum, moms[t], 1e-12);
     for (int i = 0; i < 2; ++i) {
       const std::string& name = store.info(i).name;
+      const Tensor b = opt.gather_state(name, "momentum_buffer");
       for (int k = 0; k < 60; ++k) {
         EXPECT_NEAR(store.param(i).f32()[k], p[i][k], 1e-5) << name << "[" << k << "] t=" << t;
-        EXPECT_NEAR(muon.state(name, "momentum_buffer").f32()[k], buf[i][k], 1e-6);
+        EXPECT_NEAR(b.f32()[k], buf[i][k], 1e-6);
       }
     }
   }
-  EXPECT_EQ(store.param(2).f32()[0], 1.5f);
-  EXPECT_EQ(muon.step_count(), 2);
+  EXPECT_EQ(opt.step_count(), 2);
 }
 
 // Newton-Schulz in bf16 (the GPU default): bf16 storage of X, A, B with fp32 GEMM accumulation.
