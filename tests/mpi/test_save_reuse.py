@@ -20,6 +20,8 @@ import h5py
 import numpy as np
 import pytest
 
+from test_save_faults import datadir  # noqa: F401 (a small corpus; the fixture)
+
 BUILD = os.environ.get("VTRAIN_BUILD", "build")
 VTRAIN = os.path.join(BUILD, "vtrain")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
@@ -54,15 +56,15 @@ def resident_fraction(path):
         os.close(fd)
 
 
-@pytest.fixture(scope="module")
-def datadir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cache")
-    text = subprocess.run(["bible", "Gen1:1-Gen10:32"], capture_output=True, text=True).stdout
-    (d / "c.txt").write_text(text)
-    r = subprocess.run([VTRAIN, "prepare", "--input", str(d / "c.txt"), "--out", str(d / "data"),
-                        "--tokenizer", "bpe:300", "--quiet"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return d / "data"
+def train_saving_each_step(datadir, ckpt, ranks, async_save, flags):
+    """Four steps, a checkpoint after each; the run's output."""
+    cmd = [VTRAIN, "train", "--data", str(datadir), *MODEL, "--steps", "4", "--ckpt-dir",
+           str(ckpt), "--ckpt-every", "1", *flags] + (["--async-save"] if async_save else [])
+    if ranks > 1:
+        cmd = ["mpirun", "-np", str(ranks)] + cmd
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
 
 
 @pytest.mark.parametrize("ranks,async_save", [(1, False), (2, False), (2, True)],
@@ -70,14 +72,8 @@ def datadir(tmp_path_factory):
 def test_a_save_drops_the_cache_of_older_checkpoints(datadir, ranks, async_save):
     with tempfile.TemporaryDirectory(prefix="save-cache-", dir=os.path.abspath(BUILD)) as work:
         ckpt = os.path.join(work, "ckpt")
-        cmd = [VTRAIN, "train", "--data", str(datadir), *MODEL, "--steps", "4", "--tp", str(ranks),
-               "--ckpt-dir", ckpt, "--ckpt-every", "1", "--keep-last", "4"]
-        if async_save:
-            cmd.append("--async-save")
-        if ranks > 1:
-            cmd = ["mpirun", "-np", str(ranks)] + cmd
-        r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
-        assert r.returncode == 0, r.stderr[-3000:]
+        r = train_saving_each_step(datadir, ckpt, ranks, async_save,
+                                   ["--tp", str(ranks), "--keep-last", "4"])
         assert "cache of older files dropped" in r.stdout, r.stdout[-2000:]
         files = [os.path.join(ckpt, f"step_{s:08d}.h5") for s in range(1, 5)]
         resident = [resident_fraction(f) for f in files]
@@ -100,17 +96,9 @@ def arrays_of(path):
 def test_reused_snapshot_buffers_write_each_steps_state(datadir, tmp_path, ranks):
     def run(tag, device, async_save):
         ckpt = tmp_path / tag
-        cmd = [VTRAIN, "train", "--data", str(datadir), *MODEL, "--value", "resformer-learnable",
-               "--steps", "4", "--device", device, "--ckpt-dir", str(ckpt), "--ckpt-every", "1",
-               "--keep-last", "0"]
-        if device == "emulated":
-            cmd += ["--act-dtype", "f32"]
-        if async_save:
-            cmd.append("--async-save")
-        if ranks > 1:
-            cmd = ["mpirun", "-np", str(ranks)] + cmd
-        r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=300)
-        assert r.returncode == 0, r.stderr[-3000:]
+        flags = ["--value", "resformer-learnable", "--device", device, "--keep-last", "0"]
+        train_saving_each_step(datadir, ckpt, ranks, async_save,
+                               flags + (["--act-dtype", "f32"] if device == "emulated" else []))
         return [arrays_of(ckpt / f"step_{s:08d}.h5") for s in range(1, 5)]
 
     ref = run("cpu-sync", "cpu", False)
