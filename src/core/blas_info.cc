@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/openmp_wait.h"
 
 namespace vt {
 
@@ -31,7 +32,8 @@ BlasInfo blas_info() {
 std::string blas_description() {
   const BlasInfo b = blas_info();
   return absl::StrCat("BLAS: ", b.config, " | threading ", b.threading, " | ", b.blas_threads,
-                      " BLAS thread(s), ", b.omp_threads, " OpenMP thread(s) | ", b.library);
+                      " BLAS thread(s), ", b.omp_threads, " OpenMP thread(s) | ", b.library, " | ",
+                      openmp_wait_description());
 }
 
 }  // namespace vt

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/host_allocator.h"
+#include "core/openmp_wait.h"
 
 namespace {
 
@@ -22,6 +23,7 @@ const char* kUsage = R"(usage: vtrain <command> [options]     (vtrain <command> 
 }  // namespace
 
 int main(int argc, char** argv) {
+  vt::shorten_openmp_spin(argv);  // may execute vtrain again, with GOMP_SPINCOUNT set
   vt::tune_host_allocator();
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::printf("%s", kUsage);

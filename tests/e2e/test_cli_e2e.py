@@ -154,3 +154,22 @@ def test_the_binary_runs_the_openmp_blas():
     assert first.startswith("BLAS: OpenBLAS"), d.stdout
     assert "threading OpenMP" in first and "openblas-openmp" in first, first
     assert "2 BLAS thread(s), 2 OpenMP thread(s)" in first, first
+
+
+@pytest.mark.parametrize("env,want", [
+    ({"OMP_NUM_THREADS": "2"}, "spin 1000 iterations, then sleep (GOMP_SPINCOUNT)"),
+    ({"OMP_NUM_THREADS": "2", "GOMP_SPINCOUNT": "50"}, "spin 50 iterations"),
+    ({"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "active"}, "OMP_WAIT_POLICY=active"),
+    ({"OMP_NUM_THREADS": "2", "VTRAIN_OMP_DEFAULTS": "1"}, "libgomp's default"),
+    ({"OMP_NUM_THREADS": "1"}, "libgomp's default"),
+], ids=["default", "user-spin", "user-policy", "opt-out", "one-thread"])
+def test_openmp_idle_threads_spin_briefly_unless_the_user_says(env, want):
+    """libgomp's idle threads spin up to 300,000 iterations by default, which starves the working
+    threads on shared cores; vtrain starts itself again with GOMP_SPINCOUNT=1000 unless the user
+    chose (src/core/openmp_wait.h). `devices` reports the environment the process started with,
+    i.e. what libgomp read."""
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "VTRAIN_OMP_DEFAULTS")}
+    d = subprocess.run([VTRAIN, "devices"], capture_output=True, text=True, env={**base, **env})
+    first = d.stdout.splitlines()[0]
+    assert want in first, first
