@@ -76,7 +76,9 @@ struct SaveTimings {
   double release = 0;           // before the save: the page cache of older checkpoints dropped
   double layout = 0, data = 0;  // within write: rank 0's file layout; this rank's data writes
   double checksum = 0, fsync = 0;
-  std::string str() const;  // "write 0.30 s (checksums 0.10 s within it), ..."
+  // "cache of older files dropped 0.04 s, write 0.17 s (layout 0.01 s, data 0.16 s, checksums
+  // 0.11 s within it), verify ..." (the first part only when a directory save dropped some).
+  std::string str() const;
 };
 
 // Collective over grid->world() (nullptr: this process alone). Writes `path` atomically (see
