@@ -74,7 +74,9 @@ std::vector<std::string> config_differences(const ModelConfig& checkpoint, const
 struct SaveTimings {
   double write = 0, verify = 0, rename = 0, total = 0;
   double release = 0;           // before the save: the page cache of older checkpoints dropped
-  double layout = 0, data = 0;  // within write: rank 0's file layout; this rank's data writes
+  // Within write: everything before the data (the plan, the space check, rank 0's file layout);
+  // this rank's data writes.
+  double layout = 0, data = 0;
   double checksum = 0, fsync = 0;
   // "cache of older files dropped 0.04 s, write 0.17 s (layout 0.01 s, data 0.16 s, checksums
   // 0.11 s within it), verify ..." (the first part only when a directory save dropped some).

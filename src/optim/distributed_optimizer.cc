@@ -318,11 +318,8 @@ Tensor DistributedOptimizer::gather_state(const std::string& name, const std::st
   const int i = store_->find(name);
   VT_CHECK_MSG(i >= 0, "gather_state: no parameter named " << name);
   const ParamInfo& info = store_->info(i);
-  if (info.numel() == 0) {
-    check_kind(state_kinds(name), name, kind);
-    return Tensor::zeros(info.shape);
-  }
-  Tensor out = Tensor::empty(info.shape);  // host; every element is written below
+  // Host; gather_state_into writes every element.
+  Tensor out = info.numel() == 0 ? Tensor::zeros(info.shape) : Tensor::empty(info.shape);
   gather_state_into(name, kind, out);
   return out;
 }

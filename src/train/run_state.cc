@@ -81,25 +81,21 @@ std::vector<NamedTensor> gather_optimizer_states(const ParamStore& store,
 void gather_optimizer_states(const ParamStore& store, optim::DistributedOptimizer& opt,
                              std::vector<NamedTensor>& into) {
   size_t k = 0;
-  bool reuse = true;
   for (const ParamInfo& info : store.infos())
     for (const std::string& kind : opt.state_kinds(info.name)) {
       const std::string path = "/optim/" + info.name + "/" + kind;
-      reuse = reuse && k < into.size() && into[k].path == path && into[k].tensor.on_host() &&
-              into[k].tensor.dtype() == DType::kF32 && into[k].tensor.shape() == info.shape;
+      const bool reusable = k < into.size() && into[k].path == path && into[k].tensor.on_host() &&
+                            into[k].tensor.dtype() == DType::kF32 &&
+                            into[k].tensor.shape() == info.shape;
+      if (reusable)
+        opt.gather_state_into(info.name, kind, into[k].tensor);
+      else if (k < into.size())
+        into[k] = {path, opt.gather_state(info.name, kind)};
+      else
+        into.push_back({path, opt.gather_state(info.name, kind)});
       ++k;
     }
-  if (!reuse || k != into.size()) {
-    into.clear();
-    for (const ParamInfo& info : store.infos())
-      for (const std::string& kind : opt.state_kinds(info.name))
-        into.push_back({"/optim/" + info.name + "/" + kind, opt.gather_state(info.name, kind)});
-    return;
-  }
-  k = 0;
-  for (const ParamInfo& info : store.infos())
-    for (const std::string& kind : opt.state_kinds(info.name))
-      opt.gather_state_into(info.name, kind, into[k++].tensor);
+  into.resize(k);
 }
 
 absl::StatusOr<CheckpointMeta> load_training_state(const std::string& path, const ModelConfig& cfg,
