@@ -1,8 +1,11 @@
 // attention_bench: times the CUDA attention kernels on one device, the tensor-core flash kernels
 // (kernels/attention_tc.cuh) against the reference kernels (kernels/attention.cuh) in the same
 // run, bf16, forward and backward, and prints milliseconds per call, TFLOP/s and the ratio.
-// For a GPU session (docs/gpu-session.md, scripts/device_check.sh bench); on the CUDA emulation
-// it runs too (tiny shapes only: the numbers then say nothing about a GPU).
+// For the GPU window (docs/gpu-session.md, scripts/device_window.sh); on the CUDA emulation
+// it runs too (tiny shapes only: the numbers then say nothing about a GPU). After the timings it
+// compares the two kernels' outputs (forward out; backward dq, dk, dv) on the same inputs and
+// prints the largest difference, absolute and relative to the largest reference value.
+// vtrain-tool: kernels (linked without the engine: CMakeLists.txt)
 //
 //   attention_bench [--B 16] [--T 2048] [--H 12] [--Hkv 12] [--hd 128] [--window 2048,512]
 //                   [--iters 10] [--warmup 3] [--json FILE]
@@ -46,6 +49,28 @@ void fill_random(bf16* d, size_t n, uint32_t seed) {
   std::vector<bf16> h(n);
   for (auto& x : h) x = __float2bfloat16(nd(rng));
   VT_CUDA_CHECK(cudaMemcpy(d, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+}
+
+// The largest |a - b| over n elements, and the largest |b| (the scale it is relative to).
+struct Diff {
+  double max_abs = 0, ref_max = 0;
+  double rel() const { return ref_max > 0 ? max_abs / ref_max : max_abs; }
+};
+Diff diff(const bf16* a_dev, const bf16* b_dev, size_t n) {
+  std::vector<bf16> a(n), b(n);
+  VT_CUDA_CHECK(cudaMemcpy(a.data(), a_dev, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+  VT_CUDA_CHECK(cudaMemcpy(b.data(), b_dev, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+  Diff d;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
+    if (!std::isfinite(x) || !std::isfinite(y)) {
+      d.max_abs = INFINITY;
+      continue;
+    }
+    d.max_abs = std::max(d.max_abs, std::fabs(x - y));
+    d.ref_max = std::max(d.ref_max, std::fabs(y));
+  }
+  return d;
 }
 
 // Milliseconds per call of f, over `iters` calls after `warmup`.
@@ -133,9 +158,10 @@ int main(int argc, char** argv) {
   fill_random(dout.as<bf16>(), nq, 4);
   const float scale = 1.0f / std::sqrt(float(s.hd));
 
-  std::string js = "{";
+  std::string js = "{\"device\": \"" + std::string(prop.name) + "\", \"windows\": {";
   std::printf("%-8s %-10s %12s %12s %10s\n", "window", "pass", "tensor ms", "reference ms",
               "ref / tc");
+  bool first_window = true;
   for (long long W : windows) {
     s.window = W;
     double useful = 0;  // forward FLOPs over the visible keys
@@ -167,14 +193,40 @@ int main(int argc, char** argv) {
                 tf / f_tc, f_ref, tf / f_ref, f_ref / f_tc);
     std::printf("%-8lld %-10s %8.3f (%5.1f TF/s) %8.3f (%5.1f TF/s) %8.2fx\n", W, "backward", b_tc,
                 2.5 * tf / b_tc, b_ref, 2.5 * tf / b_ref, b_ref / b_tc);
-    char buf[256];
+    // The error between them: both kernels on the same inputs; the backward of each from its
+    // own forward's out and lse.
+    Buf out_tc(nq * 2), dq_tc(nq * 2), dk_tc(nk * 2), dv_tc(nk * 2);
+    fwd_tc();
+    bwd_tc();
+    VT_CUDA_CHECK(cudaDeviceSynchronize());
+    VT_CUDA_CHECK(cudaMemcpy(out_tc.p, out.p, nq * 2, cudaMemcpyDeviceToDevice));
+    VT_CUDA_CHECK(cudaMemcpy(dq_tc.p, dq.p, nq * 2, cudaMemcpyDeviceToDevice));
+    VT_CUDA_CHECK(cudaMemcpy(dk_tc.p, dk.p, nk * 2, cudaMemcpyDeviceToDevice));
+    VT_CUDA_CHECK(cudaMemcpy(dv_tc.p, dv.p, nk * 2, cudaMemcpyDeviceToDevice));
+    fwd_ref();
+    bwd_ref();
+    VT_CUDA_CHECK(cudaDeviceSynchronize());
+    const Diff d_out = diff(out_tc.as<bf16>(), out.as<bf16>(), nq);
+    Diff d_grad = diff(dq_tc.as<bf16>(), dq.as<bf16>(), nq);
+    for (const Diff& d : {diff(dk_tc.as<bf16>(), dk.as<bf16>(), nk),
+                          diff(dv_tc.as<bf16>(), dv.as<bf16>(), nk)}) {
+      if (d.rel() > d_grad.rel()) d_grad = d;
+    }
+    std::printf("%-8lld %-10s max |tc - ref| out %.3g (%.2e of max |ref|), grads %.3g (%.2e)\n",
+                W, "error", d_out.max_abs, d_out.rel(), d_grad.max_abs, d_grad.rel());
+    char buf[512];
     std::snprintf(buf, sizeof buf,
                   "%s\"%lld\": {\"fwd_tc_ms\": %.4f, \"fwd_ref_ms\": %.4f, \"bwd_tc_ms\": %.4f, "
-                  "\"bwd_ref_ms\": %.4f}",
-                  js.size() > 1 ? ", " : "", W, f_tc, f_ref, b_tc, b_ref);
+                  "\"bwd_ref_ms\": %.4f, \"fwd_tc_tflops\": %.2f, \"fwd_ref_tflops\": %.2f, "
+                  "\"bwd_tc_tflops\": %.2f, \"bwd_ref_tflops\": %.2f, \"out_max_abs_err\": %.4g, "
+                  "\"out_rel_err\": %.4g, \"grad_max_abs_err\": %.4g, \"grad_rel_err\": %.4g}",
+                  first_window ? "" : ", ", W, f_tc, f_ref, b_tc, b_ref, tf / f_tc, tf / f_ref,
+                  2.5 * tf / b_tc, 2.5 * tf / b_ref, d_out.max_abs, d_out.rel(), d_grad.max_abs,
+                  d_grad.rel());
     js += buf;
+    first_window = false;
   }
-  js += "}\n";
+  js += "}}\n";
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");
     if (!f) usage(("cannot write " + json).c_str());

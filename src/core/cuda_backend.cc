@@ -971,6 +971,53 @@ cudaStream_t cuda_backend_stream() {
   return cb ? cb->stream() : nullptr;
 }
 
+namespace {
+
+// CUDA events on one stream, a pool reused after each recycle().
+class CudaEventClock final : public op_profile::DeviceClock {
+ public:
+  explicit CudaEventClock(cudaStream_t stream) : stream_(stream) {}
+  ~CudaEventClock() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  int mark() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      VT_CUDA_CHECK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    VT_CUDA_CHECK(cudaEventRecord(events_[used_], stream_));
+    return static_cast<int>(used_++);
+  }
+  double seconds_between(int a, int b) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    VT_CUDA_CHECK(cudaEventSynchronize(events_[b]));
+    float ms = 0;
+    VT_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[a], events_[b]));
+    return double(ms) * 1e-3;
+  }
+  void recycle() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    used_ = 0;
+  }
+  const char* name() const override { return "CUDA events"; }
+
+ private:
+  cudaStream_t stream_;
+  std::mutex mu_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<op_profile::DeviceClock> make_cuda_profile_clock() {
+  cudaStream_t s = cuda_backend_stream();
+  if (s == nullptr) return nullptr;
+  return std::make_unique<CudaEventClock>(s);
+}
+
 }  // namespace vt
 
 #endif  // VTRAIN_HAS_CUDA

@@ -19,6 +19,36 @@ std::map<std::string, Entry>& table() {
   return t;
 }
 thread_local int t_depth = 0;
+DeviceClock* g_clock = nullptr;  // under g_mu
+
+// Device ops whose marks are not read yet (under g_mu).
+struct Pending {
+  const char* op;
+  double flops;
+  int a, b;
+};
+std::vector<Pending>& pending() {
+  static std::vector<Pending> p;
+  return p;
+}
+// Marks read back at most this many ops apart: the pool stays bounded over long runs.
+constexpr size_t kMaxPending = 4096;
+
+void add_locked(const char* op, double seconds, double flops) {
+  Entry& e = table()[op];
+  if (e.op.empty()) e.op = op;
+  e.calls += 1;
+  e.seconds += seconds;
+  e.flops += flops;
+}
+
+// Reads every pending mark of the device clock into the table (g_mu held).
+void resolve_locked() {
+  if (g_clock == nullptr || pending().empty()) return;
+  for (const Pending& p : pending()) add_locked(p.op, g_clock->seconds_between(p.a, p.b), p.flops);
+  pending().clear();
+  g_clock->recycle();
+}
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -31,13 +61,21 @@ bool enabled() { return g_on.load(std::memory_order_relaxed); }
 
 void reset() {
   std::lock_guard<std::mutex> lock(g_mu);
+  resolve_locked();
   table().clear();
+}
+
+void set_device_clock(DeviceClock* clock) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  resolve_locked();
+  g_clock = clock;
 }
 
 std::vector<Entry> entries() {
   std::vector<Entry> out;
   {
     std::lock_guard<std::mutex> lock(g_mu);
+    resolve_locked();
     for (const auto& [name, e] : table()) out.push_back(e);
   }
   std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {
@@ -52,10 +90,17 @@ std::string report(double step_wall_seconds, int64_t steps) {
   const double wall = std::max(1e-12, step_wall_seconds);
   std::string s;
   char line[256];
+  const char* clock = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_clock != nullptr) clock = g_clock->name();
+  }
   std::snprintf(line, sizeof(line),
                 "op profile of rank 0 over %lld step(s) (the first step and evaluations left out; "
-                "host time per step):\n%-24s %9s %10s %7s %9s\n",
-                static_cast<long long>(steps), "op", "calls", "ms", "share", "GFLOP/s");
+                "%s%s%s per step):\n%-24s %9s %10s %7s %9s\n",
+                static_cast<long long>(steps), clock ? "device ops timed by " : "host time",
+                clock ? clock : "", clock ? ", host ops by the host clock; ms" : "", "op", "calls",
+                "ms", "share", "GFLOP/s");
   s += line;
   double sum = 0;
   for (const Entry& e : es) {
@@ -73,23 +118,35 @@ std::string report(double step_wall_seconds, int64_t steps) {
   return s;
 }
 
-Scope::Scope(const char* op, double flops) {
+Scope::Scope(const char* op, double flops, bool on_device) {
   if (t_depth++ > 0 || !enabled()) return;
   op_ = op;
   flops_ = flops;
-  t0_ = now();
+  if (on_device) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    clock_ = g_clock;
+  }
+  if (clock_ != nullptr) {
+    mark0_ = clock_->mark();
+  } else {
+    t0_ = now();
+  }
 }
 
 Scope::~Scope() {
   --t_depth;
   if (op_ == nullptr) return;
+  if (clock_ != nullptr) {
+    const int mark1 = clock_->mark();
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (clock_ != g_clock) return;  // the clock was replaced meanwhile: its marks are gone
+    pending().push_back({op_, flops_, mark0_, mark1});
+    if (pending().size() >= kMaxPending) resolve_locked();
+    return;
+  }
   const double dt = now() - t0_;
   std::lock_guard<std::mutex> lock(g_mu);
-  Entry& e = table()[op_];
-  if (e.op.empty()) e.op = op_;
-  e.calls += 1;
-  e.seconds += dt;
-  e.flops += flops_;
+  add_locked(op_, dt, flops_);
 }
 
 Pause::Pause() : was_(enabled()) { enable(false); }

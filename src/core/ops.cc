@@ -13,7 +13,8 @@ namespace {
 // (core/op_profile.h) until the end of the statement or scope that holds it.
 class Dispatch {
  public:
-  Dispatch(Backend& b, const char* op, double flops) : b_(b), scope_(op, flops) {}
+  Dispatch(Backend& b, const char* op, double flops, bool on_device)
+      : b_(b), scope_(op, flops, on_device) {}
   Backend* operator->() const { return &b_; }
 
  private:
@@ -28,7 +29,7 @@ Dispatch on(const char* op, std::initializer_list<const Tensor*> ts, double flop
     VT_CHECK_MSG(t->device() == first->device(),
                  op << ": tensors on different devices (copy them to one device first)");
   }
-  return Dispatch(backend(first->device()), op, flops);
+  return Dispatch(backend(first->device()), op, flops, first->device() != Device::kCPU);
 }
 
 void need_f32(const char* op, const Tensor& t, const char* what) {

@@ -120,7 +120,7 @@ Tensor Tensor::flat(int64_t offset, int64_t n) const {
 
 void Tensor::zero_() {
   if (numel() == 0) return;
-  op_profile::Scope profile("zero_fill");
+  op_profile::Scope profile("zero_fill", 0, device_ != Device::kCPU);
   if (device_ == Device::kCPU) {
     std::memset(data_, 0, nbytes());
   } else {
@@ -133,7 +133,8 @@ void Tensor::copy_from(const Tensor& src) const {
                "copy_from " << shape_str(src.shape()) << " " << dtype_name(src.dtype()) << " -> "
                             << shape_str(shape_) << " " << dtype_name(dtype_));
   if (numel() == 0 || src.raw() == data_) return;
-  op_profile::Scope profile("tensor_copy");
+  op_profile::Scope profile("tensor_copy", 0,
+                            device_ != Device::kCPU || src.device() != Device::kCPU);
   const bool dst_host = device_ == Device::kCPU, src_host = src.device() == Device::kCPU;
   if (dst_host && src_host) {
     std::memcpy(data_, src.raw(), nbytes());

@@ -10,6 +10,7 @@
 #include "parallel/mpi_communicator.h"
 
 #if VTRAIN_HAS_CUDA
+#include "core/cuda_backend.h"
 #include "parallel/nccl_communicator.h"
 #endif
 
@@ -84,6 +85,13 @@ absl::StatusOr<std::string> setup_device_comms(const TrainOptions& o, const Devi
 #else
   return agreed(absl::FailedPreconditionError("built without CUDA: no NCCL"));
 #endif
+}
+
+std::unique_ptr<op_profile::DeviceClock> device_profile_clock(const DevicePlan& plan) {
+#if VTRAIN_HAS_CUDA
+  if (plan.device != Device::kCPU) return make_cuda_profile_clock();
+#endif
+  return nullptr;
 }
 
 }  // namespace vt

@@ -557,6 +557,10 @@ absl::Status Trainer::run() {
   }
   const std::string signal_stop = "stop signal received";
   t_start_ = t_last_ = now_seconds();
+  if (o_.profile) {
+    profile_clock_ = device_profile_clock(device_);
+    op_profile::set_device_clock(profile_clock_.get());
+  }
   op_profile::enable(o_.profile);
   if (completed_step_ == 0 && o_.eval_every > 0) {
     VT_RETURN_IF_ERROR(evaluate(0, o_.eval_tokens));
@@ -601,6 +605,10 @@ absl::Status Trainer::run() {
       std::printf("%s", op_profile::report(profile_wall_, profile_steps_).c_str());
     else
       std::printf("--profile: no step after the first to report on\n");
+  }
+  if (profile_clock_) {
+    op_profile::set_device_clock(nullptr);
+    profile_clock_.reset();
   }
   // The run's state first: a failing evaluation must not cost it.
   VT_RETURN_IF_ERROR(save(o_.steps));

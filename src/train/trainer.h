@@ -113,6 +113,7 @@ class Trainer {
   double t_start_ = 0, t_last_ = 0;
   double profile_wall_ = 0;    // --profile: wall seconds of the profiled steps
   int64_t profile_steps_ = 0;
+  std::unique_ptr<op_profile::DeviceClock> profile_clock_;  // --profile on a GPU: its events
 };
 
 // Runs a whole training on every rank of `world`.

@@ -20,12 +20,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
 #include "core/bf16.h"
 #include "core/cuda_backend.h"
+#include "core/op_profile.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "gpu_test_util.h"
@@ -214,6 +216,29 @@ TEST_F(CudaBackendTest, Copy2dMatchesCpu) {
 // cuBLASLt and OpenBLAS add the K products in different orders; the difference grows like
 // sqrt(K) ulps of the result's magnitude: atol 1e-6 * sqrt(K) * max|C|, rtol 1e-5. bf16 inputs
 // make exact fp32 products, so the same holds with bf16 A/B; a bf16 C adds one rounding.
+// `--profile` on the GPU: the CUDA backend's events time each device op (core/op_profile.h), so a
+// GEMM's profiled time covers its kernel, not just its launch, and the host clock is not used.
+TEST_F(CudaBackendTest, ProfileClockTimesDeviceOpsWithEvents) {
+  std::unique_ptr<op_profile::DeviceClock> clock = make_cuda_profile_clock();
+  ASSERT_NE(clock, nullptr);
+  Tensor a = Tensor::zeros({64, 64}, kF32, kGPU), b = Tensor::zeros({64, 64}, kF32, kGPU);
+  Tensor c = Tensor::zeros({64, 64}, kF32, kGPU);
+  backend(kGPU).synchronize();
+  op_profile::reset();
+  op_profile::set_device_clock(clock.get());
+  op_profile::enable(true);
+  for (int i = 0; i < 3; ++i) ops::matmul(a, b, c, false);
+  op_profile::enable(false);
+  const auto es = op_profile::entries();
+  op_profile::set_device_clock(nullptr);
+  op_profile::reset();
+  ASSERT_EQ(es.size(), 1u);
+  EXPECT_EQ(es[0].op, "gemm");
+  EXPECT_EQ(es[0].calls, 3);
+  EXPECT_GT(es[0].seconds, 0.0);
+  EXPECT_DOUBLE_EQ(es[0].flops, 3 * 2.0 * 64 * 64 * 64);
+}
+
 TEST_F(CudaBackendTest, GemmMatchesCpu) {
   const int64_t M = 33, N = 47, K = 70;
   struct Types {

@@ -96,5 +96,80 @@ TEST_F(OpProfile, DisabledAndPausedRecordNothing) {
   EXPECT_EQ(op_profile::entries()[0].op, "axpy");
 }
 
+// A device clock whose mark i stands at i milliseconds: a device op's time is read from the marks
+// (the host clock plays no part), a host op's is not, and marks are read back in batches.
+class FakeClock final : public op_profile::DeviceClock {
+ public:
+  int mark() override { return next_++; }
+  double seconds_between(int a, int b) override {
+    ++reads;
+    return (b - a) * 1e-3;
+  }
+  void recycle() override {
+    ++recycles;
+    next_ = 0;
+  }
+  const char* name() const override { return "fake marks"; }
+  int reads = 0, recycles = 0;
+
+ private:
+  int next_ = 0;
+};
+
+TEST_F(OpProfile, DeviceOpsAreTimedByTheDeviceClock) {
+  FakeClock clock;
+  op_profile::set_device_clock(&clock);
+  {
+    op_profile::Scope dev("device_op", 10.0, /*on_device=*/true);  // marks 0 and 1
+  }
+  {
+    op_profile::Scope dev("device_op", 10.0, /*on_device=*/true);  // marks 2 and 3
+  }
+  {
+    op_profile::Scope host("host_op");  // the host clock: no mark
+  }
+  EXPECT_EQ(clock.reads, 0);  // nothing is read before the profile is asked for
+  const auto es = op_profile::entries();
+  EXPECT_EQ(clock.reads, 2);
+  EXPECT_EQ(clock.recycles, 1);
+  const auto* d = find(es, "device_op");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->calls, 2);
+  EXPECT_DOUBLE_EQ(d->seconds, 2e-3);
+  EXPECT_DOUBLE_EQ(d->flops, 20.0);
+  ASSERT_NE(find(es, "host_op"), nullptr);
+  EXPECT_NE(op_profile::report(1.0, 1).find("device ops timed by fake marks"), std::string::npos);
+  op_profile::set_device_clock(nullptr);
+  EXPECT_NE(op_profile::report(1.0, 1).find("host time per step"), std::string::npos);
+}
+
+TEST_F(OpProfile, DeviceMarksAreReadInBoundedBatches) {
+  FakeClock clock;
+  op_profile::set_device_clock(&clock);
+  for (int i = 0; i < 10000; ++i) op_profile::Scope dev("k", 0, true);
+  // Read back every 4096 ops without being asked: the clock's pool never holds more.
+  EXPECT_EQ(clock.reads, 8192);
+  EXPECT_EQ(clock.recycles, 2);
+  op_profile::set_device_clock(nullptr);  // resolves the rest
+  EXPECT_EQ(clock.reads, 10000);
+  const auto es = op_profile::entries();
+  ASSERT_EQ(es.size(), 1u);
+  EXPECT_EQ(es[0].calls, 10000);
+  EXPECT_NEAR(es[0].seconds, 10000 * 1e-3, 1e-9);
+}
+
+// An op on the device backend is a device op: without a clock it is timed by the host, and with
+// one by the clock (the dispatch in ops.cc tells them apart by the tensors' device).
+TEST_F(OpProfile, TheDispatchMarksOnlyDeviceTensorsOps) {
+  FakeClock clock;
+  op_profile::set_device_clock(&clock);
+  Tensor y = Tensor::zeros({8});
+  op_profile::reset();
+  ops::axpy(y, y, 2.0f);  // CPU tensors: host time
+  op_profile::set_device_clock(nullptr);
+  EXPECT_EQ(clock.reads, 0);
+  ASSERT_NE(find(op_profile::entries(), "axpy"), nullptr);
+}
+
 }  // namespace
 }  // namespace vt
