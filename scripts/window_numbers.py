@@ -67,8 +67,9 @@ def train_fragment(metrics: str, log: str, preset, value, mb, seq) -> dict:
                         rows.append(r)
     except OSError:
         pass
+    # One micro-batch per optimizer step (device_window.sh's runs): global batch = mb x T tokens.
     frag = {"preset": preset, "value": value, "micro_batch": int(mb), "seq_len": int(seq),
-            "steps": len(rows)}
+            "global_batch": int(mb) * int(seq), "steps": len(rows)}
     if rows:
         # Speed from the steps after the first quarter (start-up, plan caches, allocator growth).
         timed = rows[max(1, len(rows) // 4):] or rows
@@ -246,8 +247,14 @@ def merge(work: str, numbers_path: str, summary_path: str) -> None:
     with open(numbers_path, "w") as f:
         json.dump(num, f, indent=1)
 
-    label = ("EMULATED: the CUDA emulation on the CPU; every timing below is meaningless"
-             if emulated else "REAL GPU")
+    if not num.get("device"):
+        num["device"] = "unknown"
+    if emulated:
+        label = "EMULATED: the CUDA emulation on the CPU; every timing below is meaningless"
+    elif gpu and not gpu.startswith("none"):
+        label = "REAL GPU"
+    else:
+        label = "NO GPU FOUND"
     lines = [f"vtrain GPU window {num['date']} | {num['device']} | commit {num['commit']} | {label}",
              f"{'stage':11s} {'status':9s} {'s':>5s}  numbers"]
     by_name = {s["name"]: s for s in stages}

@@ -128,6 +128,16 @@ def test_window_end_to_end_on_the_emulation(tmp_path, bundle):
     for s in STAGES:
         assert f"logs/{s}.log" in members, s
     assert "logs/tests/attention_tc_test.log" in members
+    # What the numbers feed (scripts/window_results.py) reads this numbers.json, refuses it as
+    # emulated, and with --allow-emulated labels everything it would write.
+    results = [sys.executable, str(ROOT / "scripts" / "window_results.py"), str(out / "numbers.json"),
+               "--repo", str(ROOT), "--dry-run"]
+    r = subprocess.run(results, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "emulated" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = subprocess.run(results + ["--allow-emulated"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "EMULATED (not a GPU number): attention forward" in r.stdout
+    assert "would write" in r.stdout and "plan_calibration-EMULATED.json" in r.stdout
 
 
 def test_window_in_a_namespace_without_the_system_libraries(tmp_path, bundle):
