@@ -63,17 +63,21 @@ int cmd_eval(int argc, char** argv) {
   MpiCommunicator world_comm(MPI_COMM_WORLD);
   Communicator* world = world_comm.size() > 1 ? static_cast<Communicator*>(&world_comm) : self_communicator();
   return run_guarded([&]() -> absl::Status {
+    // Each rank parses its own command line and reads its own files: all_ok agrees on the first
+    // failing rank's error, so any rank's error ends every rank with its message (a file missing
+    // on one node must not leave the others waiting in a collective).
     auto fl = Flags::parse(eval_command(), argc, argv, 2);
-    if (!fl.ok()) return agreed(fl.status());
+    VT_RETURN_IF_ERROR(all_ok(world, fl.status()));
     const Flags& f = *fl;
-    if (!f.has("data") && !f.has("core"))
-      return agreed(absl::InvalidArgumentError(
-          "nothing to evaluate: give --data DATADIR (validation loss) and/or --core BUNDLE_DIR"));
+    VT_RETURN_IF_ERROR(all_ok(world, !f.has("data") && !f.has("core")
+        ? absl::InvalidArgumentError(
+              "nothing to evaluate: give --data DATADIR (validation loss) and/or --core BUNDLE_DIR")
+        : absl::OkStatus()));
     const std::string ckpt = f.get_string("ckpt");
     auto cfg_or = read_checkpoint_config(ckpt);
-    if (!cfg_or.ok()) return agreed(cfg_or.status());
+    VT_RETURN_IF_ERROR(all_ok(world, cfg_or.status()));
     auto meta_or = read_checkpoint_meta(ckpt);
-    if (!meta_or.ok()) return agreed(meta_or.status());
+    VT_RETURN_IF_ERROR(all_ok(world, meta_or.status()));
     const ModelConfig cfg = *cfg_or;
     TrainOptions o;
     o.tp = static_cast<int>(f.get_int("tp"));
@@ -88,7 +92,7 @@ int cmd_eval(int argc, char** argv) {
     if (absl::Status st = check_virtual_stages(cfg.n_layer, o.pp, o.vpp, -1); !st.ok())
       return agreed(st);
     auto tok_or = tokenizer_for_checkpoint(ckpt, meta_or->extra, f.get_string("data"));
-    if (!tok_or.ok()) return agreed(tok_or.status());
+    VT_RETURN_IF_ERROR(all_ok(world, tok_or.status()));
     std::unique_ptr<data::Tokenizer> tok = std::move(*tok_or);
     if (tok->vocab_size() != cfg.vocab_size)
       return agreed(absl::InvalidArgumentError(absl::StrCat(
@@ -96,7 +100,7 @@ int cmd_eval(int argc, char** argv) {
     std::vector<eval::CoreTask> core_tasks;
     if (f.has("core")) {
       auto tasks = eval::load_core_bundle(f.get_string("core"), static_cast<int>(f.get_int("core-max-per-task")));
-      if (!tasks.ok()) return agreed(tasks.status());
+      VT_RETURN_IF_ERROR(all_ok(world, tasks.status()));
       core_tasks = std::move(*tasks);
     }
     VT_ASSIGN_OR_RETURN(const DevicePlan device, setup_device(o, world));

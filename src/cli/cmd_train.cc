@@ -24,7 +24,10 @@ int cmd_train(int argc, char** argv) {
   bool requeue = false;
   const int code = run_guarded([&]() -> absl::Status {
     auto o = parse_train_options(argc, argv, 2);
-    if (!o.ok()) return agreed(o.status());  // every rank parses the same flags
+    // Every rank parses its own command line and checks its own files (--data may be missing on
+    // one node; MPMD launches give ranks different flags): agreed over the world, so any rank's
+    // error ends every rank promptly with that rank's message, printed once by rank 0.
+    VT_RETURN_IF_ERROR(all_ok(comm, o.status()));
     absl::Status st = run_train(*o, comm);
     if (absl::IsAborted(st)) {  // stopped by a signal after saving: resumable
       requeue = true;

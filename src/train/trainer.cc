@@ -150,11 +150,14 @@ absl::Status Trainer::setup() {
   lo.vocab_size = cfg.vocab_size;
   lo.seed = o_.seed;
   {
+    // Every rank reads the directory itself, so a file missing or different on one node is that
+    // rank's error alone: all_ok gives it to every rank (rank 0 prints it) instead of leaving the
+    // others waiting in the next collective.
     auto train = data::DataLoader::open(o_.data_dir, "train", lo);
-    if (!train.ok()) return agreed(train.status());
+    VT_RETURN_IF_ERROR(all_ok(world_, train.status()));
     train_ = std::make_unique<data::DataLoader>(std::move(*train));
     auto tok = data::load_tokenizer(o_.data_dir);
-    if (!tok.ok()) return agreed(tok.status());
+    VT_RETURN_IF_ERROR(all_ok(world_, tok.status()));
     tokenizer_ = std::move(*tok);
   }
   token_bytes_ = data::token_bytes_table(*tokenizer_);
@@ -169,7 +172,7 @@ absl::Status Trainer::setup() {
   }
   if (o_.core_every > 0) {
     auto tasks = eval::load_core_bundle(o_.core_dir, static_cast<int>(o_.core_max_per_task));
-    if (!tasks.ok()) return agreed(tasks.status());
+    VT_RETURN_IF_ERROR(all_ok(world_, tasks.status()));
     core_tasks_ = std::move(*tasks);
   }
 

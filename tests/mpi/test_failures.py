@@ -171,3 +171,67 @@ def test_single_rank_error_exits_without_abort(tmp_path):
     assert rc == 2, err
     assert "vtrain: error: uncaught exception: injected failure at step 2" in err, err
     assert "MPI_ABORT" not in err, err
+
+
+# --- vtrain itself: input only one rank sees (a path missing on one node, an MPMD launch whose
+# ranks got different flags) ends every rank promptly with that rank's message, printed once.
+VTRAIN = os.path.join(BUILD, "vtrain")
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rankdata")
+    words = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth"]
+    (d / "c.txt").write_text(" ".join(words[i % 8] for i in range(40000)) + "\n")
+    r = subprocess.run([VTRAIN, "prepare", "--input", str(d / "c.txt"), "--out", str(d / "data"),
+                        "--tokenizer", "bpe:300", "--val-fraction", "0.1", "--quiet"],
+                       capture_output=True, text=True, env=env())
+    assert r.returncode == 0, r.stderr
+    return d / "data"
+
+
+def mpmd(rank0_args, rank1_args, timeout=BOUND_S):
+    """mpirun with rank 0 and rank 1 running vtrain with different arguments."""
+    cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "1", VTRAIN,
+           *map(str, rank0_args), ":", "-np", "1", VTRAIN, *map(str, rank1_args)]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            errors="replace", env=env(VTRAIN_COMM_TIMEOUT="60"),
+                            start_new_session=True)
+    return finish(proc, t0, timeout)
+
+
+def train_args(data_dir, **over):
+    """`vtrain train` arguments with some flags replaced (flag name -> value)."""
+    flags = {"--data": data_dir, "--preset": "tiny", "--seq-len": 32, "--micro-batch": 2,
+             "--steps": 2, "--final-eval-tokens": 0}
+    flags.update({f"--{k.replace('_', '-')}": v for k, v in over.items()})
+    return ["train", *[str(x) for kv in flags.items() for x in kv]]
+
+
+@pytest.mark.parametrize("rank1,needle", [
+    (dict(data="/nonexistent/data"), "rank 1: --data /nonexistent/data is not a directory"),
+    (dict(bogus_flag=3), "rank 1: unknown flag --bogus-flag"),
+    (dict(micro_batch=0), "rank 1: --micro-batch"),
+], ids=["data-missing-on-rank-1", "unknown-flag-on-rank-1", "bad-value-on-rank-1"])
+def test_train_error_on_rank_1_only_ends_the_job_with_its_message(tiny_data, rank1, needle):
+    rc, out, err, secs = mpmd(train_args(tiny_data), train_args(tiny_data, **rank1))
+    assert rc == 2, out[-2000:] + err[-2000:]
+    # Seconds, not the 60 s communication timeout: the error is agreed, not waited out.
+    assert secs < 20, secs
+    assert err.count(needle) == 1, err[-2000:]
+    assert "stuck" not in err, err[-2000:]
+
+
+def test_eval_error_on_rank_1_only_ends_the_job_with_its_message(tiny_data, tmp_path):
+    ck = tmp_path / "ck"
+    r = subprocess.run([VTRAIN, *train_args(tiny_data, ckpt_dir=ck)],
+                       capture_output=True, text=True, env=env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    good = ["eval", "--ckpt", ck / "step_00000002.h5", "--data", tiny_data]
+    bad = ["eval", "--ckpt", tmp_path / "missing.h5", "--data", tiny_data]
+    rc, out, err, secs = mpmd(good, bad)
+    assert rc == 2, out[-2000:] + err[-2000:]
+    assert secs < 20, secs
+    assert "rank 1: " in err and "missing.h5" in err, err[-2000:]
+    assert "stuck" not in err, err[-2000:]
