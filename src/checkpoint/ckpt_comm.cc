@@ -1,9 +1,20 @@
 // CkptComm (see ckpt_comm.h).
 #include "checkpoint/ckpt_comm.h"
 
+#include "parallel/comm_watchdog.h"
 #include "parallel/mpi_communicator.h"
 
 namespace vt::ckpt {
+
+namespace {
+// Every collective below runs under the communication watchdog (parallel/comm_watchdog.h): a
+// rank that stalls or dies during a save or a load ends the job after the timeout, with the
+// operation named, instead of leaving its peers in MPI forever.
+const char* group_name() {
+  static const char* name = intern_group_name("checkpoint");
+  return name;
+}
+}  // namespace
 
 absl::StatusOr<CkptComm> CkptComm::from_grid(const ProcessGrid* grid) {
   CkptComm c;
@@ -26,11 +37,13 @@ absl::StatusOr<CkptComm> CkptComm::from_grid(const ProcessGrid* grid) {
 
 void CkptComm::sum(std::vector<uint64_t>& v) const {
   if (comm_ == MPI_COMM_NULL || v.empty()) return;
+  CommOpScope watch("checkpoint checksum sum", group_name());
   MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T, MPI_SUM, comm_);
 }
 
 std::string CkptComm::broadcast(const std::string& s, int root) const {
   if (comm_ == MPI_COMM_NULL) return s;
+  CommOpScope watch("checkpoint broadcast", group_name());
   int64_t n = rank_ == root ? static_cast<int64_t>(s.size()) : 0;
   MPI_Bcast(&n, 1, MPI_INT64_T, root, comm_);
   std::string out = rank_ == root ? s : std::string(n, '\0');
@@ -40,6 +53,7 @@ std::string CkptComm::broadcast(const std::string& s, int root) const {
 
 std::vector<std::string> CkptComm::all_gather(const std::string& s) const {
   if (comm_ == MPI_COMM_NULL) return {s};
+  CommOpScope watch("checkpoint all-gather", group_name());
   int n = static_cast<int>(s.size());
   std::vector<int> sizes(size_), displs(size_);
   MPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm_);
@@ -57,6 +71,7 @@ std::vector<std::string> CkptComm::all_gather(const std::string& s) const {
 
 absl::Status CkptComm::agree(const absl::Status& local) const {
   if (comm_ == MPI_COMM_NULL) return local;
+  CommOpScope watch("checkpoint status agreement", group_name());
   int mine = local.ok() ? size_ : rank_, first = size_;
   MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm_);
   if (first == size_) return absl::OkStatus();
@@ -67,7 +82,9 @@ absl::Status CkptComm::agree(const absl::Status& local) const {
 }
 
 void CkptComm::barrier() const {
-  if (comm_ != MPI_COMM_NULL) MPI_Barrier(comm_);
+  if (comm_ == MPI_COMM_NULL) return;
+  CommOpScope watch("checkpoint barrier", group_name());
+  MPI_Barrier(comm_);
 }
 
 }  // namespace vt::ckpt

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include "absl/strings/str_cat.h"
+#include "parallel/comm_watchdog.h"
 
 namespace vt::data {
 
@@ -44,14 +45,21 @@ class MpiGroup final : public PrepareGroup {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+  // Each collective runs under the communication watchdog (parallel/comm_watchdog.h): a rank
+  // that stalls or dies ends the job after the timeout instead of hanging the others.
+  void barrier() override {
+    CommOpScope watch("prepare barrier", group());
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
   std::vector<int64_t> all_gather(const std::vector<int64_t>& mine) override {
+    CommOpScope watch("prepare all-gather", group());
     std::vector<int64_t> out(mine.size() * size_);
     MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, out.data(),
                   static_cast<int>(mine.size()), MPI_INT64_T, MPI_COMM_WORLD);
     return out;
   }
   std::vector<int64_t> all_sum(const std::vector<int64_t>& mine) override {
+    CommOpScope watch("prepare all-reduce", group());
     std::vector<int64_t> out(mine.size());
     MPI_Allreduce(mine.data(), out.data(), static_cast<int>(mine.size()), MPI_INT64_T, MPI_SUM,
                   MPI_COMM_WORLD);
@@ -60,6 +68,7 @@ class MpiGroup final : public PrepareGroup {
   std::vector<std::string> gather_bytes(const std::string& mine) override {
     // Sizes first, then the bytes in pieces below 2 GiB (MPI counts are int).
     const std::vector<int64_t> sizes = all_gather({static_cast<int64_t>(mine.size())});
+    CommOpScope watch("prepare gather", group());
     std::vector<std::string> out;
     if (rank_ == 0) {
       out.resize(size_);
@@ -80,6 +89,7 @@ class MpiGroup final : public PrepareGroup {
     return out;
   }
   void broadcast_bytes(std::string& data) override {
+    CommOpScope watch("prepare broadcast", group());
     int64_t n = static_cast<int64_t>(data.size());
     MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
     data.resize(n);
@@ -90,6 +100,10 @@ class MpiGroup final : public PrepareGroup {
   }
 
  private:
+  static const char* group() {
+    static const char* name = intern_group_name("world");
+    return name;
+  }
   int rank_ = 0, size_ = 1;
 };
 
