@@ -48,6 +48,7 @@ absl::StatusOr<EvalResult> evaluate(PipelineEngine& engine, const ProcessGrid& g
   grid.dp()->all_reduce_sum(sums, 4);
   EvalResult r;
   r.tokens = static_cast<int64_t>(sums[3]);
+  r.planned_tokens = static_cast<int64_t>(micro) * rows_per_micro * T;
   r.loss = sums[0] / sums[3];
   r.bpb = sums[2] > 0 ? sums[1] / (std::log(2.0) * sums[2]) : 0.0;
   return r;

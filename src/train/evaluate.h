@@ -15,7 +15,11 @@ namespace vt {
 struct EvalResult {
   double loss = 0.0;  // mean nats per target token
   double bpb = 0.0;   // bits per UTF-8 byte of the targets
-  int64_t tokens = 0;
+  int64_t tokens = 0;          // target tokens evaluated
+  int64_t planned_tokens = 0;  // target tokens the evaluation was to read
+  // False when a stop signal ended the pass early: the numbers cover only part of the split
+  // and must not be recorded as the evaluation.
+  bool complete() const { return tokens == planned_tokens; }
 };
 
 // Evaluates on up to `max_tokens` tokens of the `val` split of `data_dir`, read from its start

@@ -215,6 +215,12 @@ absl::Status Trainer::setup() {
           " or more")));
     completed_step_ = meta.step;
     last_saved_step_ = meta.step;
+    if (meta.extra.is_object() && meta.extra.contains("pending_eval_tokens") &&
+        meta.extra["pending_eval_tokens"].is_number_integer() &&
+        meta.extra["pending_eval_tokens"].get<int64_t>() > 0) {
+      pending_eval_step_ = meta.step;
+      pending_eval_tokens_ = meta.extra["pending_eval_tokens"].get<int64_t>();
+    }
     tokens_seen_ = meta.tokens;
     VT_RETURN_IF_ERROR(train_->load_state_json(meta.loader_state));
   }
@@ -297,6 +303,7 @@ absl::Status Trainer::save(int64_t step) {
   meta.tokens = tokens_seen_;
   meta.loader_state = loader_state_;
   meta.extra = o_.to_json();
+  if (pending_eval_step_ == step) meta.extra["pending_eval_tokens"] = pending_eval_tokens_;
   // A background write gets a copy of the parameters; a synchronous one reads the store (a
   // device store is copied to the host either way: checkpoints are written from host memory).
   const bool async = writer_->asynchronous();
@@ -343,10 +350,26 @@ absl::Status Trainer::evaluate(int64_t step, int64_t max_tokens) {
   op_profile::Pause no_profile;
   VT_ASSIGN_OR_RETURN(EvalResult r, vt::evaluate(*engine_, *grid_, o_.data_dir, o_.micro_batch,
                                                  max_tokens, token_bytes_));
+  if (engine_->stopped() || !r.complete()) {
+    // A partial pass is not the evaluation: nothing is recorded; the checkpoint the stop saves
+    // marks it pending and a resumed run runs it again.
+    pending_eval_step_ = step;
+    pending_eval_tokens_ = max_tokens;
+    if (rank0_) {
+      std::printf("eval step %lld | stopped by a signal after %lld of %lld tokens: not recorded; "
+                  "a resumed run evaluates step %lld first\n",
+                  static_cast<long long>(step), static_cast<long long>(r.tokens),
+                  static_cast<long long>(r.planned_tokens), static_cast<long long>(step));
+      std::fflush(stdout);
+    }
+    return absl::OkStatus();
+  }
+  if (pending_eval_step_ == step) pending_eval_step_ = -1;
   if (rank0_) {
     std::printf("eval step %lld | val loss %.4f | val bpb %.4f (%lld tokens)\n",
                 static_cast<long long>(step), r.loss, r.bpb, static_cast<long long>(r.tokens));
-    metrics_.write({{"step", step}, {"val_loss", r.loss}, {"val_bpb", r.bpb}});
+    metrics_.write({{"step", step}, {"val_loss", r.loss}, {"val_bpb", r.bpb},
+                    {"val_tokens", r.tokens}});
     std::fflush(stdout);
   }
   return absl::OkStatus();
@@ -552,13 +575,23 @@ absl::Status Trainer::stop_here(const std::string& why) {
 
 absl::Status Trainer::run() {
   first_step_ = completed_step_;
+  const std::string signal_stop = "stop signal received";
+  // An evaluation the checkpoint marks pending (cut short by a stop, or the final one, which
+  // runs after the final checkpoint is saved) runs first.
+  if (pending_eval_step_ == completed_step_ && pending_eval_tokens_ > 0) {
+    if (rank0_) {
+      std::printf("running the evaluation of step %lld that the checkpoint marks pending\n",
+                  static_cast<long long>(completed_step_));
+    }
+    VT_RETURN_IF_ERROR(evaluate(completed_step_, pending_eval_tokens_));
+    if (engine_->stopped()) return stop_here(signal_stop + " during an evaluation");
+  }
   if (completed_step_ == o_.steps && !resumed_from_.empty()) {
     if (rank0_)
       std::printf("the checkpoint %s is already at --steps %lld: nothing to train\n",
                   resumed_from_.c_str(), static_cast<long long>(o_.steps));
     return absl::OkStatus();
   }
-  const std::string signal_stop = "stop signal received";
   t_start_ = t_last_ = now_seconds();
   if (o_.profile) {
     profile_clock_ = device_profile_clock(device_);
@@ -577,7 +610,7 @@ absl::Status Trainer::run() {
     if (outcome == StepOutcome::kApplied) {
       if (o_.eval_every > 0 && done % o_.eval_every == 0) {
         VT_RETURN_IF_ERROR(evaluate(done, o_.eval_tokens));
-        if (engine_->stopped()) return stop_here(signal_stop);
+        if (engine_->stopped()) return stop_here(signal_stop + " during an evaluation");
         t_last_ = now_seconds();  // the next step's tok/s excludes the evaluation
       }
       if (o_.core_every > 0 && done % o_.core_every == 0) {
@@ -613,10 +646,19 @@ absl::Status Trainer::run() {
     op_profile::set_device_clock(nullptr);
     profile_clock_.reset();
   }
-  // The run's state first: a failing evaluation must not cost it.
+  // The run's state first: a failing evaluation must not cost it. The final checkpoint marks
+  // the final evaluation pending (it runs after the save), so a stop during it exits 75 and the
+  // resumed run evaluates instead of training.
+  if (o_.final_eval_tokens > 0) {
+    pending_eval_step_ = o_.steps;
+    pending_eval_tokens_ = o_.final_eval_tokens;
+  }
   VT_RETURN_IF_ERROR(save(o_.steps));
   VT_RETURN_IF_ERROR(finish_saves());
-  if (o_.final_eval_tokens > 0) VT_RETURN_IF_ERROR(evaluate(o_.steps, o_.final_eval_tokens));
+  if (o_.final_eval_tokens > 0) {
+    VT_RETURN_IF_ERROR(evaluate(o_.steps, o_.final_eval_tokens));
+    if (engine_->stopped()) return stop_here(signal_stop + " during the final evaluation");
+  }
   if (o_.core_every > 0) VT_RETURN_IF_ERROR(core(o_.steps));
   if (skipped_steps_ > 0 && rank0_)
     std::printf("%lld step(s) were skipped for non-finite values (--on-nonfinite skip-step)\n",

@@ -103,6 +103,9 @@ class Trainer {
 
   // The state a save writes.
   int64_t completed_step_ = 0;   // steps done (the optimizer step count)
+  // An evaluation a stop signal cut short: its step and token budget (-1: none). The checkpoint
+  // of that step records it, and a resumed run runs it first.
+  int64_t pending_eval_step_ = -1, pending_eval_tokens_ = 0;
   int64_t first_step_ = 0;       // completed_step_ when run() started
   int64_t tokens_seen_ = 0;
   nlohmann::json loader_state_;  // the loader position after completed_step_
