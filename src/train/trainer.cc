@@ -214,7 +214,7 @@ absl::Status Trainer::setup() {
           meta.step, ", ", resumed_from_, "); --steps is the run's total: pass ", meta.step,
           " or more")));
     completed_step_ = meta.step;
-    last_saved_step_ = meta.step;
+    last_saved_step_ = committed_step_ = meta.step;
     if (meta.extra.is_object() && meta.extra.contains("pending_eval_tokens") &&
         meta.extra["pending_eval_tokens"].is_number_integer() &&
         meta.extra["pending_eval_tokens"].get<int64_t>() > 0) {
@@ -297,6 +297,8 @@ absl::Status Trainer::save(int64_t step) {
   const double w0 = now_seconds();
   absl::Status waited = writer_->wait();
   const double wait = now_seconds() - w0;
+  if (waited.ok() && pending_save_step_ >= 0) committed_step_ = pending_save_step_;
+  pending_save_step_ = -1;
   const double t0 = now_seconds();
   CheckpointMeta meta;
   meta.step = step;
@@ -310,7 +312,6 @@ absl::Status Trainer::save(int64_t step) {
   CheckpointSnapshot snap = writer_->take_buffers();
   fill_snapshot(snap, step, o_.model, store_, meta, *opt_,
                 /*copy_params=*/async || store_.device() != Device::kCPU);
-  const int64_t prev = last_saved_step_;
   absl::Status st = !waited.ok() ? waited : writer_->write(std::move(snap), [async](const std::string& path,
                                                            const SaveTimings& t) {
     std::printf("saved checkpoint %s (%.2f s%s: %s)\n", path.c_str(), t.total,
@@ -318,11 +319,9 @@ absl::Status Trainer::save(int64_t step) {
     std::fflush(stdout);
   });
   // The checkpoint code agrees on its errors: every rank holds the same one.
-  if (!st.ok())
-    return agreed(absl::Status(st.code(), absl::StrCat(st.message(), "; the previous checkpoint (",
-                                                       prev >= 0 ? absl::StrCat("step ", prev) : "none",
-                                                       ") stays latest")));
+  if (!st.ok()) return agreed(absl::Status(st.code(), absl::StrCat(st.message(), latest_note())));
   last_saved_step_ = step;
+  (async ? pending_save_step_ : committed_step_) = step;
   const double pause = now_seconds() - t0;
   if (rank0_) {
     if (async)
@@ -341,9 +340,16 @@ absl::Status Trainer::save(int64_t step) {
 absl::Status Trainer::finish_saves() {
   if (!writer_) return absl::OkStatus();
   absl::Status st = writer_->wait();
-  if (!st.ok())
-    return agreed(absl::Status(st.code(), absl::StrCat(st.message(), "; the previous checkpoint stays latest")));
+  if (!st.ok()) return agreed(absl::Status(st.code(), absl::StrCat(st.message(), latest_note())));
+  if (pending_save_step_ >= 0) committed_step_ = pending_save_step_;
+  pending_save_step_ = -1;
   return absl::OkStatus();
+}
+
+std::string Trainer::latest_note() const {
+  return committed_step_ >= 0
+             ? absl::StrCat("; the checkpoint of step ", committed_step_, " stays latest")
+             : std::string("; no checkpoint of this run was completed (latest is unchanged)");
 }
 
 absl::Status Trainer::evaluate(int64_t step, int64_t max_tokens) {

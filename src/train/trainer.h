@@ -64,6 +64,8 @@ class Trainer {
   absl::StatusOr<StepOutcome> train_step(int64_t index);
   absl::Status nonfinite_step(int64_t index, double loss, double grad_norm, bool* skip);
   absl::Status evaluate(int64_t step, int64_t max_tokens);
+  // "; the checkpoint of step N stays latest" (or that none is complete), for save errors.
+  std::string latest_note() const;
   absl::Status core(int64_t step);
   absl::Status save(int64_t step);
   absl::Status finish_saves();  // waits for a background write; its error, agreed
@@ -110,6 +112,10 @@ class Trainer {
   int64_t tokens_seen_ = 0;
   nlohmann::json loader_state_;  // the loader position after completed_step_
   int64_t last_saved_step_ = -1;
+  // The newest checkpoint known to be complete on disk (`latest`): last_saved_step_ once its
+  // write finished; with --async-save the step whose background write is still running is
+  // pending_save_step_ until a wait() returns OK.
+  int64_t committed_step_ = -1, pending_save_step_ = -1;
 
   int64_t nonfinite_in_row_ = 0, skipped_steps_ = 0;
   double peak_flops_ = 1, flops_per_token_ = 0;
