@@ -71,6 +71,10 @@ const CommandSpec& train_command() {
                   "write checkpoints in the background: training pauses only to copy the state to "
                   "host memory (which needs that memory once more)"),
         text_flag("resume", "none", "auto (the newest good checkpoint of --ckpt-dir), PATH or none"),
+        bool_flag("allow-other-data",
+                  "resume even when --data is not the data the checkpoint was trained on (its "
+                  "data fingerprint: tokenizer and training shards); the loader continues at "
+                  "the checkpoint's position"),
         text_flag("metrics", "", "metrics JSON lines file"),
         int_flag("stop-at-step", 0, 0, 1e12, "save and exit 75 after step N, as on SIGUSR1"),
         int_flag("seed", 1337, 0, 9.2e18, "initialization and data order"),
@@ -180,6 +184,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.skip_memory_check = f.get_bool("skip-memory-check");
   if (f.has("memory-limit-gib")) o.memory_limit_gib = f.get_double("memory-limit-gib");
   o.async_save = f.get_bool("async-save");
+  o.allow_other_data = f.get_bool("allow-other-data");
   o.profile = f.get_bool("profile");
   o.on_nonfinite = f.get_string("on-nonfinite");
   o.max_nonfinite_steps = f.get_int("max-nonfinite-steps");

@@ -57,6 +57,7 @@ struct TrainOptions {
   bool skip_memory_check = false;
   double memory_limit_gib = 0;  // > 0: the memory the start-up check counts as free (per
                                 // device with a CUDA device, else per host)
+  bool allow_other_data = false;  // resume on data other than the checkpoint's (fingerprint)
   bool async_save = false;  // write checkpoints in the background (train/checkpoint_writer.h)  // start even when the estimate exceeds free memory
   std::string on_nonfinite = "stop";  // stop | skip-step
   int64_t max_nonfinite_steps = 3;    // skip-step: stop after this many in a row

@@ -20,6 +20,7 @@
 #include "core/op_profile.h"
 #include "core/ops.h"
 #include "core/rng.h"
+#include "data/data_fingerprint.h"
 #include "eval/core_eval.h"
 #include "model/flops.h"
 #include "parallel/comm_watchdog.h"
@@ -159,6 +160,11 @@ absl::Status Trainer::setup() {
     auto tok = data::load_tokenizer(o_.data_dir);
     VT_RETURN_IF_ERROR(all_ok(world_, tok.status()));
     tokenizer_ = std::move(*tok);
+    // What the checkpoints record as this run's data (data/data_fingerprint.h).
+    auto fp = data::data_fingerprint((fs::path(o_.data_dir) / data::kTokenizerFile).string(),
+                                     train_->shard_paths());
+    VT_RETURN_IF_ERROR(all_ok(world_, fp.status()));
+    data_fingerprint_ = *fp;
   }
   token_bytes_ = data::token_bytes_table(*tokenizer_);
   VT_RETURN_IF_ERROR(check_train_ids(*train_, world_));
@@ -213,6 +219,7 @@ absl::Status Trainer::setup() {
           "--steps ", o_.steps, " is below the step of the checkpoint this run resumes (step ",
           meta.step, ", ", resumed_from_, "); --steps is the run's total: pass ", meta.step,
           " or more")));
+    VT_RETURN_IF_ERROR(check_same_data(meta));
     completed_step_ = meta.step;
     last_saved_step_ = committed_step_ = meta.step;
     if (meta.extra.is_object() && meta.extra.contains("pending_eval_tokens") &&
@@ -305,6 +312,7 @@ absl::Status Trainer::save(int64_t step) {
   meta.tokens = tokens_seen_;
   meta.loader_state = loader_state_;
   meta.extra = o_.to_json();
+  meta.extra["data_fingerprint"] = data_fingerprint_;
   if (pending_eval_step_ == step) meta.extra["pending_eval_tokens"] = pending_eval_tokens_;
   // A background write gets a copy of the parameters; a synchronous one reads the store (a
   // device store is copied to the host either way: checkpoints are written from host memory).
@@ -344,6 +352,30 @@ absl::Status Trainer::finish_saves() {
   if (pending_save_step_ >= 0) committed_step_ = pending_save_step_;
   pending_save_step_ = -1;
   return absl::OkStatus();
+}
+
+absl::Status Trainer::check_same_data(const CheckpointMeta& meta) {
+  const auto it = meta.extra.is_object() ? meta.extra.find("data_fingerprint") : meta.extra.end();
+  if (it == meta.extra.end() || !it->is_string()) {
+    if (rank0_)
+      std::printf("note: %s records no data fingerprint (an older checkpoint): the data cannot be "
+                  "checked against the checkpoint's\n", resumed_from_.c_str());
+    return absl::OkStatus();
+  }
+  const std::string theirs = it->get<std::string>();
+  if (theirs == data_fingerprint_) return absl::OkStatus();
+  if (o_.allow_other_data) {
+    if (rank0_)
+      std::printf("note: --allow-other-data: resuming %s (data fingerprint %s) on --data %s "
+                  "(fingerprint %s)\n", resumed_from_.c_str(), theirs.c_str(),
+                  o_.data_dir.c_str(), data_fingerprint_.c_str());
+    return absl::OkStatus();
+  }
+  return agreed(absl::FailedPreconditionError(absl::StrCat(
+      "--data ", o_.data_dir, " is not the data ", resumed_from_,
+      " was trained on (data fingerprint ", data_fingerprint_, ", the checkpoint's ", theirs,
+      ": the tokenizer or the training shards differ); resume with the checkpoint's data, or "
+      "pass --allow-other-data to continue on this data")));
 }
 
 std::string Trainer::latest_note() const {

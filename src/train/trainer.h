@@ -66,6 +66,9 @@ class Trainer {
   absl::Status evaluate(int64_t step, int64_t max_tokens);
   // "; the checkpoint of step N stays latest" (or that none is complete), for save errors.
   std::string latest_note() const;
+  // Refuses a resume on other data than the checkpoint's (its data fingerprint), unless
+  // --allow-other-data.
+  absl::Status check_same_data(const CheckpointMeta& meta);
   absl::Status core(int64_t step);
   absl::Status save(int64_t step);
   absl::Status finish_saves();  // waits for a background write; its error, agreed
@@ -116,6 +119,7 @@ class Trainer {
   // write finished; with --async-save the step whose background write is still running is
   // pending_save_step_ until a wait() returns OK.
   int64_t committed_step_ = -1, pending_save_step_ = -1;
+  std::string data_fingerprint_;  // of --data (data/data_fingerprint.h), saved in checkpoints
 
   int64_t nonfinite_in_row_ = 0, skipped_steps_ = 0;
   double peak_flops_ = 1, flops_per_token_ = 0;
