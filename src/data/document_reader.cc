@@ -103,10 +103,39 @@ absl::Status DocumentReader::bad(int64_t local_line, const std::string& why) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> DocumentReader::next_line(std::string* line, bool* complete) {
+std::string DocumentReader::too_long() const {
+  return absl::StrCat("longer than --max-document-bytes ", opts_.max_document_bytes,
+                      " bytes (raise it for longer documents)");
+}
+
+absl::StatusOr<bool> DocumentReader::next_line(std::string* line, bool* complete, bool* oversized) {
+  *oversized = false;
   for (;;) {
     if (end_ >= 0 && offset_ >= end_) return false;  // the next line belongs to the next range
     const size_t nl = buf_.find('\n', pos_);
+    if (static_cast<int64_t>((nl == std::string::npos ? buf_.size() : nl) - pos_) >
+        opts_.max_document_bytes) {
+      // Too long to hold: read past it to its newline (or the end), keeping nothing.
+      *oversized = true;
+      line->clear();
+      for (;;) {
+        const size_t e = buf_.find('\n', pos_);
+        if (e != std::string::npos) {
+          offset_ += static_cast<int64_t>(e + 1 - pos_);
+          pos_ = e + 1;
+          *complete = true;
+          return true;
+        }
+        offset_ += static_cast<int64_t>(buf_.size() - pos_);
+        pos_ = buf_.size();
+        if (eof_) {
+          *complete = false;
+          return true;
+        }
+        absl::Status st = fill();
+        if (!st.ok()) return stream_error(st);
+      }
+    }
     if (nl != std::string::npos) {
       line->assign(buf_, pos_, nl - pos_);
       offset_ += static_cast<int64_t>(nl + 1 - pos_);
@@ -148,6 +177,25 @@ absl::StatusOr<bool> DocumentReader::next(std::string* text) {
     while (!eof_) {
       absl::Status st = fill();
       if (!st.ok()) return stream_error(st);
+      if (static_cast<int64_t>(buf_.size() - pos_) > opts_.max_document_bytes) {
+        // The file is one document and too long to hold: refused, or left out without reading
+        // it into memory (the rest is read past to see the stream is sound).
+        const std::string why = absl::StrCat("the file is one document (text format), ", too_long());
+        if (!opts_.skip_bad)
+          return absl::InvalidArgumentError(absl::StrCat(
+              path_, ": ", why, "; split it, or pass --on-bad-record skip to leave it out"));
+        while (!eof_) {
+          buf_.clear();
+          pos_ = 0;
+          absl::Status st2 = fill();
+          if (!st2.ok()) return stream_error(st2);
+        }
+        buf_.clear();
+        pos_ = 0;
+        ++skipped_;
+        if (opts_.warn) opts_.warn(absl::StrCat("skipped ", path_, ": ", why));
+        return false;
+      }
     }
     text->assign(buf_, pos_, std::string::npos);
     bytes_read_ += static_cast<int64_t>(text->size());
@@ -157,11 +205,16 @@ absl::StatusOr<bool> DocumentReader::next(std::string* text) {
   }
   std::string line;
   for (;;) {
-    bool complete = false;
-    VT_ASSIGN_OR_RETURN(bool got, next_line(&line, &complete));
+    bool complete = false, oversized = false;
+    const int64_t at = offset_;
+    VT_ASSIGN_OR_RETURN(bool got, next_line(&line, &complete, &oversized));
     if (!got) return false;
     ++line_;
-    bytes_read_ += static_cast<int64_t>(line.size()) + (complete ? 1 : 0);
+    bytes_read_ += oversized ? offset_ - at : static_cast<int64_t>(line.size()) + (complete ? 1 : 0);
+    if (oversized) {
+      VT_RETURN_IF_ERROR(bad(line_, absl::StrCat("the record is ", too_long())));
+      continue;
+    }
     if (blank(line)) continue;
     nlohmann::json j;
     try {

@@ -11,7 +11,10 @@
 // the start of the file). With `skip_bad`, a bad record is reported as a warning and left out; a
 // corrupt stream ends the unit with stream_failed() set, and the caller leaves out the whole file
 // (a gzip stream's CRC vouches for its bytes only at its end).
-// Memory: one read buffer plus the current line.
+// A document (a JSON line, or a text file) longer than max_document_bytes is a bad record: it is
+// never held whole (its bytes are read past and dropped), so a gzip bomb or a giant record costs
+// time, not memory.
+// Memory: one read buffer plus the current line (at most max_document_bytes).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -29,6 +32,8 @@ struct DocumentReaderOptions {
   InputFormat format = InputFormat::kJsonl;
   std::string text_field = "text";
   bool skip_bad = false;
+  // The longest document (bytes of a JSON line, or of a text file) read; longer is a bad record.
+  int64_t max_document_bytes = int64_t{64} << 20;
   // Receives each warning (a skipped record or a dropped file tail); may be empty.
   std::function<void(const std::string&)> warn;
 };
@@ -50,7 +55,10 @@ class DocumentReader {
  private:
   DocumentReader() = default;
   // The next line (without its '\n'); false at the end. *complete: it ended with '\n'.
-  absl::StatusOr<bool> next_line(std::string* line, bool* complete);
+  // *oversized: the line is longer than max_document_bytes (then *line is empty: its bytes were
+  // read past and dropped).
+  absl::StatusOr<bool> next_line(std::string* line, bool* complete, bool* oversized);
+  std::string too_long() const;
   absl::Status fill();
   // "FILE:LINE" of the unit's local line (1-based); lines before a range are counted on demand.
   std::string where(int64_t local_line) const;

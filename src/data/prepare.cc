@@ -310,6 +310,9 @@ const CommandSpec& prepare_command() {
         choice_flag("on-bad-record", "fail", {"fail", "skip"},
                     "fail: stop at the first bad record or corrupt stream, naming file and line, "
                     "leaving --out untouched; skip: warn, leave it out, count it in meta.json"),
+        int_flag("max-document-bytes", 67108864, 1024, 4294967296,
+                 "the longest document (a JSON record, or a text file); a longer one is a bad "
+                 "record (see --on-bad-record), never held in memory whole"),
         num_flag("val-fraction", 0.05, 0, 1,
                  "the last max(2, ceil(F*N)) tokens are validation (below 1; 0: no validation split)"),
         int_flag("shard-tokens", 100000000, 1, 2147483646, "tokens per shard"),
@@ -341,6 +344,7 @@ absl::StatusOr<PrepareOptions> parse_prepare_args(const std::vector<std::string>
   o.format = f.get_string("format");
   o.text_field = f.get_string("text-field");
   o.skip_bad_records = f.get_string("on-bad-record") == "skip";
+  o.max_document_bytes = f.get_int("max-document-bytes");
   o.val_fraction = f.get_double("val-fraction");
   if (o.val_fraction >= 1)
     return absl::InvalidArgumentError(absl::StrCat("--val-fraction ", o.val_fraction,

@@ -60,6 +60,7 @@ struct PrepareOptions {
   std::string format = "auto";      // auto | jsonl | text (corpus.h)
   std::string text_field = "text";  // the JSON field holding a document
   bool skip_bad_records = false;    // --on-bad-record skip|fail
+  int64_t max_document_bytes = int64_t{64} << 20;  // longer documents are bad records
   double val_fraction = 0.05;
   int64_t shard_tokens = 100'000'000;
   uint64_t shuffle_seed = 0;        // 0: documents in input order

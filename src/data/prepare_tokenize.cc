@@ -38,6 +38,7 @@ DocumentReaderOptions PrepareContext::reader_options(int file) const {
   r.format = files[file].format;
   r.text_field = opts->text_field;
   r.skip_bad = opts->skip_bad_records;
+  r.max_document_bytes = opts->max_document_bytes;
   const int rank = group->rank();
   r.warn = [rank](const std::string& msg) {
     const int n = warnings.fetch_add(1);
