@@ -354,7 +354,27 @@ absl::Status Trainer::finish_saves() {
   return absl::OkStatus();
 }
 
+void Trainer::note_changed_options(const CheckpointMeta& meta) const {
+  // What changes the run's course (the batch, the data order, the schedule): allowed on resume,
+  // but said, so a changed flag is never a silent surprise in the curves.
+  static const char* const kWatched[] = {"global_batch", "seed", "matrix_lr", "scalar_lr",
+                                         "gain_lr", "lr_scale", "warmup_steps", "warmdown_frac",
+                                         "max_grad_norm", "polar_express"};
+  if (!rank0_ || !meta.extra.is_object()) return;
+  const nlohmann::json now = o_.to_json();
+  std::string changed;
+  for (const char* k : kWatched) {
+    const auto a = meta.extra.find(k);
+    if (a == meta.extra.end() || !now.contains(k) || *a == now[k]) continue;
+    absl::StrAppend(&changed, changed.empty() ? "" : ", ", k, " ", a->dump(), " -> ", now[k].dump());
+  }
+  if (!changed.empty())
+    std::printf("note: resuming with options that differ from the checkpoint's run: %s\n",
+                changed.c_str());
+}
+
 absl::Status Trainer::check_same_data(const CheckpointMeta& meta) {
+  note_changed_options(meta);
   const auto it = meta.extra.is_object() ? meta.extra.find("data_fingerprint") : meta.extra.end();
   if (it == meta.extra.end() || !it->is_string()) {
     if (rank0_)

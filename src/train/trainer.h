@@ -69,6 +69,9 @@ class Trainer {
   // Refuses a resume on other data than the checkpoint's (its data fingerprint), unless
   // --allow-other-data.
   absl::Status check_same_data(const CheckpointMeta& meta);
+  // Rank 0 prints the options that shape the run (batch, seed, schedule) which differ from the
+  // checkpoint's run.
+  void note_changed_options(const CheckpointMeta& meta) const;
   absl::Status core(int64_t step);
   absl::Status save(int64_t step);
   absl::Status finish_saves();  // waits for a background write; its error, agreed

@@ -3,7 +3,8 @@ another --shuffle-seed has the same shard and token counts but is other data, so
 is refused (exit 2, naming both fingerprints and --allow-other-data) and nothing is written; with
 --allow-other-data it resumes with a note. A copy of the checkpoint's own data directory
 elsewhere is the same data (the fingerprint is content, not path); another tokenizer of the
-same vocabulary size on the same text is other data."""
+same vocabulary size on the same text is other data. A resume that changes the options shaping
+the run (global batch, seed, learning rates, schedule) is accepted with a note naming each."""
 import json
 import os
 import shutil
@@ -77,3 +78,16 @@ def test_a_copy_of_the_same_data_resumes_and_another_tokenizer_does_not(dirs, tm
     assert "fingerprint" not in r.stdout + r.stderr
     r = train(dirs["tok"], ck, 4, "--resume", "auto")
     assert r.returncode == 2 and "is not the data" in r.stderr, r.stdout[-1500:] + r.stderr
+
+
+def test_changed_run_options_are_noted_on_resume(dirs, tmp_path):
+    ck = tmp_path / "ck"
+    assert train(dirs["a"], ck, 2, "--seed", "7").returncode == 0
+    r = train(dirs["a"], ck, 3, "--resume", "auto", "--seed", "8", "--lr-scale", "0.5")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "note: resuming with options that differ" in r.stdout, r.stdout[-2000:]
+    assert "seed 7 -> 8" in r.stdout and "lr_scale 1.0 -> 0.5" in r.stdout, r.stdout[-2000:]
+    # The same options as the checkpoint's run (a longer --steps is no change of course): no note.
+    r = train(dirs["a"], ck, 4, "--resume", "auto", "--seed", "8", "--lr-scale", "0.5")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "options that differ" not in r.stdout, r.stdout[-2000:]
