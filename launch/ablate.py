@@ -2,8 +2,10 @@
 # launch/ablate.py owns ablations: it trains several value modes and/or block shapes (each
 # optionally with flags, over several seeds and depths) with `vtrain train` on the same data
 # directory and token budget, then summarizes them as a markdown table (ablate.md: mean and
-# spread over seeds, parameters, throughput relative to the reference arm) and a plot of
-# validation bits-per-byte against step (ablate.png).
+# spread over seeds, parameters, throughput relative to the reference arm, each arm's paired
+# delta against the reference with its 95% interval and a verdict against the published
+# ordering: launch/paired_stats.py) and a plot of validation bits-per-byte against step with the
+# paired deltas as error bars (ablate.png).
 """Train a list of value modes and/or block shapes under identical settings and compare them.
 
     python launch/ablate.py --data DATADIR --modes baseline,resformer-identity,v1,x0v,bov \\
@@ -35,6 +37,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import paired_stats  # noqa: E402  (launch/paired_stats.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 # Flags that ablate.py sets itself for every run; giving them after `--` would make runs differ.
@@ -101,6 +106,10 @@ def parse_args(argv: list[str]):
                         "(exit status stays non-zero)")
     p.add_argument("--warmup-steps", type=int, default=None,
                    help="train steps ignored when taking the median tok/s (default: min(5, steps/4))")
+    p.add_argument("--expect", default=None,
+                   help="published direction of arms against the reference, ARM=better|worse,... "
+                        "(adds to or overrides launch/paired_stats.py PUBLISHED); the verdict "
+                        "column compares the paired 95%% interval with it")
     args = p.parse_args(own)
     args.extra = extra
     def split(v):
@@ -148,6 +157,12 @@ def parse_args(argv: list[str]):
         args.eval_every = max(1, args.steps // 10)
     if args.warmup_steps is None:
         args.warmup_steps = min(5, args.steps // 4)
+    args.expectations = {k: v[0] for k, v in paired_stats.PUBLISHED.items()}
+    for item in split(args.expect) or []:
+        arm, _, way = item.partition("=")
+        if way not in ("better", "worse") or not arm:
+            p.error(f"--expect takes ARM=better|worse items, got {item!r}")
+        args.expectations[arm] = way
     return args
 
 
@@ -365,9 +380,24 @@ def group(rows: list[dict]) -> list[dict]:
     return list(out.values())
 
 
-def table(rows: list[dict], reference: str | None = None) -> tuple[str, str]:
-    """Markdown table (mean +- sample std over seeds) and the reference arm of the delta and
-    speed columns (per depth)."""
+def paired(g: dict, ref: dict | None, expectations: dict) -> dict | None:
+    """The arm's per-seed paired bpb deltas against the reference's runs of the same seeds, their
+    mean and 95% interval, and the verdict (launch/paired_stats.py); None for the reference."""
+    if ref is None or g is ref:
+        return None
+    def by_seed(h):
+        return {r["seed"]: r["val_bpb"] for r in h["runs"] if r["ok"]}
+    deltas = paired_stats.paired_deltas(by_seed(g), by_seed(ref))
+    mean, lo, hi, n = paired_stats.interval(deltas)
+    return {"deltas": deltas, "mean": mean, "low": lo, "high": hi, "n": n,
+            "verdict": paired_stats.verdict(lo, hi, expectations.get(g["arm"]))}
+
+
+def table(rows: list[dict], reference: str | None = None,
+          expectations: dict | None = None) -> tuple[str, str]:
+    """Markdown table (mean +- sample std over seeds), the paired delta of each arm against the
+    reference with its 95% interval and verdict, and the reference arm (per depth)."""
+    expectations = expectations or {}
     groups = group(rows)
     arms = [g["arm"] for g in groups]
     ref_name = reference or next((a for a in ("baseline", "prenorm") if a in arms), arms[0])
@@ -375,13 +405,14 @@ def table(rows: list[dict], reference: str | None = None) -> tuple[str, str]:
     spread = seeds > 1
     pm = " +- std" if spread else ""
     head = (f"| run | depth | params | final val loss{pm} | final val bpb{pm} | "
-            f"delta bpb vs {ref_name} | tok/s{pm} | ms/step | speed vs {ref_name} |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            f"delta bpb vs {ref_name} | tok/s{pm} | ms/step | speed vs {ref_name} | "
+            f"paired delta bpb [95% CI] (seeds) | verdict |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for g in groups:
         depth = "-" if g["depth"] is None else str(g["depth"])
         if not g["ok"]:
             lines.append(f"| {g['arm']} | {depth} | {fmt_params(g['params'])} | failed | failed "
-                         f"| - | - | - | - |")
+                         f"| - | - | - | - | - | - |")
             continue
         ref = next((h for h in groups if h["arm"] == ref_name and h["depth"] == g["depth"]), None)
         def ms(v):
@@ -389,23 +420,56 @@ def table(rows: list[dict], reference: str | None = None) -> tuple[str, str]:
         delta = (g["val_bpb"][0] - ref["val_bpb"][0]) if ref and ref["ok"] else None
         speed = (g["tok_s"][0] / ref["tok_s"][0]) if ref and ref["ok"] else None
         tok = fmt(g["tok_s"][0], ",.0f") + (f" +- {fmt(g['tok_s'][1], ',.0f')}" if spread else "")
+        pr = paired(g, ref if ref and ref["ok"] else None, expectations)
+        if pr is None:
+            pcell, vcell = "-", "reference" if g["arm"] == ref_name else "-"
+        else:
+            ci = ("" if math.isnan(pr["low"])
+                  else f" [{fmt(pr['low'], '+.4f')}, {fmt(pr['high'], '+.4f')}]")
+            pcell, vcell = f"{fmt(pr['mean'], '+.4f')}{ci} ({pr['n']})", pr["verdict"]
         lines.append(f"| {g['arm']} | {depth} | {fmt_params(g['params'])} | {ms(g['val_loss'])} | "
                      f"{ms(g['val_bpb'])} | {fmt(delta, '+.4f')} | {tok} | "
-                     f"{fmt(g['ms_step'], '.1f')} | {fmt(speed, '.3f')}x |")
+                     f"{fmt(g['ms_step'], '.1f')} | {fmt(speed, '.3f')}x | {pcell} | {vcell} |")
     return "\n".join(lines), ref_name
 
 
-def plot(rows: list[dict], path: Path, title: str):
+def plot(rows: list[dict], path: Path, title: str, ref_name: str | None = None,
+         expectations: dict | None = None):
     """Validation bpb against step per arm (mean over seeds, shaded min-max band), one panel per
-    depth, and the training loss (moving average, mean over seeds)."""
+    depth, the training loss (moving average, mean over seeds), and each arm's paired delta
+    against the reference with its 95% interval as an error bar."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     groups = group(rows)
     depths = list(dict.fromkeys(g["depth"] for g in groups))
-    fig, axes = plt.subplots(len(depths), 2, figsize=(12, 4.5 * len(depths)), squeeze=False)
-    for d, (ax1, ax2) in zip(depths, axes):
+    fig, axes = plt.subplots(len(depths), 3, figsize=(18, 4.5 * len(depths)), squeeze=False)
+    for d, (ax1, ax2, ax3) in zip(depths, axes):
+        ref = next((g for g in groups if g["arm"] == ref_name and g["depth"] == d), None)
+        ys, labels = [], []
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        at_depth = [g for g in groups if g["depth"] == d]
+        for i, g in enumerate(at_depth):  # the colours of the other panels' lines
+            if g is ref:
+                continue
+            pr = paired(g, ref, expectations or {}) if ref and ref["ok"] else None
+            if pr is None or pr["n"] == 0:
+                continue
+            y = len(ys)
+            err = None if math.isnan(pr["low"]) else [[pr["mean"] - pr["low"]],
+                                                      [pr["high"] - pr["mean"]]]
+            ax3.errorbar([pr["mean"]], [y], xerr=err, fmt="o", capsize=4,
+                         color=colors[i % len(colors)])
+            ax3.plot(pr["deltas"], [y] * len(pr["deltas"]), "x", color="grey", markersize=4)
+            ys.append(y)
+            labels.append(f"{g['arm']}: {pr['verdict']}")
+        ax3.axvline(0, color="black", lw=0.8)
+        ax3.set_yticks(ys, labels, fontsize=7)
+        ax3.invert_yaxis()
+        ax3.set(xlabel=f"val bpb - {ref_name} (same seed; negative = better)",
+                title="paired delta, mean and 95% interval (x: seeds)")
+        ax3.grid(alpha=0.3)
         for g in (g for g in groups if g["depth"] == d):
             runs = [r for r in g["runs"] if r["evals"]]
             if runs:
@@ -522,7 +586,7 @@ def main(argv: list[str]) -> int:
           "returncode": r.returncode} for r in runs], indent=1))
 
     rows = [summarize(r, args) for r in runs if r.returncode is not None]
-    md, ref = table(rows, args.reference)
+    md, ref = table(rows, args.reference, args.expectations)
     tokens = max((r["tokens"] for r in rows), default=0)
     budget = (f"{args.steps} steps, {tokens:,} training tokens per run, "
               f"seed{'s' if len(args.seeds) > 1 else ''} {','.join(map(str, args.seeds))}, "
@@ -540,13 +604,23 @@ def main(argv: list[str]) -> int:
         f"- delta bpb is relative to `{ref}` at the same depth (negative = better); with several "
         "seeds the values are the mean and the sample standard deviation over seeds",
         f"- speed vs `{ref}`: mean tok/s of the arm over the reference's (> 1 = faster)",
+        f"- paired delta: the arm's bpb minus `{ref}`'s for the same seed, mean and 95% "
+        "interval (Student's t, n-1 degrees of freedom) over the seeds both finished; verdict "
+        "from the interval against the published direction (reproduced: the whole interval on "
+        "the published side of 0; not reproduced: on the other side; not resolved: it contains "
+        "0), never from the mean alone (launch/paired_stats.py)",
+        "- published directions used: " + "; ".join(
+            f"`{a}` {w}" + (f" ({paired_stats.PUBLISHED[a][1]})" if a in paired_stats.PUBLISHED
+                            and paired_stats.PUBLISHED[a][0] == w else " (--expect)")
+            for a, w in args.expectations.items() if any(x[0] == a for x in args.arms)),
         f"- tok/s: median of per-step training throughput after {args.warmup_steps} warm-up "
         f"steps; runs were {'sequential' if args.jobs == 1 else f'{args.jobs} at a time'}"
         + (f", {args.threads} thread(s) each" if args.threads else ""),
         f"- command: `{cmdline}`", "", md, "",
         "![val bpb vs step](ablate.png)", ""]
     (out / "ablate.md").write_text("\n".join(doc))
-    plot(rows, out / "ablate.png", f"{budget}  |  {shlex.join(args.extra)}")
+    plot(rows, out / "ablate.png", f"{budget}  |  {shlex.join(args.extra)}", ref,
+         args.expectations)
     print(f"wrote {out / 'ablate.md'}, {out / 'ablate.png'} and {len(rows)} metrics files")
     return 1 if failed else 0
 
