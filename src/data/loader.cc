@@ -117,7 +117,10 @@ absl::StatusOr<DataLoader> DataLoader::open(const std::string& data_dir, const s
         split == "val" ? " (prepare with --val-fraction > 0 to make a validation split)" : ""));
   }
   for (const std::string& n : names) {
-    const std::string path = (fs::path(data_dir) / n).string();
+    // Listed or found in the directory: either way a file inside it (a link out is refused).
+    VT_ASSIGN_OR_RETURN(const std::string path,
+                        path_inside(data_dir, n, fs::exists(meta_path) ? meta_path.string() : data_dir,
+                                    absl::StrCat(split, ".shards")));
     VT_ASSIGN_OR_RETURN(ShardReader r, ShardReader::open(path));
     dl.total_tokens_ += r.num_tokens();
     dl.paths_.push_back(path);

@@ -14,10 +14,10 @@
 
 namespace vt {
 
-absl::Status check_metrics_path(const std::string& path, bool resumes, const std::string& data_dir,
-                                const std::string& ckpt_dir) {
+absl::Status check_metrics_path(const std::string& path, bool resumes,
+                                const std::vector<std::pair<std::string, std::string>>& dirs) {
   if (path.empty()) return absl::OkStatus();
-  for (const auto& [dir, flag] : {std::pair{data_dir, "--data"}, std::pair{ckpt_dir, "--ckpt-dir"}})
+  for (const auto& [dir, flag] : dirs)
     if (!dir.empty() && is_inside(path, dir))
       return absl::InvalidArgumentError(absl::StrCat(
           "--metrics ", path, " is inside the ", flag, " directory ", dir, "; vtrain never writes "

@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -14,10 +16,11 @@ namespace vt {
 // exists and is not empty is never truncated: a fresh run (`resumes` false) refuses it, naming
 // the file and the ways on (another path, --resume); a resuming run appends to it only when it
 // is a vtrain metrics file (its first line a JSON object with an integer "step"). Refused
-// always: a path that exists and is not a regular file, and any path inside `data_dir` or
-// `ckpt_dir` (either may be empty). Empty path: OK. Reads only.
-absl::Status check_metrics_path(const std::string& path, bool resumes, const std::string& data_dir,
-                                const std::string& ckpt_dir);
+// always: a path that exists and is not a regular file, and any path inside one of `dirs`
+// (directory, the flag that named it: --data, --ckpt-dir, the directory of --resume PATH; empty
+// directories are skipped). Empty path: OK. Reads only.
+absl::Status check_metrics_path(const std::string& path, bool resumes,
+                                const std::vector<std::pair<std::string, std::string>>& dirs);
 
 class MetricsLog {
  public:

@@ -119,9 +119,14 @@ absl::Status Trainer::setup() {
     if (!st.ok()) return agreed(st);
   }
   // --metrics before anything is made or written (rank 0 writes it; its view is agreed).
-  VT_RETURN_IF_ERROR(all_ok(world_, rank0_ ? check_metrics_path(o_.metrics_path, o_.resume != "none",
-                                                                o_.data_dir, o_.ckpt_dir)
-                                           : absl::OkStatus()));
+  {
+    std::vector<std::pair<std::string, std::string>> dirs = {{o_.data_dir, "--data"},
+                                                             {o_.ckpt_dir, "--ckpt-dir"}};
+    if (o_.resume != "none" && o_.resume != "auto")
+      dirs.emplace_back(fs::path(o_.resume).parent_path().string(), "--resume checkpoint's");
+    VT_RETURN_IF_ERROR(all_ok(world_, rank0_ ? check_metrics_path(o_.metrics_path, o_.resume != "none", dirs)
+                                             : absl::OkStatus()));
+  }
   VT_ASSIGN_OR_RETURN(inject_, FaultInjection::from_env());
   VT_ASSIGN_OR_RETURN(device_, setup_device(o_, world_));
   grid_ = std::make_unique<ProcessGrid>(world_, shape_);
