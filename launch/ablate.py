@@ -223,6 +223,9 @@ class Run:
             for f in self.ckpt.glob("step_*.h5*"):  # a fresh run must not mix old checkpoints
                 f.unlink()
             (self.ckpt / "latest").unlink(missing_ok=True)
+        # vtrain never truncates a metrics file on a fresh run: this tool restarts its own runs,
+        # so it removes the previous attempt's file itself.
+        self.metrics.unlink(missing_ok=True)
         self.t0 = time.time()
         self.logf = open(self.log, "w")
         self.logf.write("$ " + shlex.join(self.cmd) + "\n")

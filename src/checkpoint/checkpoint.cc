@@ -5,6 +5,7 @@
 #include <thread>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -142,7 +143,7 @@ absl::StatusOr<std::vector<int64_t>> create_layout(const std::string& tmp, const
     }
     VT_RETURN_IF_ERROR(f.close());
   }
-  const int fd = ::open(tmp.c_str(), O_WRONLY);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_NOFOLLOW);
   if (fd < 0)
     return absl::InternalError(absl::StrCat("cannot reopen ", tmp, ": ", std::strerror(errno)));
   const off_t size = ::lseek(fd, 0, SEEK_END);
@@ -168,7 +169,7 @@ absl::Status write_data(const std::string& tmp, const std::vector<DatasetPlan>& 
       ckpt::append_box_runs(runs, static_cast<int>(i), offsets[i], p.data, p.global, p.box);
     }
   if (runs.empty()) return absl::OkStatus();
-  const int fd = ::open(tmp.c_str(), O_WRONLY);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_NOFOLLOW);
   if (fd < 0)
     return absl::InternalError(absl::StrCat("cannot open ", tmp, " for writing: ", std::strerror(errno)));
   absl::Status st = ckpt::write_runs(fd, tmp, runs, sums, ckpt::raw_io_threads(), &times.checksum);
@@ -176,6 +177,17 @@ absl::Status write_data(const std::string& tmp, const std::vector<DatasetPlan>& 
   if (::close(fd) != 0 && st.ok())
     st = absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
   return st;
+}
+
+// OK when `tmp` is still a regular file (not a link planted since it was created); HDF5 opens
+// names, so this is checked before it reopens the file and before the rename.
+absl::Status still_plain_file(const std::string& tmp) {
+  struct stat st {};
+  if (::lstat(tmp.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    return absl::FailedPreconditionError(absl::StrCat(
+        tmp, " is no longer the file this save created (replaced by a link or removed: another "
+        "process writes this directory)"));
+  return absl::OkStatus();
 }
 
 double seconds_now() {
@@ -289,7 +301,9 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
   comm.sum(sums);
   absl::Status summed;
   if (comm.rank() == 0) {
-    absl::StatusOr<h5::File> f = h5::File::open_write(tmp);
+    absl::Status plain = still_plain_file(tmp);
+    absl::StatusOr<h5::File> f =
+        plain.ok() ? h5::File::open_write(tmp) : absl::StatusOr<h5::File>(plain);
     summed = f.status();
     for (size_t i = 0; i < plan.size() && summed.ok(); ++i) {
       absl::StatusOr<h5::Dataset> ds = f->open_dataset(plan[i].path);
@@ -317,11 +331,15 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
   absl::Status renamed;
   if (comm.rank() == 0) {
     std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec)
-      renamed = absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
-    else
-      fsync_path(std::filesystem::absolute(path).parent_path().string());
+    // rename() replaces the name `path` (a link planted there included), never a link's target.
+    renamed = still_plain_file(tmp);
+    if (renamed.ok()) {
+      std::filesystem::rename(tmp, path, ec);
+      if (ec)
+        renamed = absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
+      else
+        fsync_path(std::filesystem::absolute(path).parent_path().string());
+    }
   }
   lap(times.rename);
   times.total = seconds_now() - start;

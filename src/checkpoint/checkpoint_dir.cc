@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint_verify.h"
 #include "checkpoint/ckpt_comm.h"
 #include "core/check.h"
+#include "core/file_safety.h"
 
 namespace vt {
 
@@ -56,19 +57,10 @@ std::string read_latest_pointer(const std::string& dir) {
 
 namespace {
 
+// The pointer goes through latest.tmp and a rename, neither following a link planted under either
+// name (file_safety.h).
 absl::Status write_latest(const std::string& dir, const std::string& name) {
-  const fs::path latest = fs::path(dir) / "latest";
-  const std::string tmp = latest.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << name << "\n";
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  std::error_code ec;
-  fs::rename(tmp, latest, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", latest.string(), ": ", ec.message()));
-  return absl::OkStatus();
+  return replace_file((fs::path(dir) / "latest").string(), name + "\n", "the latest pointer");
 }
 
 // Deletes checkpoints older than `step` beyond the newest keep_last (counting `step`), and
@@ -107,7 +99,7 @@ double release_cached_checkpoints(const ckpt::CkptComm& comm, const std::string&
   steps = nlohmann::json::parse(comm.broadcast(steps.dump()));
   for (const auto& s : steps) {
     const std::string path = (fs::path(dir) / checkpoint_file_name(s.get<int64_t>())).string();
-    const int fd = ::open(path.c_str(), O_RDONLY);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW);
     if (fd < 0) continue;  // deleted meanwhile: nothing cached
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);

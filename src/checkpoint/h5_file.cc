@@ -1,11 +1,15 @@
 // HDF5 RAII helpers (see h5_file.h).
 #include "checkpoint/h5_file.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/file_safety.h"
 
 namespace vt::h5 {
 
@@ -282,12 +286,36 @@ absl::StatusOr<File> File::create(const std::string& path, MPI_Comm comm, bool d
     H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
     H5Pset_attr_phase_change(fcpl, 0, 0);
   }
+  // HDF5 opens the name it is given and follows a symbolic link planted there: one process
+  // creates the file itself first (a new file, never through a link: file_safety.h), HDF5 then
+  // truncates that file, and the name must still be it once HDF5 holds it open.
+  struct stat made {};
+  if (comm == MPI_COMM_NULL) {
+    absl::StatusOr<int> fd = create_new_file(path);
+    if (!fd.ok()) {
+      H5Pclose(fapl);
+      H5Pclose(fcpl);
+      return fd.status();
+    }
+    ::fstat(*fd, &made);
+    ::close(*fd);
+  }
   hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
   const std::string why = id < 0 ? error_stack() : "";
   H5Pclose(fapl);
   H5Pclose(fcpl);
   if (id < 0)
     return absl::PermissionDeniedError(with_stack(absl::StrCat("cannot create HDF5 file ", path), why));
+  if (comm == MPI_COMM_NULL) {
+    struct stat now {};
+    if (::lstat(path.c_str(), &now) != 0 || !S_ISREG(now.st_mode) || now.st_ino != made.st_ino ||
+        now.st_dev != made.st_dev) {
+      H5Fclose(id);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create HDF5 file ", path, ": the name was replaced while it was created (another "
+          "process writes this directory)"));
+    }
+  }
   return File(id, comm);
 }
 

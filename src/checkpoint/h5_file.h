@@ -66,7 +66,9 @@ class Dataset {
 
 class File {
  public:
-  // Truncates. With `comm` != MPI_COMM_NULL the file is created collectively with the MPI-IO
+  // Replaces: serially, whatever had the name (a stale file, a symbolic link: removed, never
+  // followed) is unlinked and a new file made (file_safety.h create_new_file). With `comm` !=
+  // MPI_COMM_NULL (truncates; follows links: not used for checkpoints) the file is created collectively with the MPI-IO
   // driver (every rank of `comm` must call). `dense_attributes` lifts the 64 KiB limit on
   // attributes (HDF5 1.8 file format).
   static absl::StatusOr<File> create(const std::string& path, MPI_Comm comm = MPI_COMM_NULL,

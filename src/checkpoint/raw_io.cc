@@ -204,7 +204,7 @@ absl::Status Flusher::wait(double* fsync_seconds) {
 }
 
 void Flusher::run() {
-  const int fd = ::open(path_.c_str(), O_RDONLY);
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_NOFOLLOW);
   if (fd < 0) {
     status_ = absl::InternalError(absl::StrCat("cannot open ", path_, ": ", errno_text(errno)));
     return;

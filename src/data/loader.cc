@@ -5,16 +5,60 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/check.h"
+#include "core/file_safety.h"
 #include "core/rng.h"
 #include "data/prepare.h"
 
 namespace vt::data {
 namespace fs = std::filesystem;
+
+namespace {
+
+// The shard names of meta.json (docs/design.md "Data"): each names a file inside the data
+// directory (file_safety.h path_inside), none twice in a split, and none in both splits (a
+// validation shard trained on would make the validation loss meaningless). Checked for `split`
+// against every split.
+absl::Status check_shard_names(const std::string& dir, const std::string& meta_path,
+                               const nlohmann::json& meta, const std::string& split) {
+  std::map<std::string, std::string> seen;  // resolved path -> "split" where listed first
+  for (const char* s : {"train", "val"}) {
+    if (!meta.contains(s) || !meta[s].is_object() || !meta[s].contains("shards") ||
+        !meta[s]["shards"].is_array())
+      continue;
+    const std::string field = absl::StrCat(s, ".shards");
+    for (const auto& n : meta[s]["shards"]) {
+      if (!n.is_string())
+        return absl::DataLossError(absl::StrCat(meta_path, ": ", field, " holds ", n.dump(),
+                                                ", not a file name"));
+      const std::string name = n.get<std::string>();
+      absl::StatusOr<std::string> path = path_inside(dir, name, meta_path, field);
+      if (!path.ok()) {
+        if (s != split) continue;  // the other split refuses it when it is read
+        return path.status();
+      }
+      std::error_code ec;
+      fs::path key = fs::weakly_canonical(*path, ec);
+      if (ec) key = fs::path(*path).lexically_normal();
+      auto [it, fresh] = seen.emplace(key.string(), s);
+      if (!fresh && (s == split || it->second == split))
+        return absl::DataLossError(absl::StrCat(
+            meta_path, ": shard ", name, " is listed ",
+            it->second == s ? absl::StrCat("twice in ", field)
+                            : absl::StrCat("in both train.shards and val.shards"),
+            "; a data directory lists each shard once (a validation shard must never be trained "
+            "on): re-run vtrain prepare"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<DataLoader> DataLoader::open(const std::string& data_dir, const std::string& split,
                                             const LoaderOptions& opts) {
@@ -43,6 +87,7 @@ absl::StatusOr<DataLoader> DataLoader::open(const std::string& data_dir, const s
     } catch (const nlohmann::json::exception& e) {
       return absl::DataLossError(absl::StrCat(meta_path.string(), ": ", e.what()));
     }
+    VT_RETURN_IF_ERROR(check_shard_names(data_dir, meta_path.string(), meta, split));
   } else {
     for (const auto& e : fs::directory_iterator(data_dir, ec)) {
       const std::string name = e.path().filename().string();
@@ -72,7 +117,10 @@ absl::StatusOr<DataLoader> DataLoader::open(const std::string& data_dir, const s
         split == "val" ? " (prepare with --val-fraction > 0 to make a validation split)" : ""));
   }
   for (const std::string& n : names) {
-    const std::string path = (fs::path(data_dir) / n).string();
+    // Listed or found in the directory: either way a file inside it (a link out is refused).
+    VT_ASSIGN_OR_RETURN(const std::string path,
+                        path_inside(data_dir, n, fs::exists(meta_path) ? meta_path.string() : data_dir,
+                                    absl::StrCat(split, ".shards")));
     VT_ASSIGN_OR_RETURN(ShardReader r, ShardReader::open(path));
     dl.total_tokens_ += r.num_tokens();
     dl.paths_.push_back(path);

@@ -37,7 +37,9 @@
 // failure (a bad record under --on-bad-record fail, a corrupt stream, a full disk) leaves an
 // existing directory as it was and nothing half-written. An existing non-empty --out is replaced
 // only if its meta.json says it was made by vtrain prepare, or with --force (then only the files
-// named above are replaced; other files are left alone).
+// named above are replaced; other files are left alone). Rank 0 holds an exclusive flock on
+// "<out>.prepare-lock" from before the first write to the end, so a second prepare into the same
+// --out is refused (naming the first's pid and host) instead of mixing or removing its files.
 #pragma once
 #include <cstdint>
 #include <string>

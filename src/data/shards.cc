@@ -47,9 +47,9 @@ absl::StatusOr<ShardHeader> check_header(const std::string& path, const int32_t*
     out.token_width = 4;
   } else {
     return absl::DataLossError(absl::StrFormat(
-        "%s is not an llm.c token shard: magic is %d, expected %d (uint16 tokens) or %d (uint32 "
-        "tokens); regenerate it with `vtrain prepare`",
-        path, h[0], kShardMagicU16, kShardMagicU32));
+        "%s is not an llm.c token shard: its header does not start with the magic number %d "
+        "(uint16 tokens) or %d (uint32 tokens); regenerate it with `vtrain prepare`",
+        path, kShardMagicU16, kShardMagicU32));  // the file's own bytes are never printed
   }
   if (h[1] != kShardVersion) {
     return absl::DataLossError(absl::StrFormat(

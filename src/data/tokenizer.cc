@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/check.h"
+#include "core/file_safety.h"
 #include "data/bpe.h"
 
 namespace vt::data {
@@ -92,17 +93,9 @@ absl::Status Tokenizer::save(const std::string& path) const {
   for (const std::string& s : specials_) sp[s] = special_id(s);
   j["specials"] = std::move(sp);
   to_json(j);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return absl::NotFoundError(absl::StrCat("cannot write tokenizer file ", tmp));
-    f << j.dump() << "\n";
-    if (!f.flush()) return absl::InternalError(absl::StrCat("writing ", tmp, " failed (disk full?)"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
+  // Through path.tmp and a rename, never following a link planted under either name (the
+  // checkpoint directory gets a copy: file_safety.h).
+  return replace_file(path, j.dump() + "\n", "tokenizer file");
 }
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }

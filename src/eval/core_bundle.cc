@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/check.h"
+#include "core/file_safety.h"
 #include "eval/py_random.h"
 
 namespace vt::eval {
@@ -259,7 +260,13 @@ absl::StatusOr<std::vector<CoreTask>> load_core_bundle(const std::string& dir, i
     if (b == baselines.end())
       return absl::InvalidArgumentError(absl::StrCat("eval_meta_data.csv has no row for task ", t.label));
     t.random_baseline = b->second;
-    const fs::path data_path = root / "eval_data" / t.dataset_uri;
+    // A bundle refers only to files inside itself (file_safety.h): no absolute dataset_uri, no
+    // `..`, no link out of the bundle.
+    VT_ASSIGN_OR_RETURN(const std::string inside,
+                        path_inside(dir, (fs::path("eval_data") / t.dataset_uri).string(),
+                                    (root / "core.yaml").string(),
+                                    absl::StrCat("task ", t.label, ": dataset_uri")));
+    const fs::path data_path(inside);
     VT_ASSIGN_OR_RETURN(std::string data, read_all(data_path, "task data"));
     int64_t line = 0;
     for (absl::string_view l : absl::StrSplit(data, '\n')) {

@@ -1,17 +1,56 @@
 // MetricsLog and the progress line.
 #include "train/metrics.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
+#include <fstream>
+#include <utility>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/file_safety.h"
 
 namespace vt {
 
-absl::Status MetricsLog::open(const std::string& path, bool append) {
+absl::Status check_metrics_path(const std::string& path, bool resumes,
+                                const std::vector<std::pair<std::string, std::string>>& dirs) {
   if (path.empty()) return absl::OkStatus();
-  f_ = std::fopen(path.c_str(), append ? "a" : "w");
+  for (const auto& [dir, flag] : dirs)
+    if (!dir.empty() && is_inside(path, dir))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--metrics ", path, " is inside the ", flag, " directory ", dir, "; vtrain never writes "
+          "a metrics file among its data or checkpoints: choose a path outside it"));
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();  // made by open()
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics ", path, " exists and is not a regular file; choose a file path"));
+  if (st.st_size == 0) return absl::OkStatus();
+  if (!resumes)
+    return absl::AlreadyExistsError(absl::StrCat(
+        "--metrics ", path, " exists and is not empty (", st.st_size, " bytes); a fresh run never "
+        "overwrites it: choose another --metrics path, or pass --resume to continue the run that "
+        "wrote it (its records are appended to)"));
+  std::ifstream in(path, std::ios::binary);
+  std::string first;
+  std::getline(in, first);
+  const nlohmann::json j = nlohmann::json::parse(first, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics ", path, " is not a vtrain metrics file (its first line is not a JSON object "
+        "with a \"step\"); a resumed run appends only to its own metrics: choose another path"));
+  return absl::OkStatus();
+}
+
+absl::Status MetricsLog::open(const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  f_ = std::fopen(path.c_str(), "a");
   if (!f_)
     return absl::PermissionDeniedError(
         absl::StrCat("cannot open metrics file ", path, ": ", std::strerror(errno)));

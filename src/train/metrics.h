@@ -4,17 +4,30 @@
 #pragma once
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
 namespace vt {
 
+// Whether --metrics PATH may be written (docs/design.md "Metrics JSONL"): a metrics file that
+// exists and is not empty is never truncated: a fresh run (`resumes` false) refuses it, naming
+// the file and the ways on (another path, --resume); a resuming run appends to it only when it
+// is a vtrain metrics file (its first line a JSON object with an integer "step"). Refused
+// always: a path that exists and is not a regular file, and any path inside one of `dirs`
+// (directory, the flag that named it: --data, --ckpt-dir, the directory of --resume PATH; empty
+// directories are skipped). Empty path: OK. Reads only.
+absl::Status check_metrics_path(const std::string& path, bool resumes,
+                                const std::vector<std::pair<std::string, std::string>>& dirs);
+
 class MetricsLog {
  public:
   MetricsLog() = default;
-  // Appends to `path` (creating it); empty path: no file.
-  absl::Status open(const std::string& path, bool append);
+  // Opens `path` for appending (creating it; check_metrics_path first: a fresh run only ever
+  // gets an empty or new file here); empty path: no file.
+  absl::Status open(const std::string& path);
   void write(const nlohmann::json& record);
   ~MetricsLog();
 

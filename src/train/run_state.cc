@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint_dir.h"
+#include "core/file_safety.h"
 #include "parallel/failure.h"
 
 namespace vt {
@@ -31,30 +32,31 @@ absl::StatusOr<std::string> resume_path(const TrainOptions& o, const ProcessGrid
 absl::StatusOr<CheckpointDirLock> CheckpointDirLock::acquire(const std::string& dir,
                                                              const ProcessGrid& grid) {
   CheckpointDirLock lock;
-  float ok = 1.0f;
+  absl::Status st;
   if (grid.world()->rank() == 0) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     const std::string file = (fs::path(dir) / ".vtrain.lock").string();
-    const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      ok = -1.0f;
-    } else if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      ok = 0.0f;
-      ::close(fd);
+    if (ec && !fs::is_directory(dir)) {
+      st = absl::PermissionDeniedError(absl::StrCat(
+          "--ckpt-dir ", dir, ": ", write_error(dir, ec.value()),
+          "; choose a directory this job may write"));
+    } else if (absl::StatusOr<int> fd = open_lock_file(file); !fd.ok()) {
+      // The errno is taken where the open failed (a read-only mount says so, not whatever a
+      // later call left in errno).
+      st = absl::Status(fd.status().code(),
+                        absl::StrCat("cannot create the lock file in --ckpt-dir ", dir, ": ",
+                                     fd.status().message(), "; choose a directory this job may write"));
+    } else if (::flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(*fd);
+      st = absl::FailedPreconditionError(absl::StrCat(
+          "another vtrain run is using --ckpt-dir ", dir,
+          " (it holds .vtrain.lock); stop that run or choose another directory"));
     } else {
-      lock.fd_ = fd;
+      lock.fd_ = *fd;
     }
   }
-  grid.world()->broadcast(&ok, 1, 0);
-  if (ok < 0.0f)
-    return agreed(absl::PermissionDeniedError(absl::StrCat(
-        "cannot create the lock file in --ckpt-dir ", dir, " (", std::strerror(errno),
-        "); choose a directory this job may write")));
-  if (ok == 0.0f)
-    return agreed(absl::FailedPreconditionError(absl::StrCat(
-        "another vtrain run is using --ckpt-dir ", dir,
-        " (it holds .vtrain.lock); stop that run or choose another directory")));
+  VT_RETURN_IF_ERROR(all_ok(grid.world(), st));
   return lock;
 }
 

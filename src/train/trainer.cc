@@ -119,6 +119,15 @@ absl::Status Trainer::setup() {
     absl::Status st = check_virtual_stages(cfg.n_layer, shape_.pp, o_.vpp, micro_batches_);
     if (!st.ok()) return agreed(st);
   }
+  // --metrics before anything is made or written (rank 0 writes it; its view is agreed).
+  {
+    std::vector<std::pair<std::string, std::string>> dirs = {{o_.data_dir, "--data"},
+                                                             {o_.ckpt_dir, "--ckpt-dir"}};
+    if (o_.resume != "none" && o_.resume != "auto")
+      dirs.emplace_back(fs::path(o_.resume).parent_path().string(), "--resume checkpoint's");
+    VT_RETURN_IF_ERROR(all_ok(world_, rank0_ ? check_metrics_path(o_.metrics_path, o_.resume != "none", dirs)
+                                             : absl::OkStatus()));
+  }
   VT_ASSIGN_OR_RETURN(inject_, FaultInjection::from_env());
   VT_ASSIGN_OR_RETURN(device_, setup_device(o_, world_));
   grid_ = std::make_unique<ProcessGrid>(world_, shape_);
@@ -235,7 +244,7 @@ absl::Status Trainer::setup() {
   if (!o_.ckpt_dir.empty() && rank0_) {
     VT_RETURN_IF_ERROR(tokenizer_->save((fs::path(o_.ckpt_dir) / "tokenizer.json").string()));
   }
-  if (rank0_) VT_RETURN_IF_ERROR(metrics_.open(o_.metrics_path, completed_step_ > 0));
+  if (rank0_) VT_RETURN_IF_ERROR(metrics_.open(o_.metrics_path));
 
   flops_per_token_ = flops_per_token(cfg);
   // MFU's peak: on GPUs the bf16 dense peak of an H100/H200 SXM (989 TFLOP/s per GPU; set

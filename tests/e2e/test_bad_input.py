@@ -119,6 +119,42 @@ def W(tmp_path_factory):
     w["file"].write_text("I am a file, not a directory\n")
     w["emptydir"] = root / "emptydir"
     w["emptydir"].mkdir()
+    # Data directories whose meta.json names files outside themselves, or a shard twice.
+    (root / "secret.bin").write_bytes((w["data"] / "train_000000.bin").read_bytes())
+    def data_variant(name, edit=None, link=None):
+        d = root / name
+        shutil.copytree(w["data"], d)
+        if edit:
+            meta = json.loads((d / "meta.json").read_text())
+            edit(meta)
+            (d / "meta.json").write_text(json.dumps(meta))
+        if link:
+            (d / link[0]).unlink()
+            os.symlink(link[1], d / link[0])
+        w[name] = d
+    data_variant("shard_dotdot", lambda m: m["train"].update(shards=["../../../../etc/passwd"]))
+    data_variant("shard_abs", lambda m: m["train"].update(shards=[str(root / "secret.bin")]))
+    data_variant("shard_link", link=("train_000000.bin", str(root / "secret.bin")))
+    data_variant("val_dotdot", lambda m: m["val"].update(shards=["../data/val_000000.bin"]))
+    data_variant("shard_twice", lambda m: m["train"].update(shards=["train_000000.bin", "./train_000000.bin"]))
+    data_variant("val_in_train", lambda m: m["train"]["shards"].append("val_000000.bin"))
+    # CORE bundles whose dataset_uri leaves the bundle.
+    (root / "outside.jsonl").write_text(json.dumps({"context": "a", "continuation": "b"}) + "\n")
+    def bundle(name, uri, link=None):
+        b = root / name
+        (b / "eval_data").mkdir(parents=True)
+        (b / "core.yaml").write_text(f"icl_tasks:\n- label: t\n  dataset_uri: {uri}\n"
+                                     "  num_fewshot: [0]\n  icl_task_type: language_modeling\n")
+        (b / "eval_meta_data.csv").write_text("Eval Task,Random baseline\nt,0\n")
+        if link:
+            os.symlink(link, b / "eval_data" / uri)
+        w[name] = b
+    bundle("core_abs", str(root / "outside.jsonl"))
+    bundle("core_dotdot", "../../outside.jsonl")
+    bundle("core_link", "t.jsonl", link=str(root / "outside.jsonl"))
+    # A metrics file of an earlier run.
+    w["old_metrics"] = root / "old.jsonl"
+    w["old_metrics"].write_text('{"step": 1, "loss": 5.5}\n{"step": 2, "loss": 5.1}\n')
     return w
 
 
@@ -216,6 +252,24 @@ CASES = [
     ("train-resume-other-model", ["train", "--data", "{data}", "--layers", "3", "--dim", "32", "--heads", "2", "--seq-len", "32", "--ckpt-dir", "{copy}", "--resume", "auto", "--steps", "4"], r"n_layer", ["{copy}"]),
     ("train-resume-garbage", ["train", "--data", "{data}", *TINY, "--resume", "{garbage}"], r"not an HDF5 file", ["{garbage}"]),
     ("train-resume-nan", ["train", "--data", "{data}", *TINY, "--resume", "{nan_ckpt}", "--steps", "4"], r"non-finite values \(NaN or inf\) in /model/blocks\.1\.mlp\.fc", ["{nan_ckpt}"]),
+    ("train-metrics-is-data-meta", ["train", "--data", "{data}", *TINY, "--steps", "1", "--metrics", "{data}/meta.json", "--ckpt-dir", "{new}"], r"--metrics \S+/data/meta\.json is inside the --data directory", ["{data}", "{new}"]),
+    ("train-metrics-new-in-data", ["train", "--data", "{data}", *TINY, "--steps", "1", "--metrics", "{data}/m.jsonl"], r"--metrics \S+/m\.jsonl is inside the --data directory", ["{data}"]),
+    ("train-metrics-in-ckpt-dir", ["train", "--data", "{data}", *TINY, "--steps", "4", "--ckpt-dir", "{copy}", "--resume", "auto", "--metrics", "{copy}/m.jsonl"], r"inside the --ckpt-dir directory", ["{copy}"]),
+    ("train-metrics-in-resume-dir", ["train", "--data", "{data}", *TINY, "--steps", "4", "--resume", "{ckpt}", "--metrics", "{ckdir}/m.jsonl"], r"--metrics \S+ckdir/m\.jsonl is inside the --resume checkpoint's directory", ["{ckdir}"]),
+    ("train-metrics-fresh-run-keeps-old", ["train", "--data", "{data}", *TINY, "--steps", "1", "--metrics", "{old_metrics}", "--ckpt-dir", "{new}"], r"--metrics \S+old\.jsonl exists and is not empty \(\d+ bytes\); a fresh run never overwrites it: choose another --metrics path, or pass --resume", ["{old_metrics}", "{new}"]),
+    ("train-metrics-resume-not-metrics", ["train", "--data", "{data}", *TINY, "--steps", "4", "--ckpt-dir", "{copy}", "--resume", "auto", "--metrics", "{corpus}"], r"corpus\.txt is not a vtrain metrics file", ["{corpus}", "{copy}"]),
+    ("train-metrics-directory", ["train", "--data", "{data}", *TINY, "--steps", "1", "--metrics", "{emptydir}"], r"--metrics \S+emptydir exists and is not a regular file", ["{emptydir}"]),
+    # ---------------- data directories and bundles refer only to files inside them ----------------
+    ("train-shard-dotdot", ["train", "--data", "{shard_dotdot}", *TINY, "--ckpt-dir", "{new}"], r"meta\.json: train\.shards \"\.\./\.\./\.\./\.\./etc/passwd\" has a '\.\.' component; a data directory or bundle refers only to files inside itself", ["{new}"]),
+    ("train-shard-absolute", ["train", "--data", "{shard_abs}", *TINY, "--ckpt-dir", "{new}"], r"train\.shards \"/\S+secret\.bin\" is an absolute path", ["{new}"]),
+    ("train-shard-symlink-out", ["train", "--data", "{shard_link}", *TINY, "--ckpt-dir", "{new}"], r"train\.shards \"train_000000\.bin\" resolves to \S+secret\.bin, outside the directory", ["{new}"]),
+    ("eval-val-shard-dotdot", ["eval", "--ckpt", "{ckpt}", "--data", "{val_dotdot}"], r"val\.shards \"\.\./data/val_000000\.bin\" has a '\.\.' component", []),
+    ("train-shard-twice", ["train", "--data", "{shard_twice}", *TINY, "--ckpt-dir", "{new}"], r"shard \./train_000000\.bin is listed twice in train\.shards", ["{new}"]),
+    ("train-val-shard-in-train", ["train", "--data", "{val_in_train}", *TINY, "--ckpt-dir", "{new}"], r"shard val_000000\.bin is listed in both train\.shards and val\.shards", ["{new}"]),
+    ("eval-core-uri-absolute", ["eval", "--ckpt", "{ckpt}", "--core", "{core_abs}"], r"core\.yaml: task t: dataset_uri \"/\S+outside\.jsonl\" is an absolute path", ["{core_abs}"]),
+    ("eval-core-uri-dotdot", ["eval", "--ckpt", "{ckpt}", "--core", "{core_dotdot}"], r"dataset_uri \"eval_data/\.\./\.\./outside\.jsonl\" has a '\.\.' component", []),
+    ("eval-core-uri-symlink-out", ["eval", "--ckpt", "{ckpt}", "--core", "{core_link}"], r"dataset_uri \"eval_data/t\.jsonl\" resolves to \S+outside\.jsonl, outside the directory", []),
+    ("train-core-uri-absolute", ["train", "--data", "{data}", *TINY, "--core-every", "2", "--core", "{core_abs}", "--ckpt-dir", "{new}"], r"dataset_uri \"/\S+\" is an absolute path", ["{new}"]),
     # ---------------- eval ----------------
     ("eval-no-ckpt", ["eval", "--data", "{data}"], r"--ckpt is required", []),
     ("eval-nothing", ["eval", "--ckpt", "{ckpt}"], r"nothing to evaluate", []),
@@ -262,7 +316,8 @@ def test_bad_input_is_refused(W, tmp_path, case):
     r = vt(*args)
     assert r.returncode == 2, (name, r.returncode, r.stdout[-800:], r.stderr[-1500:])
     assert re.search(pattern, r.stderr, re.S), (name, r.stderr[-1500:])
-    for bad in ("uncaught exception", "bad_alloc", "crashed with signal", "Floating point", "Aborted"):
+    for bad in ("uncaught exception", "bad_alloc", "crashed with signal", "Floating point", "Aborted",
+                "root:x:"):  # no bytes of a file outside the inputs (/etc/passwd) in a message
         assert bad not in r.stderr, (name, r.stderr[-1500:])
     for p, before in watched.items():
         assert snapshot(fill(p)) == before, f"{name}: {fill(p)} changed"
@@ -276,6 +331,132 @@ def test_every_command_answers_help():
         assert r.returncode == 0, (cmd, r.stderr)
         assert r.stdout.startswith(f"usage: vtrain {cmd}"), (cmd, r.stdout[:200])
 
+
+
+def test_a_shard_that_is_not_one_is_refused_without_printing_its_bytes(W, tmp_path):
+    """A text file under a shard's name (a shard copied from /etc/passwd, say): the refusal says
+    it is not an llm.c shard and prints none of its bytes, not even the first four as a 'magic'
+    number (issue 25, item 6)."""
+    d = tmp_path / "textshard"
+    shutil.copytree(W["data"], d)
+    secret = b"Qz7w:x:0:0:SECRETPASSWORDLINE\n" * 64
+    (d / "train_000000.bin").write_bytes(secret)
+    r = vt("train", "--data", d, *TINY, "--steps", "1")
+    assert r.returncode == 2, r.stderr[-1500:]
+    assert re.search(r"train_000000\.bin is not an llm\.c token shard", r.stderr), r.stderr[-1500:]
+    as_int = str(int.from_bytes(secret[:4], "little", signed=True))
+    for leak in ("Qz7w", "SECRET", as_int, secret[:4].hex()):
+        assert leak not in r.stderr, (leak, r.stderr[-1500:])
+
+
+def hold_prepare_lock(out, holder="pid 4242 on otherhost"):
+    """Takes the lock a running `vtrain prepare --out OUT` holds, as that run would."""
+    import fcntl
+    f = open(str(out) + ".prepare-lock", "a+")
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    f.truncate(0)
+    f.write(holder + "\n")
+    f.flush()
+    return f
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_prepare_into_an_out_another_prepare_holds_is_refused(W, tmp_path, ranks):
+    """Two prepare runs into one --out (issue 25, item 1): the second is refused at once, naming
+    the first's pid and host and the lock file, exit 2, and the existing dataset, the first run's
+    scratch directory and the lock stay as they were; under mpirun only rank 0 locks and every
+    rank ends with the same refusal. Once the lock is free the same command succeeds and leaves
+    no lock file behind."""
+    out = tmp_path / "data"
+    shutil.copytree(W["data"], out)
+    scratch = tmp_path / "data.prepare-tmp"  # the running prepare's work, which must survive
+    scratch.mkdir()
+    (scratch / ".vtrain-prepare-tmp").write_text("scratch directory of vtrain prepare\n")
+    (scratch / "tokenizer.json").write_text("half-written by the other run")
+    before, scratch_before = snapshot(out), snapshot(scratch)
+    cmd = [VTRAIN, "prepare", "--input", str(W["corpus"]), "--out", str(out), "--tokenizer",
+           "bpe:512", "--quiet"]
+    if ranks > 1:
+        cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(ranks)] + cmd
+    env = dict(ENV, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    lock = hold_prepare_lock(out)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env, timeout=300)
+        assert r.returncode == 2, (r.returncode, r.stdout[-800:], r.stderr[-1500:])
+        assert re.search(r"another vtrain prepare \(pid 4242 on otherhost\) is writing --out \S+data "
+                         r"\(it holds \S+data\.prepare-lock\); wait for it to end or choose another --out",
+                         r.stderr), r.stderr[-1500:]
+        assert r.stderr.count("error:") == 1, r.stderr
+        assert snapshot(out) == before and snapshot(scratch) == scratch_before
+        assert os.path.exists(str(out) + ".prepare-lock")
+    finally:
+        lock.close()
+    shutil.rmtree(scratch)
+    r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert json.loads((out / "meta.json").read_text())["tokenizer"]["spec"] == "bpe:512"
+    assert json.loads((out / "tokenizer.json").read_text())["kind"].startswith("bpe")
+    assert not os.path.exists(str(out) + ".prepare-lock") and not scratch.exists()
+
+
+def test_two_prepare_runs_at_once_never_mix_or_lose_the_dataset(W, tmp_path):
+    """The reproduction with two real runs into one existing --out: the first (bpe:1024) reads
+    stdin, which this test keeps open, so it is certainly running (and holding the lock) when the
+    second (bpe:512) starts. The second is refused at once naming the first's pid, and the dataset
+    is untouched; once stdin closes the first finishes, and meta.json, tokenizer.json and the
+    shards are all its output (bpe:1024), with no lock file left."""
+    import socket
+    import time
+    out = tmp_path / "data"
+    shutil.copytree(W["data"], out)
+    before = snapshot(out)
+    lockfile = str(out) + ".prepare-lock"
+    first = subprocess.Popen([VTRAIN, "prepare", "--input", "-", "--format", "text", "--out", str(out), "--tokenizer",
+                              "bpe:1024", "--quiet"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=ENV)
+    try:
+        first.stdin.write(W["corpus"].read_bytes() * 4)
+        first.stdin.flush()
+        deadline = time.time() + 60
+        while not (os.path.exists(lockfile) and f"pid {first.pid} " in open(lockfile).read()):
+            assert time.time() < deadline and first.poll() is None, "the first run never locked"
+            time.sleep(0.01)
+        t0 = time.time()
+        r = vt("prepare", "--input", W["corpus"], "--out", out, "--tokenizer", "bpe:512", "--quiet")
+        assert time.time() - t0 < 30
+        assert r.returncode == 2, (r.returncode, r.stderr[-1500:])
+        assert f"another vtrain prepare (pid {first.pid} on {socket.gethostname()}) is writing --out" in r.stderr, r.stderr
+        assert snapshot(out) == before
+    finally:
+        first.stdin.close()
+    first.stdout.read()
+    err = first.stderr.read().decode(errors="replace")
+    assert first.wait(timeout=300) == 0, err[-1500:]
+    meta = json.loads((out / "meta.json").read_text())
+    tok = json.loads((out / "tokenizer.json").read_text())
+    assert meta["tokenizer"]["spec"] == "bpe:1024" and meta["inputs"] == ["-"]
+    assert len(tok["tokens"]) + len(tok["specials"]) == meta["tokenizer"]["vocab_size"] == 1024
+    for name in meta["train"]["shards"] + meta["val"]["shards"]:
+        hdr = np.fromfile(out / name, dtype=np.int32, count=256)
+        assert hdr[0] == 20240520, name
+    assert not os.path.exists(lockfile) and not os.path.exists(str(out) + ".prepare-tmp")
+
+
+def test_metrics_of_a_resumed_run_are_appended_and_a_fresh_run_takes_an_empty_file(W, tmp_path):
+    """The other side of the --metrics rules (issue 25, item 2): a fresh run writes into a new or
+    empty file; a run with --resume appends to its own metrics file, keeping the earlier lines."""
+    m, ck = tmp_path / "m.jsonl", tmp_path / "ck"
+    m.write_text("")
+    r = vt("train", "--data", W["data"], *TINY, "--steps", "2", "--ckpt-dir", ck, "--metrics", m,
+           "--final-eval-tokens", "0")
+    assert r.returncode == 0, r.stderr[-1500:]
+    first = m.read_text()
+    assert [json.loads(l)["step"] for l in first.splitlines()][:2] == [1, 2], first
+    r = vt("train", "--data", W["data"], *TINY, "--steps", "3", "--ckpt-dir", ck, "--metrics", m,
+           "--final-eval-tokens", "0", "--resume", "auto")
+    assert r.returncode == 0, r.stderr[-1500:]
+    text = m.read_text()
+    assert text.startswith(first) and 3 in [json.loads(l)["step"] for l in text.splitlines()], text
 
 
 def test_vpp_micro_batches_not_multiple_of_pp(W, tmp_path):

@@ -1,0 +1,163 @@
+// Names from data files kept inside their directory; files created without following links;
+// create errors in words (see file_safety.h).
+#include "core/file_safety.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace vt {
+namespace fs = std::filesystem;
+
+namespace {
+
+// `p` made absolute with its symbolic links resolved as far as it exists.
+fs::path resolved(const fs::path& p) {
+  std::error_code ec;
+  fs::path r = fs::weakly_canonical(fs::absolute(p, ec), ec);
+  return ec ? fs::absolute(p, ec).lexically_normal() : r;
+}
+
+bool under(const fs::path& path, const fs::path& root) {
+  const fs::path rel = path.lexically_relative(root);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> path_inside(const std::string& dir, const std::string& name,
+                                        const std::string& source, const std::string& field) {
+  auto refuse = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": ", field, " \"", name, "\" ", why, "; a data directory or bundle refers only "
+        "to files inside itself (", dir, ")"));
+  };
+  if (name.empty()) return refuse("is empty");
+  if (name.find('\0') != std::string::npos) return refuse("holds a NUL byte");
+  const fs::path p(name);
+  if (p.is_absolute()) return refuse("is an absolute path");
+  for (const fs::path& part : p)
+    if (part == "..") return refuse("has a '..' component");
+  std::error_code ec;
+  const fs::path root = fs::canonical(dir, ec);
+  if (ec)
+    return absl::NotFoundError(absl::StrCat("cannot resolve the directory ", dir, " of ", source,
+                                            ": ", ec.message()));
+  const fs::path full = resolved(root / p);
+  if (!under(full, root) || full == root)
+    return refuse(absl::StrCat("resolves to ", full.string(), ", outside the directory (a symbolic link?)"));
+  return (fs::path(dir) / p).string();
+}
+
+bool is_inside(const std::string& path, const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  const fs::path root = fs::canonical(dir, ec);
+  if (ec) return false;
+  return under(resolved(path), root);
+}
+
+std::string write_error(const std::string& file, int err) {
+  const fs::path parent = fs::path(file).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  switch (err) {
+    case EROFS:
+      return absl::StrCat("cannot create ", file, ": the directory ", dir,
+                          " is not writable (it is on a read-only file system)");
+    case EACCES:
+    case EPERM:
+      return absl::StrCat("cannot create ", file, ": the directory ", dir,
+                          " is not writable by this user (permission denied)");
+    case ENOENT:
+      return absl::StrCat("cannot create ", file, ": the directory ", dir, " does not exist");
+    case ENOSPC:
+    case EDQUOT:
+      return absl::StrCat("cannot create ", file, ": the file system holding ", dir, " is full");
+    default:
+      return absl::StrCat("cannot create ", file, ": ", std::strerror(err));
+  }
+}
+
+absl::StatusOr<int> create_new_file(const std::string& path, unsigned mode) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode))
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create ", path, ": a directory has that name; move it away"));
+    // A stale temporary file of an interrupted run, or a link planted under the name: removed,
+    // never written through.
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      const int err = errno;
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot remove the stale ", path, ": ", std::strerror(err)));
+    }
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                        static_cast<mode_t>(mode));
+  if (fd < 0) {
+    const int err = errno;
+    if (err == EEXIST || err == ELOOP)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create ", path, ": something else created that name at the same time (another "
+          "process writes this directory)"));
+    return absl::Status(err == ENOSPC || err == EDQUOT ? absl::StatusCode::kResourceExhausted
+                                                       : absl::StatusCode::kPermissionDenied,
+                        write_error(path, err));
+  }
+  return fd;
+}
+
+absl::Status replace_file(const std::string& path, std::string_view bytes, const std::string& what) {
+  const std::string tmp = path + ".tmp";
+  absl::StatusOr<int> fd = create_new_file(tmp);
+  if (!fd.ok())
+    return absl::Status(fd.status().code(), absl::StrCat("cannot write ", what, ": ", fd.status().message()));
+  size_t done = 0;
+  int err = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(*fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (err == 0 && ::fsync(*fd) != 0 && errno != EINVAL) err = errno;
+  if (::close(*fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot write ", what, " ", path, ": ", std::strerror(err),
+                                            err == ENOSPC ? " (the disk is full)" : ""));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> open_lock_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) return fd;
+    ::close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("the lock file ", path, " is not a regular file; remove it"));
+  }
+  const int err = errno;
+  if (err == ELOOP)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the lock file ", path, " is a symbolic link; vtrain does not follow links in a directory "
+        "it writes: remove it"));
+  return absl::Status(err == EROFS || err == EACCES || err == EPERM
+                          ? absl::StatusCode::kPermissionDenied
+                          : absl::StatusCode::kInternal,
+                      write_error(path, err));
+}
+
+}  // namespace vt
