@@ -28,6 +28,8 @@ SHAPES = {
 
 
 def run(data, flags, block, steps, metrics):
+    if os.path.exists(metrics):  # vtrain never truncates a metrics file on a fresh run
+        os.remove(metrics)
     cmd = [VTRAIN, "train", "--data", data, *flags, "--block", block, "--steps", str(steps),
            "--eval-every", "0", "--eval-tokens", "1024", "--final-eval-tokens", "0",
            "--metrics", metrics, "--log-every", "1000"]

@@ -105,6 +105,7 @@ def run_vtrain(a, data: str, mode: str, work: Path) -> dict:
     """Trains warmup+steps steps; returns shapes, median tok/s after warm-up and the last loss."""
     T = a.seq_len or PRESETS[a.preset]["seq_len"]
     metrics = work / f"vtrain_{mode}.jsonl"
+    metrics.unlink(missing_ok=True)  # vtrain never truncates a metrics file on a fresh run
     n = a.warmup + a.steps
     cmd = [a.vtrain, "train", "--data", data, "--value", mode, *model_flags(a),
            "--micro-batch", str(a.micro_batch), "--global-batch", str(a.micro_batch * T),

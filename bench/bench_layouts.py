@@ -42,6 +42,8 @@ def prepare(tmp):
 
 def run(data, dp, tp, pp, args, tmp, vpp=1, extra=(), global_rows=None, micro_batch=None):
     metrics = os.path.join(tmp, f"m_{dp}{tp}{pp}{vpp}.jsonl")
+    if os.path.exists(metrics):  # vtrain never truncates a metrics file on a fresh run
+        os.remove(metrics)
     micro_rows = micro_batch or args.micro_batch
     global_batch = (global_rows or args.global_rows) * args.seq_len
     cmd = [VTRAIN, "train", "--data", data, "--preset", "tiny", "--seq-len", str(args.seq_len),

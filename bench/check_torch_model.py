@@ -201,6 +201,7 @@ def run_vtrain(a, data: Path, mode: str, run: Path) -> dict:
     K = a.steps
     ck = run / "ckpt"
     metrics = run / "metrics.jsonl"
+    metrics.unlink(missing_ok=True)  # vtrain never truncates a metrics file on a fresh run
     T = 256
     cmd = [a.vtrain, "train", "--data", str(data), "--preset", "tiny", "--value", mode,
            "--micro-batch", str(a.micro_batch), "--global-batch", str(a.micro_batch * T),
