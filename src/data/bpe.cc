@@ -5,6 +5,7 @@
 #include <atomic>
 #include <queue>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "core/check.h"
@@ -43,6 +44,20 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(
           t->kind_, c));
     }
     t->byte_id_[c] = r;
+  }
+  // Each pair merges once, into one token, and each token is made by one merge: a repeated pair
+  // or result makes the merge order ambiguous, so it is refused naming both merges.
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, size_t> pair_at;
+  absl::flat_hash_map<int32_t, size_t> result_at;
+  for (size_t i = 0; i < t->merges_.size(); ++i) {
+    const BpeMerge& m = t->merges_[i];
+    auto [p, new_pair] = pair_at.emplace(std::make_pair(m.left, m.right), i);
+    auto [r, new_result] = result_at.emplace(m.result, i);
+    if (!new_pair || !new_result) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s tokenizer: merge %d (%d, %d) -> %d repeats merge %d's %s", t->kind_, i, m.left,
+          m.right, m.result, !new_pair ? p->second : r->second, !new_pair ? "pair" : "result"));
+    }
   }
   for (const BpeMerge& m : t->merges_) {
     const int32_t n = t->num_regular();

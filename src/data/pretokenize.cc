@@ -52,10 +52,16 @@ void PreTokenizer::split(std::string_view text, const std::function<void(std::st
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
   VT_CHECK(md != nullptr);
   pcre2_jit_stack* stack = nullptr;
-  pcre2_match_context* mctx = nullptr;
+  // Explicit limits per match attempt (a pattern from an untrusted tokenizer.json may backtrack
+  // catastrophically): past them the byte gets its own chunk below, so the cost of a byte is
+  // bounded by kMatchLimit steps whatever the pattern. The GPT-4 pattern needs a few dozen.
+  constexpr uint32_t kMatchLimit = 1000000, kDepthLimit = 10000;
+  pcre2_match_context* mctx = pcre2_match_context_create(nullptr);
+  VT_CHECK(mctx != nullptr);
+  pcre2_set_match_limit(mctx, kMatchLimit);
+  pcre2_set_depth_limit(mctx, kDepthLimit);
   if (impl_->jit) {
     stack = pcre2_jit_stack_create(64 * 1024, 8 * 1024 * 1024, nullptr);
-    mctx = pcre2_match_context_create(nullptr);
     pcre2_jit_stack_assign(mctx, nullptr, stack);
   }
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -90,7 +96,7 @@ void PreTokenizer::split(std::string_view text, const std::function<void(std::st
     emit(text.substr(s, e - s));
     pos = e;
   }
-  if (mctx != nullptr) pcre2_match_context_free(mctx);
+  pcre2_match_context_free(mctx);
   if (stack != nullptr) pcre2_jit_stack_free(stack);
   pcre2_match_data_free(md);
 }

@@ -2,6 +2,8 @@
 // tokenizer.json from a data dir and .tiktoken ranks files.
 #include "data/tokenizer.h"
 
+#include <algorithm>
+
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -135,6 +137,18 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& rank
   }
   if (tokens.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(ranks_path, " holds no tokens"));
+  }
+  // Unused ids still cost an embedding row and a logit each: a file whose gaps would inflate
+  // the vocabulary is refused (real ranks files are dense: cl100k, o200k).
+  const int64_t present = std::count_if(tokens.begin(), tokens.end(),
+                                        [](const std::string& b) { return !b.empty(); });
+  const int64_t unused = static_cast<int64_t>(tokens.size()) - present;
+  const int64_t allowed = std::max<int64_t>(1024, static_cast<int64_t>(tokens.size()) / 100);
+  if (unused > allowed) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: ranks up to %d hold only %d tokens: %d ids would be unused rows of the model (at "
+        "most %d, 1%% of the vocabulary or 1024, may be); renumber the ranks densely",
+        ranks_path, static_cast<int64_t>(tokens.size()) - 1, present, unused, allowed));
   }
   auto t = BpeTokenizer::create("tiktoken", std::move(tokens), {kBosToken}, cl100k_pattern(), {},
                                 ranks_path);
