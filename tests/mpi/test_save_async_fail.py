@@ -9,38 +9,9 @@ import subprocess
 
 import pytest
 
-BUILD = os.environ.get("VTRAIN_BUILD", "build")
-VTRAIN = os.path.join(BUILD, "vtrain")
+from test_save_faults import MODEL, VTRAIN, datadir, small_fs  # noqa: F401 (fixtures)
+
 ENV = dict(os.environ, OMP_NUM_THREADS="1", VTRAIN_SKIP_SPACE_CHECK="1")
-MODEL = ["--layers", "2", "--dim", "32", "--heads", "2", "--seq-len", "32", "--window", "16",
-         "--micro-batch", "1", "--global-batch", "128", "--eval-tokens", "512"]
-
-
-@pytest.fixture(scope="module")
-def datadir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("asyncfail")
-    text = subprocess.run(["bible", "Gen1:1-Gen10:32"], capture_output=True, text=True).stdout
-    (d / "c.txt").write_text(text)
-    r = subprocess.run([VTRAIN, "prepare", "--input", str(d / "c.txt"), "--out", str(d / "data"),
-                        "--tokenizer", "bpe:300", "--quiet"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return d / "data"
-
-
-@pytest.fixture
-def small_fs(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "fs"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2500k", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)])
 
 
 @pytest.mark.parametrize("async_save", [True, False], ids=["async", "sync"])

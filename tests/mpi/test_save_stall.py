@@ -10,6 +10,7 @@ import subprocess
 import time
 
 import pytest
+from bible_data import prepare_bible
 
 BUILD = os.environ.get("VTRAIN_BUILD", "build")
 VTRAIN = os.path.join(BUILD, "vtrain")
@@ -25,13 +26,7 @@ def env():
 
 @pytest.fixture(scope="module")
 def datadir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("stall")
-    text = subprocess.run(["bible", "Gen1:1-Gen10:32"], capture_output=True, text=True).stdout
-    (d / "c.txt").write_text(text)
-    r = subprocess.run([VTRAIN, "prepare", "--input", str(d / "c.txt"), "--out", str(d / "data"),
-                        "--tokenizer", "bpe:300", "--quiet"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return d / "data"
+    return prepare_bible(tmp_path_factory.mktemp("stall"))
 
 
 def rank_pid(rank, job_pid):

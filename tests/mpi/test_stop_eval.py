@@ -14,6 +14,7 @@ import subprocess
 import time
 
 import pytest
+from bible_data import prepare_bible
 
 BUILD = os.environ.get("VTRAIN_BUILD", "build")
 VTRAIN = os.path.join(BUILD, "vtrain")
@@ -26,14 +27,8 @@ EVAL_TOKENS = 16384
 
 @pytest.fixture(scope="module")
 def datadir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("stopeval")
-    text = subprocess.run(["bible", "Gen1:1-Gen30:43"], capture_output=True, text=True).stdout
-    (d / "c.txt").write_text(text)
-    r = subprocess.run([VTRAIN, "prepare", "--input", str(d / "c.txt"), "--out", str(d / "data"),
-                        "--tokenizer", "bpe:300", "--val-fraction", "0.5", "--quiet"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return d / "data"
+    return prepare_bible(tmp_path_factory.mktemp("stopeval"), "Gen1:1-Gen30:43",
+                         "--val-fraction", "0.5")
 
 
 def run_until(args, marker, timeout=300):
