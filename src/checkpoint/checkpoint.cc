@@ -28,6 +28,8 @@
 #include "checkpoint/raw_io.h"
 #include "core/check.h"
 #include "model/gpt.h"
+#include "optim/adamw.h"
+#include "optim/muon.h"
 #include "parallel/process_grid.h"
 
 namespace vt {
@@ -44,14 +46,29 @@ NamedTensor state_tensor(const ParamInfo& param, const std::string& kind, Tensor
   return {optim_state_path(param.name, kind), std::move(local), param.global_shape, param.split};
 }
 
-std::vector<std::pair<std::string, Shape>> model_datasets(const ModelConfig& config) {
+namespace {
+std::vector<ParamInfo> registered_params(const ModelConfig& config) {
   ModelConfig cfg = config;
   if (cfg.vocab_padded == 0 && !cfg.finalize().ok()) return {};
   ParamStore store;  // registration only: no memory
   GPT model(cfg);
   model.register_params(store);
+  return store.infos();
+}
+}  // namespace
+
+std::vector<std::pair<std::string, Shape>> model_datasets(const ModelConfig& config) {
   std::vector<std::pair<std::string, Shape>> out;
-  for (const ParamInfo& p : store.infos()) out.push_back({"/model/" + p.name, p.global_shape});
+  for (const ParamInfo& p : registered_params(config)) out.push_back({"/model/" + p.name, p.global_shape});
+  return out;
+}
+
+std::vector<std::pair<std::string, Shape>> optimizer_datasets(const ModelConfig& config) {
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const ParamInfo& p : registered_params(config))
+    for (const std::string& kind : optim::muon_handles(p.group) ? optim::muon_state_kinds()
+                                                                : optim::adamw_state_kinds())
+      out.push_back({optim_state_path(p.name, kind), p.global_shape});
   return out;
 }
 
