@@ -325,7 +325,7 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
     flusher.fsync();
     absl::StatusOr<ckpt::Opened> ck = ckpt::open_checkpoint(tmp, comm);
     absl::Status verified = comm.agree(ck.status());
-    if (verified.ok()) verified = ckpt::verify_file(comm, *ck, tmp);
+    if (verified.ok()) verified = ckpt::verify_file(comm, *ck, tmp, nullptr, /*states=*/false);
     const absl::Status flushed = flusher.wait(&times.fsync);
     VT_RETURN_IF_ERROR(verified);
     VT_RETURN_IF_ERROR(comm.agree(with_space(flushed)));

@@ -175,7 +175,7 @@ absl::StatusOr<CheckpointMeta> read_meta(const h5::File& f, int format_version) 
 }
 
 absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::string& path,
-                         std::string* summary) {
+                         std::string* summary, bool check_states) {
   // Every return below is agreed on by all ranks (callers go on with collectives).
   std::vector<std::string> problems;
   absl::StatusOr<std::vector<std::string>> listed = ck.file.list_datasets();
@@ -197,7 +197,7 @@ absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::stri
     return n.rfind("/optim/", 0) == 0;
   });
   size_t states = 0;
-  if (has_states) {
+  if (has_states && check_states) {
     std::set<std::string> want_states;
     std::vector<std::string> missing_states;
     for (const auto& [name, shape] : optimizer_datasets(ck.config)) {

@@ -54,8 +54,10 @@ absl::StatusOr<CheckpointMeta> read_meta(const h5::File& f, int format_version);
 // Recomputes every dataset's checksum from the file (split over the ranks; contiguous datasets
 // read raw in threads, raw_io.h, others through HDF5 by rows) and compares it
 // with its attribute; also checks /model against the config's parameter list.
+// With `states`, also the optimizer states a resume reads (all or none); a save's own check of
+// the file it wrote passes false (it writes whatever states its caller gives).
 absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::string& path,
-                         std::string* summary = nullptr);
+                         std::string* summary = nullptr, bool states = true);
 
 }  // namespace ckpt
 }  // namespace vt
