@@ -29,6 +29,8 @@
 #include "checkpoint/raw_io.h"
 #include "core/check.h"
 #include "model/gpt.h"
+#include "optim/adamw.h"
+#include "optim/muon.h"
 #include "parallel/process_grid.h"
 
 namespace vt {
@@ -45,14 +47,29 @@ NamedTensor state_tensor(const ParamInfo& param, const std::string& kind, Tensor
   return {optim_state_path(param.name, kind), std::move(local), param.global_shape, param.split};
 }
 
-std::vector<std::pair<std::string, Shape>> model_datasets(const ModelConfig& config) {
+namespace {
+std::vector<ParamInfo> registered_params(const ModelConfig& config) {
   ModelConfig cfg = config;
   if (cfg.vocab_padded == 0 && !cfg.finalize().ok()) return {};
   ParamStore store;  // registration only: no memory
   GPT model(cfg);
   model.register_params(store);
+  return store.infos();
+}
+}  // namespace
+
+std::vector<std::pair<std::string, Shape>> model_datasets(const ModelConfig& config) {
   std::vector<std::pair<std::string, Shape>> out;
-  for (const ParamInfo& p : store.infos()) out.push_back({"/model/" + p.name, p.global_shape});
+  for (const ParamInfo& p : registered_params(config)) out.push_back({"/model/" + p.name, p.global_shape});
+  return out;
+}
+
+std::vector<std::pair<std::string, Shape>> optimizer_datasets(const ModelConfig& config) {
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const ParamInfo& p : registered_params(config))
+    for (const std::string& kind : optim::muon_handles(p.group) ? optim::muon_state_kinds()
+                                                                : optim::adamw_state_kinds())
+      out.push_back({optim_state_path(p.name, kind), p.global_shape});
   return out;
 }
 
@@ -322,7 +339,7 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
     flusher.fsync();
     absl::StatusOr<ckpt::Opened> ck = ckpt::open_checkpoint(tmp, comm);
     absl::Status verified = comm.agree(ck.status());
-    if (verified.ok()) verified = ckpt::verify_file(comm, *ck, tmp);
+    if (verified.ok()) verified = ckpt::verify_file(comm, *ck, tmp, nullptr, /*states=*/false);
     const absl::Status flushed = flusher.wait(&times.fsync);
     VT_RETURN_IF_ERROR(verified);
     VT_RETURN_IF_ERROR(comm.agree(with_space(flushed)));

@@ -62,6 +62,9 @@ NamedTensor state_tensor(const ParamInfo& param, const std::string& kind, Tensor
 // The datasets of the whole model of `cfg` ("/model/<name>", global shape) in registration
 // order (a registration-only GPT with the default layout).
 std::vector<std::pair<std::string, Shape>> model_datasets(const ModelConfig& cfg);
+// The optimizer states a training checkpoint of `cfg` holds (what a resume reads): for every
+// parameter, /optim/<param>/<kind> with Muon's kinds (matrices) or AdamW's, of its global shape.
+std::vector<std::pair<std::string, Shape>> optimizer_datasets(const ModelConfig& cfg);
 // "field: checkpoint X, model Y" for every config field that differs.
 std::vector<std::string> config_differences(const ModelConfig& checkpoint, const ModelConfig& model);
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -21,6 +22,38 @@
 
 namespace vt {
 namespace ckpt {
+
+// Elements of `shape`, or -1 when the count passes 2^62 (a crafted header may declare anything).
+int64_t safe_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return -1;
+    if (d != 0 && n > (int64_t{1} << 62) / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+// A dataset may decompress to at most this many times its stored bytes (deflate's limit is
+// about 1032:1), plus a little for datasets too small to be allocated at all.
+constexpr int64_t kMaxExpansion = 1100;
+constexpr int64_t kUnallocatedSlack = int64_t{1} << 16;
+
+std::string storage_problem(const std::string& name, const h5::Dataset& ds, const Shape& shape,
+                            int64_t file_bytes) {
+  const int64_t n = safe_numel(shape);
+  if (n < 0) return absl::StrCat(name, " declares shape ", shape_str(shape), ", above 2^62 elements");
+  const int64_t stored = ds.storage_bytes();
+  if (stored > file_bytes)
+    return absl::StrCat(name, " claims ", stored, " bytes of storage, more than the file's ",
+                        file_bytes);
+  if (n > (stored * kMaxExpansion + kUnallocatedSlack) / 4)
+    return absl::StrCat(name, " declares shape ", shape_str(shape), " (", n,
+                        " floats) but the file holds only ", stored,
+                        " bytes of it (a dataset may expand at most ", kMaxExpansion,
+                        "x over its stored bytes)");
+  return "";
+}
 
 absl::StatusOr<Opened> open_checkpoint(const std::string& path, const CkptComm& comm) {
   absl::Status exists = std::filesystem::is_regular_file(path)
@@ -51,6 +84,44 @@ absl::StatusOr<Opened> open_checkpoint(const std::string& path, const CkptComm& 
   if (!cfg.ok())
     return absl::DataLossError(absl::StrCat(path, ": bad config attribute: ", cfg.status().message()));
   ck.config = *std::move(cfg);
+  // Format 1 (no checksums) is older than the attributes format 2 added: a file with them that
+  // says 1 would skip every checksum.
+  if (ck.format_version == 1) {
+    const std::vector<std::string> attrs = ck.file.attr_names();
+    for (const char* v2 : {"checksum_algorithm", "step", "tokens"})
+      if (std::find(attrs.begin(), attrs.end(), v2) != attrs.end())
+        return absl::DataLossError(absl::StrCat(
+            path, ": format_version says 1 (no checksums) but the file has format 2's '", v2,
+            "' attribute; the format_version attribute was altered"));
+  }
+  // The training state's attributes are checked here too, so that every reader names the file.
+  if (absl::StatusOr<CheckpointMeta> meta = read_meta(ck.file, ck.format_version); !meta.ok())
+    return absl::DataLossError(absl::StrCat(path, ": ", meta.status().message()));
+  // The parameters the config implies against what the file holds, before anyone allocates a
+  // model of this config: same shape, float32, and the data really stored in the file.
+  std::error_code ec;
+  const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+  std::vector<std::string> problems;
+  for (const auto& [name, shape] : model_datasets(ck.config)) {
+    if (!ck.file.exists(name)) continue;  // named by the architecture check / verify
+    absl::StatusOr<h5::Dataset> ds = ck.file.open_dataset(name);
+    absl::StatusOr<Shape> held = ds.ok() ? ds->shape() : ds.status();
+    if (!held.ok()) {
+      problems.push_back(absl::StrCat(name, ": ", held.status().message()));
+    } else if (*held != shape) {
+      problems.push_back(absl::StrCat(name, " has shape ", shape_str(*held), ", the config implies ",
+                                      shape_str(shape)));
+    } else if (!ds->is_f32()) {
+      problems.push_back(absl::StrCat(name, " is not a float32 dataset"));
+    } else if (std::string p = storage_problem(name, *ds, shape, ec ? std::numeric_limits<int64_t>::max() : file_bytes);
+               !p.empty()) {
+      problems.push_back(p);
+    }
+    if (problems.size() >= 8) break;
+  }
+  if (!problems.empty())
+    return absl::DataLossError(absl::StrCat(path, ": the datasets do not match the config attribute: ",
+                                            absl::StrJoin(problems, "; ")));
   return ck;
 }
 
@@ -63,6 +134,17 @@ absl::StatusOr<CheckpointMeta> read_meta(const h5::File& f, int format_version) 
     nlohmann::json j = nlohmann::json::parse(*s, nullptr, false);
     if (j.is_discarded()) return absl::DataLossError(absl::StrCat("attribute ", name, " is not JSON"));
     return j;
+  };
+  // step and tokens as the flags declare them (--steps up to 1e12; tokens are int64).
+  auto check_counts = [&m]() -> absl::Status {
+    if (m.step < 0 || m.step > int64_t{1000000000000})
+      return absl::DataLossError(absl::StrCat("attribute step ", m.step,
+                                              " is out of range: expected an integer in [0, "
+                                              "1000000000000] (the range of --steps)"));
+    if (m.tokens < 0)
+      return absl::DataLossError(absl::StrCat("attribute tokens ", m.tokens,
+                                              " is out of range: expected an integer >= 0"));
+    return absl::OkStatus();
   };
   if (format_version == 1) {
     VT_ASSIGN_OR_RETURN(nlohmann::json j, json_attr("meta"));
@@ -78,6 +160,7 @@ absl::StatusOr<CheckpointMeta> read_meta(const h5::File& f, int format_version) 
     }
     m.library_version = "vtrain (format 1)";
     m.layout = {{"tp", 1}, {"dp", 1}, {"pp", 1}, {"world", 1}};
+    VT_RETURN_IF_ERROR(check_counts());
     return m;
   }
   VT_ASSIGN_OR_RETURN(m.step, f.get_attr_i64("step"));
@@ -87,16 +170,20 @@ absl::StatusOr<CheckpointMeta> read_meta(const h5::File& f, int format_version) 
   VT_ASSIGN_OR_RETURN(m.extra, json_attr("extra"));
   VT_ASSIGN_OR_RETURN(m.layout, json_attr("layout"));
   m.library_version = f.get_attr("library_version").value_or("");
+  VT_RETURN_IF_ERROR(check_counts());
   return m;
 }
 
-absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::string& path) {
+absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::string& path,
+                         std::string* summary, bool check_states) {
   // Every return below is agreed on by all ranks (callers go on with collectives).
   std::vector<std::string> problems;
   absl::StatusOr<std::vector<std::string>> listed = ck.file.list_datasets();
   VT_RETURN_IF_ERROR(comm.agree(listed.status()));
   const std::vector<std::string>& names = *listed;
-  // Structure: /model against the config's parameter list.
+  // Structure, as a load checks it: /model against the config's parameter list (shapes were
+  // checked when the file was opened), and the optimizer states a resume reads: all of them
+  // with their parameters' shapes, or none (a model-only checkpoint evaluates and generates).
   std::set<std::string> present(names.begin(), names.end());
   std::set<std::string> expected;
   for (const auto& [name, shape] : model_datasets(ck.config)) {
@@ -106,6 +193,39 @@ absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::stri
   for (const std::string& n : names)
     if (n.rfind("/model/", 0) == 0 && !expected.count(n))
       problems.push_back(absl::StrCat("unexpected parameter ", n));
+  const bool has_states = std::any_of(names.begin(), names.end(), [](const std::string& n) {
+    return n.rfind("/optim/", 0) == 0;
+  });
+  size_t states = 0;
+  if (has_states && check_states) {
+    std::set<std::string> want_states;
+    std::vector<std::string> missing_states;
+    for (const auto& [name, shape] : optimizer_datasets(ck.config)) {
+      want_states.insert(name);
+      ++states;
+      if (!present.count(name)) {
+        missing_states.push_back(name);
+        continue;
+      }
+      absl::StatusOr<h5::Dataset> ds = ck.file.open_dataset(name);
+      absl::StatusOr<Shape> held = ds.ok() ? ds->shape() : ds.status();
+      if (held.ok() && *held != shape)
+        problems.push_back(absl::StrCat("optimizer state ", name, " has shape ", shape_str(*held),
+                                        ", its parameter ", shape_str(shape)));
+    }
+    if (!missing_states.empty())
+      problems.push_back(absl::StrCat(
+          "missing optimizer state", missing_states.size() > 1 ? "s " : " ",
+          absl::StrJoin(missing_states.begin(),
+                        missing_states.begin() + std::min<size_t>(missing_states.size(), 8), ", "),
+          missing_states.size() > 8 ? absl::StrCat(" and ", missing_states.size() - 8, " more") : "",
+          " (a resume reads every state of every parameter)"));
+    for (const std::string& n : names)
+      if (n.rfind("/optim/", 0) == 0 && !want_states.count(n))
+        problems.push_back(absl::StrCat("unexpected optimizer state ", n));
+  }
+  std::error_code size_ec;
+  const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(path, size_ec));
   // Checksums: every dataset split evenly over the ranks. A dataset stored as one contiguous
   // float32 block (every dataset vtrain writes) is read raw, in large reads on a few threads
   // (raw_io.h); any other (chunked, compact: a file from another writer) through HDF5, by rows.
@@ -128,6 +248,12 @@ absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::stri
       problems.push_back(absl::StrCat(names[i], " is not a float32 dataset"));
       continue;
     }
+    if (std::string p = storage_problem(names[i], ds, shape,
+                                        size_ec ? std::numeric_limits<int64_t>::max() : file_bytes);
+        !p.empty()) {
+      problems.push_back(p);
+      continue;
+    }
     if (ck.format_version >= 2) {
       auto c = ds.get_attr("checksum");
       if (!c.ok()) {
@@ -144,24 +270,41 @@ absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::stri
       if (hi > lo) raw.push_back({static_cast<int>(i), at + 4 * lo, lo, hi - lo, nullptr});
       continue;
     }
+    // By rows, several per read, or a 2-D row in column pieces: never more than kBlock floats
+    // in memory at once.
     const int64_t rows = shape.empty() ? 1 : shape[0];
     const int64_t row = shape.empty() ? 1 : shape_numel(shape) / std::max<int64_t>(rows, 1);
+    if (row > kBlock && shape.size() != 2) {
+      problems.push_back(absl::StrCat(names[i], " has rows of ", row, " floats in ",
+                                      shape.size(), " dimensions; vtrain reads such rows only "
+                                      "from 2-D datasets or contiguous storage"));
+      continue;
+    }
     const int64_t r0 = rows * comm.rank() / comm.size(), r1 = rows * (comm.rank() + 1) / comm.size();
     const int64_t step = std::max<int64_t>(1, kBlock / std::max<int64_t>(row, 1));
+    const int64_t piece = std::min(row, kBlock);
     for (int64_t r = r0; r < r1 && read_error.ok(); r += step) {
       const int64_t n = std::min(step, r1 - r);
-      h5::Slab box;
-      if (!shape.empty()) {
-        box.start.assign(shape.size(), 0);
-        box.count = shape;
-        box.start[0] = r;
-        box.count[0] = n;
+      for (int64_t c = 0; c < row && read_error.ok(); c += piece) {
+        const int64_t w = row > kBlock ? std::min(piece, row - c) : row;
+        h5::Slab box;
+        if (!shape.empty()) {
+          box.start.assign(shape.size(), 0);
+          box.count = shape;
+          box.start[0] = r;
+          box.count[0] = n;
+          if (row > kBlock) {
+            box.start[1] = c;
+            box.count[1] = w;
+          }
+        }
+        buf.resize(n * w);
+        read_error = ds.read_slab(&box, buf.data(), h5::Transfer::kIndependent);
+        if (!read_error.ok()) break;
+        sums[i] += ckpt::checksum_run(buf.data(), r * row + c, n * w);
+        for (float v : buf) nonfinite[i] += !std::isfinite(v);
+        if (row <= kBlock) break;
       }
-      buf.resize(n * row);
-      read_error = ds.read_slab(&box, buf.data(), h5::Transfer::kIndependent);
-      if (!read_error.ok()) break;
-      sums[i] += ckpt::checksum_run(buf.data(), r * row, n * row);
-      for (float v : buf) nonfinite[i] += !std::isfinite(v);
     }
   }
   if (read_error.ok() && !raw.empty()) {
@@ -192,6 +335,17 @@ absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::stri
                                         ", data ", checksum_hex(sums[i]), ")"));
     }
   }
+  if (summary) {
+    *summary = absl::StrCat(
+        ck.format_version >= 2
+            ? "every dataset matches its checksum and holds finite values"
+            : "format 1 stores no checksums: the structure was checked and every dataset holds "
+              "finite values, the data itself could not be checked",
+        "; ", expected.size(), " parameters",
+        has_states ? absl::StrCat(" and their ", states, " optimizer states (resumable)")
+                   : std::string(" and no optimizer states (it evaluates and generates; a resume "
+                                 "needs the states)"));
+  }
   return comm.agree(problems.empty() ? absl::OkStatus()
                                      : absl::DataLossError(absl::StrCat(
                                            "checkpoint ", path, " is corrupt: ",
@@ -200,11 +354,12 @@ absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::stri
 
 }  // namespace ckpt
 
-absl::Status verify_checkpoint(const std::string& path, const ProcessGrid* grid) {
+absl::Status verify_checkpoint(const std::string& path, const ProcessGrid* grid,
+                               std::string* summary) {
   VT_ASSIGN_OR_RETURN(ckpt::CkptComm comm, ckpt::CkptComm::from_grid(grid));
   absl::StatusOr<ckpt::Opened> ck = ckpt::open_checkpoint(path, comm);
   VT_RETURN_IF_ERROR(comm.agree(ck.status()));
-  return ckpt::verify_file(comm, *ck, path);
+  return ckpt::verify_file(comm, *ck, path, summary);
 }
 
 absl::StatusOr<CheckpointInfo> inspect_checkpoint(const std::string& path) {

@@ -17,8 +17,11 @@ namespace vt {
 
 // Collective over grid->world() (nullptr: this process). OK, or an error naming every problem:
 // each dataset whose checksum does not match, missing or unexpected parameters, a truncated or
-// foreign file, a future format version.
-absl::Status verify_checkpoint(const std::string& path, const ProcessGrid* grid = nullptr);
+// foreign file, a future format version, parameters whose shapes differ from what the config
+// implies, a partial set of optimizer states (a resume needs all), a dataset that declares more
+// data than the file holds. `summary` (when given) says what was checked.
+absl::Status verify_checkpoint(const std::string& path, const ProcessGrid* grid = nullptr,
+                               std::string* summary = nullptr);
 
 struct CheckpointDatasetInfo {
   std::string path;
@@ -51,7 +54,10 @@ absl::StatusOr<CheckpointMeta> read_meta(const h5::File& f, int format_version);
 // Recomputes every dataset's checksum from the file (split over the ranks; contiguous datasets
 // read raw in threads, raw_io.h, others through HDF5 by rows) and compares it
 // with its attribute; also checks /model against the config's parameter list.
-absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::string& path);
+// With `states`, also the optimizer states a resume reads (all or none); a save's own check of
+// the file it wrote passes false (it writes whatever states its caller gives).
+absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::string& path,
+                         std::string* summary = nullptr, bool states = true);
 
 }  // namespace ckpt
 }  // namespace vt

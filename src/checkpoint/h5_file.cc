@@ -269,6 +269,12 @@ int64_t Dataset::contiguous_offset() const {
   return whole ? static_cast<int64_t>(at) : -1;
 }
 
+int64_t Dataset::storage_bytes() const {
+  const hsize_t n = H5Dget_storage_size(id_);
+  H5Eclear2(H5E_DEFAULT);
+  return static_cast<int64_t>(n);
+}
+
 absl::Status Dataset::set_attr(const std::string& name, const std::string& value) {
   return set_string_attr(id_, name, value);
 }

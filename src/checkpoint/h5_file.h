@@ -54,6 +54,8 @@ class Dataset {
   // that block are reads and writes of the dataset (checkpoint/raw_io.h). -1 otherwise (chunked,
   // compact, not allocated, another type: use read_slab).
   int64_t contiguous_offset() const;
+  // Bytes the file allocates for the dataset's data (compressed size for a filtered dataset).
+  int64_t storage_bytes() const;
 
  private:
   friend class File;

@@ -132,7 +132,7 @@ int cmd_eval(int argc, char** argv) {
     if (f.has("data")) {
       VT_ASSIGN_OR_RETURN(EvalResult r, evaluate(engine, grid, f.get_string("data"),
                                                  static_cast<int>(f.get_int("micro-batch")),
-                                                 f.get_int("tokens"), data::token_bytes_table(*tok)));
+                                                 f.get_int("tokens"), data::token_bytes_table(*tok), "--tokens"));
       if (rank0)
         std::printf("val loss %.4f | val bpb %.4f | %lld tokens | step %lld\n", r.loss, r.bpb,
                     static_cast<long long>(r.tokens), static_cast<long long>(meta_or->step));

@@ -25,26 +25,71 @@ std::string range_text(const FlagSpec& f) {
   return absl::StrCat("[", bound_text(f.lo), ", ", bound_text(f.hi), "]");
 }
 
+// The spellings a number may take (docs/design.md, "CLI"): decimal only, no spaces, no sign but
+// '-', no hexadecimal: [-]digits[.digits] or [-].digits, then an optional exponent e[+-]digits.
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+size_t digits_at(const std::string& v, size_t i) {
+  size_t j = i;
+  while (j < v.size() && is_digit(v[j])) ++j;
+  return j - i;
+}
+bool decimal_integer_text(const std::string& v) {
+  const size_t i = !v.empty() && v[0] == '-' ? 1 : 0;
+  return v.size() > i && digits_at(v, i) == v.size() - i;
+}
+// Returns whether `v` is a decimal number; `exponent` says whether it has an exponent part.
+bool decimal_number_text(const std::string& v, bool* exponent) {
+  size_t i = !v.empty() && v[0] == '-' ? 1 : 0;
+  const size_t whole = digits_at(v, i);
+  i += whole;
+  size_t frac = 0;
+  if (i < v.size() && v[i] == '.') {
+    frac = digits_at(v, i + 1);
+    i += 1 + frac;
+  }
+  if (whole + frac == 0) return false;
+  *exponent = false;
+  if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+    ++i;
+    if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+    const size_t e = digits_at(v, i);
+    if (e == 0) return false;
+    i += e;
+    *exponent = true;
+  }
+  return i == v.size();
+}
+
 absl::StatusOr<double> parse_number(const FlagSpec& f, const std::string& v) {
   double d = 0;
-  if (!absl::SimpleAtod(v, &d) || !std::isfinite(d))
+  bool exponent = false;
+  if (!decimal_number_text(v, &exponent) || !absl::SimpleAtod(v, &d) || !std::isfinite(d))
     return absl::InvalidArgumentError(
-        absl::StrCat("--", f.name, " ", v, ": expected a finite number in ", range_text(f)));
+        absl::StrCat("--", f.name, " ", v, ": expected a finite number in ", range_text(f),
+                     " (decimal, e.g. 0.5 or 3e-4)"));
   if (d < f.lo || d > f.hi)
     return absl::InvalidArgumentError(
         absl::StrCat("--", f.name, " ", v, ": out of range, expected a number in ", range_text(f)));
   return d;
 }
 
+// Integers: decimal digits with an optional '-', or a whole number in exponent form (2e9,
+// 1.5e6) for large counts. Not "0x2", " 2", "+2" or "2.0".
 absl::StatusOr<int64_t> parse_integer(const FlagSpec& f, const std::string& v) {
   int64_t i = 0;
-  if (!absl::SimpleAtoi(v, &i)) {
-    double d = 0;  // 2e9 is an integer too
-    if (!absl::SimpleAtod(v, &d) || !std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9e18)
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", f.name, " ", v, ": expected an integer in ", range_text(f)));
-    i = static_cast<int64_t>(d);
+  bool exponent = false;
+  bool ok = false;
+  if (decimal_integer_text(v)) {
+    ok = absl::SimpleAtoi(v, &i);
+  } else if (decimal_number_text(v, &exponent) && exponent) {
+    double d = 0;
+    ok = absl::SimpleAtod(v, &d) && std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= 9e18;
+    if (ok) i = static_cast<int64_t>(d);
   }
+  if (!ok)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", f.name, " ", v, ": expected an integer in ", range_text(f),
+                     " (decimal digits, or a whole number like 2e9)"));
   if (static_cast<double>(i) < f.lo || static_cast<double>(i) > f.hi)
     return absl::InvalidArgumentError(
         absl::StrCat("--", f.name, " ", v, ": out of range, expected an integer in ", range_text(f)));
@@ -125,7 +170,11 @@ FlagSpec required(FlagSpec f) {
   f.required = true;
   return f;
 }
-FlagSpec flag_heading(const std::string& title) { return FlagSpec{"#" + title}; }
+FlagSpec flag_heading(const std::string& title) {
+  FlagSpec f;
+  f.name = "#" + title;
+  return f;
+}
 FlagSpec no_default(FlagSpec f) {
   f.def.clear();
   return f;

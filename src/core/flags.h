@@ -30,8 +30,9 @@ struct FlagSpec {
   bool allow_empty = false;  // kText: "" is a value (e.g. an empty prompt)
 };
 
-// Builders: int_flag("steps", 1000, 1, 1e12, "optimizer steps") etc. Integers accept 2e9 when
-// the value is integral. Numbers must be finite.
+// Builders: int_flag("steps", 1000, 1, 1e12, "optimizer steps") etc. Integers are decimal digits
+// with an optional '-', or a whole number in exponent form (2e9, 1.5e6); not 0x2, " 2", +2 or
+// 2.0. Numbers are decimal (0.5, 3e-4) and finite (docs/design.md, "CLI").
 FlagSpec int_flag(const std::string& name, int64_t def, double lo, double hi, const std::string& help);
 FlagSpec num_flag(const std::string& name, double def, double lo, double hi, const std::string& help);
 FlagSpec text_flag(const std::string& name, const std::string& def, const std::string& help);

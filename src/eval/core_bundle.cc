@@ -1,6 +1,7 @@
 // Loading the CORE eval bundle (see core_bundle.h): core.yaml, eval_meta_data.csv, task data.
 #include "eval/core_bundle.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -159,6 +160,98 @@ std::vector<std::string> csv_fields(const std::string& line) {
 
 }  // namespace
 
+namespace {
+
+std::string clip(const nlohmann::json& v) {
+  const std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return s.size() <= 40 ? s : s.substr(0, 40) + "...";
+}
+
+// Text as nanochat's templates render it: a string, an integer or a boolean.
+bool renderable(const nlohmann::json& v) {
+  return v.is_string() || v.is_number_integer() || v.is_boolean();
+}
+
+absl::Status need_text(const nlohmann::json& row, const char* key) {
+  auto it = row.find(key);
+  if (it == row.end())
+    return absl::InvalidArgumentError(absl::StrCat("field \"", key, "\" is missing (expected text)"));
+  if (!renderable(*it))
+    return absl::InvalidArgumentError(
+        absl::StrCat("field \"", key, "\" is ", clip(*it), ", expected text (a string)"));
+  return absl::OkStatus();
+}
+
+absl::Status need_list(const nlohmann::json& row, const char* key) {
+  auto it = row.find(key);
+  if (it == row.end() || !it->is_array() || it->empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "field \"", key, "\" is ", it == row.end() ? std::string("missing") : clip(*it),
+        ", expected a non-empty list of texts"));
+  for (size_t i = 0; i < it->size(); ++i)
+    if (!renderable((*it)[i]))
+      return absl::InvalidArgumentError(absl::StrCat("field \"", key, "\" item ", i, " is ",
+                                                     clip((*it)[i]), ", expected text"));
+  return absl::OkStatus();
+}
+
+absl::Status need_gold(const nlohmann::json& row, const char* list_key) {
+  const int64_t n = static_cast<int64_t>(row.at(list_key).size());
+  const std::string range = absl::StrCat("an integer index into \"", list_key, "\", in [0, ", n - 1, "]");
+  auto it = row.find("gold");
+  if (it == row.end())
+    return absl::InvalidArgumentError(absl::StrCat("field \"gold\" is missing, expected ", range));
+  if (!it->is_number_integer())
+    return absl::InvalidArgumentError(absl::StrCat("field \"gold\" is ", clip(*it), ", expected ", range));
+  const bool neg = it->is_number_integer() && !it->is_number_unsigned() && it->get<int64_t>() < 0;
+  if (neg || it->get<uint64_t>() >= static_cast<uint64_t>(n))
+    return absl::InvalidArgumentError(absl::StrCat("field \"gold\" is ", clip(*it), ", expected ", range));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status check_core_row(CoreTaskType type, const nlohmann::json& row) {
+  if (!row.is_object())
+    return absl::InvalidArgumentError(absl::StrCat("the line is JSON ", row.type_name(), ", not an object"));
+  switch (type) {
+    case CoreTaskType::kMultipleChoice:
+      VT_RETURN_IF_ERROR(need_text(row, "query"));
+      VT_RETURN_IF_ERROR(need_list(row, "choices"));
+      return need_gold(row, "choices");
+    case CoreTaskType::kSchema:
+      VT_RETURN_IF_ERROR(need_list(row, "context_options"));
+      VT_RETURN_IF_ERROR(need_text(row, "continuation"));
+      return need_gold(row, "context_options");
+    case CoreTaskType::kLanguageModeling:
+      VT_RETURN_IF_ERROR(need_text(row, "context"));
+      return need_text(row, "continuation");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<nlohmann::json>> parse_core_rows(const std::string& text,
+                                                             CoreTaskType type,
+                                                             const std::string& path,
+                                                             std::vector<int64_t>* lines) {
+  std::vector<nlohmann::json> rows;
+  int64_t line = 0;
+  for (absl::string_view l : absl::StrSplit(text, '\n')) {
+    ++line;
+    if (trim(l).empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(l, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": not a JSON object"));
+    absl::Status st = check_core_row(type, j);
+    if (!st.ok())
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": ", core_task_type_name(type),
+                                                     " example: ", st.message()));
+    rows.push_back(std::move(j));
+    if (lines) lines->push_back(line);
+  }
+  return rows;
+}
+
 const char* core_task_type_name(CoreTaskType t) {
   switch (t) {
     case CoreTaskType::kMultipleChoice: return "multiple_choice";
@@ -224,15 +317,23 @@ absl::StatusOr<std::vector<CoreTask>> load_core_bundle(const std::string& dir, i
   }
   if (col_task < 0 || col_base < 0)
     return absl::InvalidArgumentError("eval_meta_data.csv needs the columns \"Eval Task\" and \"Random baseline\"");
+  const std::string csv_path = (root / "eval_meta_data.csv").string();
   std::map<std::string, double> baselines;
   for (size_t i = 1; i < lines.size(); ++i) {
     const std::vector<std::string> f = csv_fields(lines[i]);
     double b = 0;
     if (static_cast<int>(f.size()) <= std::max(col_task, col_base) || !absl::SimpleAtod(trim(f[col_base]), &b))
-      return absl::InvalidArgumentError(absl::StrCat("eval_meta_data.csv line ", i + 1, ": no random baseline"));
+      return absl::InvalidArgumentError(absl::StrCat(csv_path, " line ", i + 1, ": no random baseline"));
+    // The centered accuracy divides by 1 - baseline/100.
+    if (!std::isfinite(b) || b < 0 || b >= 100)
+      return absl::InvalidArgumentError(absl::StrCat(
+          csv_path, " line ", i + 1, ": \"Random baseline\" of task ", trim(f[col_task]), " is ",
+          trim(f[col_base]), ", expected a percentage in [0, 100)"));
     baselines[trim(f[col_task])] = b;
   }
+  const std::string yaml_path = (root / "core.yaml").string();
   std::vector<CoreTask> tasks;
+  std::map<std::string, size_t> item_of_label;  // label -> its icl_tasks item (1-based)
   for (const nlohmann::json& it : items) {
     CoreTask t;
     auto str = [&](const char* k) { return it.contains(k) && it[k].is_string() ? it[k].get<std::string>() : ""; };
@@ -247,10 +348,18 @@ absl::StatusOr<std::vector<CoreTask>> load_core_bundle(const std::string& dir, i
     else
       return absl::InvalidArgumentError(absl::StrCat("core.yaml: task ", t.label, ": unsupported icl_task_type '",
                                                      type, "' (multiple_choice, schema, language_modeling)"));
+    if (auto [at, fresh] = item_of_label.emplace(t.label, tasks.size() + 1); !fresh)
+      return absl::InvalidArgumentError(absl::StrCat(
+          yaml_path, ": icl_tasks items ", at->second, " and ", tasks.size() + 1,
+          " both have label '", t.label, "' (each task counts once in CORE)"));
     const nlohmann::json& shots = it.contains("num_fewshot") ? it["num_fewshot"] : nlohmann::json();
-    if (shots.is_array() && !shots.empty() && shots[0].is_number_integer()) t.num_fewshot = shots[0];
-    else if (shots.is_number_integer()) t.num_fewshot = shots;
-    else return absl::InvalidArgumentError(absl::StrCat("core.yaml: task ", t.label, ": num_fewshot must be [k]"));
+    const nlohmann::json& k = shots.is_array() && shots.size() == 1 ? shots[0] : shots;
+    if (!k.is_number_integer() || k.get<int64_t>() < 0 || k.get<int64_t>() > kMaxCoreFewshot ||
+        (k.is_number_unsigned() && k.get<uint64_t>() > static_cast<uint64_t>(kMaxCoreFewshot)))
+      return absl::InvalidArgumentError(absl::StrCat(
+          yaml_path, ": task ", t.label, ": num_fewshot is ", shots.is_null() ? "missing" : clip(shots),
+          ", expected [k] with an integer k in [0, ", kMaxCoreFewshot, "]"));
+    t.num_fewshot = static_cast<int>(k.get<int64_t>());
     if (it.contains("continuation_delimiter")) {
       if (!it["continuation_delimiter"].is_string())
         return absl::InvalidArgumentError(absl::StrCat("core.yaml: task ", t.label, ": continuation_delimiter must be a string"));
@@ -267,19 +376,24 @@ absl::StatusOr<std::vector<CoreTask>> load_core_bundle(const std::string& dir, i
                                     (root / "core.yaml").string(),
                                     absl::StrCat("task ", t.label, ": dataset_uri")));
     const fs::path data_path(inside);
+    std::error_code ec;
+    if (fs::exists(data_path, ec) && !fs::is_regular_file(data_path, ec))
+      return absl::InvalidArgumentError(absl::StrCat(
+          yaml_path, ": task ", t.label, ": dataset_uri ", t.dataset_uri, " names ",
+          data_path.string(), ", which is not a regular file (expected a JSON-lines file)"));
     VT_ASSIGN_OR_RETURN(std::string data, read_all(data_path, "task data"));
-    int64_t line = 0;
-    for (absl::string_view l : absl::StrSplit(data, '\n')) {
-      ++line;
-      if (trim(l).empty()) continue;
-      nlohmann::json j = nlohmann::json::parse(l, nullptr, false);
-      if (j.is_discarded() || !j.is_object())
-        return absl::InvalidArgumentError(absl::StrCat(data_path.string(), ":", line, ": not a JSON object"));
-      t.data.push_back(std::move(j));
-    }
-    PyRandom rng(1337);
+    t.data_path = data_path.string();
+    VT_ASSIGN_OR_RETURN(t.data, parse_core_rows(data, t.type, t.data_path, &t.lines));
+    if (t.data.empty())
+      return absl::InvalidArgumentError(absl::StrCat(t.data_path, " (task ", t.label,
+                                                     ") holds no examples"));
+    PyRandom rng(1337), same(1337);  // one permutation for the rows and their line numbers
     rng.shuffle(t.data);
-    if (max_per_task > 0 && static_cast<int>(t.data.size()) > max_per_task) t.data.resize(max_per_task);
+    same.shuffle(t.lines);
+    if (max_per_task > 0 && static_cast<int>(t.data.size()) > max_per_task) {
+      t.data.resize(max_per_task);
+      t.lines.resize(max_per_task);
+    }
     if (t.num_fewshot >= static_cast<int>(t.data.size()) && t.num_fewshot > 0)
       return absl::InvalidArgumentError(absl::StrCat("task ", t.label, " has ", t.data.size(),
                                                      " examples, too few for ", t.num_fewshot, "-shot"));

@@ -30,7 +30,26 @@ struct CoreTask {
   std::string delimiter = " ";
   double random_baseline = 0.0;  // percent
   std::vector<nlohmann::json> data;
+  std::vector<int64_t> lines;  // the line of data[i] in data_path (shuffled along with it)
+  std::string data_path;
 };
+
+// Declared ranges of a bundle's numbers (refused outside, naming the file and the field).
+inline constexpr int kMaxCoreFewshot = 1000;  // num_fewshot in [0, 1000]
+// Random baseline (percent) in [0, 100): 100 would divide the centered accuracy by zero.
+
+// Checks one example of a task of `type` (nanochat's fields): multiple_choice {query, choices,
+// gold}, schema {context_options, continuation, gold}, language_modeling {context,
+// continuation}. Text fields are strings (or numbers/booleans, rendered as Python's str() does),
+// lists are non-empty, gold is an integer index into the list. The error names the field and
+// its allowed range.
+absl::Status check_core_row(CoreTaskType type, const nlohmann::json& row);
+// Parses a task's JSON lines: one object per non-blank line, each passing check_core_row; the
+// error names path:line. `lines` (when given) receives each row's line number.
+absl::StatusOr<std::vector<nlohmann::json>> parse_core_rows(const std::string& text,
+                                                             CoreTaskType type,
+                                                             const std::string& path,
+                                                             std::vector<int64_t>* lines = nullptr);
 
 absl::StatusOr<std::vector<CoreTask>> load_core_bundle(const std::string& dir, int max_per_task = -1);
 

@@ -207,6 +207,16 @@ absl::StatusOr<CoreExample> build_core_example(const CoreTask& task, int64_t ind
     const int len = static_cast<int>(ex.rows[i].size());
     if (len <= max_len) continue;
     const int crop = len - max_len;
+    // Cropped from the left as nanochat does (docs/design.md, "CORE bundles"); the scored tokens
+    // must survive the crop (nanochat asserts it).
+    if (ex.start[i] - crop < 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CORE task ", task.label, ", example ",
+          index < static_cast<int64_t>(task.lines.size())
+              ? absl::StrCat(task.data_path, ":", task.lines[index])
+              : absl::StrCat(index),
+          ": its scored continuation (", ex.end[i] - ex.start[i], " tokens) does not fit in the ",
+          max_len, "-token context of the model"));
     ex.rows[i].erase(ex.rows[i].begin(), ex.rows[i].begin() + crop);
     ex.start[i] -= crop;
     ex.end[i] -= crop;

@@ -2,20 +2,85 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/check.h"
+#include "absl/strings/str_format.h"
+#include "core/arena.h"
 #include "model/block_shape.h"
+#include "model/gpt.h"
 #include "model/value_path.h"
 
 namespace vt {
 
 namespace {
 absl::Status bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+std::string bound(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrCat(static_cast<int64_t>(v));
+  return absl::StrFormat("%g", v);
+}
 }  // namespace
+
+const std::vector<ConfigFieldRange>& config_field_ranges() {
+  // Fields without a flag get ranges that keep every kernel finite: a positive epsilon, a RoPE
+  // base above 1, a soft cap of at least 1 (0 would divide by zero), an MLP ratio that keeps the
+  // hidden width an int.
+  static const std::vector<ConfigFieldRange> kRanges = {
+      {"n_layer", "layers", 1, 4096, true},
+      {"n_embd", "dim", 1, 1 << 20, true},
+      {"n_head", "heads", 1, 65536, true},
+      {"n_kv_head", "kv-heads", 1, 65536, true},
+      {"head_dim", "head-dim", 2, 4096, true},
+      {"vocab_size", "", 2, 1 << 30, true},
+      {"seq_len", "seq-len", 2, 1 << 24, true},
+      {"short_window", "window", 1, 1 << 24, true},
+      {"rope_base", "", 1.0, 1e12, false},
+      {"norm_eps", "", 1e-12, 1.0, false},
+      {"qk_norm_scale", "", 0.0, 1e3, false},
+      {"logit_softcap", "", 1.0, 1e4, false},
+      {"mlp_ratio", "", 1, 64, true},
+      {"dense_dilation", "dense-dilation", 1, 4096, true},
+      {"dense_period", "dense-period", 1, 4096, true},
+      {"neutreno_lambda", "neutreno-lambda", 0, 10, false},
+      {"value_embed_gate_channels", "", 1, 1 << 20, true},
+      {"value_embed_gate_scale", "", 0, 1e3, false},
+  };
+  return kRanges;
+}
+
+const ConfigFieldRange& config_field_range(const std::string& field) {
+  for (const ConfigFieldRange& r : config_field_ranges())
+    if (field == r.field) return r;
+  VT_CHECK_MSG(false, "no declared range for config field " << field);
+  return config_field_ranges()[0];
+}
+
+std::string config_range_problem(const ConfigFieldRange& r, double value) {
+  const bool in_range = std::isfinite(value) && value >= r.lo && value <= r.hi;
+  const bool integral = !r.integer || (std::isfinite(value) && value == std::floor(value));
+  if (in_range && integral) return "";
+  return absl::StrCat(r.field, " ", absl::StrFormat("%.17g", value), " is ",
+                      integral ? "out of range" : "not an integer", ": expected ",
+                      r.integer ? "an integer" : "a number", " in [", bound(r.lo), ", ",
+                      bound(r.hi), "]",
+                      *r.flag ? absl::StrCat(" (the range of --", r.flag, ")") : std::string());
+}
+
+int64_t ModelConfig::param_count() const {
+  ModelConfig c = *this;
+  if (c.vocab_padded == 0) c.vocab_padded = (c.vocab_size + 63) / 64 * 64;
+  ParamStore store;  // registration only: no memory
+  GPT model(c);
+  model.register_params(store);
+  int64_t n = 0;
+  for (const ParamInfo& p : store.infos()) n += shape_numel(p.global_shape);
+  return n;
+}
 
 int ModelConfig::effective_short_window() const {
   if (short_window > 0) return short_window;
@@ -102,9 +167,30 @@ absl::StatusOr<std::vector<int>> resolve_target_layers(ValueMode mode, const std
 }
 
 absl::Status ModelConfig::finalize() {
+  // The declared ranges first (the flags are held to them when parsed; a config built in code or
+  // read from a file here), so that every product below fits its type.
+  const std::pair<const char*, double> values[] = {
+      {"n_layer", n_layer}, {"n_embd", n_embd}, {"n_head", n_head}, {"n_kv_head", n_kv_head},
+      {"head_dim", head_dim}, {"vocab_size", vocab_size}, {"seq_len", seq_len},
+      {"rope_base", rope_base}, {"norm_eps", norm_eps}, {"qk_norm_scale", qk_norm_scale},
+      {"logit_softcap", logit_softcap}, {"mlp_ratio", mlp_ratio},
+      {"dense_dilation", dense_dilation}, {"dense_period", dense_period},
+      {"neutreno_lambda", neutreno_lambda},
+      {"value_embed_gate_channels", value_embed_gate_channels},
+      {"value_embed_gate_scale", value_embed_gate_scale}};
+  for (const auto& [field, value] : values)
+    if (std::string p = config_range_problem(config_field_range(field), value); !p.empty())
+      return bad(p);
+  if (short_window != 0)  // 0: the default window
+    if (std::string p = config_range_problem(config_field_range("short_window"), short_window);
+        !p.empty())
+      return bad(p);
   if (n_layer < 1) return bad(absl::StrCat("--layers must be >= 1 (got ", n_layer, ")"));
   if (n_embd < 1) return bad(absl::StrCat("--dim must be >= 1 (got ", n_embd, ")"));
   if (n_head < 1) return bad(absl::StrCat("--heads must be >= 1 (got ", n_head, ")"));
+  if (n_head > n_embd)
+    return bad(absl::StrCat("--heads ", n_head, " exceeds --dim ", n_embd,
+                            ": each head needs at least 2 channels (head dim = dim / heads)"));
   if (head_dim < 2 || head_dim % 2 != 0)
     return bad(absl::StrCat("head dimension must be even and >= 2 for RoPE (got ", head_dim, ")"));
   if (n_head * head_dim != n_embd)
@@ -149,6 +235,13 @@ absl::Status ModelConfig::finalize() {
                             "last one included)"));
   if (!(neutreno_lambda >= 0.0) || neutreno_lambda > 10.0)
     return bad(absl::StrCat("--neutreno-lambda must be in [0, 10] (got ", neutreno_lambda, ")"));
+  if (window_pattern.size() > 4096)
+    return bad(absl::StrCat("--window-pattern is ", window_pattern.size(),
+                            " characters long; at most 4096"));
+  // Derived: the whole model's parameter count (every factor is bounded above, the sum is not).
+  if (const int64_t n = param_count(); n > kMaxModelParams)
+    return bad(absl::StrCat("the model has ", n, " parameters, above vtrain's limit of ",
+                            kMaxModelParams, " (2^40): lower --layers, --dim or the vocabulary"));
   return absl::OkStatus();
 }
 
@@ -190,48 +283,143 @@ nlohmann::json ModelConfig::to_json() const {
   return j;
 }
 
-absl::StatusOr<ModelConfig> ModelConfig::from_json(const nlohmann::json& j) {
-  ModelConfig c;
-  try {
-    c.n_layer = j.at("n_layer");
-    c.n_embd = j.at("n_embd");
-    c.n_head = j.at("n_head");
-    c.n_kv_head = j.at("n_kv_head");
-    c.head_dim = j.at("head_dim");
-    c.vocab_size = j.at("vocab_size");
-    c.seq_len = j.at("seq_len");
-    c.window_pattern = j.at("window_pattern");
-    c.short_window = j.at("short_window");
-    c.rope_base = j.at("rope_base");
-    c.norm_eps = j.at("norm_eps");
-    c.qk_norm_scale = j.at("qk_norm_scale");
-    c.logit_softcap = j.at("logit_softcap");
-    c.mlp_ratio = j.at("mlp_ratio");
-    auto shape = parse_block_shape(j.value("block", std::string("prenorm")));
-    if (!shape.ok()) return shape.status();
-    c.block = *shape;
-    c.norm_none = j.value("norm_none", false);
-    if (j.contains("qk_norm")) c.qk_norm = j.at("qk_norm").get<bool>() ? 1 : 0;
-    c.reparam_init = j.value("reparam_init", std::string());
-    c.reparam_seed = j.value("reparam_seed", uint64_t{0});
-    c.attn_bias = j.value("attn_bias", std::string());
-    c.dense = j.value("dense", false);
-    c.dense_dilation = j.value("dense_dilation", 1);
-    c.dense_period = j.value("dense_period", 1);
-    c.neutreno_lambda = j.value("neutreno_lambda", 0.4);
-    auto mode = parse_value_mode(j.at("value_mode").get<std::string>());
-    if (!mode.ok()) return mode.status();
-    c.value_mode = *mode;
-    c.value_layers = j.at("value_layers");
-    c.detach_v1 = j.at("detach_v1");
-    c.shared_table = j.at("shared_table");
-    c.bov_add_fixed = j.at("bov_add_fixed");
-    c.value_embed_gate_channels = j.value("value_embed_gate_channels", 12);
-    c.value_embed_gate_scale = j.value("value_embed_gate_scale", 3.0);
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("model config JSON is incomplete: ", e.what()));
+namespace {
+
+// Field readers of from_json: each names the field and what it must be.
+class JsonFields {
+ public:
+  explicit JsonFields(const nlohmann::json& j) : j_(j) {}
+  const absl::Status& status() const { return st_; }
+
+  // A declared-range number (config_field_ranges); `fallback` when absent and optional.
+  template <typename T>
+  void number(const char* field, T& out, bool optional = false) {
+    if (!st_.ok()) return;
+    const ConfigFieldRange& r = config_field_range(field);
+    auto it = j_.find(field);
+    if (it == j_.end()) {
+      if (!optional) st_ = bad(absl::StrCat("field ", field, " is missing"));
+      return;
+    }
+    if (!it->is_number() || it->is_boolean()) {
+      st_ = bad(absl::StrCat("field ", field, " is ", it->type_name(), " ", clip(it->dump()),
+                             "; expected ", r.integer ? "an integer" : "a number", " in [",
+                             bound(r.lo), ", ", bound(r.hi), "]"));
+      return;
+    }
+    const double v = it->get<double>();
+    if (std::string p = config_range_problem(r, v); !p.empty()) {
+      st_ = bad(p);
+      return;
+    }
+    out = static_cast<T>(v);
   }
+  void boolean(const char* field, bool& out, bool optional) {
+    if (!st_.ok()) return;
+    auto it = j_.find(field);
+    if (it == j_.end()) {
+      if (!optional) st_ = bad(absl::StrCat("field ", field, " is missing"));
+      return;
+    }
+    if (!it->is_boolean()) {
+      st_ = bad(absl::StrCat("field ", field, " is ", it->type_name(), " ", clip(it->dump()),
+                             "; expected true or false"));
+      return;
+    }
+    out = it->get<bool>();
+  }
+  void text(const char* field, std::string& out, bool optional, size_t max_len = 4096) {
+    if (!st_.ok()) return;
+    auto it = j_.find(field);
+    if (it == j_.end()) {
+      if (!optional) st_ = bad(absl::StrCat("field ", field, " is missing"));
+      return;
+    }
+    if (!it->is_string()) {
+      st_ = bad(absl::StrCat("field ", field, " is ", it->type_name(), " ", clip(it->dump()),
+                             "; expected a string"));
+      return;
+    }
+    const std::string& v = it->get_ref<const std::string&>();
+    if (v.size() > max_len) {
+      st_ = bad(absl::StrCat("field ", field, " is ", v.size(), " characters long; at most ",
+                             max_len));
+      return;
+    }
+    out = v;
+  }
+  void seed(const char* field, uint64_t& out) {
+    if (!st_.ok()) return;
+    auto it = j_.find(field);
+    if (it == j_.end()) return;
+    if (!it->is_number_unsigned()) {
+      st_ = bad(absl::StrCat("field ", field, " is ", clip(it->dump()),
+                             "; expected an integer in [0, 2^64)"));
+      return;
+    }
+    out = it->get<uint64_t>();
+  }
+
+ private:
+  static std::string clip(const std::string& s) {
+    return s.size() <= 40 ? s : s.substr(0, 40) + "...";
+  }
+  const nlohmann::json& j_;
+  absl::Status st_;
+};
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ModelConfig::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return bad(absl::StrCat("the model config is JSON ", j.type_name(), ", not an object"));
+  ModelConfig c;
+  JsonFields in(j);
+  in.number("n_layer", c.n_layer);
+  in.number("n_embd", c.n_embd);
+  in.number("n_head", c.n_head);
+  in.number("n_kv_head", c.n_kv_head);
+  in.number("head_dim", c.head_dim);
+  in.number("vocab_size", c.vocab_size);
+  in.number("seq_len", c.seq_len);
+  in.text("window_pattern", c.window_pattern, false);
+  in.number("short_window", c.short_window);
+  in.number("rope_base", c.rope_base);
+  in.number("norm_eps", c.norm_eps);
+  in.number("qk_norm_scale", c.qk_norm_scale);
+  in.number("logit_softcap", c.logit_softcap);
+  in.number("mlp_ratio", c.mlp_ratio);
+  std::string block = "prenorm", value_mode;
+  in.text("block", block, true);
+  in.boolean("norm_none", c.norm_none, true);
+  if (j.contains("qk_norm")) {
+    bool on = false;
+    in.boolean("qk_norm", on, false);
+    c.qk_norm = on ? 1 : 0;
+  }
+  in.text("reparam_init", c.reparam_init, true);
+  in.seed("reparam_seed", c.reparam_seed);
+  in.text("attn_bias", c.attn_bias, true);
+  in.boolean("dense", c.dense, true);
+  in.number("dense_dilation", c.dense_dilation, true);
+  in.number("dense_period", c.dense_period, true);
+  in.number("neutreno_lambda", c.neutreno_lambda, true);
+  in.text("value_mode", value_mode, false);
+  in.text("value_layers", c.value_layers, false);
+  in.boolean("detach_v1", c.detach_v1, false);
+  in.boolean("shared_table", c.shared_table, false);
+  in.boolean("bov_add_fixed", c.bov_add_fixed, false);
+  in.number("value_embed_gate_channels", c.value_embed_gate_channels, true);
+  in.number("value_embed_gate_scale", c.value_embed_gate_scale, true);
+  VT_RETURN_IF_ERROR(in.status());
+  VT_ASSIGN_OR_RETURN(c.block, parse_block_shape(block));
+  VT_ASSIGN_OR_RETURN(c.value_mode, parse_value_mode(value_mode));
   VT_RETURN_IF_ERROR(c.finalize());
+  // Derived fields stored beside the inputs must agree with what they derive from.
+  if (auto it = j.find("vocab_padded"); it != j.end() &&
+      !(it->is_number_integer() && it->get<int64_t>() == c.vocab_padded))
+    return bad(absl::StrCat("field vocab_padded ", it->dump().substr(0, 40), " does not match ",
+                            c.vocab_padded, " (vocab_size ", c.vocab_size,
+                            " rounded up to a multiple of 64)"));
   return c;
 }
 

@@ -67,12 +67,35 @@ struct ModelConfig {
   // QK-norm in effect (--qk-norm, or the block shape's default).
   bool use_qk_norm() const;
 
+  // Parameters of the whole model (exact, 64-bit; model/config.cc counts what GPT registers).
+  int64_t param_count() const;
+
   // Validates every field and fills the derived ones. Messages name the bad field.
   absl::Status finalize();
 
   nlohmann::json to_json() const;
   static absl::StatusOr<ModelConfig> from_json(const nlohmann::json& j);
 };
+
+// The declared range of every numeric ModelConfig field (docs/design.md, "Untrusted inputs"): one
+// table. The model flags (train/model_flags.cc) take their ranges from it, finalize() holds every
+// config to it, and from_json (a checkpoint's config attribute, a case file) refuses a field that
+// is missing, of the wrong JSON type, not an integer where one is declared, or outside its range,
+// naming the field, the flag that sets it and the range, before anything is allocated.
+struct ConfigFieldRange {
+  const char* field;  // the JSON name ("n_layer")
+  const char* flag;   // the flag that sets it ("layers"), "" when no flag does
+  double lo, hi;      // inclusive
+  bool integer;
+};
+const std::vector<ConfigFieldRange>& config_field_ranges();
+const ConfigFieldRange& config_field_range(const std::string& field);
+// "n_layer 1000000000 is out of range [1, 4096] (the range of --layers)"-style text for `value`;
+// "" when `value` lies in the field's range (and is an integer where one is declared).
+std::string config_range_problem(const ConfigFieldRange& r, double value);
+
+// The most parameters a config may declare (finalize() refuses more): 2^40, about 1.1e12.
+inline constexpr int64_t kMaxModelParams = int64_t{1} << 40;
 
 // Presets: tiny (L4, d128, hd32), d12, d24, d32 (docs/model.md, vocabulary 32768).
 absl::StatusOr<ModelConfig> preset_config(const std::string& name);

@@ -31,7 +31,14 @@ void abort_job(const std::string& message, int code) {
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, code);
+  if (init && !fin) {
+    // With one process there is no peer to end: finalize and exit with the code, without
+    // MPI_Abort's banner. With several, MPI_Abort ends the peers that would otherwise hang.
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    MPI_Finalize();
+  }
   std::exit(code);
 }
 

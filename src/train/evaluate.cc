@@ -15,7 +15,8 @@ namespace vt {
 
 absl::StatusOr<EvalResult> evaluate(PipelineEngine& engine, const ProcessGrid& grid,
                                     const std::string& data_dir, int micro_batch,
-                                    int64_t max_tokens, const std::vector<int32_t>& token_bytes) {
+                                    int64_t max_tokens, const std::vector<int32_t>& token_bytes,
+                                    const std::string& size_flag) {
   const ModelConfig& cfg = engine.model().config();
   data::LoaderOptions lo;
   lo.vocab_size = cfg.vocab_size;
@@ -26,7 +27,7 @@ absl::StatusOr<EvalResult> evaluate(PipelineEngine& engine, const ProcessGrid& g
   const int64_t rows_per_micro = static_cast<int64_t>(micro_batch) * dp;
   // Distinct tokens only (never wrap around the split), whole global batches.
   auto micro_or = eval_micro_batches(data_dir, val.tokens_per_epoch(), T, micro_batch,
-                                     static_cast<int>(dp), max_tokens);
+                                     static_cast<int>(dp), max_tokens, size_flag);
   if (!micro_or.ok()) return agreed(micro_or.status());  // the same on every rank
   const int micro = *micro_or;
   double sums[4] = {0, 0, 0, 0};  // nats, nats on byte tokens, bytes, tokens

@@ -28,7 +28,8 @@ struct EvalResult {
 // length of each token (0: special).
 absl::StatusOr<EvalResult> evaluate(PipelineEngine& engine, const ProcessGrid& grid,
                                     const std::string& data_dir, int micro_batch,
-                                    int64_t max_tokens, const std::vector<int32_t>& token_bytes);
+                                    int64_t max_tokens, const std::vector<int32_t>& token_bytes,
+                                    const std::string& size_flag = "--eval-tokens");
 
 struct SampleOptions {
   int max_tokens = 64;

@@ -6,18 +6,28 @@
 
 namespace vt {
 
+namespace {
+// An integer or number flag whose range is the config field's (model/config.h: one table for the
+// flags and for configs read from checkpoints).
+FlagSpec field_flag(const char* field, double def, const std::string& help) {
+  const ConfigFieldRange& r = config_field_range(field);
+  return r.integer ? int_flag(r.flag, static_cast<int64_t>(def), r.lo, r.hi, help)
+                   : num_flag(r.flag, def, r.lo, r.hi, help);
+}
+}  // namespace
+
 std::vector<FlagSpec> model_flag_specs() {
   return {
         flag_heading("model"),
         choice_flag("preset", "tiny", {"tiny", "d12", "d24", "d32"},
                     "the model size; the flags below override it (their defaults are the preset's)"),
-        no_default(int_flag("layers", 0, 1, 4096, "transformer blocks")),
-        no_default(int_flag("dim", 0, 1, 1 << 20, "model width d")),
-        no_default(int_flag("heads", 0, 1, 65536, "query heads")),
-        no_default(int_flag("kv-heads", 0, 1, 65536, "key/value heads (GQA; divides --heads)")),
-        no_default(int_flag("head-dim", 0, 2, 4096, "head size (even, for RoPE)")),
-        no_default(int_flag("seq-len", 0, 2, 1 << 24, "tokens per row T")),
-        no_default(int_flag("window", 0, 1, 1 << 24, "tokens an S layer of the window pattern sees")),
+        no_default(field_flag("n_layer", 0, "transformer blocks")),
+        no_default(field_flag("n_embd", 0, "model width d")),
+        no_default(field_flag("n_head", 0, "query heads")),
+        no_default(field_flag("n_kv_head", 0, "key/value heads (GQA; divides --heads)")),
+        no_default(field_flag("head_dim", 0, "head size (even, for RoPE)")),
+        no_default(field_flag("seq_len", 0, "tokens per row T")),
+        no_default(field_flag("short_window", 0, "tokens an S layer of the window pattern sees")),
         text_flag("window-pattern", "", "the preset's unless given; e.g. SSSL, tiled over the layers (the last layer is L)"),
         flag_heading("values"),
         text_flag("value", "baseline",
@@ -28,7 +38,7 @@ std::vector<FlagSpec> model_flag_specs() {
         bool_flag("detach-v1", "stop the gradient through V1"),
         bool_flag("shared-table", "one value table for all target layers (bov)"),
         bool_flag("bov-add-fixed", "bov-add with fixed 0.5/0.5 coefficients"),
-        no_default(num_flag("neutreno-lambda", 0.4, 0, 10,
+        no_default(field_flag("neutreno_lambda", 0.4,
                             "NeuTRENO's lam (value mode neutreno; default 0.4)")),
         flag_heading("blocks (docs/model.md)"),
         choice_flag("block", "prenorm", {"prenorm", "parallel", "vskipinit", "sas", "sas-p"},
@@ -42,8 +52,8 @@ std::vector<FlagSpec> model_flag_specs() {
         no_default(choice_flag("attn-bias", "", {"espa", "uspa"},
                                "E-SPA / U-SPA attention-logit biases (sas, sas-p)")),
         bool_flag("dense", "DenseFormer: depth-weighted averages of earlier block outputs"),
-        no_default(int_flag("dense-dilation", 1, 1, 4096, "DenseFormer: every k-th earlier output")),
-        no_default(int_flag("dense-period", 1, 1, 4096,
+        no_default(field_flag("dense_dilation", 1, "DenseFormer: every k-th earlier output")),
+        no_default(field_flag("dense_period", 1,
                             "DenseFormer: an average after every p-th block (divides --layers)")),
   };
 }
@@ -79,8 +89,15 @@ absl::StatusOr<ModelConfig> model_config_from_flags(const Flags& f) {
   set_int("layers", m.n_layer);
   set_int("dim", m.n_embd);
   set_int("heads", m.n_head);
-  if (!f.has("head-dim") && (dim_given || heads_given) && m.n_head > 0)
-    m.head_dim = m.n_embd / m.n_head;  // keep d = H * hd when only one side is given
+  if (!f.has("head-dim") && (dim_given || heads_given) && m.n_head > 0) {
+    // keep d = H * hd when only one side is given
+    if (m.n_head > m.n_embd || m.n_embd % m.n_head != 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--heads ", m.n_head, m.n_head > m.n_embd ? " exceeds" : " does not divide", " --dim ",
+          m.n_embd, dim_given ? "" : " (the preset's)",
+          ": the head dimension is dim / heads, a whole number of at least 2 (or give --head-dim)"));
+    m.head_dim = m.n_embd / m.n_head;
+  }
   set_int("head-dim", m.head_dim);
   if (!f.has("kv-heads") && heads_given) m.n_kv_head = m.n_head;
   set_int("kv-heads", m.n_kv_head);
@@ -93,9 +110,6 @@ absl::StatusOr<ModelConfig> model_config_from_flags(const Flags& f) {
   m.shared_table = f.get_bool("shared-table");
   m.bov_add_fixed = f.get_bool("bov-add-fixed");
   VT_RETURN_IF_ERROR(parse_block_options(f, m));
-  if (dim_given && heads_given && m.n_head * m.head_dim != m.n_embd && !f.has("head-dim"))
-    return absl::InvalidArgumentError(absl::StrCat("--heads ", m.n_head, " does not divide --dim ",
-                                                   m.n_embd));
   return m;
 }
 

@@ -207,6 +207,15 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
     return absl::InvalidArgumentError(absl::StrCat(
         "--global-batch ", o.global_batch, " tokens is not a multiple of micro-batch x seq-len = ",
         o.tokens_per_micro()));
+  if (o.global_batch > 0) {
+    // Derived: the tokens of the whole run, in 64 bits (micro-batches per step need the
+    // data-parallel size: Trainer::setup).
+    if (o.global_batch > kMaxRunTokens / o.steps)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--steps ", o.steps, " x --global-batch ", o.global_batch,
+          " tokens is more than vtrain's limit of ", kMaxRunTokens,
+          " (2^60) tokens per run; lower one of them"));
+  }
   if (!o.ckpt_dir.empty()) {
     std::error_code ec;
     if (std::filesystem::exists(o.ckpt_dir, ec) && !std::filesystem::is_directory(o.ckpt_dir, ec))

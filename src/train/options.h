@@ -11,6 +11,13 @@
 
 namespace vt {
 
+// Limits on quantities derived from the flags (each flag has its own range; these bound what the
+// flags make together). Micro-batches per optimizer step and data-parallel rank (a pipeline
+// schedule and the gradient accumulation are sized by it), and the tokens a whole run reads
+// (--steps x --global-batch, counted in int64).
+inline constexpr int64_t kMaxMicroBatches = 65536;
+inline constexpr int64_t kMaxRunTokens = int64_t{1} << 60;
+
 struct TrainOptions {
   std::string data_dir;
   ModelConfig model;        // finalized, vocabulary from the data

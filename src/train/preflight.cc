@@ -181,7 +181,8 @@ absl::Status check_memory_fits(const MemoryEstimate& estimate, const TrainOption
 }
 
 absl::StatusOr<int> eval_micro_batches(const std::string& data_dir, int64_t val_tokens, int64_t T,
-                                       int micro_batch, int dp, int64_t max_tokens) {
+                                       int micro_batch, int dp, int64_t max_tokens,
+                                       const std::string& size_flag) {
   const int64_t rows_per_micro = static_cast<int64_t>(micro_batch) * dp;
   const int64_t rows = std::min<int64_t>(max_tokens / T, (val_tokens - 1) / T);
   const int64_t micro = rows / rows_per_micro;
@@ -191,8 +192,8 @@ absl::StatusOr<int> eval_micro_batches(const std::string& data_dir, int64_t val_
         " tokens (micro-batch ", micro_batch, " x data-parallel ", dp, ", sequence ", T,
         " + 1), but ",
         max_tokens / T < rows_per_micro
-            ? absl::StrCat("the evaluation size of ", max_tokens, " tokens holds only ", max_tokens / T,
-                           " rows; raise it")
+            ? absl::StrCat(size_flag, " ", max_tokens, " holds only ", max_tokens / T, " rows of ", T,
+                           " tokens; raise ", size_flag, " to at least ", rows_per_micro * T)
             : absl::StrCat("the validation split of ", data_dir, " holds ", val_tokens,
                            " tokens; prepare with a larger --val-fraction"),
         ", or lower --micro-batch or --seq-len"));
@@ -200,7 +201,8 @@ absl::StatusOr<int> eval_micro_batches(const std::string& data_dir, int64_t val_
 }
 
 absl::Status check_eval_split(const std::string& data_dir, int64_t vocab_size, int64_t T,
-                              int micro_batch, int dp, int64_t max_tokens, Communicator* world) {
+                              int micro_batch, int dp, int64_t max_tokens, Communicator* world,
+                              const std::string& size_flag) {
   absl::Status st;
   if (world->rank() == 0) {
     st = [&]() -> absl::Status {
@@ -208,7 +210,8 @@ absl::Status check_eval_split(const std::string& data_dir, int64_t vocab_size, i
       lo.vocab_size = vocab_size;
       VT_ASSIGN_OR_RETURN(data::DataLoader val, data::DataLoader::open(data_dir, "val", lo));
       VT_ASSIGN_OR_RETURN(const int micro, eval_micro_batches(data_dir, val.tokens_per_epoch(), T,
-                                                              micro_batch, dp, max_tokens));
+                                                              micro_batch, dp, max_tokens,
+                                                              size_flag));
       // Read what the evaluation will read: the loader checks every id with file and offset.
       const int64_t rows = static_cast<int64_t>(micro_batch) * dp;
       std::vector<int32_t> in(rows * T), tg(rows * T);

@@ -32,14 +32,17 @@ absl::Status check_memory_fits(const MemoryEstimate& estimate, const TrainOption
 
 // Micro-batches of `micro_batch` rows x dp an evaluation of at most `max_tokens` reads from a
 // validation split of `val_tokens` tokens (never wrapping around it), or an error saying the
-// split is too small for one.
+// split is too small for one. `size_flag` is the flag that set max_tokens (named in the error with
+// the minimum it needs).
 absl::StatusOr<int> eval_micro_batches(const std::string& data_dir, int64_t val_tokens, int64_t T,
-                                       int micro_batch, int dp, int64_t max_tokens);
+                                       int micro_batch, int dp, int64_t max_tokens,
+                                       const std::string& size_flag = "--eval-tokens");
 
 // Collective. The validation split exists, holds one evaluation batch, and the tokens an
 // evaluation of `max_tokens` reads are inside the vocabulary (file and offset named otherwise).
 absl::Status check_eval_split(const std::string& data_dir, int64_t vocab_size, int64_t T,
-                              int micro_batch, int dp, int64_t max_tokens, Communicator* world);
+                              int micro_batch, int dp, int64_t max_tokens, Communicator* world,
+                              const std::string& size_flag = "--eval-tokens");
 
 // Collective. Every token of the training shards is inside the vocabulary: the shards are
 // scanned in parallel, shard i by world rank i % size, with OpenMP threads.

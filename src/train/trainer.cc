@@ -114,7 +114,18 @@ absl::Status Trainer::setup() {
     return agreed(absl::InvalidArgumentError(absl::StrCat(
         "--global-batch ", o_.global_batch, " tokens is not a multiple of micro-batch ",
         o_.micro_batch, " x seq-len ", cfg.seq_len, " x data-parallel size ", shape_.dp)));
-  micro_batches_ = static_cast<int>(o_.global_batch / (rows_per_micro_ * cfg.seq_len));
+  {
+    // Derived from the flags, in 64 bits, before anything is sized by it.
+    const int64_t micro = o_.global_batch / (rows_per_micro_ * cfg.seq_len);
+    if (micro > kMaxMicroBatches)
+      return agreed(absl::InvalidArgumentError(absl::StrCat(
+          "--global-batch ", o_.global_batch, " tokens makes ", micro,
+          " micro-batches per step and data-parallel rank (micro-batch ", o_.micro_batch,
+          " x seq-len ", cfg.seq_len, " x data-parallel size ", shape_.dp, " = ",
+          rows_per_micro_ * cfg.seq_len, " tokens each), above vtrain's limit of ",
+          kMaxMicroBatches, "; lower --global-batch or raise --micro-batch")));
+    micro_batches_ = static_cast<int>(micro);
+  }
   {
     absl::Status st = check_virtual_stages(cfg.n_layer, shape_.pp, o_.vpp, micro_batches_);
     if (!st.ok()) return agreed(st);
@@ -176,11 +187,22 @@ absl::Status Trainer::setup() {
     data_fingerprint_ = *fp;
   }
   token_bytes_ = data::token_bytes_table(*tokenizer_);
+  if (o_.global_batch > train_->tokens_per_epoch())
+    return agreed(absl::InvalidArgumentError(absl::StrCat(
+        "--global-batch ", o_.global_batch, " tokens per step is more than the ",
+        train_->tokens_per_epoch(), " training tokens of ", o_.data_dir,
+        " (one step would read the data more than once); lower --global-batch to at most ",
+        train_->tokens_per_epoch() / (rows_per_micro_ * cfg.seq_len) * rows_per_micro_ * cfg.seq_len)));
   VT_RETURN_IF_ERROR(check_train_ids(*train_, world_));
   const int64_t eval_tokens = std::max(o_.eval_every > 0 ? o_.eval_tokens : 0, o_.final_eval_tokens);
   if (eval_tokens > 0) {
+    // The flag that set the larger evaluation (--final-eval-tokens defaults to --eval-tokens).
+    const std::string size_flag =
+        o_.final_eval_tokens == eval_tokens && o_.final_eval_tokens != o_.eval_tokens
+            ? "--final-eval-tokens"
+            : "--eval-tokens";
     absl::Status st = check_eval_split(o_.data_dir, cfg.vocab_size, cfg.seq_len, o_.micro_batch,
-                                       shape_.dp, eval_tokens, world_);
+                                       shape_.dp, eval_tokens, world_, size_flag);
     if (!st.ok())
       return agreed(absl::Status(st.code(), absl::StrCat(st.message(),
                                                          o_.eval_every > 0 ? "" : "; or pass --final-eval-tokens 0 to train without evaluating")));
@@ -632,9 +654,14 @@ absl::Status Trainer::stop_here(const std::string& why) {
   VT_RETURN_IF_ERROR(save(completed_step_));
   VT_RETURN_IF_ERROR(finish_saves());
   if (rank0_) {
-    std::printf("%s: checkpoint of step %lld saved, exiting with code %d so the job can be "
-                "resumed (--resume auto)\n",
-                why.c_str(), static_cast<long long>(completed_step_), kExitRequeue);
+    if (o_.ckpt_dir.empty())
+      std::printf("%s: stopped after step %lld; no checkpoint was saved because no --ckpt-dir was "
+                  "given (a new run starts from step 0), exiting with code %d\n",
+                  why.c_str(), static_cast<long long>(completed_step_), kExitRequeue);
+    else
+      std::printf("%s: checkpoint of step %lld saved, exiting with code %d so the job can be "
+                  "resumed (--resume auto)\n",
+                  why.c_str(), static_cast<long long>(completed_step_), kExitRequeue);
     std::fflush(stdout);
   }
   return absl::AbortedError("stopped after saving a checkpoint");

@@ -42,6 +42,83 @@ def write_shard(path, hdr, toks):
         f.write(toks.tobytes())
 
 
+def edit_config(**fields):
+    def edit(f):
+        c = json.loads(f.attrs["config"])
+        c.update(fields)
+        f.attrs["config"] = json.dumps(c)
+    return edit
+
+
+def set_attr(name, value):
+    def edit(f):
+        f.attrs[name] = value
+    return edit
+
+
+def transpose(path):
+    def edit(f):
+        a = f[path][...]
+        del f[path]
+        f.create_dataset(path, data=a.T.copy())
+    return edit
+
+
+def delete(path):
+    def edit(f):
+        del f[path]
+    return edit
+
+
+def add_chunked(path, shape):
+    def edit(f):
+        f.create_dataset(path, shape=shape, dtype="f4", chunks=(1, 1 << 20))
+    return edit
+
+
+def reshape_state(path):
+    def edit(f):
+        a = f[path][...]
+        del f[path]
+        f.create_dataset(path, data=a.reshape(-1)[: a.size // 2].copy())
+    return edit
+
+
+# The test checkpoint is L2 d32 h2 T32, vocabulary 300 (padded 320), format 2, step 2.
+CKPT_EDITS = {
+    # issue 25 item 5, its reproductions ...
+    "ck_norm_eps_neg": edit_config(norm_eps=-1),
+    "ck_rope_base_zero": edit_config(rope_base=0),
+    "ck_softcap_zero": edit_config(logit_softcap=0),
+    "ck_mlp_ratio_huge": edit_config(mlp_ratio=1e9),
+    "ck_n_layer_huge": edit_config(n_layer=1e9),
+    "ck_seq_len_huge": edit_config(seq_len=2e9),
+    "ck_n_layer_frac": edit_config(n_layer=2.5),
+    "ck_step_neg": set_attr("step", np.int64(-5)),
+    "ck_format_str1": set_attr("format_version", "1"),
+    "ck_lm_head_t": transpose("model/lm_head"),
+    "ck_no_state": delete("optim/blocks.0.attn.wq/momentum_buffer"),
+    "ck_chunked_huge": add_chunked("extra", (1, 1 << 40)),
+    # ... and variants
+    "ck_norm_eps_zero": edit_config(norm_eps=0),
+    "ck_softcap_neg": edit_config(logit_softcap=-15.0),
+    "ck_mlp_ratio_zero": edit_config(mlp_ratio=0),
+    "ck_n_layer_str": edit_config(n_layer="2"),
+    "ck_n_layer_missing": lambda f: f.attrs.__setitem__("config", json.dumps(
+        {k: v for k, v in json.loads(f.attrs["config"]).items() if k != "n_layer"})),
+    "ck_vocab_neg": edit_config(vocab_size=-7),
+    "ck_heads_zero": edit_config(n_head=0),
+    "ck_detach_number": edit_config(detach_v1=3),
+    "ck_params_huge": edit_config(n_layer=4096, n_embd=1 << 20, n_head=8192, n_kv_head=8192, head_dim=128),
+    "ck_dim_other": edit_config(n_embd=64, head_dim=32),
+    "ck_step_huge": set_attr("step", np.int64(10**13)),
+    "ck_tokens_neg": set_attr("tokens", np.int64(-1)),
+    "ck_wte_t": transpose("model/wte"),
+    "ck_state_shape": reshape_state("optim/wte/exp_avg"),
+    "ck_chunked_square": add_chunked("optim/junk", (1 << 20, 1 << 20)),
+}
+
+
 @pytest.fixture(scope="module")
 def W(tmp_path_factory):
     """Every input the cases use, made once."""
@@ -98,6 +175,12 @@ def W(tmp_path_factory):
     w["trunc_ckpt"].write_bytes(w["ckpt"].read_bytes()[:5000])
     w["garbage"] = root / "garbage.h5"
     w["garbage"].write_bytes(b"not an hdf5 file at all\n" * 100)
+    # Checkpoints from someone else: one config field, attribute or dataset edited (CKPT_EDITS).
+    for name, edit in CKPT_EDITS.items():
+        w[name] = root / f"{name}.h5"
+        shutil.copy(w["ckpt"], w[name])
+        with h5py.File(w[name], "r+") as f:
+            edit(f)
     # Tokenizer files.
     w["tt_huge"] = root / "huge.tiktoken"
     w["tt_huge"].write_text("YQ== 0\nYg== 1073741800\n")
@@ -297,6 +380,58 @@ CASES = [
     ("ckpt-verify-truncated", ["ckpt", "verify", "{trunc_ckpt}"], r"trunc\.h5", []),
     ("ckpt-verify-nan", ["ckpt", "verify", "{nan_ckpt}"], r"/model/blocks\.1\.mlp\.fc holds 1 non-finite value", []),
     ("ckpt-inspect-garbage", ["ckpt", "inspect", "{garbage}"], r"not an HDF5 file", []),
+    # ---------------- untrusted checkpoint configs (issue 25, item 5) ----------------
+    ("ckpt-norm-eps-neg-eval", ["eval", "--ckpt", "{ck_norm_eps_neg}", "--data", "{data}"], r"ck_norm_eps_neg\.h5: bad config attribute: norm_eps -1 is out of range: expected a number in \[1e-12, 1\]", ["{ck_norm_eps_neg}"]),
+    ("ckpt-norm-eps-neg-generate", ["generate", "--ckpt", "{ck_norm_eps_neg}", "--prompt", "x"], r"norm_eps -1 is out of range", []),
+    ("ckpt-rope-base-zero-eval", ["eval", "--ckpt", "{ck_rope_base_zero}", "--data", "{data}"], r"rope_base 0 is out of range: expected a number in \[1, 1000000000000\]", []),
+    ("ckpt-rope-base-zero-generate", ["generate", "--ckpt", "{ck_rope_base_zero}", "--prompt", "x"], r"rope_base 0 is out of range", []),
+    ("ckpt-softcap-zero-eval", ["eval", "--ckpt", "{ck_softcap_zero}", "--data", "{data}"], r"logit_softcap 0 is out of range: expected a number in \[1, 10000\]", []),
+    ("ckpt-mlp-ratio-huge-eval", ["eval", "--ckpt", "{ck_mlp_ratio_huge}", "--data", "{data}"], r"mlp_ratio 1000000000 is out of range: expected an integer in \[1, 64\]", []),
+    ("ckpt-step-neg-resume", ["train", "--data", "{data}", *TINY, "--steps", "4", "--resume", "{ck_step_neg}"], r"ck_step_neg\.h5: attribute step -5 is out of range: expected an integer in \[0, 1000000000000\] \(the range of --steps\)", ["{ck_step_neg}"]),
+    ("ckpt-n-layer-huge-verify", ["ckpt", "verify", "{ck_n_layer_huge}"], r"n_layer 1000000000 is out of range: expected an integer in \[1, 4096\] \(the range of --layers\)", []),
+    ("ckpt-chunked-huge-verify", ["ckpt", "verify", "{ck_chunked_huge}"], r"/extra declares shape \(1, 1099511627776\) .* but the file holds only 0 bytes", []),
+    ("ckpt-seq-len-huge-generate", ["generate", "--ckpt", "{ck_seq_len_huge}", "--prompt", "x"], r"seq_len 2000000000 is out of range: expected an integer in \[2, 16777216\] \(the range of --seq-len\)", []),
+    ("ckpt-format-str1-verify", ["ckpt", "verify", "{ck_format_str1}"], r"format_version says 1 \(no checksums\) but the file has format 2's", []),
+    ("ckpt-lm-head-t-verify", ["ckpt", "verify", "{ck_lm_head_t}"], r"/model/lm_head has shape \(320, 32\), the config implies \(32, 320\)", []),
+    ("ckpt-lm-head-t-eval", ["eval", "--ckpt", "{ck_lm_head_t}", "--data", "{data}"], r"/model/lm_head has shape \(320, 32\)", []),
+    ("ckpt-no-state-verify", ["ckpt", "verify", "{ck_no_state}"], r"missing optimizer state /optim/blocks\.0\.attn\.wq/momentum_buffer", []),
+    ("ckpt-n-layer-frac-verify", ["ckpt", "verify", "{ck_n_layer_frac}"], r"n_layer 2\.5 is not an integer: expected an integer in \[1, 4096\]", []),
+    # variants
+    ("ckpt-norm-eps-zero-eval", ["eval", "--ckpt", "{ck_norm_eps_zero}", "--data", "{data}"], r"norm_eps 0 is out of range", []),
+    ("ckpt-softcap-neg-generate", ["generate", "--ckpt", "{ck_softcap_neg}", "--prompt", "x"], r"logit_softcap -15 is out of range", []),
+    ("ckpt-mlp-ratio-zero-verify", ["ckpt", "verify", "{ck_mlp_ratio_zero}"], r"mlp_ratio 0 is out of range", []),
+    ("ckpt-n-layer-str-eval", ["eval", "--ckpt", "{ck_n_layer_str}", "--data", "{data}"], r"field n_layer is string \"2\"; expected an integer in \[1, 4096\]", []),
+    ("ckpt-n-layer-missing-verify", ["ckpt", "verify", "{ck_n_layer_missing}"], r"field n_layer is missing", []),
+    ("ckpt-vocab-neg-generate", ["generate", "--ckpt", "{ck_vocab_neg}", "--prompt", "x"], r"vocab_size -7 is out of range: expected an integer in \[2, 1073741824\]", []),
+    ("ckpt-heads-zero-verify", ["ckpt", "verify", "{ck_heads_zero}"], r"n_head 0 is out of range: expected an integer in \[1, 65536\] \(the range of --heads\)", []),
+    ("ckpt-detach-number-verify", ["ckpt", "verify", "{ck_detach_number}"], r"field detach_v1 is number 3; expected true or false", []),
+    ("ckpt-params-huge-verify", ["ckpt", "verify", "{ck_params_huge}"], r"parameters, above vtrain's limit of 1099511627776 \(2\^40\)", []),
+    ("ckpt-dim-other-eval", ["eval", "--ckpt", "{ck_dim_other}", "--data", "{data}"], r"the datasets do not match the config attribute: /model/\S+ has shape", []),
+    ("ckpt-step-huge-verify", ["ckpt", "verify", "{ck_step_huge}"], r"attribute step 10000000000000 is out of range", []),
+    ("ckpt-tokens-neg-generate", ["generate", "--ckpt", "{ck_tokens_neg}", "--prompt", "x"], r"attribute tokens -1 is out of range", []),
+    ("ckpt-wte-t-generate", ["generate", "--ckpt", "{ck_wte_t}", "--prompt", "x"], r"/model/wte has shape \(32, 320\), the config implies \(320, 32\)", []),
+    ("ckpt-state-shape-verify", ["ckpt", "verify", "{ck_state_shape}"], r"optimizer state /optim/wte/exp_avg has shape \(5120\), its parameter \(320, 32\)", []),
+    ("ckpt-state-shape-resume", ["train", "--data", "{data}", *TINY, "--steps", "4", "--resume", "{ck_state_shape}"], r"/optim/wte/exp_avg has shape \(5120\)", ["{ck_state_shape}"]),
+    ("ckpt-chunked-square-verify", ["ckpt", "verify", "{ck_chunked_square}"], r"/optim/junk declares shape \(1048576, 1048576\)", []),
+    # ---------------- derived batch quantities (issue 25, item 10) ----------------
+    ("train-global-batch-2p38", ["train", "--data", "{data}", *TINY, "--global-batch", "274877906944", "--ckpt-dir", "{new}"], r"--global-batch 274877906944 tokens makes 4294967296 micro-batches per step .* above vtrain's limit of 65536", ["{new}"]),
+    ("train-global-batch-2p37", ["train", "--data", "{data}", *TINY, "--global-batch", "137438953472", "--ckpt-dir", "{new}"], r"--global-batch 137438953472 tokens makes 2147483648 micro-batches per step .* above vtrain's limit of 65536", ["{new}"]),
+    ("train-global-batch-max-micro-1", ["train", "--data", "{data}", "--layers", "2", "--dim", "32", "--heads", "2", "--seq-len", "2", "--micro-batch", "1", "--global-batch", "1e15", "--ckpt-dir", "{new}"], r"--global-batch 1000000000000000 tokens makes 500000000000000 micro-batches .* limit of 65536", ["{new}"]),
+    ("train-global-batch-over-data", ["train", "--data", "{data}", *TINY, "--global-batch", "64000", "--ckpt-dir", "{new}"], r"--global-batch 64000 tokens per step is more than the \d+ training tokens of \S+data", ["{new}"]),
+    ("train-steps-x-global-batch", ["train", "--data", "{data}", *TINY, "--steps", "1e12", "--global-batch", "1e14", "--ckpt-dir", "{new}"], r"--steps 1000000000000 x --global-batch 100000000000000 tokens is more than vtrain's limit of \d+ \(2\^60\)", ["{new}"]),
+    # ---------------- messages (issue 25, item 13) ----------------
+    ("train-heads-exceed-dim", ["train", "--data", "{data}", "--heads", "256"], r"--heads 256 exceeds --dim 128 \(the preset's\)", []),
+    ("train-heads-exceed-given-dim", ["train", "--data", "{data}", "--dim", "64", "--heads", "65"], r"--heads 65 exceeds --dim 64", []),
+    ("train-eval-tokens-below-batch", ["train", "--data", "{data}", "--layers", "2", "--dim", "32", "--heads", "2", "--seq-len", "32", "--micro-batch", "2", "--eval-tokens", "32", "--ckpt-dir", "{new}"], r"--eval-tokens 32 holds only 1 rows of 32 tokens; raise --eval-tokens to at least 64", ["{new}"]),
+    ("train-final-eval-tokens-below-batch", ["train", "--data", "{data}", *TINY, "--final-eval-tokens", "40", "--ckpt-dir", "{new}"], r"--final-eval-tokens 40 holds only 1 rows of 32 tokens; raise --final-eval-tokens to at least 64", ["{new}"]),
+    ("eval-tokens-below-batch", ["eval", "--ckpt", "{ckpt}", "--data", "{data}", "--tokens", "32", "--micro-batch", "2"], r"--tokens 32 holds only 1 rows of 32 tokens; raise --tokens to at least 64", []),
+    # ---------------- integer flags: decimal digits or a whole number like 2e9 ----------------
+    ("train-steps-hex", ["train", "--data", "{data}", "--steps", "0x2"], r"--steps 0x2: expected an integer", []),
+    ("train-steps-space", ["train", "--data", "{data}", "--steps", " 2"], r"--steps  2: expected an integer", []),
+    ("train-steps-plus", ["train", "--data", "{data}", "--steps", "+2"], r"--steps \+2: expected an integer", []),
+    ("train-steps-point-zero", ["train", "--data", "{data}", "--steps", "2.0"], r"--steps 2\.0: expected an integer", []),
+    ("train-steps-exp-fraction", ["train", "--data", "{data}", "--steps", "25e-1"], r"--steps 25e-1: expected an integer", []),
+    ("train-lr-scale-hex", ["train", "--data", "{data}", "--lr-scale", "0x1p3"], r"--lr-scale 0x1p3: expected a finite number", []),
     # ---------------- the binary ----------------
     ("unknown-command", ["frobnicate"], r"unknown command 'frobnicate'", []),
 ]
@@ -539,3 +674,28 @@ def test_memory_refusal_shows_the_breakdown_and_layouts_that_fit(W, tmp_path, ra
     assert r.returncode == 0, (r.stdout[-800:], r.stderr[-2000:])
     assert "warning (--skip-memory-check): this run does not fit in memory" in r.stderr
     assert "activations kept for backward" in r.stderr and "layouts of the same" in r.stderr
+
+
+def test_stop_signal_without_ckpt_dir_says_nothing_was_saved(W, tmp_path):
+    """SIGTERM on a run without --ckpt-dir: exit 75 with a line saying no checkpoint was saved
+    (issue 25, item 13: it used to say "checkpoint of step 0 saved")."""
+    import signal
+    import time
+    p = subprocess.Popen([os.path.abspath(VTRAIN), "train", "--data", str(W["data"]), *TINY, "--steps", "1000000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                         cwd=tmp_path)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            line = p.stdout.readline()
+            if not line or line.startswith("step "):
+                break
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 75, (p.returncode, out[-500:], err[-500:])
+    assert "no checkpoint was saved because no --ckpt-dir was given" in out, out[-800:]
+    assert "saved, exiting" not in out
+    assert os.listdir(tmp_path) == []

@@ -125,6 +125,95 @@ def test_bundle_errors(tmp_path):
     assert r.returncode == 1 and "core.yaml:3" in r.stderr
 
 
+# Hostile bundles (issue 25, item 12): each is refused naming the file, the line of a jsonl row,
+# the field and its allowed range. (id, edit of a one-task bundle, message regex)
+def _mc(**over):
+    row = {"query": "Q: 2+2=", "choices": ["4", "five", "3"], "gold": 0}
+    row.update(over)
+    return row
+
+
+def _task(data=None, **over):
+    t = dict(label="mc0", type="multiple_choice", shots=0, delimiter=None, baseline=25,
+             data=data if data is not None else [_mc(), _mc(query="Q: 1+1="), _mc(query="Q: 3+0=", gold=2)])
+    t.update(over)
+    return t
+
+
+def _rows_with(bad, at=1):
+    rows = [_mc(), _mc(query="Q: 1+1="), _mc(query="Q: 3+0=", gold=2)]
+    rows.insert(at, bad)
+    return rows
+
+
+def _without_gold():
+    r = _mc()
+    del r["gold"]
+    return r
+
+
+BAD_BUNDLES = [
+    # the reproductions
+    ("gold-99", [_task(_rows_with(_mc(gold=99)))], r"mc0\.jsonl:2: multiple_choice example: field \"gold\" is 99, expected an integer index into \"choices\", in \[0, 2\]"),
+    ("gold-neg", [_task(_rows_with(_mc(gold=-1)))], r"mc0\.jsonl:2: .*field \"gold\" is -1, expected an integer index into \"choices\", in \[0, 2\]"),
+    ("gold-missing", [_task(_rows_with(_without_gold()))], r"mc0\.jsonl:2: .*field \"gold\" is missing, expected an integer index"),
+    ("gold-string", [_task(_rows_with(_mc(gold="1")))], r"mc0\.jsonl:2: .*field \"gold\" is \"1\", expected an integer index"),
+    ("baseline-100", [_task(baseline=100)], r"eval_meta_data\.csv line 2: \"Random baseline\" of task mc0 is 100, expected a percentage in \[0, 100\)"),
+    ("baseline-nan", [_task(baseline="nan")], r"eval_meta_data\.csv line 2: \"Random baseline\" of task mc0 is nan, expected a percentage in \[0, 100\)"),
+    ("fewshot-huge", [_task(shots="99999999999999")], r"core\.yaml: task mc0: num_fewshot is \[99999999999999\], expected \[k\] with an integer k in \[0, 1000\]"),
+    ("uri-directory", "directory", r"dataset_uri sub names \S+, which is not a regular file"),
+    # judgement calls
+    ("gold-fraction", [_task(_rows_with(_mc(gold=1.5), at=3))], r"mc0\.jsonl:4: .*field \"gold\" is 1\.5, expected an integer index"),
+    ("fewshot-negative", [_task(shots="-1")], r"num_fewshot is \[-1\], expected \[k\] with an integer k in \[0, 1000\]"),
+    ("duplicate-task", [_task(), _task()], r"core\.yaml: icl_tasks items 1 and 2 both have label 'mc0'"),
+    # variants
+    ("baseline-negative", [_task(baseline=-5)], r"\"Random baseline\" of task mc0 is -5, expected a percentage in \[0, 100\)"),
+    ("baseline-inf", [_task(baseline="inf")], r"\"Random baseline\" of task mc0 is inf"),
+    ("gold-bool", [_task(_rows_with(_mc(gold=True)))], r"field \"gold\" is true, expected an integer index"),
+    ("gold-huge", [_task(_rows_with(_mc(gold=2**64 - 1)))], r"field \"gold\" is 18446744073709551615"),
+    ("choices-empty", [_task(_rows_with(_mc(choices=[])))], r"mc0\.jsonl:2: .*field \"choices\" is \[\], expected a non-empty list of texts"),
+    ("choices-object", [_task(_rows_with(_mc(choices=["a", {"b": 1}])))], r"field \"choices\" item 1 is \{\"b\":1\}, expected text"),
+    ("query-missing", [_task(_rows_with({"choices": ["a"], "gold": 0}))], r"field \"query\" is missing"),
+    ("schema-gold", [_task([{"context_options": ["a", "b"], "continuation": "c", "gold": 2}] * 3, type="schema")], r"mc0\.jsonl:1: schema example: field \"gold\" is 2, expected an integer index into \"context_options\", in \[0, 1\]"),
+    ("lm-continuation", [_task([{"context": "a", "continuation": None}] * 2, type="language_modeling")], r"mc0\.jsonl:1: language_modeling example: field \"continuation\" is null, expected text"),
+    ("row-array", [_task(_rows_with([1, 2]))], r"mc0\.jsonl:2: not a JSON object"),
+    ("fewshot-string", [_task(shots="'3'")], r"num_fewshot is \[\"3\"\], expected \[k\]"),
+    ("fewshot-too-many", [_task(shots="1001")], r"num_fewshot is \[1001\], expected \[k\] with an integer k in \[0, 1000\]"),
+    ("no-examples", [_task([])], r"mc0\.jsonl \(task mc0\) holds no examples"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_BUNDLES, ids=[c[0] for c in BAD_BUNDLES])
+def test_hostile_bundle_is_refused(tmp_path, case):
+    name, tasks, pattern = case
+    if tasks == "directory":
+        bundle = write_bundle(tmp_path / "b", [_task()])
+        text = (bundle / "core.yaml").read_text().replace("sub/mc0.jsonl", "sub")
+        (bundle / "core.yaml").write_text(text)
+    else:
+        bundle = write_bundle(tmp_path / "b", tasks)
+    before = {p: p.read_bytes() for p in bundle.rglob("*") if p.is_file()}
+    r = run([CORE_TOOL, "prompts", "--core", bundle], ok=False)
+    assert r.returncode == 1, (name, r.stdout[-300:], r.stderr[-800:])
+    assert re.search(pattern, r.stderr), (name, r.stderr[-800:])
+    assert "exception" not in r.stderr and "what()" not in r.stderr, r.stderr
+    assert {p: p.read_bytes() for p in bundle.rglob("*") if p.is_file()} == before
+
+
+def test_long_rows_are_cropped_from_the_left_unless_the_continuation_does_not_fit(tmp_path):
+    """A row longer than the sequence is cropped from the left, as nanochat does (the test
+    above pins the spans); an example whose scored continuation does not fit in the context is
+    refused, naming the file and line (docs/design.md, "CORE bundles")."""
+    long_answer = "x" * 40
+    bundle = write_bundle(tmp_path / "b", [_task([_mc(), _mc(query="Q", choices=[long_answer, "y"], gold=0), _mc(query="Q2")])])
+    ok = run([CORE_TOOL, "prompts", "--core", bundle, "--seq-len", 64])
+    assert len(ok.stdout.splitlines()) == 3
+    r = run([CORE_TOOL, "prompts", "--core", bundle, "--seq-len", 30], ok=False)
+    assert r.returncode == 1
+    assert re.search(r"CORE task mc0, example \S+mc0\.jsonl:2: its scored continuation \(\d+ tokens\) does "
+                     r"not fit in the 30-token context", r.stderr), r.stderr
+
+
 # --- 3. a trained model ---------------------------------------------------------------------------
 
 FACTS = [("sky", "blue"), ("grass", "green"), ("snow", "white"), ("coal", "black"), ("sun", "yellow"), ("blood", "red")]

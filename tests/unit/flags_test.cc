@@ -68,6 +68,25 @@ TEST(Flags, IntegersMayBeWrittenInScientificNotation) {
   EXPECT_NE(error_of({"--need", "p", "--count", "2.5"}).find("expected an integer"), std::string::npos);
 }
 
+// Integers: decimal digits with an optional '-', or a whole number in exponent form; numbers:
+// decimal notation (docs/design.md, "Numbers on the command line").
+TEST(Flags, OnlyDecimalSpellingsAreNumbers) {
+  for (const char* ok : {"2", "002", "2e0", "2E1", "1.5e1", "1e+1"}) {
+    auto f = parse({"--need", "p", "--count", ok});
+    EXPECT_TRUE(f.ok()) << ok << ": " << f.status();
+  }
+  for (const char* bad : {"0x2", " 2", "2 ", "+2", "2.0", "25e-1", "2e", "e2", "", "-", "1_000", "２"})
+    EXPECT_NE(error_of({"--need", "p", "--count", bad}).find("expected an integer"), std::string::npos)
+        << "'" << bad << "'";
+  for (const char* ok : {"0.5", ".5", "1.", "5e-1", "0", "1", "1E0"}) {
+    auto f = parse({"--need", "p", "--rate", ok});
+    EXPECT_TRUE(f.ok()) << ok << ": " << f.status();
+  }
+  for (const char* bad : {"0x1p-1", " 0.5", "+0.5", "0.5 ", ".", "e1", "infinity", "-nan"})
+    EXPECT_NE(error_of({"--need", "p", "--rate", bad}).find("expected a finite number"), std::string::npos)
+        << "'" << bad << "'";
+}
+
 TEST(Flags, RefusalsNameTheFlagAndTheLimit) {
   EXPECT_EQ(error_of({"--need", "p", "--count", "0"}),
             "--count 0: out of range, expected an integer in [1, 100]");
@@ -76,11 +95,12 @@ TEST(Flags, RefusalsNameTheFlagAndTheLimit) {
   EXPECT_EQ(error_of({"--need", "p", "--count", "-5"}),
             "--count -5: out of range, expected an integer in [1, 100]");
   EXPECT_EQ(error_of({"--need", "p", "--count", "many"}),
-            "--count many: expected an integer in [1, 100]");
+            "--count many: expected an integer in [1, 100] (decimal digits, or a whole number like "
+            "2e9)");
   EXPECT_EQ(error_of({"--need", "p", "--rate", "nan"}),
-            "--rate nan: expected a finite number in [0, 1]");
+            "--rate nan: expected a finite number in [0, 1] (decimal, e.g. 0.5 or 3e-4)");
   EXPECT_EQ(error_of({"--need", "p", "--rate", "inf"}),
-            "--rate inf: expected a finite number in [0, 1]");
+            "--rate inf: expected a finite number in [0, 1] (decimal, e.g. 0.5 or 3e-4)");
   EXPECT_EQ(error_of({"--need", "p", "--rate", "1.5"}),
             "--rate 1.5: out of range, expected a number in [0, 1]");
   EXPECT_EQ(error_of({"--need", "p", "--width", "1"}),

@@ -5,6 +5,7 @@
 #include "core/arena.h"
 #include "model/config.h"
 #include "model/gpt.h"
+#include "train/model_flags.h"
 
 namespace vt {
 namespace {
@@ -122,6 +123,60 @@ TEST(ModelConfig, JsonRoundTrip) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->to_json(), c.to_json());
   EXPECT_EQ(back->target_layers, (std::vector<int>{3, 5}));
+}
+
+// One table of ranges: every model flag with a range takes it from config_field_ranges().
+TEST(ModelConfig, FlagsAndConfigsShareTheDeclaredRanges) {
+  int matched = 0;
+  for (const FlagSpec& f : model_flag_specs()) {
+    if (f.type != FlagType::kInt && f.type != FlagType::kNumber) continue;
+    bool found = false;
+    for (const ConfigFieldRange& r : config_field_ranges())
+      if (f.name == r.flag) {
+        EXPECT_EQ(f.lo, r.lo) << f.name;
+        EXPECT_EQ(f.hi, r.hi) << f.name;
+        EXPECT_EQ(f.type == FlagType::kInt, r.integer) << f.name;
+        found = true;
+        ++matched;
+      }
+    EXPECT_TRUE(found) << "--" << f.name << " has a range outside config_field_ranges()";
+  }
+  EXPECT_GE(matched, 10);
+}
+
+// A config from JSON (a checkpoint's attribute) is held to those ranges field by field.
+TEST(ModelConfig, JsonFieldsOutsideTheirRangesAreRefused) {
+  ModelConfig c = small(ValueMode::kBaseline);
+  ASSERT_TRUE(c.finalize().ok());
+  auto refused = [&](const char* field, const nlohmann::json& v) {
+    nlohmann::json j = c.to_json();
+    if (v.is_discarded()) j.erase(field);
+    else j[field] = v;
+    auto r = ModelConfig::from_json(j);
+    return r.ok() ? std::string() : std::string(r.status().message());
+  };
+  EXPECT_EQ(refused("norm_eps", -1.0), "norm_eps -1 is out of range: expected a number in [1e-12, 1]");
+  EXPECT_EQ(refused("n_layer", 2.5),
+            "n_layer 2.5 is not an integer: expected an integer in [1, 4096] (the range of --layers)");
+  EXPECT_EQ(refused("n_layer", 1e9),
+            "n_layer 1000000000 is out of range: expected an integer in [1, 4096] (the range of --layers)");
+  EXPECT_EQ(refused("n_layer", "2"), "field n_layer is string \"2\"; expected an integer in [1, 4096]");
+  EXPECT_EQ(refused("n_layer", nlohmann::json(nlohmann::json::value_t::discarded)), "field n_layer is missing");
+  EXPECT_EQ(refused("detach_v1", 1), "field detach_v1 is number 1; expected true or false");
+  EXPECT_NE(refused("logit_softcap", 0.0).find("logit_softcap 0 is out of range"), std::string::npos);
+  EXPECT_NE(refused("mlp_ratio", 1e9).find("mlp_ratio 1000000000 is out of range"), std::string::npos);
+  EXPECT_NE(refused("rope_base", 0.0).find("rope_base 0 is out of range"), std::string::npos);
+  EXPECT_NE(refused("seq_len", 2e9).find("(the range of --seq-len)"), std::string::npos);
+  EXPECT_EQ(refused("n_layer", 2.0), "");  // a whole number written as a float is an integer
+  EXPECT_NE(ModelConfig::from_json(nlohmann::json::array()).status().message().find("not an object"),
+            std::string::npos);
+  // In every range, too many parameters together.
+  nlohmann::json j = c.to_json();
+  j["n_layer"] = 4096, j["n_embd"] = 1 << 20, j["n_head"] = 8192, j["n_kv_head"] = 8192, j["head_dim"] = 128;
+  auto big = ModelConfig::from_json(j);
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("above vtrain's limit of 1099511627776 (2^40)"), std::string::npos)
+      << big.status();
 }
 
 }  // namespace
