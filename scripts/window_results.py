@@ -4,7 +4,7 @@
 #   bench/results/gpu-window-<date>-measured.json  the measured column of bench/static_report.py
 #       (`--measured FILE`): a flat JSON {static report row name: seconds per micro-step}, built
 #       from train.profile_ms_per_step through OP_TO_ROWS below;
-#   bench/results/plan_calibration.json  the numbers `vtrain plan --calibrate` is to read (issue
+#   bench/results/plan_calibration.json  the numbers `vtrain plan --calibrate` reads (issue
 #       28): MFU, tok/s, micro-batch, memory per preset and vtrain's GEMM TFLOP/s per shape,
 #       merged with the file already there (other presets kept, the newest window wins per preset
 #       and per GEMM shape);
@@ -49,8 +49,8 @@ from pathlib import Path
 LABEL = "EMULATED (not a GPU number)"
 BEGIN, END = "<!-- gpu-window:begin -->", "<!-- gpu-window:end -->"
 JOIN = " & "  # joins the rows one profile op covers into one measured key
-CALIBRATION_NOTE = ("read by `vtrain plan --calibrate` once it exists (issue 28); today vtrain "
-                    "plan assumes MFU 0.4")
+CALIBRATION_NOTE = ("read by `vtrain plan --calibrate FILE` (the --preset entry's mfu replaces "
+                    "the assumed --mfu)")
 
 # Profile op -> static report rows.
 # Left: the op names `vtrain train --profile` prints, i.e. the names given to on("...") in

@@ -3,16 +3,23 @@
 // it (days, GPU-hours, checkpoints), from an assumed MFU (src/plan/plan.h). With --layout, one
 // layout's report, every pipeline stage included; with --layout --memory-only, only each stage's
 // start-up memory estimate (what tools/memory_plan printed). One process, no MPI, no device.
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "cli/commands.h"
 #include "core/check.h"
 #include "core/flags.h"
 #include "model/value_path.h"
+#include "nlohmann/json.hpp"
 #include "plan/plan.h"
 #include "train/model_flags.h"
 
@@ -46,6 +53,11 @@ const CommandSpec& plan_command() {
              int_flag("gpus-per-node", 8, 1, 1024, "GPUs per node (tensor parallel stays in one)"),
              flag_heading("assumptions"),
              num_flag("mfu", 0.4, 0.001, 1, "model-FLOPs utilization assumed for every layout"),
+             no_default(text_flag("calibrate", "",
+                                  "the MFU a real run measured instead of --mfu: its metrics "
+                                  "JSONL (median mfu of the steps after the first quarter; a GPU "
+                                  "run on the --gpu kind), or the GPU window's "
+                                  "bench/results/plan_calibration.json (its --preset entry)")),
              num_flag("intra-node-gbps", 400, 0.001, 1e6,
                       "GB/s (gigabytes) per GPU for the gradient all-reduce inside a node"),
              num_flag("inter-node-gbps", 50, 0.001, 1e6,
@@ -108,6 +120,58 @@ absl::StatusOr<plan::Layout> parse_layout(const std::string& text, int micro_bat
   return l;
 }
 
+// --calibrate FILE: the measured MFU and where it came from. A JSON object is the GPU window's
+// calibration (scripts/window_results.py: {"presets": {NAME: {"mfu", ...}}, "device", "date"}),
+// read by --preset; anything else is a metrics JSONL of `vtrain train`.
+absl::StatusOr<std::pair<double, std::string>> calibrated_mfu(const std::string& path,
+                                                              const std::string& preset) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("--calibrate ", path, ": cannot read it"));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.find("EMULATED") != std::string::npos)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--calibrate ", path, " holds numbers of the CUDA emulation (labelled EMULATED), not of "
+        "a GPU"));
+  double mfu = 0;
+  std::string source;
+  const nlohmann::json whole = nlohmann::json::parse(text, nullptr, false);
+  if (whole.is_object() && whole.contains("presets")) {
+    const nlohmann::json& ps = whole["presets"];
+    if (!ps.is_object() || !ps.contains(preset) || !ps[preset].is_object() ||
+        !ps[preset].contains("mfu") || !ps[preset]["mfu"].is_number())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--calibrate ", path, ": no \"mfu\" for preset ", preset, " under \"presets\" (the "
+          "GPU window measured ", ps.is_object() ? ps.dump() : "nothing", ")"));
+    mfu = ps[preset]["mfu"].get<double>();
+    source = absl::StrCat("measured on ", whole.value("device", std::string("a GPU")), " (",
+                          path, ", preset ", preset, ")");
+  } else {
+    std::vector<double> v;
+    int64_t line_no = 0;
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      ++line_no;
+      if (absl::StripAsciiWhitespace(line).empty()) continue;
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_object())
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--calibrate ", path, ":", line_no, ": not a JSON object (expected a metrics JSONL "
+            "of `vtrain train` or a plan_calibration.json)"));
+      if (j.contains("mfu") && j["mfu"].is_number()) v.push_back(j["mfu"].get<double>());
+    }
+    if (v.empty())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--calibrate ", path, ": no step with an \"mfu\" (a metrics JSONL of `vtrain train`)"));
+    std::vector<double> timed(v.begin() + static_cast<ptrdiff_t>(v.size() / 4), v.end());
+    std::sort(timed.begin(), timed.end());
+    mfu = timed[timed.size() / 2];
+    source = absl::StrCat("measured (", path, ": median of ", timed.size(), " steps)");
+  }
+  if (!(mfu > 0 && mfu <= 1))
+    return absl::InvalidArgumentError(absl::StrCat("--calibrate ", path, ": MFU ", mfu,
+                                                   " is outside (0, 1]"));
+  return std::make_pair(mfu, source);
+}
+
 absl::StatusOr<plan::PlanInput> plan_input(const Flags& f) {
   plan::PlanInput in;
   VT_ASSIGN_OR_RETURN(ModelConfig m, model_config_from_flags(f));
@@ -129,6 +193,14 @@ absl::StatusOr<plan::PlanInput> plan_input(const Flags& f) {
   const double tflops = f.has("gpu-tflops") ? f.get_double("gpu-tflops") : 0;
   VT_ASSIGN_OR_RETURN(in.gpu, plan::gpu_spec(kind, mem, tflops));
   in.mfu = f.get_double("mfu");
+  if (f.has("calibrate")) {
+    if (f.has("mfu"))
+      return absl::InvalidArgumentError(
+          "--calibrate and --mfu both set the MFU: give one of them");
+    VT_ASSIGN_OR_RETURN(auto cal, calibrated_mfu(f.get_string("calibrate"), f.get_string("preset")));
+    in.mfu = cal.first;
+    in.mfu_source = cal.second;
+  }
   in.intra_node_gbps = f.get_double("intra-node-gbps");
   in.inter_node_gbps = f.get_double("inter-node-gbps");
   in.disk_gbps = f.get_double("disk-gbps");

@@ -35,6 +35,7 @@ struct PlanInput {
   int gpus_per_node = 8;
   GpuSpec gpu;
   double mfu = 0.4;             // assumed model-FLOPs utilization
+  std::string mfu_source;       // "" (assumed, --mfu) or where a measured MFU came from
   double intra_node_gbps = 400; // GB/s per GPU for all-reduce traffic inside a node
   double inter_node_gbps = 50;  // GB/s per GPU across nodes
   double disk_gbps = 2;         // GB/s checkpoint write

@@ -32,11 +32,12 @@ std::string header(const PlanInput& in, const Plan& p) {
       in.gpu.name, in.gpu.memory_gib, in.gpu.peak_tflops, in.gpus_per_node);
   absl::StrAppendFormat(
       &s,
-      "assumed: MFU %.2f; recompute costs x%.2f compute; %s; "
+      "assumed: MFU %.2f%s; recompute costs x%.2f compute; %s; "
       "data-parallel all-reduce 2(dp-1)/dp x fp32 grads at %.0f GB/s in a node, %.0f GB/s "
       "across nodes, and tensor-parallel all-reduces (4 per layer and micro-batch, 6 with "
       "recompute) at the in-node rate, neither overlapped; pipeline sends not counted\n",
-      in.mfu, in.recompute_cost,
+      in.mfu, in.mfu_source.empty() ? "" : absl::StrCat(", ", in.mfu_source).c_str(),
+      in.recompute_cost,
       in.vpp > 1 ? absl::StrCat("1F1B bubble x(1 + (pp-1)/(", in.vpp, " m)) where --vpp ", in.vpp,
                                 " divides the layers per stage and m is a multiple of pp (interleaved), "
                                 "else x(1 + (pp-1)/m)").c_str()

@@ -163,3 +163,47 @@ def test_memory_only_gives_every_stage():
     assert full.returncode == 0, full.stderr
     for line in lines:
         assert line.split(": ", 1)[1] in full.stdout, (line, full.stdout[-2000:])
+
+
+# --calibrate: the MFU a real run measured replaces the assumed one, from a metrics JSONL (the
+# median of the steps after the first quarter) or the GPU window's plan_calibration.json.
+PLAN = ["plan", "--preset", "d24", "--tokens", "20e9", "--gpus", "8", "--gpu", "h100",
+        "--max-layouts", "1"]
+
+
+def test_calibrate_from_a_metrics_file(tmp_path):
+    m = tmp_path / "m.jsonl"
+    rows = [{"step": 1, "loss": 9, "mfu": 0.05}] + [{"step": s, "loss": 5, "mfu": x}
+                                                     for s, x in [(2, 0.41), (3, 0.43), (4, 0.42)]]
+    m.write_text("\n".join(json.dumps(r) for r in rows + [{"step": 4, "val_loss": 3.0}]) + "\n")
+    r = vt(*PLAN, "--calibrate", m)
+    assert r.returncode == 0, r.stderr
+    assert f"assumed: MFU 0.42, measured ({m}: median of 3 steps)" in r.stdout, r.stdout
+    # The measured MFU drives the estimate: the same plan at --mfu 0.42 gives the same days.
+    same = vt(*PLAN, "--mfu", "0.42")
+    days = lambda out: [l.split()[-3] for l in out.splitlines() if re.match(r"^\s+\d+\s+\d+\s+\d+", l)]
+    assert days(r.stdout) == days(same.stdout) and days(r.stdout)
+
+
+def test_calibrate_from_the_gpu_window(tmp_path):
+    c = tmp_path / "plan_calibration.json"
+    c.write_text(json.dumps({"schema": 1, "device": "NVIDIA H100 80GB HBM3",
+                             "presets": {"d24": {"mfu": 0.37, "tok_per_s": 1.0}}}))
+    r = vt(*PLAN, "--calibrate", c)
+    assert r.returncode == 0, r.stderr
+    assert "MFU 0.37, measured on NVIDIA H100 80GB HBM3" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("content,extra,message", [
+    ('{"step": 1, "loss": 3}\n', [], "no step with an \"mfu\""),
+    ('{"presets": {"d32": {"mfu": 0.4}}}', [], "no \"mfu\" for preset d24"),
+    ('{"EMULATED (not a GPU number)": 1, "presets": {"d24": {"mfu": 0.4}}}', [], "CUDA emulation"),
+    ('{"step": 1, "mfu": 1.5}\n', [], "outside (0, 1]"),
+    ('not json\n', [], ":1: not a JSON object"),
+    ('{"step": 1, "mfu": 0.4}\n', ["--mfu", "0.3"], "give one of them"),
+], ids=["no-mfu", "other-preset", "emulated", "mfu-above-1", "not-json", "with-mfu"])
+def test_calibrate_refusals(tmp_path, content, extra, message):
+    c = tmp_path / "cal"
+    c.write_text(content)
+    r = vt(*PLAN, "--calibrate", c, *extra)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
