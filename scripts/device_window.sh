@@ -209,7 +209,7 @@ stage_attention() {
 # Synthetic Markov data (learnable: the loss must fall), made once for train, torch_peer and bov.
 make_data() {
   [ -f "$WORK/data/meta.json" ] && return 0
-  local vocab=32768 ntrain=20000000
+  local vocab=32768 ntrain=2000000  # the stages read about 1M tokens; the loader wraps
   [ "$EMU" = 1 ] && vocab=512 ntrain=200000
   (cd "$REPO/bench" && "$PY" -c "
 import sys; from synthetic_data import make_data_dir
