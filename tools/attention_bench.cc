@@ -20,7 +20,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -28,6 +27,7 @@
 #include "kernels/attention.cuh"
 #include "kernels/attention_tc.cuh"
 #include "kernels/cuda_check.cuh"
+#include "tools/bench_fill.h"
 
 namespace {
 
@@ -42,14 +42,6 @@ struct Buf {
     return static_cast<T*>(p);
   }
 };
-
-void fill_random(bf16* d, size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<bf16> h(n);
-  for (auto& x : h) x = __float2bfloat16(nd(rng));
-  VT_CUDA_CHECK(cudaMemcpy(d, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
-}
 
 // The largest |a - b| over n elements, and the largest |b| (the scale it is relative to).
 struct Diff {
@@ -152,10 +144,10 @@ int main(int argc, char** argv) {
       dv(nk * 2), lse(size_t(s.B * s.H * s.T) * 4);
   Buf ws(std::max(vt::cuda::attention_backward_workspace_bytes(s),
                   vt::cuda::attention_tc_backward_workspace_bytes(s)));
-  fill_random(q.as<bf16>(), nq, 1);
-  fill_random(k.as<bf16>(), nk, 2);
-  fill_random(v.as<bf16>(), nk, 3);
-  fill_random(dout.as<bf16>(), nq, 4);
+  vt::bench::fill_random_bf16(q.as<bf16>(), nq, 1);
+  vt::bench::fill_random_bf16(k.as<bf16>(), nk, 2);
+  vt::bench::fill_random_bf16(v.as<bf16>(), nk, 3);
+  vt::bench::fill_random_bf16(dout.as<bf16>(), nq, 4);
   const float scale = 1.0f / std::sqrt(float(s.hd));
 
   std::string js = "{\"device\": \"" + std::string(prop.name) + "\", \"windows\": {";

@@ -23,12 +23,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "core/cuda_gemm.h"
 #include "kernels/cuda_check.cuh"
+#include "tools/bench_fill.h"
 
 namespace {
 
@@ -63,14 +63,6 @@ void linear(std::vector<Shape>& v, const std::string& name, long long tokens, lo
   v.push_back({name + ".fwd", false, true, tokens, out, in});  // x (T,in) . W(out,in)^T
   v.push_back({name + ".dx", false, false, tokens, in, out});  // dy (T,out) . W (out,in)
   v.push_back({name + ".dW", true, false, out, in, tokens});   // dy^T (out,T) . x (T,in)
-}
-
-void fill(bf16* d, size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<bf16> h(n);
-  for (auto& x : h) x = __float2bfloat16(nd(rng));
-  VT_CUDA_CHECK(cudaMemcpy(d, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
 }
 
 }  // namespace
@@ -112,8 +104,8 @@ int main(int argc, char** argv) {
   VT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&A), most * sizeof(bf16)));
   VT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&B), most * sizeof(bf16)));
   VT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&C), most * sizeof(bf16)));
-  fill(A, most, 1);
-  fill(B, most, 2);
+  vt::bench::fill_random_bf16(A, most, 1);
+  vt::bench::fill_random_bf16(B, most, 2);
   cudaStream_t stream = nullptr;
   VT_CUDA_CHECK(cudaStreamCreate(&stream));
   vt::cuda::Gemm gemm;

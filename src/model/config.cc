@@ -291,16 +291,20 @@ class JsonFields {
   explicit JsonFields(const nlohmann::json& j) : j_(j) {}
   const absl::Status& status() const { return st_; }
 
-  // A declared-range number (config_field_ranges); `fallback` when absent and optional.
+  // The field, or null when it is absent (an error unless optional) or an error came before.
+  const nlohmann::json* lookup(const char* field, bool optional) {
+    if (!st_.ok()) return nullptr;
+    auto it = j_.find(field);
+    if (it != j_.end()) return &*it;
+    if (!optional) st_ = bad(absl::StrCat("field ", field, " is missing"));
+    return nullptr;
+  }
+  // A declared-range number (config_field_ranges); left as it is when absent and optional.
   template <typename T>
   void number(const char* field, T& out, bool optional = false) {
-    if (!st_.ok()) return;
     const ConfigFieldRange& r = config_field_range(field);
-    auto it = j_.find(field);
-    if (it == j_.end()) {
-      if (!optional) st_ = bad(absl::StrCat("field ", field, " is missing"));
-      return;
-    }
+    const nlohmann::json* it = lookup(field, optional);
+    if (it == nullptr) return;
     if (!it->is_number() || it->is_boolean()) {
       st_ = bad(absl::StrCat("field ", field, " is ", it->type_name(), " ", clip(it->dump()),
                              "; expected ", r.integer ? "an integer" : "a number", " in [",
@@ -315,12 +319,8 @@ class JsonFields {
     out = static_cast<T>(v);
   }
   void boolean(const char* field, bool& out, bool optional) {
-    if (!st_.ok()) return;
-    auto it = j_.find(field);
-    if (it == j_.end()) {
-      if (!optional) st_ = bad(absl::StrCat("field ", field, " is missing"));
-      return;
-    }
+    const nlohmann::json* it = lookup(field, optional);
+    if (it == nullptr) return;
     if (!it->is_boolean()) {
       st_ = bad(absl::StrCat("field ", field, " is ", it->type_name(), " ", clip(it->dump()),
                              "; expected true or false"));
@@ -329,12 +329,8 @@ class JsonFields {
     out = it->get<bool>();
   }
   void text(const char* field, std::string& out, bool optional, size_t max_len = 4096) {
-    if (!st_.ok()) return;
-    auto it = j_.find(field);
-    if (it == j_.end()) {
-      if (!optional) st_ = bad(absl::StrCat("field ", field, " is missing"));
-      return;
-    }
+    const nlohmann::json* it = lookup(field, optional);
+    if (it == nullptr) return;
     if (!it->is_string()) {
       st_ = bad(absl::StrCat("field ", field, " is ", it->type_name(), " ", clip(it->dump()),
                              "; expected a string"));
