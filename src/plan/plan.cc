@@ -1,5 +1,6 @@
 // The layouts of `vtrain plan`, their memory and their cost (see plan.h).
 #include "plan/plan.h"
+#include "model/model_split.h"
 
 #include <algorithm>
 #include <cmath>
@@ -193,7 +194,7 @@ absl::StatusOr<std::vector<Layout>> enumerate_layouts(const PlanInput& in) {
     for (int pp : divisors(c.n_layer)) {
       if (in.gpus % (tp * pp) != 0) continue;
       const int dp = in.gpus / (tp * pp);
-      if (!make_grid_shape(in.gpus, tp, pp, c).ok()) continue;  // MLP width, padded vocabulary
+      if (!make_grid_shape(in.gpus, tp, pp, model_split(c)).ok()) continue;  // MLP width, padded vocabulary
       if (rows % dp != 0) continue;
       const int64_t per_dp = rows / dp;
       for (int64_t b = 1; b <= per_dp; b *= 2) {
@@ -308,7 +309,7 @@ absl::Status check_layout(const PlanInput& in, const Layout& l) {
   if (c.n_layer % l.pp != 0)
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": pp ", l.pp, " must divide --layers ", c.n_layer));
-  VT_RETURN_IF_ERROR(make_grid_shape(l.tp * l.pp * l.dp, l.tp, l.pp, c).status());
+  VT_RETURN_IF_ERROR(make_grid_shape(l.tp * l.pp * l.dp, l.tp, l.pp, model_split(c)).status());
   if (in.global_batch % c.seq_len != 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "--global-batch ", in.global_batch, " tokens is not a whole number of rows of --seq-len ",

@@ -1,6 +1,6 @@
 // `vtrain plan`'s model of a run (docs/design.md "CLI", docs/design-notes.md "vtrain plan"): the
 // dp x tp x pp x micro-batch x recompute layouts a model can take on a cluster, each one's memory
-// per GPU from the start-up estimator of `vtrain train` (train/memory_estimate.h) plus a stated
+// per GPU from the start-up estimator of `vtrain train` (plan/memory_estimate.h) plus a stated
 // allowance, and what the run costs: tokens/s from an assumed MFU and the FLOPs MFU is measured
 // against (model/flops.h), the 1F1B bubble, an un-overlapped data-parallel all-reduce, days,
 // GPU-hours, and the checkpoint's size and save time. Every number is an estimate from stated
@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "model/config.h"
-#include "train/memory_estimate.h"
+#include "plan/memory_estimate.h"
 
 namespace vt::plan {
 
@@ -49,7 +49,7 @@ struct PlanInput {
   // keep plain 1F1B. The bubble becomes (pp - 1) / (vpp m), activations in flight Megatron's.
   int vpp = 1;
   // --table-offload: the value tables (bov, bov-add, value-embed) with their gradients and
-  // AdamW states in host memory; the device holds a step's rows (train/memory_estimate.h).
+  // AdamW states in host memory; the device holds a step's rows (plan/memory_estimate.h).
   bool table_offload = false;
   // Recomputation reruns each block's forward in backward: the step's compute grows by this
   // factor (one more forward of ~2 of the 6 FLOPs per parameter and token).

@@ -1,5 +1,6 @@
 // The training run (see trainer.h).
 #include "train/trainer.h"
+#include "model/model_split.h"
 
 #include <omp.h>
 #include <unistd.h>
@@ -27,7 +28,7 @@
 #include "parallel/failure.h"
 #include "parallel/mpi_communicator.h"
 #include "train/evaluate.h"
-#include "train/memory_estimate.h"
+#include "plan/memory_estimate.h"
 #include "train/preflight.h"
 
 namespace vt {
@@ -105,7 +106,7 @@ Trainer::~Trainer() = default;
 absl::Status Trainer::setup() {
   const ModelConfig& cfg = o_.model;
   // Layout errors are the same on every rank: agreed, so each rank exits with one message.
-  auto shape_or = make_grid_shape(world_->size(), o_.tp, o_.pp, cfg);
+  auto shape_or = make_grid_shape(world_->size(), o_.tp, o_.pp, model_split(cfg));
   if (!shape_or.ok()) return agreed(shape_or.status());
   shape_ = *shape_or;
   rows_per_micro_ = static_cast<int64_t>(o_.micro_batch) * shape_.dp;  // global rows

@@ -23,7 +23,7 @@
 #include "model/gpt.h"
 #include "optim/distributed_optimizer.h"
 #include "optim/grad_sync.h"
-#include "parallel/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "parallel/process_grid.h"
 #include "train/checkpoint_writer.h"
 #include "train/device_setup.h"

@@ -1,5 +1,5 @@
 // 1F1B pipeline schedule and bundle exchange (see pipeline.h).
-#include "parallel/pipeline.h"
+#include "pipeline/pipeline.h"
 
 #include <algorithm>
 #include <chrono>
