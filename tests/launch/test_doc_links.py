@@ -2,10 +2,12 @@
 # relative link of README.md, docs/*.md and the folder READMEs names a file or directory of the
 # checkout, and every `#anchor` into a markdown page names one of its headings (GitHub's slugs);
 # and every `docs/design.md "Section"` that a source comment cites on one line names a section of
-# docs/design.md (a heading, or the bold lead term of a bullet). Links inside code (fenced blocks,
+# docs/design.md (a heading, or the bold lead term of a bullet); and that design.md "Layout" has a
+# line for every folder of src/ and tests/ that git tracks. Links inside code (fenced blocks,
 # `inline code`) and to other sites are not checked. Standard library and pytest only.
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -129,3 +131,23 @@ def test_design_citations_in_comments_name_a_section():
                                 not any(b.rstrip(".").startswith(name) for b in bold):
                             bad.append(f"{path.relative_to(ROOT)}:{no}: \"{name}\"")
     assert bad == [], "cited sections missing from docs/design.md:\n" + "\n".join(bad)
+
+
+def test_layout_names_every_source_and_test_folder():
+    # docs/design.md "Layout" is the one place the layout is written: every folder of src/ and
+    # tests/ (and src/model's values/ and blocks/) must have its line there, so it cannot drift.
+    text = (ROOT / "docs/design.md").read_text()
+    layout = text[text.index("## Layout"):text.index("\n## ", text.index("## Layout") + 3)]
+    try:  # the folders git tracks (a checkout may hold untracked work in progress)
+        files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "src", "tests"], check=True,
+                               capture_output=True, text=True, timeout=60).stdout.split()
+        folders = sorted({"/".join(f.split("/")[:2]) + "/" for f in files if f.count("/") >= 2})
+    except (OSError, subprocess.SubprocessError):  # no git: the folders on disk
+        folders = [f"{top}/{d.name}/" for top in ("src", "tests")
+                   for d in sorted((ROOT / top).iterdir())
+                   if d.is_dir() and not d.name.startswith((".", "__"))]
+    missing = [f for f in folders if f"`{f}`" not in layout]
+    missing += [f"src/model/{d}/" for d in ("values", "blocks")
+                if (ROOT / "src/model" / d).is_dir() and f"`{d}/`" not in layout]
+    assert missing == [], ("folders without a line in docs/design.md \"Layout\": "
+                           + ", ".join(missing))
