@@ -1,4 +1,4 @@
-// `vtrain plan`'s model of a run (docs/design.md "CLI", docs/design-notes.md "vtrain plan"): the
+// `vtrain plan`'s model of a run (docs/design.md "CLI" and "Memory"): the
 // dp x tp x pp x micro-batch x recompute layouts a model can take on a cluster, each one's memory
 // per GPU from the start-up estimator of `vtrain train` (plan/memory_estimate.h) plus a stated
 // allowance, and what the run costs: tokens/s from an assumed MFU and the FLOPs MFU is measured

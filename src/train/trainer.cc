@@ -44,7 +44,7 @@ double now_seconds() {
 
 // Peak fp32 FLOP/s of the cores this job runs on, for MFU on the CPU backend: per core
 // VTRAIN_PEAK_FLOPS_PER_CORE, or 2 AVX2 FMA units x 8 lanes x 2 flops x 2.5 GHz = 80 GFLOP/s
-// (a nominal figure, stated in the README); cores = the threads the ranks use, at most the
+// (a nominal figure, stated in docs/usage.md); cores = the threads the ranks use, at most the
 // cores of the nodes they share (ranks oversubscribing one machine do not add peak).
 double cpu_peak_flops(Communicator* world) {
   double per_core = 32.0 * 2.5e9;
