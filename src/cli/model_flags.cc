@@ -27,7 +27,8 @@ std::vector<std::string> block_shape_names() {
   return names;
 }
 // "  name                 help" rows under a title.
-std::string choice_table(const char* title, const std::vector<std::pair<std::string, std::string>>& rows) {
+std::string choice_table(const char* title,
+                         const std::vector<std::pair<std::string, std::string>>& rows) {
   std::string out = absl::StrCat(title, ":\n");
   for (const auto& [name, help] : rows) {
     std::string left = "  " + name;
@@ -40,11 +41,13 @@ std::string choice_table(const char* title, const std::vector<std::pair<std::str
 
 std::string model_choices_help() {
   std::vector<std::pair<std::string, std::string>> modes, shapes;
-  for (ValueMode m : all_value_modes()) modes.push_back({value_mode_name(m), value_path(m).help()});
+  for (ValueMode m : all_value_modes())
+    modes.push_back({value_mode_name(m), value_path(m).help()});
   for (BlockShapeKind s : all_block_shapes())
     shapes.push_back({block_shape_name(s), block_shape(s).help()});
-  return absl::StrCat(choice_table("Value modes (--value; docs/model.md \"Value paths\")", modes), "\n",
-                      choice_table("Block shapes (--block; docs/model.md \"Block shapes\")", shapes));
+  return absl::StrCat(
+      choice_table("Value modes (--value; docs/model.md \"Value paths\")", modes), "\n",
+      choice_table("Block shapes (--block; docs/model.md \"Block shapes\")", shapes));
 }
 
 std::vector<FlagSpec> model_flag_specs() {

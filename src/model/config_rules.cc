@@ -8,11 +8,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/arena.h"
 #include "model/block_shape.h"
 #include "model/config.h"
 #include "model/gpt.h"
+#include "model/model_options.h"
 #include "model/value_path.h"
 
 namespace vt {
@@ -136,10 +138,11 @@ absl::Status ModelConfig::finalize() {
                             "' must be a non-empty string of S and L"));
   if (short_window < 0) return bad(absl::StrCat("--window must be >= 0 (got ", short_window, ")"));
   if (mlp_ratio < 1) return bad("mlp ratio must be >= 1");
-  if (shared_table && value_mode != ValueMode::kBov)
-    return bad("--shared-table applies only to value mode 'bov'");
-  if (bov_add_fixed && value_mode != ValueMode::kBovAdd)
-    return bad("--bov-add-fixed applies only to value mode 'bov-add'");
+  for (const DeclaredOption& d : value_mode_options())  // a mode's options belong to that mode
+    if (d.option.set_in && d.option.set_in(*this) &&
+        std::find(d.owners.begin(), d.owners.end(), value_mode_name(value_mode)) == d.owners.end())
+      return bad(absl::StrCat("--", d.option.flag.name, " applies only to value mode '",
+                              absl::StrJoin(d.owners, "' or '"), "'"));
   VT_RETURN_IF_ERROR(value().validate(*this));
   auto targets = resolve_target_layers(value_mode, value_layers, n_layer);
   if (!targets.ok()) return targets.status();

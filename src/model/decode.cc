@@ -111,7 +111,8 @@ Tensor DecodeKit::attention(const Tensor& n, BlockActs&) const {
   const ops::AttnExtras ex =
       layer_attention_extras(cfg, st, lp, i, d_.bias_[i], d_.ctx_values_, v.shape());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const float* bias = ex.bias.defined() ? ex.bias.f32() + static_cast<int64_t>(t) * d_.bias_T_ : nullptr;
+  const float* bias =
+      ex.bias.defined() ? ex.bias.f32() + static_cast<int64_t>(t) * d_.bias_T_ : nullptr;
   const int64_t qd = int64_t{H} * hd;
   std::vector<float> p(S), soft(ex.mix.active() ? S * qd : qd, 0.0f);
   float* yp = soft.data() + (ex.mix.active() ? (S - 1) * qd : 0);  // this token's row
@@ -147,9 +148,10 @@ Tensor DecodeKit::attention(const Tensor& n, BlockActs&) const {
     auto gain = [](const Tensor& g) { return g.defined() ? g.f32() : nullptr; };
     cpu::AttnShape shape;
     shape.T = S, shape.H = H, shape.Hkv = Hkv, shape.hd = hd, shape.window = S;
-    cpu::attention_mix_forward<float>(soft.data(), vwin.data(), v1win.empty() ? nullptr : v1win.data(),
-                                      gain(ex.mix.alpha), gain(ex.mix.beta), gain(ex.mix.gamma),
-                                      ex.mix.lam, out.data(), shape);
+    cpu::attention_mix_forward<float>(soft.data(), vwin.data(),
+                                      v1win.empty() ? nullptr : v1win.data(), gain(ex.mix.alpha),
+                                      gain(ex.mix.beta), gain(ex.mix.gamma), ex.mix.lam,
+                                      out.data(), shape);
     std::copy(out.end() - qd, out.end(), y.f32());
   }
   Tensor o = zeros({1, cfg.n_embd});

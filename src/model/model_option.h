@@ -15,6 +15,9 @@ struct ModelOption {
   // Sets the config from the parsed flags; called for every declared option, given or not
   // (an option read only when given checks f.has itself).
   void (*apply)(const Flags& f, ModelConfig& cfg) = nullptr;
+  // Whether a config (from flags or JSON) sets the option, so that ModelConfig::finalize refuses
+  // it with a mode or shape that does not declare it; null: not checked there.
+  bool (*set_in)(const ModelConfig& cfg) = nullptr;
 };
 
 }  // namespace vt

@@ -56,10 +56,11 @@ std::vector<ModelOption> dense_options() {
        [](const Flags& f, ModelConfig& cfg) { cfg.dense = f.get_bool("dense"); }},
       {no_default(config_field_flag("dense_dilation", 1, "DenseFormer: every k-th earlier output")),
        [](const Flags& f, ModelConfig& cfg) {
-         if (f.has("dense-dilation")) cfg.dense_dilation = static_cast<int>(f.get_int("dense-dilation"));
+         if (f.has("dense-dilation"))
+           cfg.dense_dilation = static_cast<int>(f.get_int("dense-dilation"));
        }},
-      {no_default(config_field_flag("dense_period", 1,
-                                    "DenseFormer: an average after every p-th block (divides --layers)")),
+      {no_default(config_field_flag(
+           "dense_period", 1, "DenseFormer: an average after every p-th block (divides --layers)")),
        [](const Flags& f, ModelConfig& cfg) {
          if (f.has("dense-period")) cfg.dense_period = static_cast<int>(f.get_int("dense-period"));
        }},

@@ -13,7 +13,8 @@ namespace vt::simplified {
 
 std::vector<ModelOption> options() {
   return {
-      {choice_flag("norm", "rms", {"rms", "none"}, "none: no pre-norms in layers >= 1 (sas, sas-p)"),
+      {choice_flag("norm", "rms", {"rms", "none"},
+                   "none: no pre-norms in layers >= 1 (sas, sas-p)"),
        [](const Flags& f, ModelConfig& cfg) { cfg.norm_none = f.get_string("norm") == "none"; }},
       {no_default(choice_flag("reparam-init", "", {"id", "orth"},
                               "reparameterize every layer's W_V, W_O as s*W0 + r*dW (sas, sas-p)")),

@@ -24,7 +24,10 @@ class Bov final : public ValuePath {
   DefaultTargets default_targets() const override { return DefaultTargets::kLastThird; }
   std::vector<ModelOption> options() const override {
     return {{bool_flag("shared-table", "one value table for all target layers (bov)"),
-             [](const Flags& f, ModelConfig& cfg) { cfg.shared_table = f.get_bool("shared-table"); }}};
+             [](const Flags& f, ModelConfig& cfg) {
+               cfg.shared_table = f.get_bool("shared-table");
+             },
+             [](const ModelConfig& cfg) { return cfg.shared_table; }}};
   }
   bool target_has_wv() const override { return false; }
   bool has_table() const override { return true; }

@@ -20,7 +20,10 @@ class BovAdd final : public ValuePath {
   DefaultTargets default_targets() const override { return DefaultTargets::kLastThird; }
   std::vector<ModelOption> options() const override {
     return {{bool_flag("bov-add-fixed", "bov-add with fixed 0.5/0.5 coefficients"),
-             [](const Flags& f, ModelConfig& cfg) { cfg.bov_add_fixed = f.get_bool("bov-add-fixed"); }}};
+             [](const Flags& f, ModelConfig& cfg) {
+               cfg.bov_add_fixed = f.get_bool("bov-add-fixed");
+             },
+             [](const ModelConfig& cfg) { return cfg.bov_add_fixed; }}};
   }
   bool has_table() const override { return true; }
   void register_layer(ParamRegistrar& r, int layer, const ValueSharedParams&,
