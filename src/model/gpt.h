@@ -149,6 +149,8 @@ class GPT {
 
  private:
   friend class TrainKit;
+  // One block of this stage in training: its shape run through a TrainKit (defined in
+  // train_kit.cc, beside the kit, so that gpt.cc does not include it back).
   void block_forward(int layer, Bundle& bundle, Activations& acts, BlockActs& a) const;
   void block_backward(int layer, Bundle& grad, Activations& acts, BlockActs& a) const;
   // DenseFormer's average after block i (dense.h): forward replaces bundle.x (x_{i+1}) by y_i;
