@@ -104,7 +104,8 @@ def figure(runs: list[Run], x: str = "step", smooth: float | None = None,
     if x == "tokens":
         for ax in axes.flat:
             ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
-    fig.suptitle(title or f"{', '.join(r.name for r in runs)} against {xlabel}s", fontsize=10)
+    fig.suptitle(title or f"{', '.join(r.name for r in runs)} against "
+                 f"{'steps' if x == 'step' else 'tokens'}", fontsize=10)
     fig.tight_layout()
     return fig
 
