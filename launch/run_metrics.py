@@ -103,7 +103,8 @@ def split_lines(text: str, where: str, final: bool = True, first: int = 1):
 
 
 def dedup(records: list[dict]) -> tuple[list[dict], int, int]:
-    """Keeps the last occurrence of each (kind, step) (a step and a skipped step share a key):
+    """Keeps the last occurrence of each (kind, step) (a step and a skipped step share a key;
+    a record of an unknown kind is told apart by its field names too):
     a run resumed from an earlier checkpoint runs and logs some steps again, and its own records
     are the run's. Returns (records sorted by step, stably; lines superseded; restarts: how often
     the step number of a training step went back or repeated)."""
@@ -111,7 +112,12 @@ def dedup(records: list[dict]) -> tuple[list[dict], int, int]:
     prev, restarts = None, 0
     for i, r in enumerate(records):
         k = kind_of(r)
-        key = ("step" if k in ("step", "skipped") else k, r["step"])
+        if k in ("step", "skipped"):
+            key = ("step", r["step"])
+        elif k == "other":  # records of kinds this reader does not know: by their fields
+            key = (k, r["step"], tuple(sorted(r)))
+        else:
+            key = (k, r["step"])
         last[key] = i
         if k in ("step", "skipped"):
             if prev is not None and r["step"] <= prev:

@@ -99,6 +99,16 @@ def test_reader_keeps_the_last_occurrence_and_drops_the_cut_line(tmp_path):
     np.testing.assert_allclose(run.tokens_at([0, 10, 20, 22]), [0, 1000, 2000, 2200])
 
 
+def test_reader_keeps_records_of_unknown_kinds_apart(tmp_path):
+    p = tmp_path / "m.jsonl"
+    p.write_text("\n".join([step_line(1, 5.0), json.dumps({"step": 1, "straggler": 3}),
+                            json.dumps({"step": 1, "rank_ms": [1, 2]}),
+                            json.dumps({"step": 1, "straggler": 2})]) + "\n")
+    run = run_metrics.read_run(p)
+    assert run.other == [{"step": 1, "rank_ms": [1, 2]}, {"step": 1, "straggler": 2}]
+    assert run.superseded == 1 and len(run.steps) == 1
+
+
 def test_reader_recovers_a_resume_appended_to_a_cut_line(tmp_path):
     p = tmp_path / "m.jsonl"
     p.write_text(step_line(1, 5.0) + "\n" + '{"step":2,"loss":4.' + step_line(2, 4.4) + "\n"
