@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # launch/run_metrics.py owns reading the metrics files of `vtrain train --metrics FILE`
 # (docs/design.md "Metrics JSONL") for the Python tools that draw or forward them
 # (launch/plot_run.py, launch/wandb_follow.py, launch/ablate.py): parsing a line (a crash
