@@ -80,6 +80,14 @@ const CommandSpec& train_command() {
         int_flag("stop-at-step", 0, 0, 1e12, "save and exit 75 after step N, as on SIGUSR1"),
         int_flag("seed", 1337, 0, 9.2e18, "initialization and data order"),
         int_flag("log-every", 1, 1, 1e12, "progress line every N steps"),
+        int_flag("health-every", 50, 0, 1e9,
+                 "every N steps gather each rank's compute, communication wait and data time "
+                 "and name stragglers (0: never)"),
+        num_flag("straggler-margin", 0.2, 0, 100,
+                 "a rank whose compute per step is above the median by this fraction (and "
+                 "--straggler-min-s) is a straggler"),
+        num_flag("straggler-min-s", 0.02, 0, 1e6,
+                 "seconds per step above the median a straggler must also be"),
         flag_heading("device"),
         choice_flag("device", "cpu", {"cpu", "cuda", "emulated"},
                     "cuda: one GPU per rank; emulated: the device code path on the CPU, for tests"),
@@ -158,6 +166,9 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.warmdown_frac = f.get_double("warmdown");
   o.max_grad_norm = f.get_double("max-grad-norm");
   o.log_every = f.get_int("log-every");
+  o.health_every = f.get_int("health-every");
+  o.straggler_margin = f.get_double("straggler-margin");
+  o.straggler_min_s = f.get_double("straggler-min-s");
   o.sample_every = f.get_int("sample-every");
   o.polar_express = f.get_bool("polar-express");
   o.recompute = f.get_bool("recompute");

@@ -206,7 +206,7 @@ void GPT::start_activations(Activations& acts, const int32_t* inputs, const int3
   if (targets) acts.target_ids = Tensor::from_host(acts.targets.data(), {N}, device());
 }
 
-Bundle GPT::embed_forward(Activations& acts) const {
+Bundle GPT::embed_forward(Activations& acts, const PassHooks& hooks) const {
   VT_CHECK(is_first_stage());
   const int64_t N = static_cast<int64_t>(acts.B) * cfg_.seq_len, C = cfg_.n_embd;
   acts.emb_raw = act({acts.B, cfg_.seq_len, C});
@@ -216,7 +216,7 @@ Bundle GPT::embed_forward(Activations& acts) const {
   Bundle b;
   b.x = act({acts.B, cfg_.seq_len, C});
   ops::rmsnorm(acts.emb_raw, b.x, acts.emb_rstd, 1.0f, cfg_.norm_eps);
-  if (block_output_hook_) block_output_hook_(-1, b.x);
+  if (hooks.block_output) hooks.block_output(-1, b.x);
   if (cfg_.value().context_from_x0()) b.x0 = b.x.clone();
   b.values.resize(cfg_.n_layer);
   b.dense.resize(cfg_.n_layer + 1);
@@ -224,7 +224,7 @@ Bundle GPT::embed_forward(Activations& acts) const {
   return b;
 }
 
-void GPT::blocks_forward(Bundle& bundle, Activations& acts) const {
+void GPT::blocks_forward(Bundle& bundle, Activations& acts, const PassHooks& hooks) const {
   ensure_fixed();
   if (bundle.values.empty()) bundle.values.resize(cfg_.n_layer);
   if (bundle.dense.empty()) bundle.dense.resize(cfg_.n_layer + 1);
@@ -237,7 +237,7 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts) const {
   for (int i = begin; i < end; ++i) {
     BlockActs& a = acts.blocks[i - begin];
     block_forward(i, bundle, acts, a);
-    if (block_output_hook_) block_output_hook_(i, bundle.x);
+    if (hooks.block_output) hooks.block_output(i, bundle.x);
     if (cfg_.dense) dense_forward(i, bundle);
     if (recompute_) {
       Tensor x_in = a.x_in;
@@ -291,7 +291,7 @@ void GPT::dense_backward(int i, Bundle& grad, const Activations& acts) const {
   }
 }
 
-void GPT::blocks_backward(Bundle& grad, Activations& acts) const {
+void GPT::blocks_backward(Bundle& grad, Activations& acts, const PassHooks& hooks) const {
   if (grad.values.empty()) grad.values.resize(cfg_.n_layer);
   if (grad.dense.empty()) grad.dense.resize(cfg_.n_layer + 1);
   const int begin = chunk_begin(acts.chunk), end = chunk_end(acts.chunk);
@@ -308,7 +308,7 @@ void GPT::blocks_backward(Bundle& grad, Activations& acts) const {
       block_forward(i, scratch, acts, acts.blocks[i - begin]);
     }
     block_backward(i, grad, acts, acts.blocks[i - begin]);
-    if (layer_grads_hook_) layer_grads_hook_(i);
+    if (hooks.layer_grads_done) hooks.layer_grads_done(i);
     acts.blocks[i - begin] = BlockActs{};  // free as we go
   }
   if (!cfg_.target_layers.empty())

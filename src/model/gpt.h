@@ -49,6 +49,17 @@ class BlockShape;
 // embedding): diagnostics of non-finite values and fault injection (train/nonfinite.h).
 using BlockOutputHook = std::function<void(int layer, const Tensor& x)>;
 
+// What a caller sees of one pass, given with the pass (nothing is installed on the model):
+// block_output after each block's forward (and the embedding's, layer -1; not when a block is
+// recomputed in backward); layer_grads_done with a layer index right after that block's
+// backward, when its parameter gradients are final for this micro-batch (the pipeline passes it
+// for the last micro-batch of a step, so the data-parallel sum of that layer can start while
+// backward goes on).
+struct PassHooks {
+  BlockOutputHook block_output;
+  std::function<void(int layer)> layer_grads_done;
+};
+
 class GPT {
  public:
   GPT(const ModelConfig& config, const ModelParallel& parallel = {});
@@ -85,13 +96,13 @@ class GPT {
   void start_activations(Activations& acts, const int32_t* inputs, const int32_t* targets,
                          int B, int chunk = 0) const;
   // Stage pieces (for the pipeline schedule). `inputs`/`targets` are (B, T) token ids.
-  Bundle embed_forward(Activations& acts) const;
-  void blocks_forward(Bundle& bundle, Activations& acts) const;
+  Bundle embed_forward(Activations& acts, const PassHooks& hooks = {}) const;
+  void blocks_forward(Bundle& bundle, Activations& acts, const PassHooks& hooks = {}) const;
   // Sum over this micro-batch's tokens of the cross-entropy (nats).
   double head_forward(const Bundle& bundle, Activations& acts) const;
   // d loss_sum / d bundle times grad_scale (grad_scale = 1 / tokens in the whole batch).
   Bundle head_backward(Activations& acts, float grad_scale) const;
-  void blocks_backward(Bundle& grad, Activations& acts) const;
+  void blocks_backward(Bundle& grad, Activations& acts, const PassHooks& hooks = {}) const;
   void embed_backward(Bundle& grad, Activations& acts) const;
 
   // Whole model on one stage: forward, loss sum, and (if backward) parameter gradients
@@ -103,14 +114,7 @@ class GPT {
   // the block's forward (including its tensor-parallel communication) right before its
   // backward. Same results as without (the rerun is deterministic).
   void set_recompute(bool on) { recompute_ = on; }
-  // Called with the layer index right after each block's backward (its parameter gradients are
-  // final for this micro-batch); the pipeline sets it for the last micro-batch of a step so the
-  // data-parallel sum of that layer's gradients can start while backward goes on.
-  void set_layer_grads_hook(std::function<void(int)> hook) { layer_grads_hook_ = std::move(hook); }
   bool recompute() const { return recompute_; }
-  // Installs (or, with an empty function, removes) the block-output observer. Not called when
-  // a block is recomputed in backward.
-  void set_block_output_hook(BlockOutputHook hook) { block_output_hook_ = std::move(hook); }
 
   // Which earlier layers' context values must be kept for later layers (the value mode says).
   bool keeps_value(int layer) const;
@@ -192,8 +196,6 @@ class GPT {
   mutable std::vector<Tensor> attn_bias_;     // per held layer, as layers_ (undefined without --attn-bias)
   mutable bool fixed_ready_ = false;
   bool recompute_ = false;
-  std::function<void(int)> layer_grads_hook_;
-  BlockOutputHook block_output_hook_;
 };
 
 }  // namespace vt

@@ -163,7 +163,8 @@ Bundle PipelineEngine::recv_bundle(int boundary, int B, int peer, bool forward) 
 }
 
 void PipelineEngine::forward_micro(int i, int chunk, int B, const FetchBatch& fetch,
-                                   const OnLoss& on_loss, bool keep, double& loss_sum) {
+                                   const OnLoss& on_loss, const PassHooks& hooks, bool keep,
+                                   double& loss_sum) {
   // Micro-batch i's ids are fetched by its first pass on this rank (chunk 0's forward: those
   // come in micro-batch order, so the loader is read in order) and kept for its other chunks.
   const int64_t N = static_cast<int64_t>(B) * model_.config().seq_len;
@@ -178,9 +179,9 @@ void PipelineEngine::forward_micro(int i, int chunk, int B, const FetchBatch& fe
   model_.start_activations(acts, ids.data(), ids.data() + N, B, chunk);
   if (chunk + 1 == model_.num_chunks()) std::vector<int32_t>().swap(ids);  // its last forward
   const int prev = prev_rank(chunk), next = next_rank(chunk);
-  Bundle bundle = prev < 0 ? model_.embed_forward(acts)
+  Bundle bundle = prev < 0 ? model_.embed_forward(acts, hooks)
                            : recv_bundle(model_.chunk_begin(chunk), B, prev, true);
-  model_.blocks_forward(bundle, acts);
+  model_.blocks_forward(bundle, acts, hooks);
   if (next < 0) {
     loss_sum += model_.head_forward(bundle, acts);
     if (on_loss) on_loss(acts);
@@ -193,8 +194,7 @@ void PipelineEngine::forward_micro(int i, int chunk, int B, const FetchBatch& fe
   }
 }
 
-void PipelineEngine::backward_micro(int chunk, float grad_scale,
-                                    const std::function<void(int)>& layer_hook) {
+void PipelineEngine::backward_micro(int chunk, float grad_scale, const PassHooks& hooks) {
   std::vector<Activations>& fifo = inflight_.at(chunk);
   VT_CHECK(!fifo.empty());
   Activations acts = std::move(fifo.front());
@@ -204,9 +204,7 @@ void PipelineEngine::backward_micro(int chunk, float grad_scale,
   const int prev = prev_rank(chunk), next = next_rank(chunk);
   Bundle grad = next < 0 ? model_.head_backward(acts, grad_scale)
                          : recv_bundle(model_.chunk_end(chunk), B, next, false);
-  model_.set_layer_grads_hook(layer_hook);
-  model_.blocks_backward(grad, acts);
-  model_.set_layer_grads_hook({});
+  model_.blocks_backward(grad, acts, hooks);
   if (prev < 0)
     model_.embed_backward(grad, acts);
   else
@@ -252,7 +250,9 @@ void PipelineEngine::prepare_tables(int M, int B, const FetchBatch& fetch, bool 
 }
 
 double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBatch& fetch,
-                                  const std::function<void(int)>& on_last_layer_grads) {
+                                  const PassHooks& hooks) {
+  // Backwards see layer_grads_done only in the last micro-batch's pass of each chunk.
+  const PassHooks last_backward{{}, hooks.layer_grads_done};
   const int P = grid_.shape().pp, s = grid_.coords().pp, V = model_.num_chunks();
   const double t_begin = now_s();
   rank_times_ = RankTimes{};
@@ -283,12 +283,12 @@ double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBat
         end = op.micro;
         continue;
       }
-      forward_micro(op.micro, op.chunk, B, fetch, {}, true, loss_sum);
+      forward_micro(op.micro, op.chunk, B, fetch, {}, hooks, true, loss_sum);
     } else {
       // The last micro-batch's backward of a chunk finishes its layers' gradients: tell the
       // caller (not when a stop request ended the step early: its gradients are discarded).
       const bool last = ++backwards[op.chunk] == M;
-      backward_micro(op.chunk, grad_scale, last ? on_last_layer_grads : std::function<void(int)>());
+      backward_micro(op.chunk, grad_scale, last ? last_backward : PassHooks{});
     }
   }
   grid_.pp()->wait_sends();
@@ -330,14 +330,15 @@ PipelineEngine::StepTimes PipelineEngine::reduce_times(int M) const {
   return r;
 }
 
-double PipelineEngine::forward_only(int M, int B, const FetchBatch& fetch, const OnLoss& on_loss) {
+double PipelineEngine::forward_only(int M, int B, const FetchBatch& fetch, const OnLoss& on_loss,
+                                    const PassHooks& hooks) {
   // Each micro-batch through this rank's chunks in order: any M (no backward to interleave).
   double loss_sum = 0.0;
   stopped_ = false;
   ids_.clear();
   prepare_tables(M, B, fetch, false);
   for (int i = 0; i < M && next_forward(i); ++i)
-    for (int c = 0; c < model_.num_chunks(); ++c) forward_micro(i, c, B, fetch, on_loss, false, loss_sum);
+    for (int c = 0; c < model_.num_chunks(); ++c) forward_micro(i, c, B, fetch, on_loss, hooks, false, loss_sum);
   grid_.pp()->wait_sends();
   if (prefetched_) model_.finish_table_rows();
   prefetched_ = false;

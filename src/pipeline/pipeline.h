@@ -56,13 +56,15 @@ class PipelineEngine {
 
   // Forward and backward of M micro-batches of B rows; parameter gradients accumulate with
   // d loss_sum * grad_scale. Returns the sum of token losses on the last stage (0 elsewhere).
-  // on_last_layer_grads (optional) is called with each layer index as soon as that layer's
-  // gradients are complete, i.e. during the last micro-batch's backward.
+  // hooks.block_output sees every forward pass's block outputs; hooks.layer_grads_done is
+  // called with each layer index as soon as that layer's gradients are complete, i.e. during
+  // the last micro-batch's backward.
   double train_step(int M, int B, float grad_scale, const FetchBatch& fetch,
-                    const std::function<void(int)>& on_last_layer_grads = {});
+                    const PassHooks& hooks = {});
   // Forward only. Returns the loss sum on the last stage (0 elsewhere); on_loss sees each
-  // micro-batch's activations there.
-  double forward_only(int M, int B, const FetchBatch& fetch, const OnLoss& on_loss = {});
+  // micro-batch's activations there, hooks.block_output every block's output.
+  double forward_only(int M, int B, const FetchBatch& fetch, const OnLoss& on_loss = {},
+                      const PassHooks& hooks = {});
 
   // Stop requests between micro-batches: before each forward, the first stage's ranks (tp x dp)
   // vote with `check` (e.g. "a stop signal arrived") and pass the decision down the pipeline
@@ -99,8 +101,8 @@ class PipelineEngine {
   void prepare_tables(int M, int B, const FetchBatch& fetch, bool with_grads);
   bool next_forward(int i);  // the stop vote before micro-batch i's first forward (set_stop_check)
   void forward_micro(int i, int chunk, int B, const FetchBatch& fetch, const OnLoss& on_loss,
-                     bool keep, double& loss_sum);
-  void backward_micro(int chunk, float grad_scale, const std::function<void(int)>& layer_hook);
+                     const PassHooks& hooks, bool keep, double& loss_sum);
+  void backward_micro(int chunk, float grad_scale, const PassHooks& hooks);
   // The pipeline rank that sends chunk c its input (-1: none, the chunk starts with the
   // embedding) and the one chunk c sends its output to (-1: none, it ends with the loss).
   int prev_rank(int chunk) const;

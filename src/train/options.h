@@ -46,6 +46,8 @@ struct TrainOptions {
   double max_grad_norm = 0.0;
   bool polar_express = false;
   int64_t log_every = 1;
+  int64_t health_every = 50;     // per-rank health report every N steps (train/rank_health.h)
+  double straggler_margin = 0.2, straggler_min_s = 0.02;
   int64_t sample_every = 0; // 0: never; prints a short greedy sample on rank 0
   int64_t core_every = 0;   // > 0: the CORE score (--core DIR) every N steps and at the end
   std::string core_dir;     // the CORE eval bundle (eval/core_bundle.h)

@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 
 namespace vt {
 
@@ -23,6 +26,18 @@ double median_of(std::vector<double> v) {
 }
 
 }  // namespace
+
+absl::StatusOr<SlowRank> SlowRank::from_env() {
+  SlowRank s;
+  const char* env = std::getenv("VTRAIN_INJECT_SLOW_RANK");
+  if (env == nullptr || *env == '\0') return s;
+  const std::vector<std::string> parts = absl::StrSplit(env, ':');
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &s.rank) || s.rank < 0 ||
+      !absl::SimpleAtod(parts[1], &s.seconds) || !(s.seconds >= 0))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "VTRAIN_INJECT_SLOW_RANK=", env, ": expected RANK:SECONDS (a world rank >= 0, seconds >= 0)"));
+  return s;
+}
 
 std::vector<int> find_stragglers(const std::vector<double>& compute_s, double margin, double min_s) {
   const double median = median_of(compute_s);

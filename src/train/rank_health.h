@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "core/communicator.h"
 #include "nlohmann/json.hpp"
 
@@ -32,6 +33,15 @@ struct HealthReport {
 // The ranks whose compute is above the median by more than `margin` x median and `min_s`
 // seconds, slowest first.
 std::vector<int> find_stragglers(const std::vector<double>& compute_s, double margin, double min_s);
+
+// A straggler on purpose (tests only; docs/design.md "Test hooks"): VTRAIN_INJECT_SLOW_RANK=R:S
+// makes world rank R sleep S seconds in every training step, before its forward passes.
+struct SlowRank {
+  int rank = -1;
+  double seconds = 0;
+  // From the environment (rank -1 when unset); errors name the malformed part.
+  static absl::StatusOr<SlowRank> from_env();
+};
 
 class RankHealth {
  public:

@@ -85,6 +85,9 @@ Trainer::~Trainer() = default;
 absl::Status Trainer::setup() {
   VT_ASSIGN_OR_RETURN(run_, build_run(o_, world_));
   run_->engine->set_stop_check([] { return stop_signal_received() != 0; });
+  VT_ASSIGN_OR_RETURN(slow_, SlowRank::from_env());
+  health_ = std::make_unique<RankHealth>(world_, static_cast<int>(o_.health_every),
+                                         o_.straggler_margin, o_.straggler_min_s);
   VT_RETURN_IF_ERROR(resume());
   if (!o_.ckpt_dir.empty() && rank0_) {
     VT_RETURN_IF_ERROR(run_->tokenizer->save((fs::path(o_.ckpt_dir) / "tokenizer.json").string()));
@@ -155,8 +158,10 @@ void Trainer::print_banner() const {
 FetchBatch Trainer::fetch_from(data::DataLoader& loader) {
   const int64_t T = o_.model.seq_len, rows = run_->rows_per_micro;
   return [this, &loader, T, rows](int, int32_t* in, int32_t* tg) {
+    const double t0 = now_seconds();
     absl::Status st = loader.next_batch_into(rows, T, run_->grid->coords().dp, run_->shape.dp, in, tg);
     if (!st.ok()) abort_job(std::string(st.message()));
+    data_s_ += now_seconds() - t0;
   };
 }
 
@@ -335,13 +340,13 @@ void Trainer::replay_forward(const BlockOutputHook& observer) {
   auto again = data::DataLoader::open(o_.data_dir, "train", lo);
   if (!again.ok() || !again->load_state_json(loader_state_).ok()) return;  // opened once already
   const int64_t step_1based = completed_step_ + 1;
-  run_->model->set_block_output_hook([&](int layer, const Tensor& x) {
+  PassHooks hooks;
+  hooks.block_output = [&](int layer, const Tensor& x) {
     if (run_->inject.at(step_1based, FaultInjection::Where::kActivation) && run_->inject.layer == layer)
       ops::scale_copy(x, x, run_->inject.value);
     observer(layer, x);
-  });
-  run_->engine->forward_only(run_->micro_batches, o_.micro_batch, fetch_from(*again));
-  run_->model->set_block_output_hook(nullptr);
+  };
+  run_->engine->forward_only(run_->micro_batches, o_.micro_batch, fetch_from(*again), {}, hooks);
 }
 
 absl::Status Trainer::nonfinite_step(int64_t index, double loss, double grad_norm, bool* skip) {
@@ -378,22 +383,25 @@ absl::Status Trainer::nonfinite_step(int64_t index, double loss, double grad_nor
 
 absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
   const int64_t step_1based = index + 1;
-  const ModelConfig& cfg = o_.model;
+  const double t_begin = now_seconds(), comm_begin = comm_seconds_total();
+  data_s_ = 0;
   if (run_->inject.at(step_1based, FaultInjection::Where::kWeight) && run_->store.find(run_->inject.param) >= 0) {
     ops::add_scalar(run_->store.param(run_->inject.param), 0, run_->inject.value);
     run_->store.refresh_compute_copy();
   }
+  PassHooks hooks;
   if (run_->inject.at(step_1based, FaultInjection::Where::kActivation))
-    run_->model->set_block_output_hook([&](int layer, const Tensor& x) {
+    hooks.block_output = [&](int layer, const Tensor& x) {
       if (layer == run_->inject.layer) ops::scale_copy(x, x, run_->inject.value);
-    });
+    };
+  if (o_.overlap_grad_sync)
+    hooks.layer_grads_done = [&](int layer) { run_->dp_sync->layer_done(layer); };
+  if (slow_.rank == world_->rank() && slow_.seconds > 0)  // a straggler, on purpose (tests)
+    std::this_thread::sleep_for(std::chrono::duration<double>(slow_.seconds));
   run_->store.zero_grads();
   const float grad_scale = 1.0f / static_cast<float>(o_.global_batch);
-  auto layer_grads_done = [&](int layer) { run_->dp_sync->layer_done(layer); };
-  double loss_sum = run_->engine->train_step(
-      run_->micro_batches, o_.micro_batch, grad_scale, fetch_from(*run_->train),
-      o_.overlap_grad_sync ? std::function<void(int)>(layer_grads_done) : std::function<void(int)>());
-  run_->model->set_block_output_hook(nullptr);
+  double loss_sum = run_->engine->train_step(run_->micro_batches, o_.micro_batch, grad_scale,
+                                             fetch_from(*run_->train), hooks);
   if (run_->engine->stopped()) return StepOutcome::kStopped;  // partial gradients: discarded
   sync_gradients(run_->store, *run_->grid, *run_->dp_sync);
   if (run_->inject.at(step_1based, FaultInjection::Where::kGradient) && run_->store.find(run_->inject.param) >= 0)
@@ -402,7 +410,6 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
   run_->grid->pp()->all_reduce_sum(&loss_sum, 1);
   run_->grid->dp()->all_reduce_sum(&loss_sum, 1);
   const double loss = loss_sum / static_cast<double>(o_.global_batch);
-  (void)cfg;
 
   const double grad_norm = run_->opt->grad_norm();
   if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
@@ -412,6 +419,7 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
     run_->opt->set_step_count(step_1based);
     tokens_seen_ += o_.global_batch;
     loader_state_ = run_->train->state_json();
+    check_health(step_1based, now_seconds() - t_begin, comm_seconds_total() - comm_begin);
     return StepOutcome::kSkipped;
   }
   nonfinite_in_row_ = 0;
@@ -424,7 +432,18 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
   // The pipeline's idle share (PipelineEngine::StepTimes, reduced over the pipeline ranks):
   // bench/bench_layouts.py compares wait / busy with the theory (pp-1) / (vpp M).
   log_step(step_1based, loss, st, comm_s, run_->engine->last_step_times());
+  check_health(step_1based, now_seconds() - t_begin, comm_seconds_total() - comm_begin);
   return StepOutcome::kApplied;
+}
+
+void Trainer::check_health(int64_t step, double step_s, double comm_s) {
+  health_->add_step(step_s, comm_s, data_s_);
+  const std::optional<HealthReport> r = health_->maybe_report(step);
+  if (!r || !rank0_) return;
+  const bool quiet = r->stragglers.empty() && step % o_.log_every != 0;
+  if (!quiet) std::printf("%s", format_health(*r).c_str());
+  metrics_.write(health_json(*r));
+  std::fflush(stdout);
 }
 
 void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s,

@@ -19,6 +19,7 @@
 #include "core/op_profile.h"
 #include "train/metrics.h"
 #include "train/options.h"
+#include "train/rank_health.h"
 #include "train/run_builder.h"
 #include "train/run_state.h"
 
@@ -73,12 +74,18 @@ class Trainer {
   void log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s,
                 const PipelineEngine::StepTimes& pp);
   void replay_forward(const BlockOutputHook& observer);
+  // This step's times into the per-rank health; every --health-every steps the report (rank 0
+  // prints stragglers and writes the metrics line). Collective at those steps.
+  void check_health(int64_t step, double step_s, double comm_s);
   FetchBatch fetch_from(data::DataLoader& loader);
 
   TrainOptions o_;  // global_batch completed by build_run
   Communicator* world_;
   bool rank0_ = false;
   std::unique_ptr<Run> run_;  // the run's objects (run_builder.h)
+  std::unique_ptr<RankHealth> health_;
+  double data_s_ = 0;  // seconds this step spent reading batches
+  SlowRank slow_;      // VTRAIN_INJECT_SLOW_RANK
   MetricsLog metrics_;
   std::string resumed_from_;
 
