@@ -11,6 +11,7 @@
 #include "model/block_shape.h"
 #include "model/dense.h"
 #include "model/param_registrar.h"
+#include "parallel/tensor_parallel.h"
 
 namespace vt {
 
@@ -32,11 +33,14 @@ GPT::GPT(const ModelConfig& config, const ModelParallel& parallel) : cfg_(config
   VT_CHECK_MSG(cfg_.n_head % tp == 0 && cfg_.n_kv_head % tp == 0 && cfg_.mlp_hidden() % tp == 0 &&
                    cfg_.vocab_padded % tp == 0,
                "tensor-parallel size " << tp << " does not divide the model");
-  heads_ = cfg_.n_head / tp;
-  kv_heads_ = cfg_.n_kv_head / tp;
-  hidden_ = cfg_.mlp_hidden() / tp;
-  vocab_rows_ = cfg_.vocab_padded / tp;
-  vocab_offset_ = vocab_rows_ * par_.tp_rank();
+  // This rank's shards (parallel/tensor_parallel.h): heads, KV heads, hidden units, vocabulary rows.
+  const int r = par_.tp_rank();
+  heads_ = static_cast<int>(tp::shard(cfg_.n_head, tp, r).size);
+  kv_heads_ = static_cast<int>(tp::shard(cfg_.n_kv_head, tp, r).size);
+  hidden_ = static_cast<int>(tp::shard(cfg_.mlp_hidden(), tp, r).size);
+  const tp::Shard vocab = tp::shard(cfg_.vocab_padded, tp, r);
+  vocab_rows_ = vocab.size;
+  vocab_offset_ = vocab.offset;
 }
 
 GPT GPT::with_seq_len(int T) const {
@@ -211,7 +215,7 @@ Bundle GPT::embed_forward(Activations& acts, const PassHooks& hooks) const {
   const int64_t N = static_cast<int64_t>(acts.B) * cfg_.seq_len, C = cfg_.n_embd;
   acts.emb_raw = act({acts.B, cfg_.seq_len, C});
   ops::embedding(P(wte_), vocab_offset_, acts.input_ids, acts.emb_raw);
-  par_.tp_comm()->all_reduce_sum(acts.emb_raw);
+  tp::reduce_outputs(par_.tp_comm(), acts.emb_raw);
   acts.emb_rstd = f32({N});
   Bundle b;
   b.x = act({acts.B, cfg_.seq_len, C});
@@ -327,16 +331,7 @@ double GPT::head_forward(const Bundle& bundle, Activations& acts) const {
   const XentArgs xa = xent_args(acts);
   Tensor row_max = f32({N}), row_sum = f32({N}), target_z = f32({N});
   ops::xent_partial(xa, row_max, row_sum, target_z);
-  Communicator* tp = par_.tp_comm();
-  if (tp->size() > 1) {
-    // Combine the vocabulary shards: global max, sums rescaled to it, the one target logit.
-    Tensor global_max = row_max.clone();
-    tp->all_reduce_max(global_max);
-    ops::xent_rescale(row_sum, row_max, global_max);
-    tp->all_reduce_sum(row_sum);
-    tp->all_reduce_sum(target_z);
-    row_max = global_max;
-  }
+  tp::combine_xent_stats(par_.tp_comm(), row_max, row_sum, target_z);  // the vocabulary shards
   acts.lse = f32({N});
   Tensor loss = f32({N});
   ops::xent_finish(row_max, row_sum, target_z, acts.lse, loss);
@@ -363,7 +358,7 @@ Bundle GPT::head_backward(Activations& acts, float grad_scale) const {
   ops::matmul_dw(acts.head_n, dlogits, G(lm_head_));
   Tensor dn = act({N, C});
   ops::matmul_dx(dlogits, W(lm_head_), dn, false);
-  par_.tp_comm()->all_reduce_sum(dn);
+  tp::reduce_input_grads(par_.tp_comm(), dn);
   Bundle g;
   g.x = act({acts.B, cfg_.seq_len, C});
   ops::rmsnorm_backward(acts.head_x, acts.head_rstd, dn, g.x, 1.0f, false);

@@ -2,6 +2,7 @@
 #include "model/projection.h"
 
 #include "core/ops.h"
+#include "parallel/tensor_parallel.h"
 
 namespace vt::projection {
 
@@ -15,7 +16,7 @@ Tensor W(const GPT& m, int i) { return m.store()->compute_param(i); }
 void grad_gain_tp(const GPT& m, int param, const Tensor& a, const Tensor& b) {
   Tensor s = Tensor::zeros({1}, DType::kF32, a.device());
   ops::dot_into(a, b, s);
-  m.parallel().tp_comm()->all_reduce_sum(s);
+  tp::reduce_replicated_grad(m.parallel().tp_comm(), s);
   ops::axpy(G(m, param), s, 1.0f);
 }
 

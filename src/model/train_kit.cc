@@ -7,6 +7,7 @@
 #include "model/block_shape.h"
 #include "model/layer_attention.h"
 #include "model/projection.h"
+#include "parallel/tensor_parallel.h"
 
 namespace vt {
 
@@ -134,7 +135,7 @@ Tensor TrainKit::attention(const Tensor& n, BlockActs& a) const {
                  static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), ex);
   Tensor o = act({N, C});
   projection::forward_out(m_, lp.o, a.y.reshaped({N, qd}), o);
-  m_.par_.tp_comm()->all_reduce_sum(o);
+  tp::reduce_outputs(m_.par_.tp_comm(), o);
   return o;
 }
 
@@ -143,7 +144,7 @@ Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
   const LayerParams& lp = params();
   const int hd = cfg.head_dim, H = m_.heads_, Hkv = m_.kv_heads_;
   const int64_t N = rows(), C = cfg.n_embd, qd = int64_t{H} * hd, kvd = int64_t{Hkv} * hd;
-  Communicator* tp = m_.par_.tp_comm();
+  Communicator* tp_comm = m_.par_.tp_comm();
 
   // Output projection and attention.
   Tensor dy = act(a.y.shape());
@@ -210,13 +211,13 @@ Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
     if (target && vp.context_from_x0()) {
       Tensor dx0 = act({N, C});
       projection::backward_in(m_, lp.v, acts_.x0.reshaped({N, C}), dctx2, dx0, false);
-      tp->all_reduce_sum(dx0);
+      tp::reduce_input_grads(tp_comm, dx0);
       ops::axpy(bundle_->x0, dx0);
     } else {
       projection::backward_in(m_, lp.v, n, dctx2, dn, true);
     }
   }
-  tp->all_reduce_sum(dn);
+  tp::reduce_input_grads(tp_comm, dn);
   return dn;
 }
 
@@ -230,7 +231,7 @@ Tensor TrainKit::mlp(const Tensor& n, BlockActs& a) const {
   ops::relu2(a.h, a.act);
   Tensor out = act({N, C});
   ops::matmul(a.act, m_.W(lp.proj), out);
-  m_.par_.tp_comm()->all_reduce_sum(out);
+  tp::reduce_outputs(m_.par_.tp_comm(), out);
   return out;
 }
 
@@ -245,7 +246,7 @@ Tensor TrainKit::mlp_backward(const Tensor& dm, BlockActs& a) const {
   ops::matmul_dw(a.mlp_in, dh, m_.G(lp.fc));
   Tensor dn = act({N, C});
   ops::matmul_dx(dh, m_.W(lp.fc), dn, false);
-  m_.par_.tp_comm()->all_reduce_sum(dn);
+  tp::reduce_input_grads(m_.par_.tp_comm(), dn);
   return dn;
 }
 

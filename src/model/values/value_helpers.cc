@@ -8,6 +8,7 @@
 #include "model/init.h"
 #include "model/table_rows.h"
 #include "model/value_path.h"
+#include "parallel/tensor_parallel.h"
 
 namespace vt {
 
@@ -45,14 +46,12 @@ void grad_scalar(const ValueLayerCtx& c, int param, int64_t elem, const Tensor& 
                  const Tensor& src) {
   Tensor s = Tensor::zeros({1}, DType::kF32, dv.device());
   ops::dot_into(dv, src, s);
-  c.tp->all_reduce_sum(s);
+  tp::reduce_replicated_grad(c.tp, s);
   ops::axpy(c.store->grad(param).flat(elem, 1), s, 1.0f);
 }
 
 double dot_host(const ValueLayerCtx& c, const Tensor& dv, const Tensor& src) {
-  double s = ops::dot(dv, src);
-  c.tp->all_reduce_sum(&s, 1);
-  return s;
+  return tp::reduce_replicated_grad(c.tp, ops::dot(dv, src));
 }
 
 namespace {
@@ -80,37 +79,28 @@ void scatter_rows(const ValueLayerCtx& c, int table, const Tensor& full) {
 }
 }  // namespace
 
-// Each TP rank looks up the rows it owns (zeros elsewhere), then a reduce-scatter over the head
-// dimension sums the pieces and leaves each rank its own heads.
+// Each TP rank looks up the rows it owns (zeros elsewhere), then tp::rows_to_heads sums the
+// pieces and leaves each rank its own heads.
 void table_lookup(const ValueLayerCtx& c, int table, const Tensor& out) {
-  Communicator* tp = c.tp;
-  const int64_t N = c.ids.numel(), K = c.store->info(table).shape.back(), Kl = out.numel() / N;
-  if (tp->size() == 1) {
+  const int64_t N = c.ids.numel(), K = c.store->info(table).shape.back();
+  if (c.tp->size() == 1) {
     lookup_rows(c, table, out);
     return;
   }
-  const int P = tp->size();
   Tensor full = Tensor::zeros({N, K}, out.dtype(), out.device());
   lookup_rows(c, table, full);
-  Tensor by_rank = Tensor::zeros({P, N, Kl}, out.dtype(), out.device());  // (rank, N, heads)
-  for (int r = 0; r < P; ++r) ops::copy_2d(by_rank, r * N * Kl, Kl, full, r * Kl, K, N, Kl);
-  tp->reduce_scatter_sum(by_rank, out);
+  tp::rows_to_heads(c.tp, full, out);
 }
 
 // Gather every rank's head slice of the gradient, scatter-add the rows this rank owns.
 void table_lookup_backward(const ValueLayerCtx& c, const Tensor& de, int table) {
-  Communicator* tp = c.tp;
   const int64_t N = c.ids.numel(), K = c.store->info(table).shape.back();
-  if (tp->size() == 1) {
+  if (c.tp->size() == 1) {
     scatter_rows(c, table, de);
     return;
   }
-  const int P = tp->size();
-  const int64_t Kl = K / P;
-  Tensor by_rank = Tensor::zeros({P, N, Kl}, de.dtype(), de.device());
-  tp->all_gather(de, by_rank);
   Tensor full = Tensor::zeros({N, K}, de.dtype(), de.device());
-  for (int r = 0; r < P; ++r) ops::copy_2d(full, r * Kl, K, by_rank, r * N * Kl, Kl, N, Kl);
+  tp::heads_to_rows(c.tp, de, full);
   scatter_rows(c, table, full);
 }
 
