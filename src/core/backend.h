@@ -18,6 +18,8 @@
 
 namespace vt {
 
+class CudaRuntime;  // core/cuda_runtime.h (builds with CUDA)
+
 enum class CopyKind : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
 // C(M,N) = alpha * op(A) * op(B) + beta * C, row-major, leading dimensions in elements (the
@@ -31,14 +33,7 @@ struct GemmArgs {
   int64_t lda = 0, ldb = 0, ldc = 0;
 };
 
-// Soft-capped vocabulary-parallel cross-entropy (semantics: cpu_kernels.h).
-struct XentArgs {
-  Tensor logits;        // (N, ld) local vocabulary slice
-  int64_t n_valid = 0;  // real columns of the slice
-  int64_t col_offset = 0;
-  Tensor targets;       // (N) i32
-  float cap = 0.0f;
-};
+struct XentArgs;  // core/ops/xent.h (named here for headers that reach it through backend.h)
 
 // The shaped-attention and NeuTRENO terms of one attention call (semantics: cpu_kernels.h,
 // attention_mix_forward): per local query head alpha, beta, gamma (f32 (H,); undefined means
@@ -53,11 +48,6 @@ struct AttnMix {
 // undefined) and d v1 (written =, may be undefined).
 struct AttnMixGrads {
   Tensor dalpha, dbeta, dgamma, dv1;
-};
-
-struct AdamWStepArgs {
-  double lr = 0.0, beta1 = 0.9, beta2 = 0.999, weight_decay = 0.0, eps = 1e-10;
-  int64_t t = 1;  // step count, >= 1
 };
 
 class Backend {
@@ -85,6 +75,9 @@ class Backend {
   virtual void reset_peak() = 0;
   // Bytes the device can still allocate (-1: unknown, e.g. host memory: see host_memory.h).
   virtual int64_t available_bytes() const { return -1; }
+  // The CUDA device runtime this backend runs on (stream, scratch, caches: core/cuda_runtime.h),
+  // or nullptr for the backends that compute on the host (CPU, device emulator).
+  virtual CudaRuntime* cuda() { return nullptr; }
 
   // Dense algebra.
   virtual void gemm(const GemmArgs& g) = 0;
@@ -116,14 +109,8 @@ class Backend {
   // y (cols, rows) = x (rows, cols)^T.
   virtual void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols) = 0;
 
-  // Model ops (semantics in cpu_kernels.h; rstd and lse are always f32).
-  virtual void rmsnorm(const Tensor& x, const Tensor& y, const Tensor& rstd, int64_t rows,
-                       int64_t C, float scale, double eps) = 0;
-  virtual void rmsnorm_backward(const Tensor& x, const Tensor& rstd, const Tensor& dy,
-                                const Tensor& dx, int64_t rows, int64_t C, float scale,
-                                bool accumulate) = 0;
-  virtual void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset,
-                    bool backward) = 0;
+  // Attention (semantics in cpu_kernels.h; lse is always f32). The other op families
+  // (core/ops/*.h) compute on the host or through cuda() and need no entry point here.
   // bias: undefined, or f32 (T, T) added to the scaled scores (shared by batch and heads).
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                          const Tensor& lse, int64_t window, float scale, const Tensor& bias) = 0;
@@ -138,43 +125,6 @@ class Backend {
   virtual void attention_mix_backward(const Tensor& dout, const Tensor& soft, const Tensor& v,
                                       const AttnMix& m, int64_t window, const Tensor& dsoft,
                                       const Tensor& dv, const AttnMixGrads& g) = 0;
-  virtual void relu2(const Tensor& x, const Tensor& y) = 0;
-  virtual void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
-                              bool accumulate) = 0;
-  // table f32 (rows, C) holding global rows [row_begin, ...); ids i32 (N); out (N, C).
-  virtual void embedding(const Tensor& table, int64_t row_begin, const Tensor& ids,
-                         const Tensor& out) = 0;
-  virtual void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_begin,
-                                  const Tensor& dtable) = 0;
-  // Writes row_max, row_sumexp, target_z (N, f32).
-  virtual void xent_partial(const XentArgs& x, const Tensor& row_max, const Tensor& row_sumexp,
-                            const Tensor& target_z) = 0;
-  // row_sumexp *= exp(row_max - global_max) (before the sum over vocabulary shards).
-  virtual void xent_rescale(const Tensor& row_sumexp, const Tensor& row_max,
-                            const Tensor& global_max) = 0;
-  // lse = max + log(sumexp); loss = lse - target_z (all (N) f32).
-  virtual void xent_finish(const Tensor& row_max, const Tensor& row_sumexp,
-                           const Tensor& target_z, const Tensor& lse, const Tensor& loss) = 0;
-  // dlogits = grad_scale * (softmax(z) - onehot) * dz/dlogit, written.
-  virtual void xent_backward(const XentArgs& x, const Tensor& lse, float grad_scale,
-                             const Tensor& dlogits) = 0;
-  // Value-embed gate: g = gate_scale * sigmoid(z) in place (f32); v = ctx + g * emb per head;
-  // backward: demb = g * dv, dgate = sum_d dv * emb; dz = dgate * g * (1 - g / gate_scale).
-  virtual void gate_sigmoid(const Tensor& z, float gate_scale) = 0;
-  virtual void gated_mix(const Tensor& ctx, const Tensor& emb, const Tensor& gate,
-                         const Tensor& v) = 0;
-  virtual void gated_mix_backward(const Tensor& dv, const Tensor& emb, const Tensor& gate,
-                                  const Tensor& demb, const Tensor& dgate) = 0;
-  virtual void gate_sigmoid_backward(const Tensor& gate, const Tensor& dgate, float gate_scale,
-                                     const Tensor& dz) = 0;
-
-  // Optimizer updates on contiguous f32 ranges (formulas in src/optim/adamw.h and muon.h).
-  virtual void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-                            const AdamWStepArgs& a) = 0;
-  virtual void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u,
-                             double momentum) = 0;
-  virtual void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay,
-                          double scale) = 0;
 };
 
 // The backend for a device; VT_CHECK-fails with an actionable message when none is registered.

@@ -1,7 +1,8 @@
 // The CPU backend (the reference every other backend is tested against) and the device
-// emulator. Both compute with the fp32 kernels of cpu_kernels.h; bf16 tensors are widened to
-// fp32 for the kernel and rounded back to bf16 (round-to-nearest-even) when written, which is
-// what the GPU kernels do with fp32 math on bf16 storage. The emulator differs from the CPU
+// emulator: host memory, and the ops that still have a Backend entry point (dense algebra,
+// reductions, attention), computed with the fp32 kernels of cpu_kernels.h through the windows of
+// core/ops/host_window.h (bf16 widened to fp32, rounded back when written). The other op
+// families compute on the host in their own files (core/ops/*.cc) for both. The emulator differs from the CPU
 // backend only in that its tensors are tagged Device::kCUDA: host code cannot touch them and
 // every transfer is an explicit copy, exactly as with a real GPU.
 #include <algorithm>
@@ -17,8 +18,7 @@
 #include "core/ops.h"
 #include "core/bf16.h"
 #include "core/cpu_kernels.h"
-#include "optim/adamw.h"
-#include "optim/muon.h"
+#include "core/ops/host_window.h"
 
 #if VTRAIN_HAS_CUDA
 #include "kernels/cuda_check.cuh"
@@ -28,54 +28,12 @@ namespace vt {
 
 namespace {
 
-// An fp32 window onto a tensor's elements: the memory itself for f32 tensors, a widened copy for
-// bf16 ones (written back, rounded, when `writes` and the window closes).
-class F32 {
- public:
-  F32(const Tensor& t, bool reads = true, bool writes = false) : t_(t), writes_(writes) {
-    if (t.dtype() == DType::kF32) {
-      p_ = static_cast<float*>(t.raw());
-      return;
-    }
-    VT_CHECK_MSG(t.dtype() == DType::kBF16, "expected an f32 or bf16 tensor, got "
-                                                << dtype_name(t.dtype()));
-    buf_.resize(t.numel());
-    if (reads) {
-      const uint16_t* h = static_cast<const uint16_t*>(t.raw());
-      for (int64_t i = 0; i < t.numel(); ++i) buf_[i] = bf16_to_f32(h[i]);
-    }
-    p_ = buf_.data();
-  }
-  ~F32() {
-    if (!writes_ || t_.dtype() != DType::kBF16) return;
-    uint16_t* h = static_cast<uint16_t*>(t_.raw());
-    for (int64_t i = 0; i < t_.numel(); ++i) h[i] = f32_to_bf16(buf_[i]);
-  }
-  F32(const F32&) = delete;
-  F32& operator=(const F32&) = delete;
-  float* p() const { return p_; }
-  operator float*() const { return p_; }
-
- private:
-  Tensor t_;
-  bool writes_;
-  float* p_ = nullptr;
-  std::vector<float> buf_;
-};
-
-// Read-only, write-only and read-write windows.
-struct In : F32 { explicit In(const Tensor& t) : F32(t, true, false) {} };
-struct Out : F32 { explicit Out(const Tensor& t) : F32(t, false, true) {} };
-struct InOut : F32 { explicit InOut(const Tensor& t) : F32(t, true, true) {} };
-
-const int32_t* ids_of(const Tensor& t) {
-  VT_CHECK_MSG(t.dtype() == DType::kI32, "ids must be i32");
-  return static_cast<const int32_t*>(t.raw());
-}
-float* f32_of(const Tensor& t) {
-  VT_CHECK_MSG(t.dtype() == DType::kF32, "expected an f32 tensor, got " << dtype_name(t.dtype()));
-  return static_cast<float*>(t.raw());
-}
+using host::F32;
+using host::f32_of;
+using host::ids_of;
+using host::In;
+using host::InOut;
+using host::Out;
 
 // A base tensor seen as an fp32 matrix from its offset, for the GEMM.
 class HostBackend : public Backend {
@@ -201,27 +159,6 @@ class HostBackend : public Backend {
       for (int64_t c = 0; c < cols; ++c) yp.p()[c * rows + r] = xp.p()[r * cols + c];
   }
 
-  void rmsnorm(const Tensor& x, const Tensor& y, const Tensor& rstd, int64_t rows, int64_t C,
-               float scale, double eps) override {
-    In xp(x);
-    Out yp(y);
-    cpu::rmsnorm_forward<float>(xp, yp, f32_of(rstd), rows, C, scale, eps);
-  }
-  void rmsnorm_backward(const Tensor& x, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                        int64_t rows, int64_t C, float scale, bool accumulate) override {
-    In xp(x), dyp(dy);
-    F32 dxp(dx, accumulate, true);
-    cpu::rmsnorm_backward<float>(xp, f32_of(rstd), dyp, dxp, rows, C, scale, accumulate);
-  }
-  void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset,
-            bool backward) override {
-    In xp(x);
-    Out yp(y);
-    if (backward)
-      cpu::rope_backward<float>(xp, yp, x.dim(0), x.dim(1), x.dim(2), x.dim(3), base, pos_offset);
-    else
-      cpu::rope_forward<float>(xp, yp, x.dim(0), x.dim(1), x.dim(2), x.dim(3), base, pos_offset);
-  }
   static const float* maybe_f32(const Tensor& t) { return t.defined() ? f32_of(t) : nullptr; }
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const Tensor& lse, int64_t window, float scale, const Tensor& bias) override {
@@ -263,122 +200,6 @@ class HostBackend : public Backend {
                                        mut(g.dbeta), mut(g.dgamma), dv1p ? dv1p->p() : nullptr,
                                        ops::attention_shape(soft, v, window));
   }
-  void relu2(const Tensor& x, const Tensor& y) override {
-    In xp(x);
-    Out yp(y);
-    cpu::relu2_forward<float>(xp, yp, x.numel());
-  }
-  void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
-                      bool accumulate) override {
-    In xp(x), dyp(dy);
-    F32 dxp(dx, accumulate, true);
-    cpu::relu2_backward<float>(xp, dyp, dxp, x.numel(), accumulate);
-  }
-  void embedding(const Tensor& table, int64_t row_begin, const Tensor& ids,
-                 const Tensor& out) override {
-    Out op(out);
-    const int64_t C = table.dim(-1);
-    cpu::embedding_forward<float>(f32_of(table), row_begin, table.dim(0), C, ids_of(ids),
-                                  ids.numel(), op);
-  }
-  void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_begin,
-                          const Tensor& dtable) override {
-    In dp(dout);
-    cpu::embedding_backward<float>(dp, ids_of(ids), ids.numel(), row_begin, dtable.dim(0),
-                                   dtable.dim(-1), f32_of(dtable));
-  }
-  void xent_partial(const XentArgs& x, const Tensor& row_max, const Tensor& row_sumexp,
-                    const Tensor& target_z) override {
-    In lp(x.logits);
-    cpu::xent_partial_forward<float>(lp, x.logits.numel() / x.logits.dim(-1), x.logits.dim(-1),
-                                     x.n_valid, x.col_offset, ids_of(x.targets), x.cap,
-                                     f32_of(row_max), f32_of(row_sumexp), f32_of(target_z));
-  }
-  void xent_rescale(const Tensor& row_sumexp, const Tensor& row_max,
-                    const Tensor& global_max) override {
-    float* s = f32_of(row_sumexp);
-    const float* m = f32_of(row_max);
-    const float* g = f32_of(global_max);
-    for (int64_t n = 0; n < row_sumexp.numel(); ++n) s[n] *= std::exp(m[n] - g[n]);
-  }
-  void xent_finish(const Tensor& row_max, const Tensor& row_sumexp, const Tensor& target_z,
-                   const Tensor& lse, const Tensor& loss) override {
-    const float* m = f32_of(row_max);
-    const float* s = f32_of(row_sumexp);
-    const float* t = f32_of(target_z);
-    float* l = f32_of(lse);
-    float* o = f32_of(loss);
-    for (int64_t n = 0; n < lse.numel(); ++n) {
-      l[n] = m[n] + std::log(s[n]);
-      o[n] = l[n] - t[n];
-    }
-  }
-  void xent_backward(const XentArgs& x, const Tensor& lse, float grad_scale,
-                     const Tensor& dlogits) override {
-    In lp(x.logits);
-    Out dp(dlogits);
-    const int64_t N = x.logits.numel() / x.logits.dim(-1);
-    std::vector<float> dloss(N, grad_scale);
-    cpu::xent_backward<float>(lp, N, x.logits.dim(-1), x.n_valid, x.col_offset, ids_of(x.targets),
-                              x.cap, f32_of(lse), dloss.data(), dp);
-  }
-  void gate_sigmoid(const Tensor& z, float gate_scale) override {
-    float* p = f32_of(z);
-    for (int64_t i = 0; i < z.numel(); ++i) p[i] = gate_scale / (1.0f + std::exp(-p[i]));
-  }
-  void gated_mix(const Tensor& ctx, const Tensor& emb, const Tensor& gate,
-                 const Tensor& v) override {
-    In cp(ctx), ep(emb);
-    Out vp(v);
-    const float* g = f32_of(gate);
-    const int64_t G = gate.numel(), hd = v.numel() / G;
-    for (int64_t r = 0; r < G; ++r)
-      for (int64_t d = 0; d < hd; ++d) vp.p()[r * hd + d] = cp.p()[r * hd + d] + g[r] * ep.p()[r * hd + d];
-  }
-  void gated_mix_backward(const Tensor& dv, const Tensor& emb, const Tensor& gate,
-                          const Tensor& demb, const Tensor& dgate) override {
-    In dvp(dv), ep(emb);
-    Out dep(demb);
-    const float* g = f32_of(gate);
-    float* dg = f32_of(dgate);
-    const int64_t G = gate.numel(), hd = dv.numel() / G;
-    for (int64_t r = 0; r < G; ++r) {
-      double s = 0.0;
-      for (int64_t d = 0; d < hd; ++d) {
-        const int64_t o = r * hd + d;
-        s += static_cast<double>(dvp.p()[o]) * ep.p()[o];
-        dep.p()[o] = g[r] * dvp.p()[o];
-      }
-      dg[r] = static_cast<float>(s);
-    }
-  }
-  void gate_sigmoid_backward(const Tensor& gate, const Tensor& dgate, float gate_scale,
-                             const Tensor& dz) override {
-    const float* g = f32_of(gate);
-    const float* dg = f32_of(dgate);
-    Out dzp(dz);
-    for (int64_t i = 0; i < gate.numel(); ++i)
-      dzp.p()[i] = static_cast<float>(static_cast<double>(dg[i]) * g[i] * (1.0 - g[i] / gate_scale));
-  }
-
-  void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-                    const AdamWStepArgs& a) override {
-    optim::AdamWHyper h;
-    h.beta1 = a.beta1;
-    h.beta2 = a.beta2;
-    h.weight_decay = a.weight_decay;
-    h.eps = a.eps;
-    optim::adamw_update(f32_of(p), f32_of(g), f32_of(m), f32_of(v), p.numel(), h, a.lr, a.t);
-  }
-  void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u,
-                     double momentum) override {
-    optim::muon_momentum(f32_of(g), f32_of(buf), f32_of(u), g.numel(), momentum);
-  }
-  void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay,
-                  double scale) override {
-    optim::muon_apply(f32_of(p), f32_of(x), p.numel(), lr, weight_decay, scale);
-  }
-
  private:
   const char* name_;
   std::mutex mu_;

@@ -1,48 +1,15 @@
-// Checks and device dispatch for the tensor-level ops (see ops.h).
+// Checks and device dispatch for the ops declared in ops.h itself: dense algebra, copies,
+// reductions and attention (the other families: core/ops/*.cc).
 #include "core/ops.h"
 
 #include <initializer_list>
 
 #include "core/op_profile.h"
+#include "core/ops/dispatch.h"
 
 namespace vt::ops {
 
-namespace {
-
-// The backend of one op's tensors (all defined and on one device), as a handle that times the op
-// (core/op_profile.h) until the end of the statement or scope that holds it.
-class Dispatch {
- public:
-  Dispatch(Backend& b, const char* op, double flops, bool on_device)
-      : b_(b), scope_(op, flops, on_device) {}
-  Backend* operator->() const { return &b_; }
-
- private:
-  Backend& b_;
-  op_profile::Scope scope_;
-};
-
-Dispatch on(const char* op, std::initializer_list<const Tensor*> ts, double flops = 0) {
-  const Tensor* first = *ts.begin();
-  for (const Tensor* t : ts) {
-    VT_CHECK_MSG(t->defined() || t->numel() == 0, op << ": undefined tensor argument");
-    VT_CHECK_MSG(t->device() == first->device(),
-                 op << ": tensors on different devices (copy them to one device first)");
-  }
-  return Dispatch(backend(first->device()), op, flops, first->device() != Device::kCPU);
-}
-
-void need_f32(const char* op, const Tensor& t, const char* what) {
-  VT_CHECK_MSG(t.dtype() == DType::kF32,
-               op << ": " << what << " must be f32, got " << dtype_name(t.dtype()));
-}
-
-void need_float(const char* op, const Tensor& t) {
-  VT_CHECK_MSG(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16,
-               op << ": expects f32 or bf16, got " << dtype_name(t.dtype()));
-}
-
-}  // namespace
+using namespace detail;
 
 int64_t rows_of(const Tensor& t) { return t.numel() / t.dim(-1); }
 
@@ -211,33 +178,6 @@ void copy_2d(const Tensor& dst, int64_t dst_offset, int64_t dst_ld, const Tensor
                rows);
 }
 
-void rmsnorm(const Tensor& x, const Tensor& y, const Tensor& rstd, float scale, double eps) {
-  const int64_t C = x.dim(-1), R = rows_of(x);
-  VT_CHECK(y.numel() == x.numel() && rstd.numel() == R);
-  need_float("rmsnorm", x);
-  need_f32("rmsnorm", rstd, "rstd");
-  on("rmsnorm", {&x, &y, &rstd})->rmsnorm(x, y, rstd, R, C, scale, eps);
-}
-
-void rmsnorm_backward(const Tensor& x, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                      float scale, bool accumulate) {
-  const int64_t C = x.dim(-1), R = rows_of(x);
-  VT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && rstd.numel() == R);
-  need_f32("rmsnorm_backward", rstd, "rstd");
-  on("rmsnorm_backward", {&x, &rstd, &dy, &dx})
-      ->rmsnorm_backward(x, rstd, dy, dx, R, C, scale, accumulate);
-}
-
-void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset) {
-  VT_CHECK(x.ndim() == 4 && y.numel() == x.numel() && x.dim(3) % 2 == 0);
-  on("rope", {&x, &y})->rope(x, y, base, pos_offset, false);
-}
-
-void rope_backward(const Tensor& dy, const Tensor& dx, double base, int64_t pos_offset) {
-  VT_CHECK(dy.ndim() == 4 && dx.numel() == dy.numel() && dy.dim(3) % 2 == 0);
-  on("rope_backward", {&dy, &dx})->rope(dy, dx, base, pos_offset, true);
-}
-
 cpu::AttnShape attention_shape(const Tensor& q, const Tensor& k, int64_t window) {
   cpu::AttnShape s;
   s.B = q.dim(0);
@@ -311,122 +251,5 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   be->axpy(dv, dv_mix, 1.0f);
 }
 
-void relu2(const Tensor& x, const Tensor& y) {
-  VT_CHECK(y.numel() == x.numel());
-  on("relu2", {&x, &y})->relu2(x, y);
-}
-
-void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate) {
-  VT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel());
-  on("relu2_backward", {&x, &dy, &dx})->relu2_backward(x, dy, dx, accumulate);
-}
-
-void embedding(const Tensor& table, int64_t row_begin, const Tensor& ids, const Tensor& out) {
-  need_f32("embedding", table, "the table");
-  VT_CHECK_MSG(ids.dtype() == DType::kI32, "embedding: ids must be i32");
-  VT_CHECK(out.dim(-1) == table.dim(-1) && rows_of(out) == ids.numel());
-  on("embedding", {&table, &ids, &out})->embedding(table, row_begin, ids, out);
-}
-
-void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_begin,
-                        const Tensor& dtable) {
-  need_f32("embedding_backward", dtable, "the table gradient");
-  VT_CHECK_MSG(ids.dtype() == DType::kI32, "embedding_backward: ids must be i32");
-  VT_CHECK(dout.dim(-1) == dtable.dim(-1) && rows_of(dout) == ids.numel());
-  on("embedding_backward", {&dout, &ids, &dtable})->embedding_backward(dout, ids, row_begin, dtable);
-}
-
-static void check_xent(const XentArgs& x) {
-  VT_CHECK_MSG(x.targets.dtype() == DType::kI32, "cross-entropy targets must be i32");
-  VT_CHECK(rows_of(x.logits) == x.targets.numel() && x.n_valid >= 0 &&
-           x.n_valid <= x.logits.dim(-1));
-}
-
-void xent_partial(const XentArgs& x, const Tensor& row_max, const Tensor& row_sumexp,
-                  const Tensor& target_z) {
-  check_xent(x);
-  const int64_t N = x.targets.numel();
-  VT_CHECK(row_max.numel() == N && row_sumexp.numel() == N && target_z.numel() == N);
-  on("xent_partial", {&x.logits, &x.targets, &row_max, &row_sumexp, &target_z})
-      ->xent_partial(x, row_max, row_sumexp, target_z);
-}
-
-void xent_rescale(const Tensor& row_sumexp, const Tensor& row_max, const Tensor& global_max) {
-  VT_CHECK(row_max.numel() == row_sumexp.numel() && global_max.numel() == row_sumexp.numel());
-  on("xent_rescale", {&row_sumexp, &row_max, &global_max})
-      ->xent_rescale(row_sumexp, row_max, global_max);
-}
-
-void xent_finish(const Tensor& row_max, const Tensor& row_sumexp, const Tensor& target_z,
-                 const Tensor& lse, const Tensor& loss) {
-  const int64_t N = lse.numel();
-  VT_CHECK(row_max.numel() == N && row_sumexp.numel() == N && target_z.numel() == N &&
-           loss.numel() == N);
-  on("xent_finish", {&row_max, &row_sumexp, &target_z, &lse, &loss})
-      ->xent_finish(row_max, row_sumexp, target_z, lse, loss);
-}
-
-void xent_backward(const XentArgs& x, const Tensor& lse, float grad_scale, const Tensor& dlogits) {
-  check_xent(x);
-  VT_CHECK(dlogits.numel() == x.logits.numel() && lse.numel() == x.targets.numel());
-  on("xent_backward", {&x.logits, &x.targets, &lse, &dlogits})
-      ->xent_backward(x, lse, grad_scale, dlogits);
-}
-
-void gate_sigmoid(const Tensor& z, float gate_scale) {
-  need_f32("gate_sigmoid", z, "z");
-  on("gate_sigmoid", {&z})->gate_sigmoid(z, gate_scale);
-}
-
-void gated_mix(const Tensor& ctx, const Tensor& emb, const Tensor& gate, const Tensor& v) {
-  need_f32("gated_mix", gate, "the gate");
-  VT_CHECK(ctx.numel() == v.numel() && emb.numel() == v.numel() && v.numel() % gate.numel() == 0);
-  on("gated_mix", {&ctx, &emb, &gate, &v})->gated_mix(ctx, emb, gate, v);
-}
-
-void gated_mix_backward(const Tensor& dv, const Tensor& emb, const Tensor& gate,
-                        const Tensor& demb, const Tensor& dgate) {
-  need_f32("gated_mix_backward", gate, "the gate");
-  need_f32("gated_mix_backward", dgate, "the gate gradient");
-  VT_CHECK(emb.numel() == dv.numel() && demb.numel() == dv.numel() &&
-           dgate.numel() == gate.numel() && dv.numel() % gate.numel() == 0);
-  on("gated_mix_backward", {&dv, &emb, &gate, &demb, &dgate})
-      ->gated_mix_backward(dv, emb, gate, demb, dgate);
-}
-
-void gate_sigmoid_backward(const Tensor& gate, const Tensor& dgate, float gate_scale,
-                           const Tensor& dz) {
-  need_f32("gate_sigmoid_backward", gate, "the gate");
-  need_f32("gate_sigmoid_backward", dgate, "the gate gradient");
-  VT_CHECK(dgate.numel() == gate.numel() && dz.numel() == gate.numel());
-  on("gate_sigmoid_backward", {&gate, &dgate, &dz})->gate_sigmoid_backward(gate, dgate, gate_scale, dz);
-}
-
-void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-                  const AdamWStepArgs& a) {
-  for (const Tensor* t : {&p, &g, &m, &v}) {
-    need_f32("adamw_update", *t, "every argument");
-    VT_CHECK(t->numel() == p.numel());
-  }
-  if (p.numel() == 0) return;
-  on("adamw_update", {&p, &g, &m, &v})->adamw_update(p, g, m, v, a);
-}
-
-void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double momentum) {
-  for (const Tensor* t : {&g, &buf, &u}) {
-    need_f32("muon_momentum", *t, "every argument");
-    VT_CHECK(t->numel() == g.numel());
-  }
-  if (g.numel() == 0) return;
-  on("muon_momentum", {&g, &buf, &u})->muon_momentum(g, buf, u, momentum);
-}
-
-void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale) {
-  need_f32("muon_apply", p, "p");
-  need_f32("muon_apply", x, "x");
-  VT_CHECK(p.numel() == x.numel());
-  if (p.numel() == 0) return;
-  on("muon_apply", {&p, &x})->muon_apply(p, x, lr, weight_decay, scale);
-}
 
 }  // namespace vt::ops

@@ -1,11 +1,20 @@
 // The op interface the model and optimizers call: tensor-level wrappers that check shapes,
 // dtypes and devices, then dispatch to the backend of the tensors' device (core/backend.h).
+// An umbrella: dense algebra, copies and attention are declared here (ops.cc); every other op
+// family has its own header and file in core/ops/ (checks, host path and CUDA launch together).
 // Weights are 2-D (K, N); activations are any tensor viewed as (numel / K, K) rows. Activations
 // may be f32 or bf16 (every op computes in fp32); parameters, gradients, optimizer states,
 // norms' rstd, attention's lse and the cross-entropy statistics are f32.
 #pragma once
 #include "core/backend.h"
 #include "core/cpu_kernels.h"
+#include "core/ops/activation.h"
+#include "core/ops/embedding.h"
+#include "core/ops/optim.h"
+#include "core/ops/rmsnorm.h"
+#include "core/ops/rope.h"
+#include "core/ops/value_gate.h"
+#include "core/ops/xent.h"
 #include "core/tensor.h"
 
 namespace vt::ops {
@@ -48,13 +57,7 @@ void copy_2d(const Tensor& dst, int64_t dst_offset, int64_t dst_ld, const Tensor
 
 int64_t rows_of(const Tensor& t);  // numel / last dim
 
-// Fused model ops (semantics in cpu_kernels.h). Row width is the tensor's last dimension.
-void rmsnorm(const Tensor& x, const Tensor& y, const Tensor& rstd, float scale, double eps);
-void rmsnorm_backward(const Tensor& x, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                      float scale, bool accumulate);
-// x, y: (B, T, heads, hd).
-void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset = 0);
-void rope_backward(const Tensor& dy, const Tensor& dx, double base, int64_t pos_offset = 0);
+// Attention (semantics in cpu_kernels.h).
 // The kernels' shape struct of q (B,T,H,hd) and k (B,T,Hkv,hd) (backends share it).
 cpu::AttnShape attention_shape(const Tensor& q, const Tensor& k, int64_t window);
 // What an attention call adds to plain softmax attention (all optional; docs/model.md "Block
@@ -74,34 +77,5 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, int64_t window, float scale, const AttnExtras& ex = {},
                         const AttnMixGrads& g = {});
-void relu2(const Tensor& x, const Tensor& y);
-void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate);
-// Rows [row_begin, row_begin + table.dim(0)) of an f32 table; ids i32 (N) on the table's device;
-// out (N, C) (zeros for rows not owned).
-void embedding(const Tensor& table, int64_t row_begin, const Tensor& ids, const Tensor& out);
-void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_begin,
-                        const Tensor& dtable);
-
-// Soft-capped vocabulary-parallel cross-entropy in pieces (see Backend).
-void xent_partial(const XentArgs& x, const Tensor& row_max, const Tensor& row_sumexp,
-                  const Tensor& target_z);
-void xent_rescale(const Tensor& row_sumexp, const Tensor& row_max, const Tensor& global_max);
-void xent_finish(const Tensor& row_max, const Tensor& row_sumexp, const Tensor& target_z,
-                 const Tensor& lse, const Tensor& loss);
-void xent_backward(const XentArgs& x, const Tensor& lse, float grad_scale, const Tensor& dlogits);
-
-// Value-embed gate pieces (see Backend).
-void gate_sigmoid(const Tensor& z, float gate_scale);
-void gated_mix(const Tensor& ctx, const Tensor& emb, const Tensor& gate, const Tensor& v);
-void gated_mix_backward(const Tensor& dv, const Tensor& emb, const Tensor& gate,
-                        const Tensor& demb, const Tensor& dgate);
-void gate_sigmoid_backward(const Tensor& gate, const Tensor& dgate, float gate_scale,
-                           const Tensor& dz);
-
-// Optimizer updates on f32 tensors of equal numel.
-void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-                  const AdamWStepArgs& a);
-void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double momentum);
-void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale);
 
 }  // namespace vt::ops

@@ -219,7 +219,7 @@ TEST_F(CudaBackendTest, Copy2dMatchesCpu) {
 // `--profile` on the GPU: the CUDA backend's events time each device op (core/op_profile.h), so a
 // GEMM's profiled time covers its kernel, not just its launch, and the host clock is not used.
 TEST_F(CudaBackendTest, ProfileClockTimesDeviceOpsWithEvents) {
-  std::unique_ptr<op_profile::DeviceClock> clock = make_cuda_profile_clock();
+  std::unique_ptr<op_profile::DeviceClock> clock = make_cuda_profile_clock(backend(kGPU));
   ASSERT_NE(clock, nullptr);
   Tensor a = Tensor::zeros({64, 64}, kF32, kGPU), b = Tensor::zeros({64, 64}, kF32, kGPU);
   Tensor c = Tensor::zeros({64, 64}, kF32, kGPU);
@@ -502,7 +502,8 @@ TEST_F(CudaBackendTest, AttentionMatchesCpu) {
 // always runs the reference kernels (bitwise the same result either way). hd 24 is not a
 // tensor-core head dim: it falls back to the reference kernels.
 TEST_F(CudaBackendTest, AttentionKernelsSwitch) {
-  const CudaAttentionKernels before = cuda_attention_kernels();
+  CudaRuntime& rt = *backend(kGPU).cuda();
+  const CudaAttentionKernels before = rt.attention_kernels();
   EXPECT_EQ(before, CudaAttentionKernels::kTensorCores) << "the default";
   uint64_t seed = 900;
   for (int64_t hd : {64, 24}) {
@@ -517,8 +518,8 @@ TEST_F(CudaBackendTest, AttentionKernelsSwitch) {
       Pair dout = pair(randn(B * T * H * hd, seed++), qs, dt);
       std::vector<float> outs[2], dqs[2];
       for (int pass = 0; pass < 2; ++pass) {
-        set_cuda_attention_kernels(pass == 0 ? CudaAttentionKernels::kTensorCores
-                                             : CudaAttentionKernels::kReference);
+        rt.set_attention_kernels(pass == 0 ? CudaAttentionKernels::kTensorCores
+                                           : CudaAttentionKernels::kReference);
         Pair out = zeros(qs, dt), lse = zeros({B, H, T});
         ops::attention(q.c, k.c, v.c, out.c, lse.c, W, scale);
         ops::attention(q.g, k.g, v.g, out.g, lse.g, W, scale);
@@ -542,7 +543,7 @@ TEST_F(CudaBackendTest, AttentionKernelsSwitch) {
       }
     }
   }
-  set_cuda_attention_kernels(before);
+  rt.set_attention_kernels(before);
 }
 
 // relu^2 and its derivative are the same fp32 products on both sides: 1e-6.
