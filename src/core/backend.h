@@ -1,9 +1,14 @@
-// Backend: the interface every compute device implements. Tensors carry a Device; ops.cc
-// dispatches each op to the backend registered for that device. The CPU backend (cpu_backend.cc)
-// is the reference; the CUDA backend (cuda_backend.cc, built when nvcc is found) runs the kernels
-// of kernels/; the device emulator (also cpu_backend.cc) registers itself for Device::kCUDA so
-// that the whole GPU code path (device memory that host code may not touch, explicit copies,
-// bf16 activations) runs and is tested on machines without a GPU.
+// Backend: the interface every compute device implements, mostly its runtime: memory, copies,
+// synchronization, accounting, and (CUDA) the device runtime behind it (cuda(): stream, scratch,
+// caches; core/cuda_runtime.h). Tensors carry a Device; ops dispatch to the backend registered
+// for that device. The op families of core/ops/*.cc compute on the host when cuda() is null and
+// launch their kernels on the CUDA runtime otherwise, so they need no method here; the dense
+// algebra and reductions below are the ops that still have entry points.
+// The CPU backend (cpu_backend.cc) is the reference; the CUDA backend (cuda_backend.cc, built
+// when nvcc is found) runs the kernels of kernels/; the device emulator (also cpu_backend.cc)
+// registers itself for Device::kCUDA so that the whole GPU code path (device memory that host
+// code may not touch, explicit copies, bf16 activations) runs and is tested on machines without
+// a GPU.
 //
 // Conventions: all tensors passed to one call live on the backend's device; shapes were checked
 // by ops.cc. Ops that return a number (dot, sum_squares) synchronize with the device.
@@ -34,21 +39,6 @@ struct GemmArgs {
 };
 
 struct XentArgs;  // core/ops/xent.h (named here for headers that reach it through backend.h)
-
-// The shaped-attention and NeuTRENO terms of one attention call (semantics: cpu_kernels.h,
-// attention_mix_forward): per local query head alpha, beta, gamma (f32 (H,); undefined means
-// alpha = 0, beta = 1, gamma = 0) and lam * (v1 - v) with v1 like v.
-struct AttnMix {
-  Tensor alpha, beta, gamma;
-  float lam = 0.0f;
-  Tensor v1;
-  bool active() const { return alpha.defined() || beta.defined() || gamma.defined() || lam != 0.0f; }
-};
-// Gradients of the mix's own inputs: d alpha/beta/gamma (f32 (H,), accumulated +=, may be
-// undefined) and d v1 (written =, may be undefined).
-struct AttnMixGrads {
-  Tensor dalpha, dbeta, dgamma, dv1;
-};
 
 class Backend {
  public:
@@ -108,23 +98,6 @@ class Backend {
   virtual void normalize_frobenius(const Tensor& x, double scale, double eps) = 0;
   // y (cols, rows) = x (rows, cols)^T.
   virtual void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols) = 0;
-
-  // Attention (semantics in cpu_kernels.h; lse is always f32). The other op families
-  // (core/ops/*.h) compute on the host or through cuda() and need no entry point here.
-  // bias: undefined, or f32 (T, T) added to the scaled scores (shared by batch and heads).
-  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                         const Tensor& lse, int64_t window, float scale, const Tensor& bias) = 0;
-  virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& out, const Tensor& lse, const Tensor& dout,
-                                  const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                                  int64_t window, float scale, const Tensor& bias) = 0;
-  // out (B,T,H,hd) = the mix of softmax attention's output `soft` with v (B,T,Hkv,hd); backward
-  // writes dsoft, adds into dv (+=) and fills g.
-  virtual void attention_mix(const Tensor& soft, const Tensor& v, const AttnMix& m,
-                             int64_t window, const Tensor& out) = 0;
-  virtual void attention_mix_backward(const Tensor& dout, const Tensor& soft, const Tensor& v,
-                                      const AttnMix& m, int64_t window, const Tensor& dsoft,
-                                      const Tensor& dv, const AttnMixGrads& g) = 0;
 };
 
 // The backend for a device; VT_CHECK-fails with an actionable message when none is registered.

@@ -1,6 +1,6 @@
 // The CPU backend (the reference every other backend is tested against) and the device
 // emulator: host memory, and the ops that still have a Backend entry point (dense algebra,
-// reductions, attention), computed with the fp32 kernels of cpu_kernels.h through the windows of
+// reductions), computed with the fp32 kernels of cpu_kernels.h through the windows of
 // core/ops/host_window.h (bf16 widened to fp32, rounded back when written). The other op
 // families compute on the host in their own files (core/ops/*.cc) for both. The emulator differs from the CPU
 // backend only in that its tensors are tagged Device::kCUDA: host code cannot touch them and
@@ -159,47 +159,6 @@ class HostBackend : public Backend {
       for (int64_t c = 0; c < cols; ++c) yp.p()[c * rows + r] = xp.p()[r * cols + c];
   }
 
-  static const float* maybe_f32(const Tensor& t) { return t.defined() ? f32_of(t) : nullptr; }
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                 const Tensor& lse, int64_t window, float scale, const Tensor& bias) override {
-    In qp(q), kp(k), vp(v);
-    Out op(out);
-    cpu::attention_forward<float>(qp, kp, vp, op, f32_of(lse), ops::attention_shape(q, k, window),
-                                  scale, maybe_f32(bias));
-  }
-  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                          const Tensor& lse, const Tensor& dout, const Tensor& dq,
-                          const Tensor& dk, const Tensor& dv, int64_t window, float scale,
-                          const Tensor& bias) override {
-    In qp(q), kp(k), vp(v), op(out), dop(dout);
-    Out dqp(dq), dkp(dk), dvp(dv);
-    cpu::attention_backward<float>(qp, kp, vp, op, f32_of(lse), dop, dqp, dkp, dvp,
-                                   ops::attention_shape(q, k, window), scale, maybe_f32(bias));
-  }
-  void attention_mix(const Tensor& soft, const Tensor& v, const AttnMix& m, int64_t window,
-                     const Tensor& out) override {
-    In sp(soft), vp(v);
-    Out op(out);
-    std::unique_ptr<In> v1p;
-    if (m.lam != 0.0f) v1p = std::make_unique<In>(m.v1);
-    cpu::attention_mix_forward<float>(sp, vp, v1p ? v1p->p() : nullptr, maybe_f32(m.alpha),
-                                      maybe_f32(m.beta), maybe_f32(m.gamma), m.lam, op,
-                                      ops::attention_shape(soft, v, window));
-  }
-  void attention_mix_backward(const Tensor& dout, const Tensor& soft, const Tensor& v,
-                              const AttnMix& m, int64_t window, const Tensor& dsoft,
-                              const Tensor& dv, const AttnMixGrads& g) override {
-    In dop(dout), sp(soft), vp(v);
-    Out dsp(dsoft);
-    InOut dvp(dv);
-    std::unique_ptr<Out> dv1p;
-    if (g.dv1.defined()) dv1p = std::make_unique<Out>(g.dv1);
-    auto mut = [](const Tensor& t) { return t.defined() ? f32_of(t) : nullptr; };
-    cpu::attention_mix_backward<float>(dop, sp, vp, nullptr, maybe_f32(m.alpha), maybe_f32(m.beta),
-                                       maybe_f32(m.gamma), m.lam, dsp, dvp, mut(g.dalpha),
-                                       mut(g.dbeta), mut(g.dgamma), dv1p ? dv1p->p() : nullptr,
-                                       ops::attention_shape(soft, v, window));
-  }
  private:
   const char* name_;
   std::mutex mu_;

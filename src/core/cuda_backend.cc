@@ -1,5 +1,5 @@
 // The CUDA backend's op adapters: the op methods Backend still has (core/backend.h: dense
-// algebra, reductions, attention) on the GPU, with
+// algebra and reductions) on the GPU, with
 // the semantics of the CPU reference (cpu_backend.cc) computed by the kernels of kernels/ (host
 // launchers declared in kernels/*.cuh). The device runtime it runs on (device, stream, memory,
 // copies, scratch and caches) is core/cuda_runtime.h; this file only maps ops to kernels.
@@ -17,12 +17,8 @@
 // inputs, one rounding of each bf16 output). rstd, lse, gates, cross-entropy statistics,
 // parameters, gradients and optimizer states are f32.
 //
-// Attention. bf16 attention runs on the flash kernels on tensor cores (kernels/attention_tc.cuh)
-// wherever they apply (head dim 32/64/128, 16-byte aligned tensors); f32, mixed-dtype and other
-// head dims run the reference kernels (kernels/attention.cuh), and so does everything after
-// CudaRuntime::set_attention_kernels(kReference) or VTRAIN_CUDA_ATTENTION=reference.
-//
-// Differences from the CPU backend that tests must allow for: summation orders (block
+// Differences from the CPU backend that tests must allow for (here and in the CUDA side of every
+// op family, core/ops/*.cc): summation orders (block
 // reductions instead of sequential loops; row sums in fp32 where the CPU uses fp64 in
 // xent_partial, rmsnorm and gated_mix_backward's gate gradient), cuBLASLt instead of OpenBLAS,
 // and fused multiply-adds chosen by nvcc. Every op is deterministic run to run (no atomics:
@@ -55,9 +51,6 @@
 #include "core/ops.h"
 #include "core/check.h"
 #include "core/process_device.h"
-#include "kernels/attention.cuh"
-#include "kernels/attention_mix.cuh"
-#include "kernels/attention_tc.cuh"
 #include "kernels/cast.cuh"
 #include "core/cuda_backend.h"
 #include "kernels/cuda_check.cuh"
@@ -73,18 +66,6 @@ namespace vt {
 namespace {
 
 using namespace cuda_acts;
-
-// Whether an attention call runs on the tensor-core kernels: every tensor bf16 and 16-byte
-// aligned, a head dim they handle, and not switched to the reference kernels.
-bool use_tensor_core_attention(const CudaRuntime& rt, const cuda::AttnShape& s,
-                               std::initializer_list<const Tensor*> ts) {
-  if (rt.attention_kernels() != CudaAttentionKernels::kTensorCores) return false;
-  if (!cuda::attention_tc_supported(s)) return false;
-  for (const Tensor* t : ts)
-    if (t->dtype() != DType::kBF16 || reinterpret_cast<uintptr_t>(t->raw()) % 16 != 0)
-      return false;
-  return true;
-}
 
 class CudaBackend final : public Backend {
  public:
@@ -296,98 +277,6 @@ class CudaBackend final : public Backend {
                         rows, cols, stream_);
         break;
     }
-  }
-
-  // ---------------------------------------------------------------------------------------------
-  // Attention
-
-
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                 const Tensor& lse, int64_t window, float scale, const Tensor& bias) override {
-    on_device();
-    if (q.numel() == 0) return;  // the kernels require every dimension >= 1
-    const cuda::AttnShape s = ops::attention_shape(q, k, window);
-    float* l = f32_of(lse);
-    const float* b = maybe_f32(bias);
-    // The tensor-core kernels know no logit bias (E-SPA/U-SPA): those take the reference kernels.
-    if (b == nullptr && use_tensor_core_attention(rt_, s, {&q, &k, &v, &out})) {
-      cuda::attention_tc_forward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, s, scale, stream_);
-      return;
-    }
-    on_acts(
-        stream_,
-        [&](auto qp, auto kp, auto vp, auto op) {
-          cuda::attention_forward(qp, kp, vp, op, l, s, scale, stream_, b);
-        },
-        in(q), in(k), in(v), Act{out, false, true});
-  }
-
-  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                          const Tensor& lse, const Tensor& dout, const Tensor& dq,
-                          const Tensor& dk, const Tensor& dv, int64_t window, float scale,
-                          const Tensor& bias) override {
-    on_device();
-    if (q.numel() == 0) return;
-    const cuda::AttnShape s = ops::attention_shape(q, k, window);
-    const float* l = f32_of(lse);
-    const float* b = maybe_f32(bias);
-    // The workspace is reused by every call: safe because all calls are ordered on stream_.
-    std::lock_guard<std::mutex> lock(rt_.scratch_mutex());
-    if (b == nullptr && use_tensor_core_attention(rt_, s, {&q, &k, &v, &out, &dout, &dq, &dk, &dv})) {
-      void* ws = rt_.attention_workspace(cuda::attention_tc_backward_workspace_bytes(s));
-      cuda::attention_tc_backward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, bf16p(dout),
-                                  bf16p(dq), bf16p(dk), bf16p(dv), s, scale, ws, stream_);
-      return;
-    }
-    void* ws = rt_.attention_workspace(cuda::attention_backward_workspace_bytes(s));
-    on_acts(
-        stream_,
-        [&](auto qp, auto kp, auto vp, auto op, auto dop, auto dqp, auto dkp, auto dvp) {
-          cuda::attention_backward(qp, kp, vp, op, l, dop, dqp, dkp, dvp, s, scale, ws, stream_,
-                                   b);
-        },
-        in(q), in(k), in(v), in(out), in(dout), Act{dq, false, true}, Act{dk, false, true},
-        Act{dv, false, true});
-  }
-
-  void attention_mix(const Tensor& soft, const Tensor& v, const AttnMix& m, int64_t window,
-                     const Tensor& out) override {
-    on_device();
-    if (soft.numel() == 0) return;
-    const cuda::AttnShape s = ops::attention_shape(soft, v, window);
-    const float *al = maybe_f32(m.alpha), *be = maybe_f32(m.beta), *ga = maybe_f32(m.gamma);
-    // v1 joins the dtype dispatch (it is like v); without NeuTRENO v stands in for it, unread.
-    const Tensor& v1 = m.lam != 0.0f ? m.v1 : v;
-    on_acts(
-        stream_,
-        [&](auto sp, auto vp, auto v1p, auto op) {
-          cuda::attention_mix_forward(sp, vp, m.lam != 0.0f ? v1p : nullptr, al, be, ga, m.lam,
-                                      op, s, stream_);
-        },
-        in(soft), in(v), in(v1), Act{out, false, true});
-  }
-
-  void attention_mix_backward(const Tensor& dout, const Tensor& soft, const Tensor& v,
-                              const AttnMix& m, int64_t window, const Tensor& dsoft,
-                              const Tensor& dv, const AttnMixGrads& g) override {
-    on_device();
-    if (soft.numel() == 0) return;
-    const cuda::AttnShape s = ops::attention_shape(soft, v, window);
-    const float *al = maybe_f32(m.alpha), *be = maybe_f32(m.beta), *ga = maybe_f32(m.gamma);
-    float *dal = maybe_f32_out(g.dalpha), *dbe = maybe_f32_out(g.dbeta),
-          *dga = maybe_f32_out(g.dgamma);
-    std::lock_guard<std::mutex> lock(rt_.scratch_mutex());
-    void* ws = rt_.attention_workspace(cuda::attention_mix_workspace_bytes(s));
-    const bool has_dv1 = g.dv1.defined();
-    // Without a dv1 output, dsoft stands in for it in the dtype dispatch (unwritten).
-    const Tensor& dv1 = has_dv1 ? g.dv1 : dsoft;
-    on_acts(
-        stream_,
-        [&](auto dop, auto sp, auto vp, auto dsp, auto dvp, auto dv1p) {
-          cuda::attention_mix_backward(dop, sp, vp, al, be, ga, m.lam, dsp, dvp, dal, dbe, dga,
-                                       has_dv1 ? dv1p : nullptr, s, ws, stream_);
-        },
-        in(dout), in(soft), in(v), out(dsoft), inout(dv), Act{dv1, false, has_dv1});
   }
 
  private:

@@ -1,5 +1,5 @@
 // Checks and device dispatch for the ops declared in ops.h itself: dense algebra, copies,
-// reductions and attention (the other families: core/ops/*.cc).
+// reductions (the other families: core/ops/*.cc).
 #include "core/ops.h"
 
 #include <initializer_list>
@@ -176,79 +176,6 @@ void copy_2d(const Tensor& dst, int64_t dst_offset, int64_t dst_ld, const Tensor
       ->copy_2d(static_cast<char*>(dst.raw()) + dst_offset * es, dst_ld * es,
                static_cast<const char*>(src.raw()) + src_offset * es, src_ld * es, cols * es,
                rows);
-}
-
-cpu::AttnShape attention_shape(const Tensor& q, const Tensor& k, int64_t window) {
-  cpu::AttnShape s;
-  s.B = q.dim(0);
-  s.T = q.dim(1);
-  s.H = q.dim(2);
-  s.hd = q.dim(3);
-  s.Hkv = k.dim(2);
-  s.window = window;
-  return s;
-}
-
-static void check_attn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse) {
-  VT_CHECK(q.ndim() == 4 && k.ndim() == 4);
-  VT_CHECK(k.dim(0) == q.dim(0) && k.dim(1) == q.dim(1) && k.dim(3) == q.dim(3) &&
-           q.dim(2) % k.dim(2) == 0);
-  VT_CHECK(v.numel() == k.numel() && lse.numel() == q.dim(0) * q.dim(2) * q.dim(1));
-  need_f32("attention", lse, "lse");
-}
-
-static void check_extras(const Tensor& q, const Tensor& v, const AttnExtras& ex) {
-  if (ex.bias.defined()) {
-    need_f32("attention", ex.bias, "the bias");
-    VT_CHECK_MSG(ex.bias.numel() == q.dim(1) * q.dim(1),
-                 "attention bias has " << ex.bias.numel() << " elements, expected T*T = "
-                                       << q.dim(1) * q.dim(1));
-  }
-  const AttnMix& m = ex.mix;
-  if (!m.active()) return;
-  for (const Tensor* g : {&m.alpha, &m.beta, &m.gamma})
-    if (g->defined()) {
-      need_f32("attention", *g, "a shaped-attention gain");
-      VT_CHECK(g->numel() == q.dim(2));
-    }
-  VT_CHECK_MSG(m.lam == 0.0f || (m.v1.defined() && m.v1.numel() == v.numel()),
-               "the NeuTRENO term needs v1 shaped like v");
-  VT_CHECK_MSG(ex.soft.defined() && ex.soft.numel() == q.numel(),
-               "a mixed attention needs `soft` shaped like its output");
-}
-
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-               const Tensor& lse, int64_t window, float scale, const AttnExtras& ex) {
-  check_attn(q, k, v, lse);
-  VT_CHECK(out.numel() == q.numel());
-  check_extras(q, v, ex);
-  if (!ex.mix.active()) {
-    on("attention", {&q, &k, &v, &out, &lse})->attention(q, k, v, out, lse, window, scale, ex.bias);
-    return;
-  }
-  auto be = on("attention", {&q, &k, &v, &out, &lse, &ex.soft});
-  be->attention(q, k, v, ex.soft, lse, window, scale, ex.bias);
-  be->attention_mix(ex.soft, v, ex.mix, window, out);
-}
-
-void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, int64_t window, float scale, const AttnExtras& ex,
-                        const AttnMixGrads& g) {
-  check_attn(q, k, v, lse);
-  VT_CHECK(dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel());
-  check_extras(q, v, ex);
-  if (!ex.mix.active()) {
-    on("attention_backward", {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv})
-        ->attention_backward(q, k, v, out, lse, dout, dq, dk, dv, window, scale, ex.bias);
-    return;
-  }
-  auto be = on("attention_backward", {&q, &k, &v, &ex.soft, &lse, &dout, &dq, &dk, &dv});
-  Tensor dsoft = Tensor::zeros(ex.soft.shape(), ex.soft.dtype(), ex.soft.device());
-  Tensor dv_mix = Tensor::zeros(v.shape(), v.dtype(), v.device());
-  be->attention_mix_backward(dout, ex.soft, v, ex.mix, window, dsoft, dv_mix, g);
-  be->attention_backward(q, k, v, ex.soft, lse, dsoft, dq, dk, dv, window, scale, ex.bias);
-  be->axpy(dv, dv_mix, 1.0f);
 }
 
 

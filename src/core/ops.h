@@ -1,6 +1,6 @@
 // The op interface the model and optimizers call: tensor-level wrappers that check shapes,
 // dtypes and devices, then dispatch to the backend of the tensors' device (core/backend.h).
-// An umbrella: dense algebra, copies and attention are declared here (ops.cc); every other op
+// An umbrella: dense algebra and copies are declared here (ops.cc); every other op
 // family has its own header and file in core/ops/ (checks, host path and CUDA launch together).
 // Weights are 2-D (K, N); activations are any tensor viewed as (numel / K, K) rows. Activations
 // may be f32 or bf16 (every op computes in fp32); parameters, gradients, optimizer states,
@@ -9,6 +9,7 @@
 #include "core/backend.h"
 #include "core/cpu_kernels.h"
 #include "core/ops/activation.h"
+#include "core/ops/attention.h"
 #include "core/ops/embedding.h"
 #include "core/ops/optim.h"
 #include "core/ops/rmsnorm.h"
@@ -57,25 +58,5 @@ void copy_2d(const Tensor& dst, int64_t dst_offset, int64_t dst_ld, const Tensor
 
 int64_t rows_of(const Tensor& t);  // numel / last dim
 
-// Attention (semantics in cpu_kernels.h).
-// The kernels' shape struct of q (B,T,H,hd) and k (B,T,Hkv,hd) (backends share it).
-cpu::AttnShape attention_shape(const Tensor& q, const Tensor& k, int64_t window);
-// What an attention call adds to plain softmax attention (all optional; docs/model.md "Block
-// shapes"): a fixed logit bias (f32 (T, T)), and the mix of shaped attention / NeuTRENO
-// (AttnMix). With an active mix, `soft` (like out) receives softmax attention's output, which
-// the backward needs; out receives the mix.
-struct AttnExtras {
-  Tensor bias;
-  AttnMix mix;
-  Tensor soft;
-};
-// q (B,T,H,hd), k/v (B,T,Hkv,hd), out (B,T,H,hd), lse (B,H,T).
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-               const Tensor& lse, int64_t window, float scale, const AttnExtras& ex = {});
-// dq, dk, dv written; with an active mix, g receives the mix's gradients (AttnMixGrads).
-void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, int64_t window, float scale, const AttnExtras& ex = {},
-                        const AttnMixGrads& g = {});
 
 }  // namespace vt::ops
