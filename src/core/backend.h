@@ -2,16 +2,15 @@
 // synchronization, accounting, and (CUDA) the device runtime behind it (cuda(): stream, scratch,
 // caches; core/cuda_runtime.h). Tensors carry a Device; ops dispatch to the backend registered
 // for that device. The op families of core/ops/*.cc compute on the host when cuda() is null and
-// launch their kernels on the CUDA runtime otherwise, so they need no method here; the dense
-// algebra and reductions below are the ops that still have entry points.
+// launch their kernels on the CUDA runtime otherwise, so they need no method here.
 // The CPU backend (cpu_backend.cc) is the reference; the CUDA backend (cuda_backend.cc, built
 // when nvcc is found) runs the kernels of kernels/; the device emulator (also cpu_backend.cc)
 // registers itself for Device::kCUDA so that the whole GPU code path (device memory that host
 // code may not touch, explicit copies, bf16 activations) runs and is tested on machines without
 // a GPU.
 //
-// Conventions: all tensors passed to one call live on the backend's device; shapes were checked
-// by ops.cc. Ops that return a number (dot, sum_squares) synchronize with the device.
+// Conventions: all pointers passed to one call belong to the backend's device (host memory for
+// the CPU backend and the device emulator).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,18 +26,9 @@ class CudaRuntime;  // core/cuda_runtime.h (builds with CUDA)
 
 enum class CopyKind : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
-// C(M,N) = alpha * op(A) * op(B) + beta * C, row-major, leading dimensions in elements (the
-// semantics of vt::cpu::gemm). A, B, C are base tensors (their data pointers plus *_offset
-// elements); dtypes: all f32, or A and B bf16 with C bf16 or f32 (fp32 accumulation).
-struct GemmArgs {
-  bool trans_a = false, trans_b = false;
-  int64_t M = 0, N = 0, K = 0;
-  float alpha = 1.0f, beta = 0.0f;
-  Tensor A, B, C;
-  int64_t lda = 0, ldb = 0, ldc = 0;
-};
-
-struct XentArgs;  // core/ops/xent.h (named here for headers that reach it through backend.h)
+// Named here for headers that reach them through backend.h (the op families define them).
+struct XentArgs;  // core/ops/xent.h
+struct GemmArgs;  // core/ops/gemm.h
 
 class Backend {
  public:
@@ -68,36 +58,6 @@ class Backend {
   // The CUDA device runtime this backend runs on (stream, scratch, caches: core/cuda_runtime.h),
   // or nullptr for the backends that compute on the host (CPU, device emulator).
   virtual CudaRuntime* cuda() { return nullptr; }
-
-  // Dense algebra.
-  virtual void gemm(const GemmArgs& g) = 0;
-  // y = x converted to y's dtype (f32 <-> bf16, or a plain copy for equal dtypes).
-  virtual void cast(const Tensor& y, const Tensor& x) = 0;
-  virtual void axpy(const Tensor& y, const Tensor& x, float alpha) = 0;        // y += alpha x
-  virtual void scale_copy(const Tensor& y, const Tensor& x, float alpha) = 0;  // y = alpha x
-  virtual double dot(const Tensor& a, const Tensor& b) = 0;                   // fp64 sum
-  virtual double sum_squares(const Tensor& x) = 0;                            // fp64 sum
-  // sum over tensors of sum_squares(x), combined in list order (one synchronization on a GPU
-  // instead of one per tensor).
-  virtual double sum_squares_list(const std::vector<Tensor>& xs) {
-    double s = 0.0;
-    for (const Tensor& x : xs) s += x.numel() ? sum_squares(x) : 0.0;
-    return s;
-  }
-  // t.flat[index] += value (f32 tensors): scalar-parameter gradients without a host copy.
-  virtual void add_scalar(const Tensor& t, int64_t index, double value) = 0;
-  // Device-side coefficients (no host round trip; coef is an f32 tensor on this device):
-  // y = coef[index] * x, y += coef[index] * x.
-  virtual void scale_copy_coef(const Tensor& y, const Tensor& x, const Tensor& coef,
-                               int64_t index) = 0;
-  virtual void axpy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index) = 0;
-  // out.flat[index] = float(sum(a * b)) accumulated in fp64, left on the device.
-  virtual void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index) = 0;
-  // x = x / (sqrt(sum(x^2)) * scale + eps), the norm computed and applied on the device
-  // (Newton-Schulz's normalization; the division in double, rounded once).
-  virtual void normalize_frobenius(const Tensor& x, double scale, double eps) = 0;
-  // y (cols, rows) = x (rows, cols)^T.
-  virtual void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols) = 0;
 };
 
 // The backend for a device; VT_CHECK-fails with an actionable message when none is registered.

@@ -2,8 +2,9 @@
 // stream everything is queued on, stream-ordered memory and its accounting, copies and
 // synchronization, and the scratch the op adapters share (cuBLASLt handle, reduction scratch
 // with its pinned result, attention workspace, RoPE cos/sin tables), plus the choice of attention
-// kernels. One object per CUDA backend (cuda_backend.cc owns one and reaches it to the op
-// adapters and, through Backend::cuda(), to NcclCommunicator's builders); no global state.
+// kernels. One object per CUDA backend (cuda_backend.cc owns one; the op families of
+// core/ops/*.cc reach it through Backend::cuda(), and so does the code that builds
+// NcclCommunicators, for the stream); no global state.
 // Host-only header, for builds with CUDA (VTRAIN_HAS_CUDA).
 //
 // Stream. A non-default stream created *blocking* (cudaStreamDefault flags): work on the legacy

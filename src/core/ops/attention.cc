@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/ops.h"
 #include "core/ops/dispatch.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/host_window.h"
 
 #if VTRAIN_HAS_CUDA
@@ -254,7 +255,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   Tensor dv_mix = Tensor::zeros(v.shape(), v.dtype(), v.device());
   mix_backward(d, dout, ex.soft, v, ex.mix, window, dsoft, dv_mix, g);
   backward(d, q, k, v, ex.soft, lse, dsoft, dq, dk, dv, window, scale, ex.bias);
-  d->axpy(dv, dv_mix, 1.0f);
+  axpy_on(d.backend(), dv, dv_mix, 1.0f);
 }
 
 }  // namespace vt::ops

@@ -19,6 +19,7 @@ class Dispatch {
   Backend* operator->() const { return &b_; }
   // The CUDA runtime of the op's backend, nullptr for the backends that compute on the host.
   CudaRuntime* cuda() const { return b_.cuda(); }
+  Backend& backend() const { return b_; }
 
  private:
   Backend& b_;
