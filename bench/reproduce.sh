@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# bench/reproduce.sh: every measured figure of README.md and bench/README.md, produced again on
-# this machine from this checkout, in one run. Prints (and writes to $OUT/report.md) a header with
-# the date, commit and machine, then the output of each benchmark as the READMEs quote it:
+# bench/reproduce.sh: every measured figure of docs/status.md and bench/README.md, produced again
+# on this machine from this checkout, in one run. Prints (and writes to $OUT/report.md) a header
+# with the date, commit and machine, then the output of each benchmark as those pages quote it:
 #   1. CPU training step against JAX (bench_cpu_vs_jax.py): tiny preset, T256, micro-batch 8,
 #      both cores, then single-threaded; and a development shape (L4, d512, hd128, T512,
 #      micro-batch 4) with the machine's SGEMM rate beside it (bench_cpu_vs_jax.py --sgemm), and

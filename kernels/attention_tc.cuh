@@ -13,7 +13,7 @@
 // do: the probabilities P (forward) and P, dS (backward) are rounded to bf16 before they multiply
 // V, dO, Q or K (2^-9 relative each); products are accumulated in fp32; the softmax statistics,
 // lse and D stay fp32. The backward is deterministic (no atomics): dQ and dK/dV come from two
-// kernels, each output tile has one owner and a fixed order. See docs/design-notes.md
+// kernels, each output tile has one owner and a fixed order. See docs/design.md
 // ("Attention on tensor cores") for the tiling and what it costs.
 #pragma once
 #include <cuda_bf16.h>

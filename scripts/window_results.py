@@ -8,26 +8,26 @@
 #       28): MFU, tok/s, micro-batch, memory per preset and vtrain's GEMM TFLOP/s per shape,
 #       merged with the file already there (other presets kept, the newest window wins per preset
 #       and per GEMM shape);
-#   README.md's GPU status block: the lines between `<!-- gpu-window:begin -->` and
-#       `<!-- gpu-window:end -->` (nothing else in README.md is touched; without the markers the
-#       block is printed and README.md is left alone).
+#   docs/status.md's GPU status block: the lines between `<!-- gpu-window:begin -->` and
+#       `<!-- gpu-window:end -->` (nothing else in docs/status.md is touched; without the markers
+#       the block is printed and docs/status.md is left alone).
 #
 #   python3 scripts/window_results.py NUMBERS.json [--repo ROOT] [--dry-run] [--allow-emulated]
 #
 # --repo: the checkout to write into (default: the one holding this script). --dry-run prints
-# every file it would write, and the README block, without writing anything.
+# every file it would write, and the status block, without writing anything.
 #
 # Emulation: numbers.json from the CUDA emulation (`"emulated": true`, a device named as an
 # emulation, or no "emulated" field at all) is refused (exit 2) unless --allow-emulated is given.
 # With it, every output is labelled "EMULATED (not a GPU number)": the measured file's name and
 # every key in it (so bench/static_report.py shows none of them in its measured column), a
 # separate bench/results/plan_calibration-EMULATED.json (plan_calibration.json itself is never
-# written from an emulation), and every line of the README block.
+# written from an emulation), and every line of the status block.
 #
 # A stage that failed leaves its part of numbers.json out: whatever is missing is written as
 # "not measured (stage <name>: <status>)" and listed at the end of the printout; the rest is
 # still written. Exit status: 0 written (or dry run), 1 an output could not be written (malformed
-# README markers, unreadable plan_calibration.json), 2 refused input.
+# status markers, unreadable plan_calibration.json), 2 refused input.
 #
 # Units: `vtrain train --profile` reports milliseconds per optimizer step (core/op_profile.h; with
 # a host clock, a device kernel's time is what the host spends launching it). The static
@@ -48,6 +48,7 @@ from pathlib import Path
 
 LABEL = "EMULATED (not a GPU number)"
 BEGIN, END = "<!-- gpu-window:begin -->", "<!-- gpu-window:end -->"
+STATUS = "docs/status.md"  # the page holding the block, relative to the repository root
 JOIN = " & "  # joins the rows one profile op covers into one measured key
 CALIBRATION_NOTE = ("read by `vtrain plan --calibrate FILE` (the --preset entry's mfu replaces "
                     "the assumed --mfu)")
@@ -270,7 +271,7 @@ def merge_calibration(old: dict, presets: dict, gemms: list, log: list) -> dict:
             "note": CALIBRATION_NOTE}
 
 
-# --- README block ------------------------------------------------------------------------------
+# --- status block ------------------------------------------------------------------------------
 def gib(b):
     return None if b is None else b / 2**30
 
@@ -403,7 +404,7 @@ def tests_line(numbers: dict, missing: Missing) -> str:
             + (f", {sk} skipped" if isinstance(sk, int) else ""))
 
 
-def readme_block(numbers: dict, emulated: bool, missing: Missing) -> list[str]:
+def status_block(numbers: dict, emulated: bool, missing: Missing) -> list[str]:
     date = numbers.get("date") if parse_date(numbers.get("date")) else None
     when = date.replace("T", " ").replace("Z", " UTC") if date else "undated"
     lines = [f"GPU window {when} on {numbers.get('device') or 'an unnamed device'}, commit "
@@ -422,7 +423,7 @@ def readme_block(numbers: dict, emulated: bool, missing: Missing) -> list[str]:
 
 
 def replace_block(text: str, block: list[str]):
-    """README text with the lines between the markers replaced, or (None, why)."""
+    """Status page text with the lines between the markers replaced, or (None, why)."""
     lines = text.splitlines(keepends=True)
     begins = [i for i, l in enumerate(lines) if l.strip() == BEGIN]
     ends = [i for i, l in enumerate(lines) if l.strip() == END]
@@ -569,31 +570,31 @@ def main(argv=None) -> int:
     else:
         say("calibration: nothing to write (no training numbers, no GEMM rows)")
 
-    # 3. README block.
-    block = readme_block(numbers, emulated, missing)
-    readme = repo / "README.md"
+    # 3. The status block of docs/status.md.
+    block = status_block(numbers, emulated, missing)
+    status_page = repo / STATUS
     try:
-        text = readme.read_text()
+        text = status_page.read_text()
     except OSError as e:
         text, why = None, f"cannot be read ({e})"
     if text is not None:
         new, why = replace_block(text, block)
         if new is not None:
-            writes.append((readme, new))
+            writes.append((status_page, new))
     if text is None or new is None:
-        print("README block:\n" + "\n".join(block))
+        print("status block:\n" + "\n".join(block))
         if why == "absent":
-            say(f"README.md: NOT updated: it has no {BEGIN} / {END} lines. Add those two lines "
+            say(f"{STATUS}: NOT updated: it has no {BEGIN} / {END} lines. Add those two lines "
                 f"where the GPU status belongs and rerun (or paste the block above between them)")
         else:
-            say(f"README.md: NOT updated: markers {why}")
+            say(f"{STATUS}: NOT updated: markers {why}")
             rc = 1
 
     # Write (or show).
     for path, content in writes:
         if args.dry_run:
-            if path == readme:
-                print(f"--- would replace README.md's {BEGIN} block with:\n" + "\n".join(block))
+            if path == status_page:
+                print(f"--- would replace {STATUS}'s {BEGIN} block with:\n" + "\n".join(block))
             else:
                 print(f"--- would write {path}:\n{content}", end="")
         else:

@@ -211,25 +211,18 @@ double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-absl::Status save_impl(const CkptComm& comm, const std::string& path, const ModelConfig& model_cfg,
-                       const ParamStore& store, const CheckpointMeta& meta,
-                       const std::vector<NamedTensor>& extra, const ProcessGrid* grid,
-                       SaveTimings& times) {
-  const double start = seconds_now();
-  double mark = start;
-  auto lap = [&mark](double& into) {
-    const double t = seconds_now();
-    into += t - mark;
-    mark = t;
-  };
-  VT_ASSIGN_OR_RETURN(const ModelConfig cfg, finalized(model_cfg));
-  // Local pieces, checked against the model's parameter list.
+// Save phase 1: this rank's pieces, checked against the model's parameter list (agreed), then
+// the plan of which rank writes which box of each dataset; every dataset must be covered.
+absl::StatusOr<std::vector<DatasetPlan>> plan_save(const CkptComm& comm, const std::string& path,
+                                                   const ModelConfig& cfg, const ParamStore& store,
+                                                   const std::vector<NamedTensor>& extra,
+                                                   std::vector<Piece>& pieces) {
   const std::vector<std::pair<std::string, Shape>> model = model_datasets(cfg);
-  absl::StatusOr<std::vector<Piece>> pieces = ckpt::local_pieces(&store, true, extra);
-  absl::Status local = pieces.status();
+  absl::StatusOr<std::vector<Piece>> mine = ckpt::local_pieces(&store, true, extra);
+  absl::Status local = mine.status();
   if (local.ok()) {
     std::map<std::string, Shape> want(model.begin(), model.end());
-    for (const Piece& p : *pieces) {
+    for (const Piece& p : *mine) {
       if (p.path.rfind("/model/", 0) != 0) continue;
       auto it = want.find(p.path);
       if (it == want.end())
@@ -245,7 +238,8 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
     local = absl::InvalidArgumentError(absl::StrCat("rank ", comm.rank(), ": ", local.message()));
   }
   VT_RETURN_IF_ERROR(comm.agree(local));
-  VT_ASSIGN_OR_RETURN(std::vector<DatasetPlan> plan, ckpt::plan_datasets(comm, *pieces, model));
+  pieces = *std::move(mine);
+  VT_ASSIGN_OR_RETURN(std::vector<DatasetPlan> plan, ckpt::plan_datasets(comm, pieces, model));
   std::vector<std::string> gaps;
   for (const DatasetPlan& d : plan)
     if (!d.covered)
@@ -254,67 +248,76 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
   if (!gaps.empty())
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot save ", path, ": the ranks together do not hold all of ", absl::StrJoin(gaps, ", ")));
+  return plan;
+}
 
-  // Rank 0's training state (rank 0 writes the header).
-  const nlohmann::json meta_json = nlohmann::json::parse(comm.broadcast(
-      nlohmann::json{{"step", meta.step},
-                     {"tokens", meta.tokens},
-                     {"loader_state", meta.loader_state},
-                     {"rng_state", meta.rng_state},
-                     {"extra", meta.extra},
-                     {"layout", layout_json(grid)}}
-          .dump()));
+// The file system under a save: room for the file is checked before writing (data plus HDF5's
+// metadata: a generous 1 MiB + 1%), so a full disk is a plain message, not a failure half-way
+// through a collective write; any later failure says how full it is, the usual cause.
+struct SaveRoom {
+  const CkptComm& comm;
+  std::string path, dir;
+  double need = 0;
 
-  const std::string tmp = path + ".tmp";
-  // Room for the file (data, plus HDF5's metadata: a generous 1 MiB + 1%) before writing, so a
-  // full disk is a plain message, not a failure half-way through a collective write.
-  const std::string dir = std::filesystem::absolute(path).parent_path().string();
-  double data_bytes = 0;
-  for (const DatasetPlan& d : plan) data_bytes += 4.0 * static_cast<double>(shape_numel(d.global));
-  const double need = data_bytes * 1.01 + (1 << 20);
-  absl::Status room;
-  // VTRAIN_SKIP_SPACE_CHECK=1 (tests only) lets a save run into the full disk for real.
-  const char* skip_check = std::getenv("VTRAIN_SKIP_SPACE_CHECK");
-  if (comm.rank() == 0 && !(skip_check && std::string(skip_check) == "1")) {
-    const int64_t have = free_bytes(dir);
-    if (have >= 0 && need > static_cast<double>(have))
-      room = absl::ResourceExhaustedError(absl::StrCat(
-          "not enough space for checkpoint ", path, ": it needs about ", mib(need), ", the file "
-          "system holding ", dir, " has ", mib(static_cast<double>(have)), " free"));
+  SaveRoom(const CkptComm& c, const std::string& p, const std::vector<DatasetPlan>& plan)
+      : comm(c), path(p), dir(std::filesystem::absolute(p).parent_path().string()) {
+    double data_bytes = 0;
+    for (const DatasetPlan& d : plan) data_bytes += 4.0 * static_cast<double>(shape_numel(d.global));
+    need = data_bytes * 1.01 + (1 << 20);
   }
-  VT_RETURN_IF_ERROR(comm.agree(room));
-  // Any failure from here on: say how full the file system is, the usual cause.
-  auto with_space = [&](absl::Status st) {
+  // Agreed; VTRAIN_SKIP_SPACE_CHECK=1 (tests only) lets a save run into the full disk for real.
+  absl::Status check() const {
+    absl::Status room;
+    const char* skip_check = std::getenv("VTRAIN_SKIP_SPACE_CHECK");
+    if (comm.rank() == 0 && !(skip_check && std::string(skip_check) == "1")) {
+      const int64_t have = free_bytes(dir);
+      if (have >= 0 && need > static_cast<double>(have))
+        room = absl::ResourceExhaustedError(absl::StrCat(
+            "not enough space for checkpoint ", path, ": it needs about ", mib(need), ", the file "
+            "system holding ", dir, " has ", mib(static_cast<double>(have)), " free"));
+    }
+    return comm.agree(room);
+  }
+  absl::Status noted(absl::Status st) const {
     if (st.ok() || comm.rank() != 0) return st;
     const int64_t have = free_bytes(dir);
     return absl::Status(st.code(), absl::StrCat(st.message(), " (the file system holding ", dir,
                                                 " has ", mib(static_cast<double>(have)), " free",
                                                 static_cast<double>(have) < need ? ": it is full" : "",
                                                 ")"));
-  };
-  // The layout (rank 0), then every rank's data at the offsets of its datasets (no MPI-IO: the
-  // ranks write disjoint byte ranges of the file), then the checksum attributes (rank 0).
-  std::vector<int64_t> offsets;
-  {
-    absl::Status laid;
-    if (comm.rank() == 0) {
-      absl::StatusOr<std::vector<int64_t>> at = create_layout(tmp, cfg, meta_json, plan);
-      laid = at.status();
-      if (at.ok()) offsets = *std::move(at);
-    }
-    times.layout = seconds_now() - mark;
-    VT_RETURN_IF_ERROR(comm.agree(with_space(laid)));
-    const std::string text = comm.broadcast(nlohmann::json(offsets).dump());
-    offsets = nlohmann::json::parse(text).get<std::vector<int64_t>>();
   }
-  // From here on the file streams to the disk while it is written (every rank: each flushes what
-  // its node's cache holds), and is fsynced beside the verify pass.
-  ckpt::Flusher flusher(tmp);
+};
+
+// Save phase 2: the layout. Rank 0 creates "<path>.tmp" with the header and every dataset
+// (contiguous, space reserved); every rank gets the datasets' byte offsets.
+absl::StatusOr<std::vector<int64_t>> lay_out(const CkptComm& comm, const std::string& tmp,
+                                             const ModelConfig& cfg, const nlohmann::json& meta_json,
+                                             const std::vector<DatasetPlan>& plan,
+                                             const SaveRoom& room) {
+  std::vector<int64_t> offsets;
+  absl::Status laid;
+  if (comm.rank() == 0) {
+    absl::StatusOr<std::vector<int64_t>> at = create_layout(tmp, cfg, meta_json, plan);
+    laid = at.status();
+    if (at.ok()) offsets = *std::move(at);
+  }
+  VT_RETURN_IF_ERROR(comm.agree(room.noted(laid)));
+  const std::string text = comm.broadcast(nlohmann::json(offsets).dump());
+  return nlohmann::json::parse(text).get<std::vector<int64_t>>();
+}
+
+// Save phase 3: every rank's data at the offsets of its datasets (no MPI-IO: the ranks write
+// disjoint byte ranges of the file), then the checksum attributes (rank 0, from every rank's
+// terms).
+absl::Status write_and_sum(const CkptComm& comm, const std::string& tmp,
+                           const std::vector<DatasetPlan>& plan, const std::vector<Piece>& pieces,
+                           const std::vector<int64_t>& offsets, const SaveRoom& room,
+                           SaveTimings& times) {
   std::vector<uint64_t> sums(plan.size(), 0);
   const double data_start = seconds_now();
-  absl::Status written = write_data(tmp, plan, *pieces, offsets, sums, times);
+  absl::Status written = write_data(tmp, plan, pieces, offsets, sums, times);
   times.data = seconds_now() - data_start;
-  VT_RETURN_IF_ERROR(comm.agree(with_space(written)));
+  VT_RETURN_IF_ERROR(comm.agree(room.noted(written)));
   comm.sum(sums);
   absl::Status summed;
   if (comm.rank() == 0) {
@@ -331,24 +334,15 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
       if (summed.ok()) summed = closed;
     }
   }
-  VT_RETURN_IF_ERROR(comm.agree(with_space(summed)));
-  lap(times.write);
-  // Reopen and recompute every checksum from what the file holds, while it is fsynced (the
-  // rename below waits for both: only a durable, verified file becomes the checkpoint).
-  {
-    flusher.fsync();
-    absl::StatusOr<ckpt::Opened> ck = ckpt::open_checkpoint(tmp, comm);
-    absl::Status verified = comm.agree(ck.status());
-    if (verified.ok()) verified = ckpt::verify_file(comm, *ck, tmp, nullptr, /*states=*/false);
-    const absl::Status flushed = flusher.wait(&times.fsync);
-    VT_RETURN_IF_ERROR(verified);
-    VT_RETURN_IF_ERROR(comm.agree(with_space(flushed)));
-  }
-  lap(times.verify);
+  return comm.agree(room.noted(summed));
+}
+
+// Save phase 4 (rank 0, agreed): the verified file takes the checkpoint's name. rename()
+// replaces the name `path` (a link planted there included), never a link's target.
+absl::Status rename_into_place(const CkptComm& comm, const std::string& tmp, const std::string& path) {
   absl::Status renamed;
   if (comm.rank() == 0) {
     std::error_code ec;
-    // rename() replaces the name `path` (a link planted there included), never a link's target.
     renamed = still_plain_file(tmp);
     if (renamed.ok()) {
       std::filesystem::rename(tmp, path, ec);
@@ -358,9 +352,63 @@ absl::Status save_impl(const CkptComm& comm, const std::string& path, const Mode
         fsync_path(std::filesystem::absolute(path).parent_path().string());
     }
   }
+  return comm.agree(renamed);
+}
+
+// A save's phases: plan (what each rank writes), room, layout and write ("<path>.tmp"), verify (reopen and
+// recompute every checksum from what the file holds while it is fsynced: only a durable,
+// verified file becomes the checkpoint), rename. Each is agreed by every rank.
+absl::Status save_impl(const CkptComm& comm, const std::string& path, const ModelConfig& model_cfg,
+                       const ParamStore& store, const CheckpointMeta& meta,
+                       const std::vector<NamedTensor>& extra, const ProcessGrid* grid,
+                       SaveTimings& times) {
+  const double start = seconds_now();
+  double mark = start;
+  auto lap = [&mark](double& into) {
+    const double t = seconds_now();
+    into += t - mark;
+    mark = t;
+  };
+  VT_ASSIGN_OR_RETURN(const ModelConfig cfg, finalized(model_cfg));
+  std::vector<Piece> pieces;
+  VT_ASSIGN_OR_RETURN(const std::vector<DatasetPlan> plan,
+                      plan_save(comm, path, cfg, store, extra, pieces));
+  // Rank 0's training state (rank 0 writes the header).
+  const nlohmann::json meta_json = nlohmann::json::parse(comm.broadcast(
+      nlohmann::json{{"step", meta.step},
+                     {"tokens", meta.tokens},
+                     {"loader_state", meta.loader_state},
+                     {"rng_state", meta.rng_state},
+                     {"extra", meta.extra},
+                     {"layout", layout_json(grid)}}
+          .dump()));
+  const std::string tmp = path + ".tmp";
+  const SaveRoom room(comm, path, plan);
+  VT_RETURN_IF_ERROR(room.check());
+
+  const double layout_start = mark;
+  absl::StatusOr<std::vector<int64_t>> offsets = lay_out(comm, tmp, cfg, meta_json, plan, room);
+  times.layout = seconds_now() - layout_start;
+  VT_RETURN_IF_ERROR(offsets.status());
+  // From here on the file streams to the disk while it is written (every rank: each flushes what
+  // its node's cache holds), and is fsynced beside the verify pass.
+  ckpt::Flusher flusher(tmp);
+  VT_RETURN_IF_ERROR(write_and_sum(comm, tmp, plan, pieces, *offsets, room, times));
+  lap(times.write);
+  {
+    flusher.fsync();
+    absl::StatusOr<ckpt::Opened> ck = ckpt::open_checkpoint(tmp, comm);
+    absl::Status verified = comm.agree(ck.status());
+    if (verified.ok()) verified = ckpt::verify_file(comm, *ck, tmp, nullptr, /*states=*/false);
+    const absl::Status flushed = flusher.wait(&times.fsync);
+    VT_RETURN_IF_ERROR(verified);
+    VT_RETURN_IF_ERROR(comm.agree(room.noted(flushed)));
+  }
+  lap(times.verify);
+  const absl::Status renamed = rename_into_place(comm, tmp, path);
   lap(times.rename);
   times.total = seconds_now() - start;
-  return comm.agree(renamed);
+  return renamed;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "model/model_split.h"
 #include "checkpoint/checkpoint.h"
 #include "cli/commands.h"
 #include "core/arena.h"
@@ -14,7 +15,7 @@
 #include "model/gpt.h"
 #include "parallel/failure.h"
 #include "parallel/mpi_communicator.h"
-#include "parallel/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "parallel/process_grid.h"
 #include "train/device_setup.h"
 #include "train/evaluate.h"
@@ -87,7 +88,7 @@ int cmd_eval(int argc, char** argv) {
     o.act_dtype = f.get_string("act-dtype");
     if (o.act_dtype.empty()) o.act_dtype = o.device == "cpu" ? "f32" : "bf16";
     o.device_comm = f.get_string("device-comm");
-    auto shape = make_grid_shape(world->size(), o.tp, o.pp, cfg);
+    auto shape = make_grid_shape(world->size(), o.tp, o.pp, model_split(cfg));
     if (!shape.ok()) return agreed(shape.status());
     if (absl::Status st = check_virtual_stages(cfg.n_layer, o.pp, o.vpp, -1); !st.ok())
       return agreed(st);

@@ -58,6 +58,13 @@ const CommandSpec& plan_command() {
                                   "JSONL (median mfu of the steps after the first quarter; a GPU "
                                   "run on the --gpu kind), or the GPU window's "
                                   "bench/results/plan_calibration.json (its --preset entry)")),
+             no_default(text_flag("gemm-curve", "",
+                                  "your GEMM efficiency against tokens per GEMM, a JSON file "
+                                  "{\"tokens\": [...], \"efficiency\": [...]} (default: "
+                                  "published H100 measurements, docs/design.md)")),
+             num_flag("launch-us", 4, 0, 1e6, "microseconds of fixed cost per kernel launch"),
+             bool_flag("no-overlap-grad-sync",
+                       "as vtrain train's flag: the data-parallel sum after backward, not during it"),
              num_flag("intra-node-gbps", 400, 0.001, 1e6,
                       "GB/s (gigabytes) per GPU for the gradient all-reduce inside a node"),
              num_flag("inter-node-gbps", 50, 0.001, 1e6,
@@ -70,7 +77,7 @@ const CommandSpec& plan_command() {
              choice_flag("recompute", "both", {"both", "on", "off"},
                          "layouts with --recompute, without, or both (with --layout: both = off)"),
              int_flag("min-micro-batch", 1, 1, 1 << 24,
-                      "leave out smaller micro-batches (the assumed MFU does not fall with them)"),
+                      "leave out smaller micro-batches"),
              flag_heading("output"),
              int_flag("max-layouts", 10, 1, 1e6, "rows of the table"),
              no_default(text_flag("layout", "",
@@ -201,6 +208,11 @@ absl::StatusOr<plan::PlanInput> plan_input(const Flags& f) {
     in.mfu = cal.first;
     in.mfu_source = cal.second;
   }
+  if (f.has("gemm-curve")) {
+    VT_ASSIGN_OR_RETURN(in.gemm_curve, plan::read_gemm_curve(f.get_string("gemm-curve")));
+  }
+  in.launch_us = f.get_double("launch-us");
+  in.overlap_grad_sync = !f.get_bool("no-overlap-grad-sync");
   in.intra_node_gbps = f.get_double("intra-node-gbps");
   in.inter_node_gbps = f.get_double("inter-node-gbps");
   in.disk_gbps = f.get_double("disk-gbps");

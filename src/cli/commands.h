@@ -1,4 +1,4 @@
-// The vtrain commands (src/train/main.cc dispatches to them). Each one parses its flags with the
+// The vtrain commands (src/cli/main.cc dispatches to them). Each one parses its flags with the
 // shared parser (core/flags.h), answers --help from the same table before anything else runs
 // (MPI included), and returns the process exit code (docs/design.md, "CLI" and "Exit codes").
 #pragma once

@@ -1,4 +1,4 @@
-// The ops declared in ops.h itself: rows_of and the strided device copy (the op families:
+// The op declared in ops.h itself: the strided device copy (the op families:
 // core/ops/*.cc).
 #include "core/ops.h"
 
@@ -10,8 +10,6 @@
 namespace vt::ops {
 
 using namespace detail;
-
-int64_t rows_of(const Tensor& t) { return t.numel() / t.dim(-1); }
 
 void copy_2d(const Tensor& dst, int64_t dst_offset, int64_t dst_ld, const Tensor& src,
              int64_t src_offset, int64_t src_ld, int64_t rows, int64_t cols) {

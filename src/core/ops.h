@@ -1,7 +1,7 @@
 // The op interface the model and optimizers call: tensor-level wrappers that check shapes,
 // dtypes and devices, then dispatch to the backend of the tensors' device (core/backend.h).
 // An umbrella: every op family has its own header and file in core/ops/ (checks, host path and
-// CUDA launch together, beside kernels/<family>.cu); ops.cc holds rows_of and copy_2d.
+// CUDA launch together, beside kernels/<family>.cu); ops.cc holds copy_2d.
 // Weights are 2-D (K, N); activations are any tensor viewed as (numel / K, K) rows. Activations
 // may be f32 or bf16 (every op computes in fp32); parameters, gradients, optimizer states,
 // norms' rstd, attention's lse and the cross-entropy statistics are f32.
@@ -17,6 +17,7 @@
 #include "core/ops/reduce.h"
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
+#include "core/ops/rows.h"
 #include "core/ops/value_gate.h"
 #include "core/ops/xent.h"
 #include "core/tensor.h"
@@ -27,7 +28,5 @@ namespace vt::ops {
 // src_offset, row stride src_ld) to dst (dst_offset, dst_ld). Same dtype.
 void copy_2d(const Tensor& dst, int64_t dst_offset, int64_t dst_ld, const Tensor& src,
              int64_t src_offset, int64_t src_ld, int64_t rows, int64_t cols);
-
-int64_t rows_of(const Tensor& t);  // numel / last dim
 
 }  // namespace vt::ops

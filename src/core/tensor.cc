@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "core/backend.h"
-#include "core/ops/elementwise.h"
+#include "core/ops/cast_on.h"
 #include "core/bf16.h"
 #include "core/op_profile.h"
 

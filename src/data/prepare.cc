@@ -106,94 +106,83 @@ absl::StatusOr<std::string> spool_stdin(const fs::path& tmp) {
   return p.string();
 }
 
-absl::Status run(const PrepareOptions& opts, PrepareGroup& group, const fs::path& out,
-                 const fs::path& tmp) {
-  const auto t0 = std::chrono::steady_clock::now();
-  PrepareContext ctx;
-  ctx.opts = &opts;
-  ctx.group = &group;
-  ctx.tmp = tmp;
-  const bool verbose = ctx.verbose();
-  // Inputs: stdin is copied by rank 0 (one rank only, checked by the caller).
+// Phase 1, the inputs: stdin is copied into the scratch directory by rank 0 (one rank only,
+// checked by the caller); rank 0 lists (and sniffs) the inputs once and the other ranks get the
+// list; the list is cut into units of work and this rank's units are picked.
+absl::Status list_inputs(PrepareContext& ctx) {
+  const PrepareOptions& opts = *ctx.opts;
+  PrepareGroup& group = *ctx.group;
   std::vector<std::string> inputs = opts.inputs;
-  absl::Status st;
   for (std::string& in : inputs) {
     if (in != "-") continue;
-    auto spooled = spool_stdin(tmp);
-    if (!spooled.ok()) return spooled.status();
-    in = *spooled;
+    VT_ASSIGN_OR_RETURN(in, spool_stdin(ctx.tmp));
   }
-  std::string stdin_format = opts.format == "auto" ? "jsonl" : opts.format;
-  {
-    // Rank 0 lists (and sniffs) the inputs once; the others get the list.
-    absl::StatusOr<std::vector<InputFile>> files = std::vector<InputFile>{};
-    if (ctx.rank0()) files = list_input_files(inputs, opts.format);
-    VT_RETURN_IF_ERROR(group.agree(files.status()));
-    std::string listing;  // per file: int64 path length, path, int64 bytes, compression, format
-    auto put = [&](int64_t v) { listing.append(reinterpret_cast<const char*>(&v), 8); };
-    if (ctx.rank0())
-      for (const InputFile& f : *files) {
-        put(static_cast<int64_t>(f.path.size()));
-        listing += f.path;
-        put(f.bytes);
-        put(static_cast<int64_t>(f.compression));
-        put(static_cast<int64_t>(f.format));
-      }
-    group.broadcast_bytes(listing);
-    size_t at = 0;
-    auto get = [&]() {
-      int64_t v = 0;
-      std::memcpy(&v, listing.data() + at, 8);
-      at += 8;
-      return v;
-    };
-    while (at < listing.size()) {
-      InputFile f;
-      const int64_t n = get();
-      f.path = listing.substr(at, static_cast<size_t>(n));
-      at += static_cast<size_t>(n);
-      f.bytes = get();
-      f.compression = static_cast<Compression>(get());
-      f.format = static_cast<InputFormat>(get());
-      ctx.files.push_back(std::move(f));
+  absl::StatusOr<std::vector<InputFile>> files = std::vector<InputFile>{};
+  if (ctx.rank0()) files = list_input_files(inputs, opts.format);
+  VT_RETURN_IF_ERROR(group.agree(files.status()));
+  std::string listing;  // per file: int64 path length, path, int64 bytes, compression, format
+  auto put = [&](int64_t v) { listing.append(reinterpret_cast<const char*>(&v), 8); };
+  if (ctx.rank0())
+    for (const InputFile& f : *files) {
+      put(static_cast<int64_t>(f.path.size()));
+      listing += f.path;
+      put(f.bytes);
+      put(static_cast<int64_t>(f.compression));
+      put(static_cast<int64_t>(f.format));
     }
-    for (InputFile& f : ctx.files)
-      if (f.path == (tmp / "stdin.input").string()) {
-        VT_ASSIGN_OR_RETURN(f.format, resolve_format("stdin.jsonl", stdin_format));
-      }
+  group.broadcast_bytes(listing);
+  size_t at = 0;
+  auto get = [&]() {
+    int64_t v = 0;
+    std::memcpy(&v, listing.data() + at, 8);
+    at += 8;
+    return v;
+  };
+  while (at < listing.size()) {
+    InputFile f;
+    const int64_t n = get();
+    f.path = listing.substr(at, static_cast<size_t>(n));
+    at += static_cast<size_t>(n);
+    f.bytes = get();
+    f.compression = static_cast<Compression>(get());
+    f.format = static_cast<InputFormat>(get());
+    ctx.files.push_back(std::move(f));
   }
+  const std::string stdin_format = opts.format == "auto" ? "jsonl" : opts.format;
+  for (InputFile& f : ctx.files)
+    if (f.path == (ctx.tmp / "stdin.input").string()) {
+      VT_ASSIGN_OR_RETURN(f.format, resolve_format("stdin.jsonl", stdin_format));
+    }
   ctx.units = plan_units(ctx.files, opts.unit_bytes);
   ctx.mine = units_of_rank(ctx.units, group.rank(), group.size());
-  int64_t input_bytes = 0;
-  for (const InputFile& f : ctx.files) input_bytes += f.bytes;
-  if (verbose) {
-    std::printf("prepare: %zu input file(s), %.2f MB on disk, %zu unit(s) over %d rank(s) -> %s "
-                "(tokenizer %s)\n",
-                ctx.files.size(), input_bytes / 1e6, ctx.units.size(), group.size(),
-                out.string().c_str(), opts.tokenizer.c_str());
-    std::fflush(stdout);
-  }
+  return absl::OkStatus();
+}
+
+int64_t input_bytes_of(const PrepareContext& ctx) {
+  int64_t bytes = 0;
+  for (const InputFile& f : ctx.files) bytes += f.bytes;
+  return bytes;
+}
+
+// Phase 2, the tokenizer: built (or trained on the sample) collectively, saved by rank 0 into the
+// scratch directory, whose units/ folder the encoding fills next.
+absl::StatusOr<std::unique_ptr<Tokenizer>> make_tokenizer(const PrepareContext& ctx) {
+  absl::Status st;
   if (ctx.rank0()) {
     std::error_code ec;
-    fs::create_directories(tmp / "units", ec);
-    if (ec) st = absl::InternalError(absl::StrCat("cannot create ", (tmp / "units").string(), ": ", ec.message()));
+    fs::create_directories(ctx.tmp / "units", ec);
+    if (ec) st = absl::InternalError(absl::StrCat("cannot create ", (ctx.tmp / "units").string(), ": ", ec.message()));
   }
-  VT_RETURN_IF_ERROR(group.agree(st));
-
+  VT_RETURN_IF_ERROR(ctx.group->agree(st));
   VT_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, build_tokenizer(ctx));
-  const int32_t vocab = tok->vocab_size();
-  const int32_t bos = tok->bos_id();
-  VT_CHECK(bos >= 0);
-  if (ctx.rank0()) st = tok->save((tmp / kTokenizerFile).string());
-  VT_RETURN_IF_ERROR(group.agree(st));
-  if (verbose) {
-    std::printf("prepare: tokenizer %s, vocab %d, bos %d (%.1fs)\n", tok->kind().c_str(), vocab, bos,
-                seconds_since(t0));
-    std::fflush(stdout);
-  }
+  VT_CHECK(tok->bos_id() >= 0);
+  if (ctx.rank0()) st = tok->save((ctx.tmp / kTokenizerFile).string());
+  VT_RETURN_IF_ERROR(ctx.group->agree(st));
+  return tok;
+}
 
-  const auto t_enc = std::chrono::steady_clock::now();
-  VT_ASSIGN_OR_RETURN(std::vector<UnitStats> stats, tokenize_units(ctx, *tok));
+// The whole stream's counts, from every unit's.
+UnitStats sum_stats(const std::vector<UnitStats>& stats) {
   UnitStats all;
   for (const UnitStats& s : stats) {
     all.docs += s.docs;
@@ -202,21 +191,12 @@ absl::Status run(const PrepareOptions& opts, PrepareGroup& group, const fs::path
     all.text_bytes += s.text_bytes;
     all.dropped_files += s.dropped_files;
   }
-  const int64_t total = all.tokens + all.docs;  // one <|bos|> per document
-  if (verbose) {
-    const double secs = seconds_since(t_enc);
-    std::printf("prepare: encoded %lld documents, %.2f MB of text -> %lld tokens (%.2f bytes/token) "
-                "in %.1fs: %.2f MB/s over %d rank(s)%s\n",
-                static_cast<long long>(all.docs), all.text_bytes / 1e6, static_cast<long long>(total),
-                all.tokens ? static_cast<double>(all.text_bytes) / all.tokens : 0.0, secs,
-                all.text_bytes / 1e6 / std::max(secs, 1e-9), group.size(),
-                all.skipped || all.dropped_files
-                    ? absl::StrCat("; left out: ", all.skipped, " bad record(s), ", all.dropped_files,
-                                   " damaged file(s)").c_str()
-                    : "");
-    std::fflush(stdout);
-  }
+  return all;
+}
 
+// Phase 3 planned: the train/val split of the `total`-token stream (prepare.h, "Split") and the
+// shard names of each side.
+absl::StatusOr<SplitPlan> plan_split(const PrepareOptions& opts, int64_t total) {
   SplitPlan plan;
   if (opts.val_fraction > 0) {
     plan.n_val = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(opts.val_fraction * total)));
@@ -235,6 +215,109 @@ absl::Status run(const PrepareOptions& opts, PrepareGroup& group, const fs::path
   };
   plan.train_shards = names("train", plan.n_train);
   plan.val_shards = names("val", plan.n_val);
+  return plan;
+}
+
+// meta.json's contents (prepare.h, "Data directory").
+nlohmann::json meta_json(const PrepareContext& ctx, const Tokenizer& tok, const UnitStats& all,
+                         const SplitPlan& plan) {
+  const PrepareOptions& opts = *ctx.opts;
+  nlohmann::json meta;
+  meta["format"] = "vtrain-data";
+  meta["version"] = 1;
+  meta["created_by"] = kCreatedBy;
+  meta["tokenizer"] = {{"spec", opts.tokenizer}, {"kind", tok.kind()}, {"vocab_size", tok.vocab_size()},
+                       {"bos_id", tok.bos_id()}, {"file", kTokenizerFile}};
+  meta["token_bytes"] = kTokenBytesFile;
+  meta["token_width"] = shard_token_width(tok.vocab_size());
+  std::vector<std::string> input_names;
+  for (const InputFile& f : ctx.files)
+    input_names.push_back(f.path == (ctx.tmp / "stdin.input").string() ? "-" : f.path);
+  meta["inputs"] = input_names;
+  meta["input_format"] = opts.format;
+  meta["text_field"] = opts.text_field;
+  meta["documents"] = all.docs;
+  meta["skipped_records"] = all.skipped;
+  meta["skipped_files"] = all.dropped_files;
+  meta["input_bytes"] = input_bytes_of(ctx);
+  meta["text_bytes"] = all.text_bytes;
+  meta["shuffle_seed"] = opts.shuffle_seed;
+  meta["tokenizer_sample_bytes"] = opts.tokenizer_sample_bytes;
+  meta["unit_bytes"] = opts.unit_bytes;
+  meta["val_fraction"] = opts.val_fraction;
+  meta["shard_tokens"] = opts.shard_tokens;
+  meta["train"] = {{"tokens", plan.n_train}, {"shards", plan.train_shards}};
+  meta["val"] = {{"tokens", plan.n_val}, {"shards", plan.val_shards}};
+  return meta;
+}
+
+// Phase 4, on rank 0: the scratch directory loses its work files and gains token_bytes.bin and
+// meta.json (last), then moves into --out.
+absl::Status finish_directory(const PrepareContext& ctx, const Tokenizer& tok, const UnitStats& all,
+                              const SplitPlan& plan, const fs::path& out) {
+  const fs::path& tmp = ctx.tmp;
+  std::error_code ec;
+  fs::remove_all(tmp / "units", ec);
+  fs::remove(tmp / "stdin.input", ec);
+  absl::Status st;
+  const std::vector<int32_t> tb = token_bytes_table(tok);
+  {
+    std::ofstream f(tmp / kTokenBytesFile, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(tb.data()), static_cast<std::streamsize>(tb.size() * 4));
+    if (!f.flush()) st = absl::InternalError("cannot write token_bytes.bin (disk full?)");
+  }
+  const nlohmann::json meta = meta_json(ctx, tok, all, plan);
+  fs::remove(tmp / kTmpMarker, ec);
+  if (st.ok()) st = write_text(tmp / kMetaFile, meta.dump(2) + "\n");
+  if (st.ok()) st = install(tmp, out);
+  return st;
+}
+
+// The collective steps in order: inputs, tokenizer, encoding (prepare_tokenize.cc), split and
+// shards (prepare_assemble.cc), then rank 0 finishes and installs the directory.
+absl::Status run(const PrepareOptions& opts, PrepareGroup& group, const fs::path& out,
+                 const fs::path& tmp) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PrepareContext ctx;
+  ctx.opts = &opts;
+  ctx.group = &group;
+  ctx.tmp = tmp;
+  const bool verbose = ctx.verbose();
+  VT_RETURN_IF_ERROR(list_inputs(ctx));
+  if (verbose) {
+    std::printf("prepare: %zu input file(s), %.2f MB on disk, %zu unit(s) over %d rank(s) -> %s "
+                "(tokenizer %s)\n",
+                ctx.files.size(), input_bytes_of(ctx) / 1e6, ctx.units.size(), group.size(),
+                out.string().c_str(), opts.tokenizer.c_str());
+    std::fflush(stdout);
+  }
+
+  VT_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, make_tokenizer(ctx));
+  if (verbose) {
+    std::printf("prepare: tokenizer %s, vocab %d, bos %d (%.1fs)\n", tok->kind().c_str(),
+                tok->vocab_size(), tok->bos_id(), seconds_since(t0));
+    std::fflush(stdout);
+  }
+
+  const auto t_enc = std::chrono::steady_clock::now();
+  VT_ASSIGN_OR_RETURN(std::vector<UnitStats> stats, tokenize_units(ctx, *tok));
+  const UnitStats all = sum_stats(stats);
+  const int64_t total = all.tokens + all.docs;  // one <|bos|> per document
+  if (verbose) {
+    const double secs = seconds_since(t_enc);
+    std::printf("prepare: encoded %lld documents, %.2f MB of text -> %lld tokens (%.2f bytes/token) "
+                "in %.1fs: %.2f MB/s over %d rank(s)%s\n",
+                static_cast<long long>(all.docs), all.text_bytes / 1e6, static_cast<long long>(total),
+                all.tokens ? static_cast<double>(all.text_bytes) / all.tokens : 0.0, secs,
+                all.text_bytes / 1e6 / std::max(secs, 1e-9), group.size(),
+                all.skipped || all.dropped_files
+                    ? absl::StrCat("; left out: ", all.skipped, " bad record(s), ", all.dropped_files,
+                                   " damaged file(s)").c_str()
+                    : "");
+    std::fflush(stdout);
+  }
+
+  VT_ASSIGN_OR_RETURN(const SplitPlan plan, plan_split(opts, total));
   const auto t_write = std::chrono::steady_clock::now();
   VT_RETURN_IF_ERROR(write_shards(ctx, stats, *tok, plan));
   if (verbose) {
@@ -245,49 +328,13 @@ absl::Status run(const PrepareOptions& opts, PrepareGroup& group, const fs::path
   }
   if (!ctx.rank0()) return group.agree(absl::OkStatus());  // rank 0 installs below
 
-  std::error_code ec;
-  fs::remove_all(tmp / "units", ec);
-  fs::remove(tmp / "stdin.input", ec);
-  const std::vector<int32_t> tb = token_bytes_table(*tok);
-  {
-    std::ofstream f(tmp / kTokenBytesFile, std::ios::binary | std::ios::trunc);
-    f.write(reinterpret_cast<const char*>(tb.data()), static_cast<std::streamsize>(tb.size() * 4));
-    if (!f.flush()) st = absl::InternalError("cannot write token_bytes.bin (disk full?)");
-  }
-  nlohmann::json meta;
-  meta["format"] = "vtrain-data";
-  meta["version"] = 1;
-  meta["created_by"] = kCreatedBy;
-  meta["tokenizer"] = {{"spec", opts.tokenizer}, {"kind", tok->kind()}, {"vocab_size", vocab},
-                       {"bos_id", bos}, {"file", kTokenizerFile}};
-  meta["token_bytes"] = kTokenBytesFile;
-  meta["token_width"] = shard_token_width(vocab);
-  std::vector<std::string> input_names;
-  for (const InputFile& f : ctx.files)
-    input_names.push_back(f.path == (tmp / "stdin.input").string() ? "-" : f.path);
-  meta["inputs"] = input_names;
-  meta["input_format"] = opts.format;
-  meta["text_field"] = opts.text_field;
-  meta["documents"] = all.docs;
-  meta["skipped_records"] = all.skipped;
-  meta["skipped_files"] = all.dropped_files;
-  meta["input_bytes"] = input_bytes;
-  meta["text_bytes"] = all.text_bytes;
-  meta["shuffle_seed"] = opts.shuffle_seed;
-  meta["tokenizer_sample_bytes"] = opts.tokenizer_sample_bytes;
-  meta["unit_bytes"] = opts.unit_bytes;
-  meta["val_fraction"] = opts.val_fraction;
-  meta["shard_tokens"] = opts.shard_tokens;
-  meta["train"] = {{"tokens", plan.n_train}, {"shards", plan.train_shards}};
-  meta["val"] = {{"tokens", plan.n_val}, {"shards", plan.val_shards}};
-  fs::remove(tmp / kTmpMarker, ec);
-  if (st.ok()) st = write_text(tmp / kMetaFile, meta.dump(2) + "\n");
-  if (st.ok()) st = install(tmp, out);
+  const absl::Status st = finish_directory(ctx, *tok, all, plan, out);
   if (st.ok() && verbose) {
     std::printf("prepare: wrote %s: train %lld tokens in %zu shard(s), val %lld tokens in %zu "
                 "shard(s), vocab %d (%.1fs)\n",
                 out.string().c_str(), static_cast<long long>(plan.n_train), plan.train_shards.size(),
-                static_cast<long long>(plan.n_val), plan.val_shards.size(), vocab, seconds_since(t0));
+                static_cast<long long>(plan.n_val), plan.val_shards.size(), tok->vocab_size(),
+                seconds_since(t0));
     std::fflush(stdout);
   }
   return group.agree(st);

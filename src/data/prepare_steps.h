@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "data/corpus.h"
-#include "data/prepare.h"
+#include "data/prepare_options.h"
 #include "data/prepare_group.h"
 #include "data/tokenizer.h"
 

@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "core/check.h"
 #include "eval/core_prompts.h"
-#include "parallel/pipeline.h"
+#include "pipeline/pipeline.h"
 
 namespace vt::eval {
 namespace {

@@ -11,7 +11,7 @@
 
 namespace vt {
 
-absl::StatusOr<GridShape> make_grid_shape(int world, int tp, int pp, const ModelConfig& cfg) {
+absl::StatusOr<GridShape> make_grid_shape(int world, int tp, int pp, const ModelSplit& cfg) {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   if (tp < 1 || pp < 1) return bad("--tp and --pp must be >= 1 (got tp=", tp, ", pp=", pp, ")");
   if (world % (tp * pp) != 0)
@@ -21,8 +21,8 @@ absl::StatusOr<GridShape> make_grid_shape(int world, int tp, int pp, const Model
     return bad("--tp ", tp, " does not divide the ", cfg.n_head, " attention heads");
   if (cfg.n_kv_head % tp != 0)
     return bad("--tp ", tp, " does not divide the ", cfg.n_kv_head, " KV heads");
-  if (cfg.mlp_hidden() % tp != 0)
-    return bad("--tp ", tp, " does not divide the MLP width ", cfg.mlp_hidden());
+  if (cfg.mlp_hidden % tp != 0)
+    return bad("--tp ", tp, " does not divide the MLP width ", cfg.mlp_hidden);
   if (cfg.vocab_padded % tp != 0)
     return bad("--tp ", tp, " does not divide the padded vocabulary ", cfg.vocab_padded);
   if (pp > cfg.n_layer)

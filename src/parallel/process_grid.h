@@ -3,13 +3,13 @@
 // against the world size and the model, and owns one communicator per axis plus the `stage` group
 // (all tp x dp ranks of one pipeline stage) used by the distributed optimizer.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
 #include "core/communicator.h"
 
 namespace vt {
@@ -23,9 +23,14 @@ struct GridCoords {
   int tp = 0, dp = 0, pp = 0;
 };
 
+// The model's sizes a layout must split (model/model_split.h makes one from a ModelConfig).
+struct ModelSplit {
+  int64_t n_head = 1, n_kv_head = 1, mlp_hidden = 1, vocab_padded = 1, n_layer = 1;
+};
+
 // Checks that tp * pp divides the world and that the model splits: heads, KV heads, MLP width and
 // padded vocabulary by tp, layers by pp (at least one layer per stage).
-absl::StatusOr<GridShape> make_grid_shape(int world_size, int tp, int pp, const ModelConfig& cfg);
+absl::StatusOr<GridShape> make_grid_shape(int world_size, int tp, int pp, const ModelSplit& cfg);
 GridCoords grid_coords(const GridShape& g, int world_rank);
 int grid_rank(const GridShape& g, const GridCoords& c);
 // Contiguous layers [begin, end) of pipeline stage `stage`, as even as possible (earlier stages

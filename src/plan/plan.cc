@@ -1,5 +1,6 @@
 // The layouts of `vtrain plan`, their memory and their cost (see plan.h).
 #include "plan/plan.h"
+#include "model/model_split.h"
 
 #include <algorithm>
 #include <cmath>
@@ -112,7 +113,7 @@ std::vector<MemoryEstimate> stage_memory(const PlanInput& in, const Layout& l) {
 
 // The cost of a layout given its largest stage's memory estimate.
 static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimate& mem, int stage,
-                       double max_grads) {
+                       double max_grads, double layer_share) {
   LayoutPlan p;
   p.layout = l;
   p.mem = mem;
@@ -124,21 +125,35 @@ static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimat
   p.bubble = 1.0 + static_cast<double>(l.pp - 1) / (static_cast<double>(l.vpp) * p.micro_batches);
   const double gpus = static_cast<double>(l.tp) * l.pp * l.dp;
   const double fpt = flops_per_token(in.cfg);
+  const double tokens_per_micro = static_cast<double>(l.micro_batch) * in.cfg.seq_len;
+  p.gemm_eff = in.gemm_curve.at(tokens_per_micro);
   p.compute_s = static_cast<double>(in.global_batch) * fpt /
-                (gpus * in.gpu.peak_tflops * 1e12 * in.mfu) *
+                (gpus * in.gpu.peak_tflops * 1e12 * in.mfu * p.gemm_eff) *
                 (l.recompute ? in.recompute_cost : 1.0);
+  const int layers = stage_layers(in.cfg.n_layer, l.pp, 0).second;  // the largest stage
+  p.launch_s = in.launch_us * 1e-6 * kKernelsPerLayerPass * layers * p.micro_batches *
+               (l.recompute ? 4.0 / 3.0 : 1.0);
+  // Stages are tp x dp ranks apart (pp is the outermost axis): neighbours share a node only
+  // while a stage's ranks do not fill it.
+  const bool stages_share_node = l.tp * l.dp < in.gpus_per_node;
+  const double es = static_cast<double>(dtype_size(in.act_dtype));
+  if (l.pp > 1)
+    p.send_s = 2.0 * p.micro_batches * tokens_per_micro * in.cfg.n_embd * es /
+               ((stages_share_node ? in.intra_node_gbps : in.inter_node_gbps) * 1e9);
   // A dp group is tp ranks apart (tp varies fastest): it stays in a node while tp x dp does.
   p.allreduce_gbps =
       l.tp * l.dp <= in.gpus_per_node ? in.intra_node_gbps : in.inter_node_gbps;
   p.allreduce_s = 2.0 * (l.dp - 1) / l.dp * max_grads / (p.allreduce_gbps * 1e9);
+  // Backward of the last micro-batch: 2 of the 3 passes' FLOPs (3 of 4 with recomputation).
+  const double window_s = p.compute_s / p.micro_batches * (l.recompute ? 0.75 : 2.0 / 3.0);
+  p.allreduce_exposed_s =
+      exposed_grad_sum_s(p.allreduce_s, layer_share, layers, window_s, in.overlap_grad_sync);
   if (l.tp > 1) {
-    const int layers = stage_layers(in.cfg.n_layer, l.pp, 0).second;  // the largest stage
     const double tokens = static_cast<double>(rows_per_dp) * in.cfg.seq_len;
-    const double es = static_cast<double>(dtype_size(in.act_dtype));
     p.tp_comm_s = layers * (l.recompute ? 6.0 : 4.0) * 2.0 * (l.tp - 1) / l.tp * tokens *
                   in.cfg.n_embd * es / (in.intra_node_gbps * 1e9);
   }
-  p.step_s = (p.compute_s + p.tp_comm_s) * p.bubble + p.allreduce_s;
+  p.step_s = (p.compute_s + p.tp_comm_s + p.launch_s + p.send_s) * p.bubble + p.allreduce_exposed_s;
   p.tok_per_s = static_cast<double>(in.global_batch) / p.step_s;
   p.days = in.tokens / p.tok_per_s / 86400.0;
   p.gpu_hours = in.tokens / p.tok_per_s / 3600.0 * gpus;
@@ -160,12 +175,16 @@ LayoutPlan plan_layout(const PlanInput& in, const Layout& l) {
     if (mems[s].total() > mems[worst].total()) worst = s;
     max_grads = std::max(max_grads, mems[s].grads);
   }
-  LayoutPlan p = cost(in, l, mems[worst], worst, max_grads);
-  double table_numel = 0;
+  double table_numel = 0, layer_numel = 0, all_numel = 0;
   const ParamStore store = stage_store(in.cfg, l.tp, l.pp, worst, false);
-  for (const ParamInfo& info : store.infos())
+  for (const ParamInfo& info : store.infos()) {
     if (info.name.size() >= 5 && info.name.compare(info.name.size() - 5, 5, "table") == 0)
       table_numel += static_cast<double>(info.numel());
+    if (info.layer >= 0) layer_numel += static_cast<double>(info.numel());
+    all_numel += static_cast<double>(info.numel());
+  }
+  LayoutPlan p = cost(in, l, mems[worst], worst, max_grads,
+                      all_numel > 0 ? layer_numel / all_numel : 1.0);
   // (With --table-offload they are in host memory: the breakdown's host line counts them.)
   if (!in.table_offload)
     p.tables = table_numel * (4 + 4 + (in.act_dtype == DType::kBF16 ? 2 : 0) + 8.0 / l.dp);
@@ -193,7 +212,7 @@ absl::StatusOr<std::vector<Layout>> enumerate_layouts(const PlanInput& in) {
     for (int pp : divisors(c.n_layer)) {
       if (in.gpus % (tp * pp) != 0) continue;
       const int dp = in.gpus / (tp * pp);
-      if (!make_grid_shape(in.gpus, tp, pp, c).ok()) continue;  // MLP width, padded vocabulary
+      if (!make_grid_shape(in.gpus, tp, pp, model_split(c)).ok()) continue;  // MLP width, padded vocabulary
       if (rows % dp != 0) continue;
       const int64_t per_dp = rows / dp;
       for (int64_t b = 1; b <= per_dp; b *= 2) {
@@ -308,7 +327,7 @@ absl::Status check_layout(const PlanInput& in, const Layout& l) {
   if (c.n_layer % l.pp != 0)
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": pp ", l.pp, " must divide --layers ", c.n_layer));
-  VT_RETURN_IF_ERROR(make_grid_shape(l.tp * l.pp * l.dp, l.tp, l.pp, c).status());
+  VT_RETURN_IF_ERROR(make_grid_shape(l.tp * l.pp * l.dp, l.tp, l.pp, model_split(c)).status());
   if (in.global_batch % c.seq_len != 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "--global-batch ", in.global_batch, " tokens is not a whole number of rows of --seq-len ",

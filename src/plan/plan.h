@@ -1,8 +1,9 @@
-// `vtrain plan`'s model of a run (docs/design.md "CLI", docs/design-notes.md "vtrain plan"): the
+// `vtrain plan`'s model of a run (docs/design.md "CLI" and "Memory"): the
 // dp x tp x pp x micro-batch x recompute layouts a model can take on a cluster, each one's memory
-// per GPU from the start-up estimator of `vtrain train` (train/memory_estimate.h) plus a stated
+// per GPU from the start-up estimator of `vtrain train` (plan/memory_estimate.h) plus a stated
 // allowance, and what the run costs: tokens/s from an assumed MFU and the FLOPs MFU is measured
-// against (model/flops.h), the 1F1B bubble, an un-overlapped data-parallel all-reduce, days,
+// against (model/flops.h) lowered for small GEMMs, kernel launches, pipeline sends, the 1F1B
+// bubble, the data-parallel all-reduce less what backward hides (plan/step_time.h), days,
 // GPU-hours, and the checkpoint's size and save time. Every number is an estimate from stated
 // assumptions, never a measurement.
 #pragma once
@@ -13,7 +14,8 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "model/config.h"
-#include "train/memory_estimate.h"
+#include "plan/memory_estimate.h"
+#include "plan/step_time.h"
 
 namespace vt::plan {
 
@@ -49,11 +51,15 @@ struct PlanInput {
   // keep plain 1F1B. The bubble becomes (pp - 1) / (vpp m), activations in flight Megatron's.
   int vpp = 1;
   // --table-offload: the value tables (bov, bov-add, value-embed) with their gradients and
-  // AdamW states in host memory; the device holds a step's rows (train/memory_estimate.h).
+  // AdamW states in host memory; the device holds a step's rows (plan/memory_estimate.h).
   bool table_offload = false;
   // Recomputation reruns each block's forward in backward: the step's compute grows by this
   // factor (one more forward of ~2 of the 6 FLOPs per parameter and token).
   double recompute_cost = 4.0 / 3.0;
+  // GEMM efficiency against tokens per GEMM (plan/step_time.h; --gemm-curve replaces it).
+  GemmCurve gemm_curve = default_gemm_curve();
+  double launch_us = 4;            // fixed cost of one kernel launch (--launch-us)
+  bool overlap_grad_sync = true;   // as vtrain train (--no-overlap-grad-sync)
 };
 
 struct Layout {
@@ -73,14 +79,21 @@ struct LayoutPlan {
   bool fits = false;    // per_gpu() <= (1 - headroom) x GPU memory
   int micro_batches = 1;      // per optimizer step and data-parallel rank
   double bubble = 1;          // 1 + (pp - 1) / (vpp x micro_batches)
-  double compute_s = 0;       // one step at the assumed MFU (with recomputation's cost)
-  double allreduce_s = 0;     // the data-parallel gradient all-reduce, not overlapped
+  double gemm_eff = 1;        // the GEMM curve at micro-batch x seq-len tokens
+  double compute_s = 0;       // one step at the assumed MFU x gemm_eff (with recomputation's cost)
+  double launch_s = 0;        // kernel launches of one step (kKernelsPerLayerPass per layer and
+                              // micro-batch, x 4/3 with recomputation, at launch_us each)
+  double send_s = 0;          // pipeline sends of one step: the residual stream (micro-batch x
+                              // seq-len x d activations) per micro-batch, forward and backward,
+                              // across nodes when a stage fills them, not overlapped
+  double allreduce_s = 0;     // the data-parallel gradient all-reduce (fp32), whole
+  double allreduce_exposed_s = 0;  // what of it backward does not hide (exposed_grad_sum_s)
   double allreduce_gbps = 0;  // the bandwidth it was estimated with
   // Tensor-parallel all-reduces of one step on a dp rank: 4 per layer and micro-batch (attention
   // and MLP: "reduce from" in forward, "copy to" in backward; 6 with recomputation), each
   // 2 (tp-1)/tp x micro-batch tokens x d activations, at the intra-node bandwidth, not overlapped.
   double tp_comm_s = 0;
-  double step_s = 0;          // (compute_s + tp_comm_s) x bubble + allreduce_s
+  double step_s = 0;  // (compute_s + tp_comm_s + launch_s + send_s) x bubble + allreduce_exposed_s
   double tok_per_s = 0, days = 0, gpu_hours = 0;
 };
 

@@ -32,17 +32,22 @@ std::string header(const PlanInput& in, const Plan& p) {
       in.gpu.name, in.gpu.memory_gib, in.gpu.peak_tflops, in.gpus_per_node);
   absl::StrAppendFormat(
       &s,
-      "assumed: MFU %.2f%s; recompute costs x%.2f compute; %s; "
+      "assumed: MFU %.2f%s at large GEMMs, lowered for micro-batches of fewer tokens by the GEMM "
+      "curve (%s); recompute costs x%.2f compute; %s; %.0f kernel launches per layer and "
+      "micro-batch at %.1f us each; pipeline sends of the residual stream not overlapped; "
       "data-parallel all-reduce 2(dp-1)/dp x fp32 grads at %.0f GB/s in a node, %.0f GB/s "
-      "across nodes, and tensor-parallel all-reduces (4 per layer and micro-batch, 6 with "
-      "recompute) at the in-node rate, neither overlapped; pipeline sends not counted\n",
+      "across nodes, %s; tensor-parallel all-reduces (4 per layer and micro-batch, 6 with "
+      "recompute) at the in-node rate, not overlapped\n",
       in.mfu, in.mfu_source.empty() ? "" : absl::StrCat(", ", in.mfu_source).c_str(),
-      in.recompute_cost,
+      in.gemm_curve.source, in.recompute_cost,
       in.vpp > 1 ? absl::StrCat("1F1B bubble x(1 + (pp-1)/(", in.vpp, " m)) where --vpp ", in.vpp,
                                 " divides the layers per stage and m is a multiple of pp (interleaved), "
                                 "else x(1 + (pp-1)/m)").c_str()
                  : "1F1B bubble x(1 + (pp-1)/m)",
-      in.intra_node_gbps, in.inter_node_gbps);
+      kKernelsPerLayerPass, in.launch_us, in.intra_node_gbps, in.inter_node_gbps,
+      in.overlap_grad_sync ? "its layers' buckets overlapped with the last micro-batch's backward "
+                             "(as vtrain train)"
+                           : "after backward (--no-overlap-grad-sync)");
   absl::StrAppendFormat(
       &s,
       "fits: the start-up memory estimate of `vtrain train` + %.1f GiB for CUDA context, "
@@ -54,20 +59,19 @@ std::string header(const PlanInput& in, const Plan& p) {
 
 std::string row(const LayoutPlan& l) {
   return absl::StrFormat(
-      "%4d %4d %5d %4d %5d  %-9s %8.1f %7.3f %8.3f %9.3f %8.3f %11.0f %8.2f %11.0f\n", l.layout.tp,
-      l.layout.pp, l.layout.dp, l.layout.micro_batch, l.micro_batches,
-      l.layout.recompute ? "on" : "off", l.per_gpu() / kGiB, l.bubble, l.tp_comm_s, l.allreduce_s,
-      l.step_s, l.tok_per_s, l.days, l.gpu_hours);
+      "%4d %4d %5d %4d %5d  %-9s %8.1f %7.3f %5.2f %8.3f %8.3f %8.3f %9.3f %8.3f %11.0f %8.2f %11.0f\n",
+      l.layout.tp, l.layout.pp, l.layout.dp, l.layout.micro_batch, l.micro_batches,
+      l.layout.recompute ? "on" : "off", l.per_gpu() / kGiB, l.bubble, l.gemm_eff, l.launch_s,
+      l.tp_comm_s, l.send_s, l.allreduce_exposed_s, l.step_s, l.tok_per_s, l.days, l.gpu_hours);
 }
 
 const char* kCaveat =
-    "\nAn estimate from an assumed MFU and bandwidths, not a measurement. The MFU is taken as the\n"
-    "same for every layout, but small micro-batches and wide tensor parallelism run below it on\n"
-    "real GPUs: measure the chosen layout's MFU (`vtrain train` prints it) before trusting the\n"
-    "days, and use --min-micro-batch to leave out micro-batches too small to be efficient.\n";
+    "\nAn estimate, not a measurement: from an assumed MFU, a GEMM curve, a launch cost and\n"
+    "bandwidths. Measure the chosen layout's MFU (`vtrain train` prints it) and give it back\n"
+    "with --calibrate, and your GPU's GEMM curve with --gemm-curve, before trusting the days.\n";
 
 const char* kColumns =
-    "  tp   pp    dp   mb     m  recompute  GiB/GPU  bubble     tp s      dp s   step s       tok/s     days   GPU-hours\n";
+    "  tp   pp    dp   mb     m  recompute  GiB/GPU  bubble  gemm  launch s     tp s     pp s      dp s   step s       tok/s     days   GPU-hours\n";
 
 std::string checkpoint(const Plan& p, const PlanInput& in) {
   return absl::StrFormat(
@@ -117,8 +121,9 @@ std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts) {
       &s,
       "\n%d layouts (%d tp x pp x dp shapes x micro-batches x recompute), %d fit; the best %d of "
       "%d tp x pp x dp x recompute rows (each at its fastest micro-batch mb, m micro-batches per "
-      "step and dp rank), by days; tp s, dp s: seconds per step in tensor- and data-parallel "
-      "all-reduces:\n\n",
+      "step and dp rank), by days; gemm: the GEMM curve's factor; seconds per step in kernel "
+      "launches, tensor-parallel all-reduces, pipeline sends and the data-parallel all-reduce "
+      "left exposed after backward:\n\n",
       static_cast<int>(p.layouts.size()), p.shapes, static_cast<int>(p.fitting.size()),
       static_cast<int>(shown.size()), static_cast<int>(seen.size()));
   s += kColumns;
@@ -195,7 +200,9 @@ std::string layout_json(const LayoutPlan& l) {
                       {"tables_bytes", l.tables}, {"estimate_bytes", m.total()},
                       {"allowance_bytes", l.workspace}, {"per_gpu_bytes", l.per_gpu()},
                       {"fits", l.fits}, {"bubble", l.bubble}, {"compute_s", l.compute_s},
-                      {"allreduce_s", l.allreduce_s}, {"tp_comm_s", l.tp_comm_s}, {"step_s", l.step_s},
+                      {"gemm_eff", l.gemm_eff}, {"launch_s", l.launch_s}, {"send_s", l.send_s},
+                      {"allreduce_s", l.allreduce_s}, {"allreduce_exposed_s", l.allreduce_exposed_s},
+                      {"tp_comm_s", l.tp_comm_s}, {"step_s", l.step_s},
                       {"tok_per_s", l.tok_per_s}, {"days", l.days}, {"gpu_hours", l.gpu_hours}};
   return j.dump();
 }

@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "core/rng.h"
 #include "model/gpt.h"
-#include "parallel/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "parallel/process_grid.h"
 
 namespace vt {

@@ -8,7 +8,7 @@
 // rerunning the step's forward passes with an observer on every block — the first layer whose
 // output is not finite. None of this runs on a healthy step.
 //
-// Fault injection (tests only; documented in docs/design-notes.md): the environment variable
+// Fault injection (tests only; docs/design.md "Test hooks"): the environment variable
 //   VTRAIN_INJECT_NONFINITE=WHERE:TARGET:VALUE@STEP or ...@FIRST-LAST
 // with WHERE weight|activation|gradient, TARGET a parameter name (weight, gradient) or a layer
 // index (activation: the block's output; -1 is the embedding), VALUE nan|inf, STEP the 1-based
@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "core/arena.h"
 #include "model/gpt.h"
-#include "parallel/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "parallel/process_grid.h"
 
 namespace vt {

@@ -13,7 +13,7 @@
 #include "core/tensor.h"
 #include "data/loader.h"
 #include "parallel/process_grid.h"
-#include "train/memory_estimate.h"
+#include "plan/memory_estimate.h"
 #include "train/options.h"
 
 namespace vt {

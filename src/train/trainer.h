@@ -15,21 +15,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/arena.h"
 #include "core/communicator.h"
-#include "data/loader.h"
-#include "data/tokenizer.h"
-#include "eval/core_bundle.h"
-#include "model/gpt.h"
-#include "optim/distributed_optimizer.h"
-#include "optim/grad_sync.h"
-#include "parallel/pipeline.h"
-#include "parallel/process_grid.h"
-#include "train/checkpoint_writer.h"
-#include "train/device_setup.h"
+#include "core/op_profile.h"
 #include "train/metrics.h"
-#include "train/nonfinite.h"
 #include "train/options.h"
+#include "train/run_builder.h"
 #include "train/run_state.h"
 
 namespace vt {
@@ -51,8 +41,9 @@ class Trainer {
   Trainer(const TrainOptions& options, Communicator* world);
   ~Trainer();
 
-  // Layout, device, model, optimizer, data, checks before step 1, resume. Collective; errors
-  // are agreed by every rank and nothing is written to --ckpt-dir before they pass.
+  // The run's objects (build_run: layout, device, model, optimizer, data, checks before step
+  // 1), then the resume. Collective; errors are agreed by every rank and nothing is written to
+  // --ckpt-dir before they pass.
   absl::Status setup();
   // The steps, then the final checkpoint, evaluation and CORE. Collective. Returns an Aborted
   // status after a stop request saved the run (the caller exits with kExitRequeue).
@@ -60,6 +51,9 @@ class Trainer {
 
  private:
   enum class StepOutcome { kApplied, kSkipped, kStopped };
+  // The checkpoint --resume names (none, auto: the latest in --ckpt-dir, or a path): the
+  // weights, optimizer state, step, tokens and loader position, an evaluation it left pending.
+  absl::Status resume();
   absl::Status stop_here(const std::string& why);
   absl::StatusOr<StepOutcome> train_step(int64_t index);
   absl::Status nonfinite_step(int64_t index, double loss, double grad_norm, bool* skip);
@@ -77,37 +71,16 @@ class Trainer {
   absl::Status finish_saves();  // waits for a background write; its error, agreed
   void print_banner() const;
   void log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s,
-                double pp_wait_s, double pp_busy_s, double pp_pass_s, double pp_pass_max_s,
-                double pp_replay_s);
+                const PipelineEngine::StepTimes& pp);
   void replay_forward(const BlockOutputHook& observer);
   FetchBatch fetch_from(data::DataLoader& loader);
 
-  TrainOptions o_;
+  TrainOptions o_;  // global_batch completed by build_run
   Communicator* world_;
   bool rank0_ = false;
-  GridShape shape_;
-  int micro_batches_ = 1;  // M: micro-batches per step and data-parallel rank
-  int64_t rows_per_micro_ = 0;
-  DevicePlan device_;
-  std::unique_ptr<ProcessGrid> grid_;
-  std::string comm_desc_;
-  int layer_begin_ = 0, layer_end_ = 0;
-  std::vector<std::pair<int, int>> chunks_;  // this rank's layer ranges (vpp of them)
-  ParamStore store_;
-  std::unique_ptr<GPT> model_;
-  std::unique_ptr<PipelineEngine> engine_;
-  std::unique_ptr<optim::DistributedOptimizer> opt_;
-  std::unique_ptr<optim::OverlappedGradSync> dp_sync_;
-  std::unique_ptr<data::DataLoader> train_;
-  std::unique_ptr<data::Tokenizer> tokenizer_;
-  std::vector<int32_t> token_bytes_;
-  std::vector<eval::CoreTask> core_tasks_;
-  CheckpointDirLock lock_;
-  std::unique_ptr<CheckpointWriter> writer_;
+  std::unique_ptr<Run> run_;  // the run's objects (run_builder.h)
   MetricsLog metrics_;
-  std::string memory_line_;
   std::string resumed_from_;
-  FaultInjection inject_;
 
   // The state a save writes.
   int64_t completed_step_ = 0;   // steps done (the optimizer step count)
@@ -122,10 +95,8 @@ class Trainer {
   // write finished; with --async-save the step whose background write is still running is
   // pending_save_step_ until a wait() returns OK.
   int64_t committed_step_ = -1, pending_save_step_ = -1;
-  std::string data_fingerprint_;  // of --data (data/data_fingerprint.h), saved in checkpoints
 
   int64_t nonfinite_in_row_ = 0, skipped_steps_ = 0;
-  double peak_flops_ = 1, flops_per_token_ = 0;
   double t_start_ = 0, t_last_ = 0;
   double profile_wall_ = 0;    // --profile: wall seconds of the profiled steps
   int64_t profile_steps_ = 0;

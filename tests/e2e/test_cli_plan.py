@@ -39,7 +39,9 @@ def test_a_plan_prints_layouts_sorted_by_days():
     assert 1 <= len(rows) <= 5, out
     for tp, pp, dp, *_ in rows:
         assert int(tp) * int(pp) * int(dp) == 16
-    days = [float(x[12]) for x in rows]  # tp pp dp mb m recompute GiB bubble tp-s dp-s step tok/s days
+    # tp pp dp mb m recompute GiB bubble gemm launch-s tp-s pp-s dp-s step tok/s days GPU-hours
+    assert all(len(x) == 17 for x in rows), rows
+    days = [float(x[15]) for x in rows]
     assert days == sorted(days), days
     assert "checkpoint:" in out and "memory per GPU of tp" in out
     # The JSON lines carry the same layouts, fitting and best first.

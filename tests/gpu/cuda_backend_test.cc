@@ -14,6 +14,7 @@
 #include "core/backend.h"
 #include "core/bf16.h"
 #include "core/cuda_backend.h"
+#include "core/cuda_runtime.h"
 #include "core/op_profile.h"
 #include "core/ops.h"
 #include "core/tensor.h"

@@ -1,10 +1,10 @@
 # tests/launch/test_window_results.py owns the checks of scripts/window_results.py: on a synthetic
 # numbers.json (fake numbers, never a measurement) in a throw-away repository tree it checks the
-# measured column (ops summed into static report rows, unmapped ops listed), the README block
-# (replaced between its markers, nothing else touched), the plan calibration merge, the refusal
-# and labelling of emulated numbers and the handling of missing stages; and, against the real
-# checkout (VTRAIN_ROOT), that the script's op -> row table names only rows bench/static_report.py
-# has and only ops the C++ profiles, and covers every one of both.
+# measured column (ops summed into static report rows, unmapped ops listed), the status block of
+# docs/status.md (replaced between its markers, nothing else touched, README.md never), the plan
+# calibration merge, the refusal and labelling of emulated numbers and the handling of missing
+# stages; and, against the real checkout (VTRAIN_ROOT), that the script's op -> row table names
+# only rows bench/static_report.py has and only ops the C++ profiles, and covers every one of both.
 import copy
 import importlib.util
 import json
@@ -21,7 +21,7 @@ SCRIPT = ROOT / "scripts" / "window_results.py"
 LABEL = "EMULATED (not a GPU number)"
 GEMM_ROWS = ("GEMM forward (x W)", "GEMM backward dx (dy W^T)", "GEMM backward dW (x^T dy, fp32)")
 
-README = """# fake repo
+STATUS = """# fake status page
 
 Some text above.
 
@@ -32,6 +32,9 @@ Some text above.
 ## Status
 Text below, kept byte for byte.
 """
+
+# A README with markers of its own: the script writes docs/status.md only, never README.md.
+README = STATUS.replace("fake status page", "fake README")
 
 # Clearly fake numbers: repeated digits, nothing that could pass for a measurement.
 NUMBERS = {
@@ -69,6 +72,8 @@ NUMBERS = {
 def repo(tmp_path):
     r = tmp_path / "repo"
     (r / "bench" / "results").mkdir(parents=True)
+    (r / "docs").mkdir()
+    (r / "docs" / "status.md").write_text(STATUS)
     (r / "README.md").write_text(README)
     return r
 
@@ -129,12 +134,13 @@ def test_without_global_batch_profile_is_one_micro_step_and_says_so(repo):
 
 
 # (b)
-def test_readme_block_replaced_between_markers_only(repo):
+def test_status_block_replaced_between_markers_only(repo):
     r = run(repo, NUMBERS)
     assert r.returncode == 0, r.stdout + r.stderr
-    before, after = (block_of(README), block_of((repo / "README.md").read_text()))
+    before, after = (block_of(STATUS), block_of((repo / "docs" / "status.md").read_text()))
     assert after[0] == before[0] and after[2] == before[2]
-    assert (repo / "README.md").read_text().endswith("Text below, kept byte for byte.\n")
+    assert (repo / "docs" / "status.md").read_text().endswith("Text below, kept byte for byte.\n")
+    assert (repo / "README.md").read_text() == README  # the block lives in docs/status.md only
     block = "\n".join(after[1])
     assert "old GPU line" not in block
     assert all(l.startswith(("- ", "  - ")) for l in after[1]), block
@@ -147,25 +153,26 @@ def test_readme_block_replaced_between_markers_only(repo):
         assert want in block, f"{want!r} not in\n{block}"
     assert LABEL not in block
     # A second run gives the same file (only the block changes).
-    first = (repo / "README.md").read_text()
+    first = (repo / "docs" / "status.md").read_text()
     assert run(repo, NUMBERS).returncode == 0
-    assert (repo / "README.md").read_text() == first
+    assert (repo / "docs" / "status.md").read_text() == first
 
 
-def test_readme_without_markers_is_left_alone_and_block_printed(repo):
-    (repo / "README.md").write_text("# no markers here\n")
+def test_status_without_markers_is_left_alone_and_block_printed(repo):
+    (repo / "docs" / "status.md").write_text("# no markers here\n")
     r = run(repo, NUMBERS)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert (repo / "README.md").read_text() == "# no markers here\n"
+    assert (repo / "docs" / "status.md").read_text() == "# no markers here\n"
+    assert (repo / "README.md").read_text() == README  # markers there are not a fallback
     assert "1,111 tok/s" in r.stdout and "NOT updated" in r.stdout
 
 
-def test_malformed_markers_fail_and_leave_readme(repo):
-    text = README.replace("<!-- gpu-window:end -->\n", "")
-    (repo / "README.md").write_text(text)
+def test_malformed_markers_fail_and_leave_status(repo):
+    text = STATUS.replace("<!-- gpu-window:end -->\n", "")
+    (repo / "docs" / "status.md").write_text(text)
     r = run(repo, NUMBERS)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert (repo / "README.md").read_text() == text
+    assert (repo / "docs" / "status.md").read_text() == text
     assert "malformed" in r.stdout
 
 
@@ -221,7 +228,7 @@ def test_emulated_input_refused_without_flag(repo, change):
     assert r.returncode == 2, r.stdout + r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "--allow-emulated" in r.stderr, r.stderr
     assert results(repo) == []
-    assert (repo / "README.md").read_text() == README
+    assert (repo / "docs" / "status.md").read_text() == STATUS
 
 
 def test_emulated_input_labelled_with_flag(repo):
@@ -236,7 +243,7 @@ def test_emulated_input_labelled_with_flag(repo):
     c = json.loads((repo / "bench/results/plan_calibration-EMULATED.json").read_text())
     assert c["source"] == LABEL and LABEL in c["note"]
     assert all(e["label"] == LABEL for e in [*c["presets"].values(), *c["gemm_tflops"]]), c
-    _, block, _ = block_of((repo / "README.md").read_text())
+    _, block, _ = block_of((repo / "docs" / "status.md").read_text())
     top = [l for l in block if l.startswith("- ")]
     assert top and all(l.startswith(f"- {LABEL}: ") for l in top), block
     assert all(l.startswith(f"[{LABEL}]") for l in r.stdout.splitlines() if l.strip()
@@ -254,7 +261,7 @@ def test_missing_stages_still_write_and_name_what_is_missing(repo):
         s["status"] = status.get(s["name"], s["status"])
     r = run(repo, n)
     assert r.returncode == 0, r.stdout + r.stderr
-    _, block, _ = block_of((repo / "README.md").read_text())
+    _, block, _ = block_of((repo / "docs" / "status.md").read_text())
     block = "\n".join(block)
     for want in ("not measured (stage train: timeout)", "not measured (stage gemm: failed)",
                  "not measured (stage attention: skipped)", "not measured (stage tests: no record)",
@@ -272,7 +279,7 @@ def test_missing_stages_still_write_and_name_what_is_missing(repo):
 def test_nearly_empty_numbers_still_write_the_block(repo):
     r = run(repo, {"schema": 1, "emulated": False})
     assert r.returncode == 0, r.stdout + r.stderr
-    _, block, _ = block_of((repo / "README.md").read_text())
+    _, block, _ = block_of((repo / "docs" / "status.md").read_text())
     assert "undated" in block[0] and block.count("") == 0
     assert sum("not measured (stage" in l for l in block) == 6, block  # all but facts
     assert results(repo) == []
@@ -284,7 +291,7 @@ def test_dry_run_writes_nothing(repo):
     r = run(repo, NUMBERS, "--dry-run")
     assert r.returncode == 0, r.stdout + r.stderr
     assert results(repo) == []
-    assert (repo / "README.md").read_text() == README
+    assert (repo / "docs" / "status.md").read_text() == STATUS
     assert "would write" in r.stdout and "plan_calibration.json" in r.stdout
     assert "1,111 tok/s" in r.stdout
 

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "../unit/checkpoint_test_util.h"
+#include "model/model_split.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_verify.h"
@@ -62,7 +63,7 @@ std::vector<std::pair<int, int>> layouts(int world, const ModelConfig& cfg) {
   std::vector<std::pair<int, int>> out;
   for (int tp : {1, 2})
     for (int pp : {1, 2})
-      if (world % (tp * pp) == 0 && make_grid_shape(world, tp, pp, cfg).ok()) out.push_back({tp, pp});
+      if (world % (tp * pp) == 0 && make_grid_shape(world, tp, pp, model_split(cfg)).ok()) out.push_back({tp, pp});
   return out;
 }
 
@@ -92,7 +93,7 @@ TEST(checkpoint_layouts, SaveOnOneLayoutLoadOnAnother) {
       const std::string path = dir + "/" + c.name + "_tp" + std::to_string(stp) + "_pp" +
                                std::to_string(spp) + ".h5";
       {
-        ProcessGrid grid(&world, *make_grid_shape(world.size(), stp, spp, c.cfg));
+        ProcessGrid grid(&world, *make_grid_shape(world.size(), stp, spp, model_split(c.cfg)));
         Local saved(c.cfg, grid, /*salt=*/0);
         CheckpointMeta meta;
         meta.step = 42;
@@ -105,7 +106,7 @@ TEST(checkpoint_layouts, SaveOnOneLayoutLoadOnAnother) {
       for (const auto& [ltp, lpp] : layouts(world.size(), c.cfg)) {
         SCOPED_TRACE("saved tp" + std::to_string(stp) + " pp" + std::to_string(spp) +
                      ", loaded tp" + std::to_string(ltp) + " pp" + std::to_string(lpp));
-        ProcessGrid grid(&world, *make_grid_shape(world.size(), ltp, lpp, c.cfg));
+        ProcessGrid grid(&world, *make_grid_shape(world.size(), ltp, lpp, model_split(c.cfg)));
         Local into(c.cfg, grid, /*salt=*/1);
         auto meta = load_checkpoint(path, c.cfg, into.store, into.states.named, &grid);
         ASSERT_TRUE(meta.ok()) << meta.status();
@@ -140,7 +141,7 @@ TEST(checkpoint_layouts, DirectoryAndFindLatestGoodAcrossRanks) {
   const ModelConfig cfg = ckpt_config(ValueMode::kResformerPlus);
   const auto all = layouts(world.size(), cfg);
   const auto [tp, pp] = all.back();
-  ProcessGrid grid(&world, *make_grid_shape(world.size(), tp, pp, cfg));
+  ProcessGrid grid(&world, *make_grid_shape(world.size(), tp, pp, model_split(cfg)));
   Local m(cfg, grid, 0);
   for (int64_t step : {10, 20, 30}) {
     auto p = save_checkpoint_in_dir(dir, step, cfg, m.store, CheckpointMeta{step, step}, m.states.named,
@@ -183,7 +184,7 @@ TEST(checkpoint_layouts, ErrorsAreTheSameOnEveryRank) {
   const std::string dir = shared_dir(world, "errors");
   const ModelConfig cfg = ckpt_config(ValueMode::kBaseline);
   const int tp = world.size() % 2 == 0 ? 2 : 1;
-  ProcessGrid grid(&world, *make_grid_shape(world.size(), tp, 1, cfg));
+  ProcessGrid grid(&world, *make_grid_shape(world.size(), tp, 1, model_split(cfg)));
   Local m(cfg, grid, 0);
   // Only rank 0 passes a state of wte (rows split over tp): with tp 2 half of it is missing.
   std::vector<NamedTensor> extra;
@@ -199,7 +200,7 @@ TEST(checkpoint_layouts, ErrorsAreTheSameOnEveryRank) {
   // Another architecture: every rank refuses with the same message.
   const ModelConfig other = ckpt_config(ValueMode::kBaseline, "default", false, 2);
   ASSERT_TRUE(save_checkpoint(dir + "/y.h5", cfg, m.store, {}, {}, &grid).ok());
-  ProcessGrid g2(&world, *make_grid_shape(world.size(), tp, 1, other));
+  ProcessGrid g2(&world, *make_grid_shape(world.size(), tp, 1, model_split(other)));
   Local small(other, g2, 0);
   absl::Status arch = load_checkpoint(dir + "/y.h5", other, small.store, {}, &g2).status();
   ASSERT_FALSE(arch.ok());

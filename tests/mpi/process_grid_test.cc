@@ -10,7 +10,8 @@
 #include <tuple>
 
 #include "parallel/mpi_communicator.h"
-#include "parallel/pipeline.h"
+#include "model/model_split.h"
+#include "pipeline/pipeline.h"
 #include "parallel/process_grid.h"
 
 namespace vt {
@@ -35,7 +36,7 @@ TEST(ProcessGrid, AxisGroupsHoldTheRightRanks) {
   for (int tp : {1, 2}) {
     for (int pp : {1, 2}) {
       if (W % (tp * pp)) continue;
-      auto shape = make_grid_shape(W, tp, pp, cfg());
+      auto shape = make_grid_shape(W, tp, pp, model_split(cfg()));
       ASSERT_TRUE(shape.ok()) << shape.status();
       ProcessGrid g(&world, *shape);
       const GridCoords c = g.coords();
@@ -66,7 +67,7 @@ TEST(ProcessGrid, AxisGroupsHoldTheRightRanks) {
 
 TEST(ProcessGrid, LayoutErrorsNameTheProblem) {
   auto msg = [](int world, int tp, int pp) {
-    auto s = make_grid_shape(world, tp, pp, cfg());
+    auto s = make_grid_shape(world, tp, pp, model_split(cfg()));
     return s.ok() ? std::string() : std::string(s.status().message());
   };
   EXPECT_NE(msg(6, 4, 1).find("does not divide the 6 ranks"), std::string::npos);

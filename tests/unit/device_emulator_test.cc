@@ -11,7 +11,7 @@
 #include "core/backend.h"
 #include "core/bf16.h"
 #include "core/ops.h"
-#include "train/memory_estimate.h"
+#include "plan/memory_estimate.h"
 
 namespace vt {
 namespace {

@@ -1,7 +1,8 @@
-// `vtrain plan`'s enumeration and arithmetic (src/plan/plan.h) against hand-computed values for a
+// `vtrain plan`'s enumeration and arithmetic (src/plan/plan.h, step_time.h) against hand-computed values for a
 // small model: which layouts exist, the bubble factor, the step time and days from the stated
 // formula, the all-reduce estimate, the fit threshold, the checkpoint size, and the refusals.
 #include "plan/plan.h"
+#include "plan/step_time.h"
 
 #include <gtest/gtest.h>
 
@@ -83,8 +84,18 @@ TEST(Plan, GpusPerNodeBoundsTensorParallel) {
   EXPECT_EQ(enumerate_layouts(in)->size(), 12u);
 }
 
+// The GEMM curve flat, no launch cost, the gradient sum after backward: the step is FLOPs at the
+// MFU, tensor-parallel all-reduces, pipeline sends and the whole all-reduce.
+PlanInput plain_cost(PlanInput in) {
+  in.gemm_curve.tokens = {1};
+  in.gemm_curve.efficiency = {1};
+  in.launch_us = 0;
+  in.overlap_grad_sync = false;
+  return in;
+}
+
 TEST(Plan, BubbleStepTimeAndDaysFollowTheFormula) {
-  PlanInput in = small_input();
+  PlanInput in = plain_cost(small_input());
   auto p = make_plan(in);
   ASSERT_TRUE(p.ok()) << p.status();
   const double fpt = flops_per_token(in.cfg);
@@ -98,14 +109,18 @@ TEST(Plan, BubbleStepTimeAndDaysFollowTheFormula) {
   const double tp_s = 1 * 4 * 1.0 * 8192 * 128 * 2 / 400e9;
   EXPECT_NEAR(a.tp_comm_s, tp_s, 1e-9 * tp_s);
   const double compute = 8192.0 * fpt / (8 * 989e12 * 0.4);
-  EXPECT_NEAR(a.step_s, (compute + tp_s) * 1.375, 1e-12 * compute);
-  const double tok_s = 8192.0 / ((compute + tp_s) * 1.375);
+  // Pipeline sends: per micro-batch the residual stream (4 rows x 256 x 128, bf16) forward and
+  // back, in one node (tp x dp = 2 < 8) at 400 GB/s.
+  const double send_s = 2.0 * 8 * 4 * 256 * 128 * 2 / 400e9;
+  EXPECT_NEAR(a.send_s, send_s, 1e-9 * send_s);
+  EXPECT_NEAR(a.step_s, (compute + tp_s + send_s) * 1.375, 1e-12 * compute);
+  const double tok_s = 8192.0 / ((compute + tp_s + send_s) * 1.375);
   EXPECT_NEAR(a.tok_per_s, tok_s, 1e-9 * tok_s);
   EXPECT_NEAR(a.days, 1e9 / tok_s / 86400, 1e-9 * a.days);
   EXPECT_NEAR(a.gpu_hours, 1e9 / tok_s / 3600 * 8, 1e-9 * a.gpu_hours);
   // Recomputation costs a third more compute and reruns the forward's two all-reduces.
   const LayoutPlan& ar = find(*p, 2, 4, 1, 4, true);
-  EXPECT_NEAR(ar.step_s, (compute * 4 / 3 + tp_s * 6 / 4) * 1.375, 1e-12 * compute);
+  EXPECT_NEAR(ar.step_s, (compute * 4 / 3 + tp_s * 6 / 4 + send_s) * 1.375, 1e-12 * compute);
 
   // tp 1, pp 1, dp 8, micro-batch 2: 4 rows / 2 = 2 micro-batches, bubble 1; the all-reduce moves
   // 2 (8-1)/8 x the fp32 gradients of the whole model at 400 GB/s (8 GPUs in one node).
@@ -128,6 +143,82 @@ TEST(Plan, BubbleStepTimeAndDaysFollowTheFormula) {
   // Fastest first.
   for (size_t i = 1; i < p->fitting.size(); ++i)
     EXPECT_LE(p->fitting[i - 1].days, p->fitting[i].days);
+}
+
+TEST(Plan, GemmCurveLowersSmallMicroBatchesOnly) {
+  const GemmCurve c = default_gemm_curve();
+  EXPECT_NEAR(c.at(2048), 1.0, 1e-12);
+  EXPECT_NEAR(c.at(1 << 20), 1.0, 1e-12);             // flat beyond the last point
+  EXPECT_NEAR(c.at(256), 201.34 / 293.65, 1e-12);      // the published points
+  EXPECT_NEAR(c.at(768), (c.at(512) + c.at(1024)) / 2, 1e-12);  // linear between them
+  EXPECT_NEAR(c.at(128), c.at(256) / 2, 1e-12);        // proportional below the first
+  // The tiny model's T = 256: micro-batch 1 is 256 tokens per GEMM, micro-batch 8 is 2048.
+  PlanInput in = small_input();
+  in.launch_us = 0;
+  const LayoutPlan small = plan_layout(in, Layout{1, 1, 8, 1, false});
+  const LayoutPlan large = plan_layout(in, Layout{1, 1, 4, 8, false});
+  EXPECT_NEAR(small.gemm_eff, c.at(256), 1e-12);
+  EXPECT_NEAR(large.gemm_eff, 1.0, 1e-12);
+  const double fpt = flops_per_token(in.cfg);
+  EXPECT_NEAR(small.compute_s, 8192.0 * fpt / (8 * 989e12 * 0.4 * c.at(256)), 1e-15);
+}
+
+TEST(Plan, KernelLaunchesCostPerLayerAndMicroBatch) {
+  PlanInput in = plain_cost(small_input());
+  in.launch_us = 5;
+  // tp 1 pp 2 dp 4 micro-batch 2: 8 rows per dp rank -> 4 micro-batches; 2 layers per stage.
+  const LayoutPlan l = plan_layout(in, Layout{1, 2, 4, 2, false});
+  EXPECT_NEAR(l.launch_s, 5e-6 * kKernelsPerLayerPass * 2 * 4, 1e-15);
+  const LayoutPlan r = plan_layout(in, Layout{1, 2, 4, 2, true});
+  EXPECT_NEAR(r.launch_s, 5e-6 * kKernelsPerLayerPass * 2 * 4 * 4 / 3, 1e-15);
+  const double base = (l.compute_s + l.tp_comm_s + l.send_s) * l.bubble + l.allreduce_exposed_s;
+  EXPECT_NEAR(l.step_s, base + l.launch_s * l.bubble, 1e-12);
+}
+
+TEST(Plan, BackwardHidesTheLayersGradientSums) {
+  // By hand: 1 s of all-reduce, 90% of it the 10 layers' buckets, a 0.5 s window.
+  EXPECT_NEAR(exposed_grad_sum_s(1.0, 0.9, 10, 0.5, false), 1.0, 1e-15);
+  EXPECT_NEAR(exposed_grad_sum_s(1.0, 0.9, 10, 0.5, true), 0.4 + 0.1, 1e-12);
+  // A long backward still leaves the last layer's bucket (and the non-layer rest).
+  EXPECT_NEAR(exposed_grad_sum_s(1.0, 0.9, 10, 5.0, true), 0.09 + 0.1, 1e-12);
+  // In a layout: dp 8, one micro-batch per step, so the window is the whole step's backward.
+  PlanInput in = small_input();
+  in.launch_us = 0;
+  const LayoutPlan over = plan_layout(in, Layout{1, 1, 8, 4, false});
+  in.overlap_grad_sync = false;
+  const LayoutPlan after = plan_layout(in, Layout{1, 1, 8, 4, false});
+  EXPECT_EQ(over.micro_batches, 1);
+  EXPECT_NEAR(after.allreduce_exposed_s, after.allreduce_s, 1e-15);
+  EXPECT_LT(over.allreduce_exposed_s, after.allreduce_s);
+  EXPECT_GT(over.allreduce_exposed_s, 0.0);
+  EXPECT_NEAR(after.step_s - over.step_s, after.allreduce_s - over.allreduce_exposed_s, 1e-12);
+}
+
+TEST(Plan, GemmCurveFileIsReadAndCheckedByName) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    return path;
+  };
+  auto ok = read_gemm_curve(write("curve_ok.json", R"({"tokens": [512, 4096], "efficiency": [0.5, 0.9]})"));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_NEAR(ok->at(2304), 0.7, 1e-12);
+  EXPECT_NEAR(ok->at(8192), 0.9, 1e-12);
+  for (const auto& [name, text, why] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"c1.json", R"({"tokens": [512], "efficiency": [0.5, 0.9]})", "same number"},
+           {"c2.json", R"({"tokens": [4096, 512], "efficiency": [0.5, 0.9]})", "increasing"},
+           {"c3.json", R"({"tokens": [512], "efficiency": [1.5]})", "outside (0, 1]"},
+           {"c4.json", R"({"tokens": ["a"], "efficiency": [0.5]})", "not a number"},
+           {"c5.json", "[1, 2]", "expected a JSON object"}}) {
+    auto st = read_gemm_curve(write(name, text));
+    ASSERT_FALSE(st.ok()) << name;
+    EXPECT_NE(std::string(st.status().message()).find(why), std::string::npos) << st.status();
+    EXPECT_NE(std::string(st.status().message()).find(name), std::string::npos) << st.status();
+  }
+  EXPECT_FALSE(read_gemm_curve(dir + "/missing_curve.json").ok());
 }
 
 TEST(Plan, MemoryIsTheLargestStagePlusTheAllowance) {

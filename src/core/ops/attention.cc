@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "core/check.h"
-#include "core/ops.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/host_window.h"

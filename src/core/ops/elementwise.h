@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/backend.h"
+#include "core/ops/cast_on.h"
 #include "core/tensor.h"
 
 namespace vt::ops {
@@ -25,9 +26,7 @@ void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols);
 
 namespace detail {
 // The unchecked, unprofiled pieces other core code composes (on b, whose device holds y and x):
-// y = x converted to y's dtype (f32 <-> bf16, or a plain copy for equal dtypes): Tensor::to;
-// y += alpha x: attention's backward.
-void cast_on(Backend& b, const Tensor& y, const Tensor& x);
+// cast_on (core/ops/cast_on.h: Tensor::to) and y += alpha x (attention's backward).
 void axpy_on(Backend& b, const Tensor& y, const Tensor& x, float alpha);
 }  // namespace detail
 

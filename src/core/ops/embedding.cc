@@ -3,9 +3,9 @@
 
 #include "core/check.h"
 #include "core/cpu_kernels.h"
-#include "core/ops.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/host_window.h"
+#include "core/ops/rows.h"
 
 #if VTRAIN_HAS_CUDA
 #include "core/cuda_runtime.h"

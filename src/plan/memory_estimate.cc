@@ -1,5 +1,5 @@
 // Memory estimate of one rank (see memory_estimate.h).
-#include "train/memory_estimate.h"
+#include "plan/memory_estimate.h"
 
 #include <algorithm>
 

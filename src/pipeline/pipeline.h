@@ -73,12 +73,16 @@ class PipelineEngine {
   void set_stop_check(std::function<bool()> check) { stop_check_ = std::move(check); }
   bool stopped() const { return stopped_; }
 
-  // Where the last train_step's time went on this rank: waiting for another stage's bundle or
-  // control message (the pipeline bubble, plus transfer time) and everything else.
+  // Where the last train_step's time went, over the pipeline ranks (train_step reduces it over
+  // the pp group when its schedule ends; all zero after a stopped step): waiting for another
+  // stage's bundle or control message (the bubble, plus transfer time) and everything else, each
+  // averaged over the pipeline ranks; with pp > 1 also a rank's passes' own time (waits left
+  // out) averaged over the ranks, the busiest rank's, and the schedule replayed with every
+  // rank's measured passes (replay_step_seconds: the bubble of the schedule itself, apart from
+  // ranks sharing cores; against pass_max_s it is the critical rank's idle share).
   struct StepTimes {
     double wait_s = 0, busy_s = 0;
-    std::vector<double> pass_s;  // each pass's own time (its waits left out), in schedule order;
-                                 // empty after a stopped step
+    double pass_s = 0, pass_max_s = 0, replay_s = 0;
   };
   const StepTimes& last_step_times() const { return times_; }
 
@@ -117,6 +121,13 @@ class PipelineEngine {
   std::function<bool()> stop_check_;
   bool stopped_ = false;
   bool prefetched_ = false;  // ids_ holds every micro-batch's ids (prepare_tables)
+  // This rank's times during a train_step, reduced into times_ at its end.
+  struct RankTimes {
+    double wait_s = 0, busy_s = 0;
+    std::vector<double> pass_s;  // each pass's own time (its waits left out), in schedule order
+  };
+  StepTimes reduce_times(int M) const;
+  RankTimes rank_times_;
   StepTimes times_;
 };
 

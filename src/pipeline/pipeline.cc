@@ -1,5 +1,5 @@
 // 1F1B pipeline schedule and bundle exchange (see pipeline.h).
-#include "parallel/pipeline.h"
+#include "pipeline/pipeline.h"
 
 #include <algorithm>
 #include <chrono>
@@ -142,7 +142,7 @@ Bundle PipelineEngine::recv_bundle(int boundary, int B, int peer, bool forward) 
   Tensor buf = Tensor::zeros({total}, model_.act_dtype(), model_.device());
   const double t0 = now_s();
   grid_.pp()->recv(buf, peer, tag_of(boundary, forward));
-  times_.wait_s += now_s() - t0;
+  rank_times_.wait_s += now_s() - t0;
   Bundle b;
   b.values.resize(cfg.n_layer);
   b.dense.resize(cfg.n_layer + 1);
@@ -227,7 +227,7 @@ bool PipelineEngine::next_forward(int i) {
   } else {
     const double t0 = now_s();
     grid_.pp()->recv(&go, 1, s - 1, kTagControl);
-    times_.wait_s += now_s() - t0;
+    rank_times_.wait_s += now_s() - t0;
   }
   if (s + 1 < P) grid_.pp()->send_async(&go, 1, s + 1, kTagControl);
   if (go == 0.0f) stopped_ = true;
@@ -255,6 +255,7 @@ double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBat
                                   const std::function<void(int)>& on_last_layer_grads) {
   const int P = grid_.shape().pp, s = grid_.coords().pp, V = model_.num_chunks();
   const double t_begin = now_s();
+  rank_times_ = RankTimes{};
   times_ = StepTimes{};
   double loss_sum = 0.0;
   inflight_.assign(V, {});
@@ -271,12 +272,12 @@ double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBat
   std::vector<int> backwards(V, 0);
   for (const PipelineOp& op : interleaved_1f1b(P, V, M, s)) {
     if (op.micro >= end) continue;
-    const double t0 = now_s(), wait0 = times_.wait_s;
+    const double t0 = now_s(), wait0 = rank_times_.wait_s;
     struct PassTimer {  // the pass's own time: its wall time less the waits inside it
-      StepTimes& t;
+      RankTimes& t;
       double t0, wait0;
       ~PassTimer() { t.pass_s.push_back(now_s() - t0 - (t.wait_s - wait0)); }
-    } timer{times_, t0, wait0};
+    } timer{rank_times_, t0, wait0};
     if (op.forward) {
       if (op.chunk == 0 && !next_forward(op.micro)) {
         end = op.micro;
@@ -293,7 +294,6 @@ double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBat
   grid_.pp()->wait_sends();
   if (prefetched_) model_.finish_table_rows();  // the rows' gradients into the host tables'
   prefetched_ = false;
-  if (stopped_) times_.pass_s.clear();
   VT_CHECK(inflight_total_ == 0);
   // 1F1B's memory bound: pp - stage passes in flight; interleaved: the warm-up plus one (every
   // pass when M = pp: all forwards come first).
@@ -301,8 +301,33 @@ double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBat
                        : M == P ? static_cast<size_t>(M * V)
                                 : static_cast<size_t>(std::min(M * V, (P - s - 1) * 2 + (V - 1) * P + 1));
   VT_CHECK_MSG(max_inflight_ <= bound, "1F1B kept " << max_inflight_ << " passes on stage " << s);
-  times_.busy_s = now_s() - t_begin - times_.wait_s;
+  rank_times_.busy_s = now_s() - t_begin - rank_times_.wait_s;
+  if (!stopped_) times_ = reduce_times(M);  // every rank of the group stopped, or none
   return loss_sum;
+}
+
+PipelineEngine::StepTimes PipelineEngine::reduce_times(int M) const {
+  const int P = grid_.shape().pp;
+  StepTimes r;
+  double wait_busy[2] = {rank_times_.wait_s, rank_times_.busy_s};
+  if (P > 1) grid_.pp()->all_reduce_sum(wait_busy, 2);
+  r.wait_s = wait_busy[0] / P;
+  r.busy_s = wait_busy[1] / P;
+  if (P == 1) return r;
+  const int64_t n = static_cast<int64_t>(rank_times_.pass_s.size());  // 2 M vpp on every rank
+  std::vector<float> mine(rank_times_.pass_s.begin(), rank_times_.pass_s.end());
+  std::vector<float> all(static_cast<size_t>(n) * P);
+  grid_.pp()->all_gather(mine.data(), all.data(), n);
+  std::vector<std::vector<double>> per_rank(P);
+  for (int q = 0; q < P; ++q) {
+    per_rank[q].assign(all.begin() + q * n, all.begin() + (q + 1) * n);
+    double sum = 0;
+    for (double x : per_rank[q]) sum += x;
+    r.pass_s += sum / P;
+    r.pass_max_s = std::max(r.pass_max_s, sum);
+  }
+  r.replay_s = replay_step_seconds(P, model_.num_chunks(), M, per_rank);
+  return r;
 }
 
 double PipelineEngine::forward_only(int M, int B, const FetchBatch& fetch, const OnLoss& on_loss) {

@@ -1,0 +1,46 @@
+// The parts of `vtrain plan`'s step time beyond "FLOPs at the assumed MFU" (docs/design.md,
+// "`vtrain plan`"): GEMM efficiency that falls with the tokens a GEMM sees, a fixed cost per
+// kernel launch, the pipeline's sends, and the data-parallel gradient sum as the trainer runs it
+// (fp32, bucketed by layer and overlapped with the last micro-batch's backward). Every number is
+// a stated assumption, replaceable by the user's own: these are estimates, never measurements.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace vt::plan {
+
+// The fraction of the large-GEMM rate a GEMM reaches against the rows (tokens) it multiplies,
+// linear between points, flat beyond the last and proportional to the tokens below the first.
+// The assumed (or calibrated) MFU is taken to hold at the plateau, so the curve only lowers the
+// layouts whose micro-batches give GEMMs fewer tokens.
+struct GemmCurve {
+  std::vector<double> tokens, efficiency;  // increasing tokens; efficiency in (0, 1]
+  std::string source;
+  double at(double tokens) const;
+};
+
+// Published H100 measurements: bf16 GEMM throughput against M for N = 12288, K = 2048 (a d2048
+// model's fused QKV shape) in vLLM pull request 53446 (H100, CUDA events, 2026-09), normalized
+// to M = 2048: 256 -> 0.69, 512 -> 0.72, 1024 -> 0.98, 2048 -> 1.
+GemmCurve default_gemm_curve();
+
+// A curve from a JSON file: {"tokens": [...], "efficiency": [...]} (same length >= 1, tokens
+// increasing and > 0, efficiency in (0, 1]); refused by name otherwise.
+absl::StatusOr<GemmCurve> read_gemm_curve(const std::string& path);
+
+// Kernel launches per layer for one micro-batch's forward and backward, counted from
+// `vtrain train --profile` (tiny preset, baseline, 2026-11-26: 42 device ops per layer and
+// micro-batch, the optimizer's left out); recomputation adds a forward's share (x 4/3).
+inline constexpr double kKernelsPerLayerPass = 42;
+
+// The data-parallel gradient sum's time left exposed after backward: the layers' buckets start
+// when the last micro-batch's backward finishes each layer (optim/grad_sync.h), so they overlap
+// that backward (`window_s`) except the last layer's bucket; the rest (embedding, head, shared
+// parameters) is summed after backward. `layer_share`: the layers' part of the stage's gradient
+// bytes; `layers`: the stage's layers.
+double exposed_grad_sum_s(double allreduce_s, double layer_share, int layers, double window_s,
+                          bool overlap);
+
+}  // namespace vt::plan
