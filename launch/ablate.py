@@ -40,6 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paired_stats  # noqa: E402  (launch/paired_stats.py)
+import run_metrics  # noqa: E402  (launch/run_metrics.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 # Flags that ablate.py sets itself for every run; giving them after `--` would make runs differ.
@@ -288,21 +289,16 @@ class Run:
 # ----------------------------------------------------------------------------- summaries
 
 def read_metrics(path: Path):
-    train, evals = [], []
-    if not path.exists():
-        return train, evals
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise AblateError(f"{path}:{n}: not JSON ({e})") from None
-        if "val_bpb" in rec:
-            evals.append(rec)
-        elif "loss" in rec:
-            train.append(rec)
-    return train, evals
+    """(training steps, evaluations) of a run's metrics file (launch/run_metrics.py: a step a
+    resumed run ran again counts once, a cut-off last line is left out); empty for a run that
+    wrote nothing."""
+    if not path.exists() or path.stat().st_size == 0:
+        return [], []
+    try:
+        run = run_metrics.read_run(path)
+    except run_metrics.MetricsError as e:
+        raise AblateError(str(e)) from None
+    return run.steps, run.evals
 
 
 def count_params(vtrain: str, ckpt_dir: Path | None) -> int | None:
@@ -441,10 +437,7 @@ def plot(rows: list[dict], path: Path, title: str, ref_name: str | None = None,
     """Validation bpb against step per arm (mean over seeds, shaded min-max band), one panel per
     depth, the training loss (moving average, mean over seeds), and each arm's paired delta
     against the reference with its 95% interval as an error bar."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = run_metrics.pyplot()
     groups = group(rows)
     depths = list(dict.fromkeys(g["depth"] for g in groups))
     fig, axes = plt.subplots(len(depths), 3, figsize=(18, 4.5 * len(depths)), squeeze=False)
@@ -489,8 +482,7 @@ def plot(rows: list[dict], path: Path, title: str, ref_name: str | None = None,
                 steps = np.array([t["step"] for t in runs[0]["train"][:n]])
                 loss = np.array([[t["loss"] for t in r["train"][:n]] for r in runs]).mean(0)
                 k = max(1, len(loss) // 50)  # light smoothing: moving average over ~2% of the run
-                ax2.plot(steps[k - 1:], np.convolve(loss, np.ones(k) / k, mode="valid"),
-                         label=g["arm"])
+                ax2.plot(steps[k - 1:], run_metrics.moving_average(loss, k), label=g["arm"])
         where = "" if d is None else f" ({d} layers)"
         ax1.set(xlabel="step", ylabel="validation bits per byte",
                 title=f"val bpb{where} (lower is better)")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's main job: on a fresh machine, installs what is needed, builds, prepares the King
 # James Bible (Debian's bible-kjv) with a trained BPE tokenizer, trains a tiny Bank-of-Values
-# model for a few minutes on this machine, evaluates it, and prints samples.
+# model for a few minutes on this machine, evaluates it, prints samples and draws the run
+# (launch/plot_run.py: $OUT/plots).
 # It runs on RANKS local MPI ranks (default 4: tensor parallel 2 x pipeline 2, set TP and PP;
 # RANKS=1 runs one process); eval and sampling then load the checkpoint on one process.
 # Environment knobs: STEPS (default 300), VALUE (default bov), OUT (default runs/demo),
@@ -47,6 +48,8 @@ for prompt in "In the beginning" "And the LORD said unto Moses," "Blessed are"; 
   echo "---"
   ./build/vtrain generate --ckpt "$CKPT" --prompt "$prompt" --max-tokens 60 --temperature 0.8 --top-k 40 --seed 7
 done
+echo "[demo] plots: $OUT/plots (steps.png, tokens.png, summary.md)"
+.venv/bin/python launch/plot_run.py "demo=$OUT/metrics.jsonl" --out "$OUT/plots" >/dev/null
 # The loss must have fallen: first vs last training loss and first vs last val bpb.
 .venv/bin/python - "$OUT/metrics.jsonl" <<'PY'
 import json, sys

@@ -31,9 +31,6 @@ KNOWN_CIRCLES = {
     ("checkpoint/checkpoint", "checkpoint/checkpoint_plan", "checkpoint/checkpoint_verify"),
     ("core/backend", "core/tensor"),
     ("data/bpe", "data/tokenizer"),
-    ("model/attn_bias", "model/block_kit", "model/block_shape", "model/config", "model/dense",
-     "model/gpt", "model/param_registrar", "model/projection", "model/train_kit",
-     "model/value_mode", "model/value_path"),
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

@@ -9,8 +9,15 @@
 #include "core/rng.h"
 #include "model/block_shape_kind.h"
 #include "model/gpt.h"
+#include "model/model_options.h"
 
 using namespace vt;
+
+static std::vector<std::string> block_names() {
+  std::vector<std::string> names;
+  for (BlockShapeKind s : all_block_shapes()) names.push_back(block_shape_name(s));
+  return names;
+}
 
 static const CommandSpec& export_command() {
   static const CommandSpec spec = [] {
@@ -32,21 +39,16 @@ static const CommandSpec& export_command() {
         int_flag("batch", 2, 1, 1024, ""),
         text_flag("value-layers", "default", ""),
         int_flag("seed", 1234, 0, 9.2e18, ""),
-        bool_flag("detach-v1", ""),
-        bool_flag("shared-table", ""),
-        bool_flag("bov-add-fixed", ""),
         bool_flag("no-perturb", "keep the weights at their init"),
         num_flag("perturb-scale", 1.0, 0, 100, "multiplies the perturbation amplitudes"),
-        choice_flag("block", "prenorm", {"prenorm", "parallel", "vskipinit", "sas", "sas-p"}, ""),
-        choice_flag("norm", "rms", {"rms", "none"}, ""),
-        no_default(choice_flag("qk-norm", "", {"on", "off"}, "")),
-        choice_flag("reparam-init", "", {"id", "orth"}, ""),
-        choice_flag("attn-bias", "", {"espa", "uspa"}, ""),
-        bool_flag("dense", "DenseFormer"),
-        int_flag("dense-dilation", 1, 1, 64, ""),
-        int_flag("dense-period", 1, 1, 64, ""),
-        num_flag("neutreno-lambda", 0.4, 0, 10, ""),
+        choice_flag("block", "prenorm", block_names(), ""),
     };
+    // The value modes' and block shapes' own options and the shared ones (model_options.h).
+    for (const ModelOption& o : shared_value_options()) c.flags.push_back(o.flag);
+    for (const DeclaredOption& d : value_mode_options()) c.flags.push_back(d.option.flag);
+    for (const ModelOption& o : shared_block_options()) c.flags.push_back(o.flag);
+    for (const DeclaredOption& d : block_shape_options()) c.flags.push_back(d.option.flag);
+    for (const ModelOption& o : dense_options()) c.flags.push_back(o.flag);
     return c;
   }();
   return spec;
@@ -75,19 +77,9 @@ static absl::Status run(int argc, char** argv) {
   cfg.short_window = window;
   cfg.window_pattern = flags.get_string("window-pattern");
   cfg.value_layers = flags.get_string("value-layers");
-  cfg.detach_v1 = flags.get_bool("detach-v1");
-  cfg.shared_table = flags.get_bool("shared-table");
-  cfg.bov_add_fixed = flags.get_bool("bov-add-fixed");
   VT_ASSIGN_OR_RETURN(cfg.block, parse_block_shape(flags.get_string("block")));
-  cfg.norm_none = flags.get_string("norm") == "none";
-  if (flags.has("qk-norm")) cfg.qk_norm = flags.get_string("qk-norm") == "on" ? 1 : 0;
-  cfg.reparam_init = flags.get_string("reparam-init");
   cfg.reparam_seed = static_cast<uint64_t>(seed);
-  cfg.attn_bias = flags.get_string("attn-bias");
-  cfg.dense = flags.get_bool("dense");
-  cfg.dense_dilation = static_cast<int>(flags.get_int("dense-dilation"));
-  cfg.dense_period = static_cast<int>(flags.get_int("dense-period"));
-  cfg.neutreno_lambda = flags.get_double("neutreno-lambda");
+  VT_RETURN_IF_ERROR(apply_model_options(flags, cfg));
   VT_RETURN_IF_ERROR(cfg.finalize());
 
   ParamStore store;

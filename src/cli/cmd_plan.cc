@@ -21,7 +21,7 @@
 #include "model/value_path.h"
 #include "nlohmann/json.hpp"
 #include "plan/plan.h"
-#include "train/model_flags.h"
+#include "cli/model_flags.h"
 
 namespace vt::cli {
 
@@ -100,7 +100,8 @@ const CommandSpec& plan_command() {
       c.flags.push_back(f);
     c.epilog =
         "Every figure is an estimate from the assumptions above (MFU, bandwidths), not a\n"
-        "measurement. Memory is the start-up estimate `vtrain train` prints, per GPU.\n";
+        "measurement. Memory is the start-up estimate `vtrain train` prints, per GPU.\n\n" +
+        model_choices_help();
     return c;
   }();
   return spec;

@@ -1,4 +1,4 @@
-// `vtrain train` on one rank or under mpirun (train/options.h, train/trainer.h). Errors end every
+// `vtrain train` on one rank or under mpirun (cli/train_flags.h, train/trainer.h). Errors end every
 // rank (parallel/failure.h: run_guarded); a stop request that saved a checkpoint exits with
 // kExitRequeue.
 #include <cstdio>
@@ -7,7 +7,7 @@
 #include "core/flags.h"
 #include "parallel/failure.h"
 #include "parallel/mpi_communicator.h"
-#include "train/options.h"
+#include "cli/train_flags.h"
 #include "train/trainer.h"
 
 namespace vt::cli {

@@ -5,9 +5,11 @@
 // training. Each kit is bound to one layer.
 #pragma once
 #include "core/tensor.h"
-#include "model/gpt.h"
+#include "model/activations.h"
 
 namespace vt {
+
+struct ModelConfig;
 
 class BlockKit {
  public:

@@ -7,19 +7,25 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
+#include "model/activations.h"
 #include "model/block_shape_kind.h"
-#include "model/gpt.h"
+#include "model/model_option.h"
 
 namespace vt {
 
 class BlockKit;
+struct ModelConfig;
 class ParamRegistrar;
 
 class BlockShape {
  public:
   virtual ~BlockShape() = default;
   virtual const char* name() const = 0;
+  // One line for --help: the composition of the block.
+  virtual const char* help() const = 0;
+  // The flags only this shape reads (--norm, --reparam-init, --attn-bias for sas and sas-p);
+  // validate() refuses them with other shapes.
+  virtual std::vector<ModelOption> options() const { return {}; }
   // Shape-specific checks of a config (messages name the option to change). The default refuses
   // the options only the simplified shapes (sas, sas-p) have: --norm none, --reparam-init,
   // --attn-bias.

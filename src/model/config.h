@@ -1,11 +1,13 @@
 // ModelConfig: every number that defines a network of docs/model.md (sizes, attention windows,
 // block shape, value mode and its target layers), the presets (tiny, d12, d24, d32), validation
 // with messages a user can act on, and JSON round-trip (stored in checkpoints and case files).
+// Defined in config.cc; the members that consult the registries and GPT in config_rules.cc.
 #pragma once
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/flags.h"
 #include "model/block_shape_kind.h"
 #include "model/value_mode.h"
 #include "nlohmann/json.hpp"
@@ -78,7 +80,7 @@ struct ModelConfig {
 };
 
 // The declared range of every numeric ModelConfig field (docs/design.md, "Untrusted inputs"): one
-// table. The model flags (train/model_flags.cc) take their ranges from it, finalize() holds every
+// table. The model flags (cli/model_flags.cc) take their ranges from it, finalize() holds every
 // config to it, and from_json (a checkpoint's config attribute, a case file) refuses a field that
 // is missing, of the wrong JSON type, not an integer where one is declared, or outside its range,
 // naming the field, the flag that sets it and the range, before anything is allocated.
@@ -93,6 +95,9 @@ const ConfigFieldRange& config_field_range(const std::string& field);
 // "n_layer 1000000000 is out of range [1, 4096] (the range of --layers)"-style text for `value`;
 // "" when `value` lies in the field's range (and is an integer where one is declared).
 std::string config_range_problem(const ConfigFieldRange& r, double value);
+// An integer or number flag whose range is the field's (the model flags, and the options value
+// modes declare: model_option.h); `def` is the default --help shows.
+FlagSpec config_field_flag(const char* field, double def, const std::string& help);
 
 // The most parameters a config may declare (finalize() refuses more): 2^40, about 1.1e12.
 inline constexpr int64_t kMaxModelParams = int64_t{1} << 40;

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cpu_kernels.h"
 #include "core/ops.h"
 #include "model/block_kit.h"
 #include "model/block_shape.h"
 #include "model/dense.h"
+#include "model/layer_attention.h"
 #include "model/projection.h"
 
 namespace vt {
@@ -101,36 +103,20 @@ Tensor DecodeKit::attention(const Tensor& n, BlockActs&) const {
   }
   if (d_.caches_values(i)) std::copy(v.f32(), v.f32() + K, d_.values_[i].begin() + t * K);
 
-  // Shaped attention's running mean: the window sum of v kept per layer (not a second cache).
+  // Softmax attention of this query over the cached window (with the --attn-bias bias).
   const int window = cfg.layer_window(i);
-  const bool centred = lp.gamma >= 0;
-  std::vector<double>& wsum = d_.window_sum_[i];
-  std::vector<float> row(K);
-  if (centred) {
-    if (wsum.empty()) wsum.assign(K, 0.0);
-    for (int64_t e = 0; e < K; ++e) wsum[e] += v.f32()[e];
-    if (t >= window) {
-      d_.value_row(i, t - window, row.data());
-      for (int64_t e = 0; e < K; ++e) wsum[e] -= row[e];
-    }
-  }
-
-  // Softmax attention of this query over the cached window, then the shaped / NeuTRENO terms.
-  const int s0 = std::max(0, t - window + 1);
+  const int s0 = std::max(0, t - window + 1), S = t - s0 + 1;
+  std::vector<float> vwin(S * K);  // the window's value rows, this token's last
+  for (int s = s0; s <= t; ++s) d_.value_row(i, s, vwin.data() + (s - s0) * K);
+  const ops::AttnExtras ex =
+      layer_attention_extras(cfg, st, lp, i, d_.bias_[i], d_.ctx_values_, v.shape());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const Tensor& bias_t = d_.bias_[i];
-  const float* bias = bias_t.defined() ? bias_t.f32() + static_cast<int64_t>(t) * d_.bias_T_ : nullptr;
-  const float* alpha = lp.alpha >= 0 ? st.param(lp.alpha).f32() : nullptr;
-  const float* beta = lp.beta >= 0 ? st.param(lp.beta).f32() : nullptr;
-  const float* gamma = centred ? st.param(lp.gamma).f32() : nullptr;
-  const float lam = target ? vp.attention_output_v1_coef(cfg) : 0.0f;
-  const float* v1 = lam != 0.0f ? d_.ctx_values_[0].f32() : nullptr;
-  const float inv_count = 1.0f / static_cast<float>(std::min(t + 1, window));
-  std::vector<float> p(t - s0 + 1);
-  Tensor y = zeros({1, int64_t{H} * hd});
-  float* yp = y.f32();
+  const float* bias =
+      ex.bias.defined() ? ex.bias.f32() + static_cast<int64_t>(t) * d_.bias_T_ : nullptr;
+  const int64_t qd = int64_t{H} * hd;
+  std::vector<float> p(S), soft(ex.mix.active() ? S * qd : qd, 0.0f);
+  float* yp = soft.data() + (ex.mix.active() ? (S - 1) * qd : 0);  // this token's row
   const float* qp = q.f32();
-  const float* vt = v.f32();
   for (int hh = 0; hh < H; ++hh) {
     const int g = hh / (H / Hkv);
     const float* qh = qp + hh * hd;
@@ -145,20 +131,28 @@ Tensor DecodeKit::attention(const Tensor& n, BlockActs&) const {
     double sum = 0;
     for (auto& e : p) sum += (e = std::exp(e - mx));
     float* yh = yp + hh * hd;
-    for (int s = s0; s <= t; ++s) {
-      d_.value_row(i, s, row.data());
-      const float* vs = row.data() + g * hd;
-      const float w = static_cast<float>(p[s - s0] / sum);
+    for (int s = 0; s < S; ++s) {
+      const float* vs = vwin.data() + s * K + g * hd;
+      const float w = static_cast<float>(p[s] / sum);
       for (int e = 0; e < hd; ++e) yh[e] += w * vs[e];
     }
-    const float be = beta ? beta[hh] : 1.0f, al = alpha ? alpha[hh] : 0.0f;
-    for (int e = 0; e < hd; ++e) {
-      const int64_t c = g * hd + e;
-      float o = be * yh[e] + (al - lam) * vt[c];
-      if (centred) o -= gamma[hh] * static_cast<float>(wsum[c]) * inv_count;
-      if (v1) o += lam * v1[c];
-      yh[e] = o;
-    }
+  }
+  // The layer's additions (shaped gains, the value mode's term) by the mix training runs, over
+  // the window's rows: the last row's running mean is this token's (earlier rows are unused).
+  Tensor y = zeros({1, qd});
+  if (!ex.mix.active()) {
+    std::copy(soft.begin(), soft.end(), y.f32());
+  } else {
+    std::vector<float> v1win(ex.mix.lam != 0.0f ? S * K : 0, 0.0f), out(S * qd);
+    if (!v1win.empty()) std::copy(ex.mix.v1.f32(), ex.mix.v1.f32() + K, v1win.end() - K);
+    auto gain = [](const Tensor& g) { return g.defined() ? g.f32() : nullptr; };
+    cpu::AttnShape shape;
+    shape.T = S, shape.H = H, shape.Hkv = Hkv, shape.hd = hd, shape.window = S;
+    cpu::attention_mix_forward<float>(soft.data(), vwin.data(),
+                                      v1win.empty() ? nullptr : v1win.data(), gain(ex.mix.alpha),
+                                      gain(ex.mix.beta), gain(ex.mix.gamma), ex.mix.lam,
+                                      out.data(), shape);
+    std::copy(out.end() - qd, out.end(), y.f32());
   }
   Tensor o = zeros({1, cfg.n_embd});
   projection::forward_out(model, lp.o, y, o);
@@ -176,7 +170,6 @@ Decoder::Decoder(const GPT& model, int max_len)
   for (int i = 0; i < cfg_.n_layer; ++i)
     if (caches_values(i)) values_[i].assign(max_len_ * K_, 0.0f);
   keeps_ids_ = cfg_.value().cache_keeps_ids() && !cfg_.target_layers.empty();
-  window_sum_.resize(cfg_.n_layer);
   bias_.resize(cfg_.n_layer);
   bias_T_ = cfg_.seq_len;
   for (int i = 0; i < cfg_.n_layer; ++i) bias_[i] = model_.attention_bias(i);

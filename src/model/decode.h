@@ -2,8 +2,9 @@
 // papers intend: every layer caches its keys; a layer caches its values only when they cannot
 // be rebuilt from what is already kept. `bov` target layers keep no V (values are looked up from
 // the table by the cached token ids), `svformer` and `v1` target layers keep no V (they read
-// layer 0's). Shaped attention keeps a running sum of v per layer (its centring term), not a
-// second cache. The block shapes' own forward runs token by token through DecodeKit, so a shape
+// layer 0's). A layer's additions to softmax attention (shaped attention's gains and centring
+// term, NeuTRENO's) are training's (layer_attention.h), applied by the same mix kernel to the
+// cached window. The block shapes' own forward runs token by token through DecodeKit, so a shape
 // is written once for training and decoding. Single sequence, single process (tp = 1, one
 // pipeline stage), parameters on the CPU.
 #pragma once
@@ -47,7 +48,6 @@ class Decoder {
   std::vector<double> value_coef_;              // the value mode's per-pass coefficients
   std::vector<Tensor> ctx_values_;              // this token's kept context values (V1, ...)
   Tensor x0_;                                   // this token's normalized embedding
-  std::vector<std::vector<double>> window_sum_;  // per layer: sum of v over the window (shaped)
   std::vector<Tensor> bias_;                     // per layer: the --attn-bias bias (T, T)
   int64_t bias_T_ = 0;
   int32_t token_ = 0;

@@ -11,7 +11,6 @@
 #include "model/block_shape.h"
 #include "model/dense.h"
 #include "model/param_registrar.h"
-#include "model/train_kit.h"
 
 namespace vt {
 
@@ -292,12 +291,6 @@ void GPT::dense_backward(int i, Bundle& grad, const Activations& acts) const {
   }
 }
 
-void GPT::block_forward(int i, Bundle& bundle, Activations& acts, BlockActs& a) const {
-  a.x_in = bundle.x.clone();
-  TrainKit kit(*this, i, &bundle, acts);
-  shape_->forward(kit, bundle.x, a);
-}
-
 void GPT::blocks_backward(Bundle& grad, Activations& acts) const {
   if (grad.values.empty()) grad.values.resize(cfg_.n_layer);
   if (grad.dense.empty()) grad.dense.resize(cfg_.n_layer + 1);
@@ -320,11 +313,6 @@ void GPT::blocks_backward(Bundle& grad, Activations& acts) const {
   }
   if (!cfg_.target_layers.empty())
     cfg_.value().end_backward(cfg_, *store_, value_shared_, acts.value_coef, acts.value_dcoef);
-}
-
-void GPT::block_backward(int i, Bundle& grad, Activations& acts, BlockActs& a) const {
-  TrainKit kit(*this, i, &grad, acts);
-  shape_->backward(kit, grad.x, a);
 }
 
 double GPT::head_forward(const Bundle& bundle, Activations& acts) const {

@@ -5,6 +5,7 @@
 // rank (heads, MLP columns and vocabulary rows split over the TP communicator). With the default
 // ModelParallel it is the whole model on one process.
 //
+// The shared structs of a pass (LayerParams, Bundle, BlockActs, Activations) are activations.h's.
 // The pieces: a block shape (block_shape.h, src/model/blocks/) composes the sub-layers of
 // block_kit.h (norms, the attention sub-layer with its value path, the MLP, gains); a value
 // mode (value_path.h, src/model/values/) computes target layers' values; DenseFormer
@@ -20,6 +21,7 @@
 #include "core/check.h"
 #include "core/communicator.h"
 #include "core/tensor.h"
+#include "model/activations.h"
 #include "model/config.h"
 #include "model/init.h"
 #include "model/table_rows.h"
@@ -39,75 +41,6 @@ struct ModelParallel {
   Communicator* tp_comm() const { return tp ? tp : self_communicator(); }
   int tp_size() const { return tp_comm()->size(); }
   int tp_rank() const { return tp_comm()->rank(); }
-};
-
-// W_V or W_O of a layer: y = x W (a matrix), y = s x (the identity times a gain), or
-// y = x (s W0 + r dW) (reparameterized: W0 fixed, the identity or orthogonal; dW trained).
-struct Projection {
-  enum class Kind { kNone, kMatrix, kIdentity, kReparam };
-  Kind kind = Kind::kNone;
-  int w = -1;      // the matrix (kMatrix) or dW (kReparam)
-  int skip = -1;   // s (kIdentity, kReparam)
-  int resid = -1;  // r (kReparam)
-  Tensor base;     // kReparam: this rank's slice of W0 (f32, the model's device; not trained)
-  bool defined() const { return kind != Kind::kNone; }
-};
-
-// Parameter indices (into the ParamStore) of one layer; -1 where absent.
-struct LayerParams {
-  int wq = -1, wk = -1, fc = -1, proj = -1;
-  Projection v, o;
-  int alpha = -1, beta = -1, gamma = -1;            // shaped attention gains (per head)
-  int attn_gain = -1, mlp_gain = -1, mlp_skip = -1;  // block gains
-  int dwa = -1;                                      // DenseFormer weights after this block
-  ValueLayerParams value;                            // the value mode's
-};
-
-// What crosses a pipeline-stage boundary going forward (or, in backward, its gradient).
-struct Bundle {
-  Tensor x;                    // (B, T, C) residual stream
-  Tensor x0;                   // (B, T, C) normalized embedding, when the mode reads it
-  std::vector<Tensor> values;  // [j] = layer j's context value (B, T, Hkv_local*hd) when read later
-  std::vector<Tensor> dense;   // [j] = DenseFormer input x_j (B, T, C) when a later average reads it
-};
-
-// A norm's saved state: input, rstd, output. `on` false: the identity (n = x), nothing saved.
-struct NormActs {
-  bool on = true;
-  Tensor x, rstd, n;
-};
-
-// Everything one layer saves in forward for its backward.
-struct BlockActs {
-  Tensor x_in;                          // block input (all a recomputation needs)
-  NormActs norm1, norm2;                // attention (or shared) input norm; MLP input norm
-  Tensor q_r, rstd_q, k_r, rstd_k, qn, kn;  // after RoPE, after QK-norm
-  Tensor attn_in, mlp_in;               // the sub-layers' (normalized) inputs
-  Tensor ctx_v;                         // context value (V projection of n, or of x0 for x0v)
-  ValueState value;                     // what the value mode keeps
-  Tensor v, y, y_soft, lse;             // mixed value, attention output (and its softmax part)
-  Tensor attn_out, mlp_out;             // sub-layer outputs (N, C) when a gain multiplies them
-  Tensor mlp_skip_in;                   // the stream the MLP skip gain multiplies
-  Tensor h, act;                        // MLP pre-activation, relu^2
-};
-
-// The saved state of one micro-batch's forward pass on this stage.
-struct Activations {
-  int B = 0;
-  int chunk = 0;                         // the model chunk (virtual stage) this pass ran
-  std::vector<int32_t> inputs, targets;  // (B*T) on the host
-  Tensor input_ids, target_ids;          // the same on the model's device (i32)
-  Tensor table_ids;                      // inputs as compact ids into the pass's TableRows
-  Tensor emb_raw, emb_rstd;              // wte rows before norm, norm's rstd (first stage)
-  std::vector<BlockActs> blocks;         // indexed by layer - chunk_begin(chunk)
-  Tensor head_x, head_rstd, head_n;      // final residual, its norm (last stage)
-  Tensor logits, lse;                    // (N, Vp_local), (N)
-  std::vector<float> token_loss;         // (N) cross-entropy of each target (last stage), host
-  Tensor x0;                             // normalized embedding (modes reading x0)
-  std::vector<Tensor> values;            // context values read by later layers (see Bundle)
-  std::vector<Tensor> dense;             // DenseFormer inputs read by later averages
-  std::vector<double> value_coef;        // the value mode's per-pass coefficients
-  std::vector<double> value_dcoef;       // their gradients, filled in backward
 };
 
 class BlockShape;
@@ -216,6 +149,8 @@ class GPT {
 
  private:
   friend class TrainKit;
+  // One block of this stage in training: its shape run through a TrainKit (defined in
+  // train_kit.cc, beside the kit, so that gpt.cc does not include it back).
   void block_forward(int layer, Bundle& bundle, Activations& acts, BlockActs& a) const;
   void block_backward(int layer, Bundle& grad, Activations& acts, BlockActs& a) const;
   // DenseFormer's average after block i (dense.h): forward replaces bundle.x (x_{i+1}) by y_i;

@@ -4,9 +4,23 @@
 #include <cmath>
 
 #include "core/ops.h"
+#include "model/block_shape.h"
+#include "model/layer_attention.h"
 #include "model/projection.h"
 
 namespace vt {
+
+// GPT's per-block steps of training (declared in gpt.h) run a block shape through this kit.
+void GPT::block_forward(int i, Bundle& bundle, Activations& acts, BlockActs& a) const {
+  a.x_in = bundle.x.clone();
+  TrainKit kit(*this, i, &bundle, acts);
+  shape_->forward(kit, bundle.x, a);
+}
+
+void GPT::block_backward(int i, Bundle& grad, Activations& acts, BlockActs& a) const {
+  TrainKit kit(*this, i, &grad, acts);
+  shape_->backward(kit, grad.x, a);
+}
 
 Tensor TrainKit::norm(const Tensor& x, NormActs& s) const {
   if (!s.on) {
@@ -53,23 +67,12 @@ ValueSources TrainKit::value_sources(const Tensor& n, const BlockActs& a, bool f
                               forward ? bundle_->values : acts_.values);
 }
 
-// The additions to plain softmax attention this layer makes: the --attn-bias bias, the shaped
-// gains (block shape), the NeuTRENO term (value mode, target layers).
+// The additions to plain softmax attention this layer makes (layer_attention.h), with the
+// buffer for softmax attention's own output when a mix follows it.
 ops::AttnExtras TrainKit::extras(BlockActs& a, bool forward) const {
-  const ModelConfig& cfg = m_.cfg_;
-  const LayerParams& lp = params();
-  ops::AttnExtras ex;
-  ex.bias = m_.attention_bias(layer_);
-  if (lp.alpha >= 0) ex.mix.alpha = m_.P(lp.alpha);
-  if (lp.beta >= 0) ex.mix.beta = m_.P(lp.beta);
-  if (lp.gamma >= 0) ex.mix.gamma = m_.P(lp.gamma);
-  if (cfg.is_target(layer_)) {
-    ex.mix.lam = cfg.value().attention_output_v1_coef(cfg);
-    if (ex.mix.lam != 0.0f) {
-      const Tensor& v1 = (forward ? bundle_->values : acts_.values)[0];
-      ex.mix.v1 = v1.reshaped(a.v.shape());
-    }
-  }
+  ops::AttnExtras ex =
+      layer_attention_extras(m_.cfg_, *m_.store_, params(), layer_, m_.attention_bias(layer_),
+                             forward ? bundle_->values : acts_.values, a.v.shape());
   if (ex.mix.active()) {
     if (forward) a.y_soft = act(a.y.shape());
     ex.soft = a.y_soft;

@@ -12,10 +12,11 @@
 #include "core/arena.h"
 #include "core/communicator.h"
 #include "core/tensor.h"
-#include "model/config.h"
+#include "model/model_option.h"
 
 namespace vt {
 
+struct ModelConfig;
 class ParamRegistrar;
 class TableRows;
 
@@ -80,6 +81,11 @@ class ValuePath {
  public:
   virtual ~ValuePath() = default;
   virtual const char* name() const = 0;
+  // One line for --help: what v is on which layers.
+  virtual const char* help() const = 0;
+  // The flags only this mode reads (--shared-table for bov...); given with another mode they
+  // are refused by the model flags.
+  virtual std::vector<ModelOption> options() const { return {}; }
   virtual DefaultTargets default_targets() const = 0;
   // Target layers read V1 (layer 0's context value), so layer 0 is never a target.
   virtual bool reads_v1() const { return false; }
@@ -117,9 +123,8 @@ class ValuePath {
 
   // Pipeline: must layer `layer`'s context value be kept (and sent across stage boundaries)
   // for later target layers?
-  virtual bool keeps_value(const ModelConfig& cfg, int layer) const {
-    return reads_v1() && layer == 0 && !cfg.target_layers.empty();
-  }
+  // The default: layer 0's, for modes reading V1, when there are target layers.
+  virtual bool keeps_value(const ModelConfig& cfg, int layer) const;
   // KV cache: a target layer keeps its values (else they are rebuilt from V1 or the table by
   // calling forward() on the cached row); the cache keeps token ids for table lookups.
   virtual bool caches_values() const { return true; }

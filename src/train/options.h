@@ -1,5 +1,6 @@
-// The options of `vtrain train` (docs/design.md "CLI") and how they turn into a ModelConfig:
-// a preset, then explicit overrides, then the vocabulary of the data directory.
+// The options of a training run (docs/design.md "CLI"): what `vtrain train` parsed from its flags
+// (cli/train_flags.h) with the finalized ModelConfig, and the limits on quantities the flags make
+// together.
 #pragma once
 #include <string>
 #include <vector>
@@ -72,10 +73,5 @@ struct TrainOptions {
   int64_t tokens_per_micro() const { return static_cast<int64_t>(micro_batch) * model.seq_len; }
   nlohmann::json to_json() const;
 };
-
-const CommandSpec& train_command();
-std::string train_usage();
-// Parses `vtrain train` flags; reads the data dir's vocabulary size.
-absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int first);
 
 }  // namespace vt

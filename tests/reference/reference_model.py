@@ -6,8 +6,13 @@ on the CPU with plain jnp ops: full T x T attention with an explicit mask, every
 term (shaped attention's I and C, E-SPA/U-SPA biases from a generic Cholesky) as an explicit T x T
 matrix, no fusion.
 
+Every value mode is one function (the value v of a target layer) and one entry of VALUE_PATHS (its
+facts: default targets, V1, W_V, its parameters, its options); every block shape is one function
+(the block's composition) and one entry of BLOCKS (its parameters). A new mode or shape is one
+function and one entry.
+
 Public API:
-  VALUE_MODES, V1_MODES, BLOCK_SHAPES
+  VALUE_PATHS, VALUE_MODES, V1_MODES, BLOCKS, BLOCK_SHAPES, SIMPLIFIED
   default_config(mode, ...)                -> config dict (the exporter's tiny default shape)
   resolve_targets(config)                  -> sorted list of target layers
   window_sizes(config, T)                  -> per-layer attention window W
@@ -22,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from typing import NamedTuple
 
 import jax
 
@@ -33,44 +39,6 @@ jax.config.update("jax_disable_most_optimizations", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-VALUE_MODES = (
-    "baseline",
-    "resformer-identity",
-    "resformer-constant",
-    "resformer-learnable",
-    "resformer-plus",
-    "resformer-sparse",
-    "resformer-dense",
-    "svformer",
-    "v1",
-    "x0v",
-    "bov",
-    "bov-add",
-    "value-embed",
-    "neutreno",
-)
-
-BLOCK_SHAPES = ("prenorm", "parallel", "vskipinit", "sas", "sas-p")
-SIMPLIFIED = frozenset({"sas", "sas-p"})
-
-# Modes whose target layers read V1 (layer 0's context value). Layer 0 is never their target.
-V1_MODES = frozenset(
-    {
-        "resformer-identity",
-        "resformer-constant",
-        "resformer-learnable",
-        "resformer-plus",
-        "resformer-sparse",
-        "resformer-dense",
-        "svformer",
-        "v1",
-        "neutreno",
-    }
-)
-
-# Modes whose target layers store no W_V (the value never comes from n_i W_V^i there).
-NO_WV_ON_TARGET = frozenset({"svformer", "v1", "bov"})
-
 # Constants fixed by the model reference (compare_case checks that a case's config agrees with them).
 SPEC_CONSTANTS = {
     "rope_base": 100000.0,
@@ -81,15 +49,6 @@ SPEC_CONSTANTS = {
     "value_embed_gate_channels": 12,
     "value_embed_gate_scale": 3.0,
 }
-
-# Fixed mixing coefficients (l1 on V1, l2 on the context value) from docs/model.md, "Value paths".
-FIXED_COEFFS = {
-    "resformer-identity": (0.5, 0.5),
-    "resformer-constant": (2.0, 1.0),
-    "resformer-sparse": (5.0, 1.0),
-}
-BOV_ADD_FIXED = (0.5, 0.5)  # (a, b) for bov-add with fixed coefficients
-
 
 def padded_vocab(v: int) -> int:
     return int(math.ceil(v / 64) * 64)
@@ -152,14 +111,10 @@ def default_config(
 
 
 def _default_spec(mode: str) -> str:
-    if mode in ("resformer-identity", "resformer-constant", "resformer-learnable",
-                "resformer-plus", "resformer-dense", "svformer", "neutreno"):
-        return "all"
-    if mode in ("resformer-sparse", "v1", "x0v", "bov", "bov-add"):
-        return "last-third"
-    if mode == "value-embed":
-        return "value-embed-default"
-    raise ValueError(f"no default targets for mode {mode!r}")
+    spec = VALUE_PATHS[mode].targets
+    if spec is None:
+        raise ValueError(f"no default targets for mode {mode!r}")
+    return spec
 
 
 def resolve_targets(config: dict) -> list[int]:
@@ -168,7 +123,7 @@ def resolve_targets(config: dict) -> list[int]:
     if mode not in VALUE_MODES:
         raise ValueError(f"unknown value_mode {mode!r}")
     L = int(config["n_layer"])
-    if mode == "baseline":
+    if VALUE_PATHS[mode].targets is None:
         return []  # baseline has no value path: every layer is plain attention
     reads_v1 = mode in V1_MODES
     spec = config.get("value_layers", "default")
@@ -294,82 +249,32 @@ def expected_param_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     kvw = Hkv * hd
     targets = resolve_targets(config)
     tset = set(targets)
-    shared = bool(config.get("shared_table", False))
-    fixed = bool(config.get("bov_add_fixed", False))
-    if shared and mode != "bov":
-        raise ValueError("shared_table is only defined for bov")
-    if fixed and mode != "bov-add":
-        raise ValueError("bov_add_fixed is only defined for bov-add")
-    gc = int(config.get("value_embed_gate_channels", 12))
+    for other, path in VALUE_PATHS.items():  # a mode's options belong to that mode
+        for key in path.options:
+            if config.get(key, False) and mode != other:
+                raise ValueError(f"{key} is only defined for {other}")
+    dims = Dims(config, d, H, Hkv, hd, Vp, kvw, int(config.get("value_embed_gate_channels", 12)))
 
     shapes: dict[str, tuple[int, ...]] = {"wte": (Vp, d), "lm_head": (d, Vp)}
     block = config.get("block", "prenorm")
     if block not in BLOCK_SHAPES:
         raise ValueError(f"unknown block shape {block!r}")
+    path = VALUE_PATHS[mode]
     for i in range(L):
         p = f"blocks.{i}."
         shapes[p + "attn.wq"] = (d, H * hd)
         shapes[p + "attn.wk"] = (d, kvw)
-        has_v = not (i in tset and mode in NO_WV_ON_TARGET)
-        if block in SIMPLIFIED:
-            # Identity projections times a gain; layer 0 (every layer with reparam_init) adds
-            # the reparameterization s W0 + r dW, dW stored under the matrix's name.
-            rep = i == 0 or bool(config.get("reparam_init"))
-            for what, present in (("v", has_v), ("o", True)):
-                if not present:
-                    continue
-                shapes[p + f"attn.{what}_skip"] = (1,)
-                if rep:
-                    shapes[p + f"attn.w{what}"] = (d, d)
-                    shapes[p + f"attn.{what}_resid"] = (1,)
-            shapes[p + "attn.alpha"] = (H,)
-            shapes[p + "attn.beta"] = (H,)
-            shapes[p + "attn.gamma"] = (H,)
-            shapes[p + "attn_gain"] = (1,)
-            shapes[p + "mlp_gain"] = (1,)
-            if block == "sas":
-                shapes[p + "mlp_skip"] = (1,)
-        else:
-            if has_v:
-                shapes[p + "attn.wv"] = (d, kvw)
-            shapes[p + "attn.wo"] = (H * hd, d)
-            if block == "vskipinit":
-                shapes[p + "attn.alpha"] = (H,)
-                shapes[p + "attn.beta"] = (H,)
+        has_v = not (i in tset and not path.wv_on_target)
+        shapes.update({p + k: v for k, v in BLOCKS[block].params(dims, i, has_v).items()})
         shapes[p + "mlp.fc"] = (d, hidden)
         shapes[p + "mlp.proj"] = (hidden, d)
         if config.get("dense"):
             inputs = dense_inputs(config, i)
             if inputs:
                 shapes[p + "dwa"] = (len(inputs),)
-        if i not in tset:
-            continue
-        v = p + "value."
-        if mode == "resformer-learnable":
-            shapes[v + "lambda1"] = (1,)
-            shapes[v + "lambda2"] = (1,)
-        elif mode == "resformer-plus":
-            shapes[v + "lambda2"] = (1,)
-        elif mode == "resformer-dense":
-            shapes[v + "dense"] = (i + 1,)
-        elif mode in ("v1", "x0v"):
-            shapes[v + "gain"] = (1,)
-        elif mode == "bov":
-            shapes[v + "gain"] = (1,)
-            if not shared:
-                shapes[v + "table"] = (Vp, kvw)
-        elif mode == "bov-add":
-            if not fixed:
-                shapes[v + "a"] = (1,)
-                shapes[v + "b"] = (1,)
-            shapes[v + "table"] = (Vp, kvw)
-        elif mode == "value-embed":
-            shapes[v + "table"] = (Vp, kvw)
-            shapes[v + "gate_w"] = (gc, Hkv)
-    if mode == "resformer-plus":
-        shapes["value_plus.logits"] = (len(targets),)
-    if mode == "bov" and shared:
-        shapes["value.table"] = (Vp, kvw)
+        if i in tset:
+            shapes.update({p + "value." + k: v for k, v in path.layer_params(dims, i).items()})
+    shapes.update(path.shared_params(dims, targets))
     return shapes
 
 
@@ -483,6 +388,254 @@ def _scalar(p):
     return p[0]
 
 
+# ----------------------------------------------------------------------------------------
+# Value paths: one function per mode (the value v of a target layer) and one table entry
+# ----------------------------------------------------------------------------------------
+
+
+class Sources(NamedTuple):
+    """What a target layer's value may read (docs/model.md, "Value paths")."""
+
+    config: dict
+    p: dict  # parameters by name
+    vp: str  # the layer's value-parameter prefix, "blocks.i.value."
+    i: int  # the layer
+    k: int  # its position among the target layers
+    L: int
+    n: object  # the normalized block input (B, T, d)
+    ctx: object  # the layer's context value n W_V (x0 W_V for x0v; None without W_V)
+    v1: object  # layer 0's context value (None unless the mode reads it)
+    inputs: object  # token ids (B, T)
+    ctx_values: list  # [j] = layer j's context value, j < i
+
+
+class Dims(NamedTuple):
+    """Sizes parameter shapes are made of."""
+
+    config: dict
+    d: int
+    H: int
+    Hkv: int
+    hd: int
+    Vp: int
+    kvw: int  # Hkv * hd
+    gc: int  # value-embed gate channels
+
+
+class ValuePathRef(NamedTuple):
+    value: object  # Sources -> v (B, T, Hkv*hd)
+    targets: str | None = None  # the default value_layers spec; None: no target layers
+    reads_v1: bool = False  # target layers read V1 (layer 0 is never a target)
+    wv_on_target: bool = True  # target layers keep their own W_V
+    context_from_x0: bool = False  # the context value is x0 W_V
+    layer_params: object = lambda dims, i: {}  # {name after "blocks.i.value.": shape}
+    shared_params: object = lambda dims, targets: {}  # {name: shape}
+    v1_coef: object = lambda config: 0.0  # lam of the attention-output term lam (V1 - v)
+    options: tuple = ()  # config keys only this mode reads
+
+
+def _gain(s):
+    return _scalar(s.p[s.vp + "gain"])
+
+
+def _baseline(s):
+    raise AssertionError("baseline has no target layers")
+
+
+def _fixed_coeffs(l1, l2):
+    """v = l1 V1 + l2 ctx with fixed coefficients (the resformer-identity/constant/sparse)."""
+    return lambda s: l1 * s.v1 + l2 * s.ctx
+
+
+def _resformer_learnable(s):
+    return _scalar(s.p[s.vp + "lambda1"]) * s.v1 + _scalar(s.p[s.vp + "lambda2"]) * s.ctx
+
+
+def _resformer_plus(s):
+    w = jax.nn.softmax(s.p["value_plus.logits"])
+    return float(s.L) * w[s.k] * s.v1 + _scalar(s.p[s.vp + "lambda2"]) * s.ctx
+
+
+def _resformer_dense(s):
+    lam = s.p[s.vp + "dense"]
+    v = lam[s.i] * s.ctx
+    for j in range(s.i):
+        v = v + lam[j] * s.ctx_values[j]
+    return v
+
+
+def _svformer(s):
+    return s.v1
+
+
+def _v1(s):
+    return _gain(s) * s.v1
+
+
+def _x0v(s):
+    return _gain(s) * s.ctx
+
+
+def _bov(s):
+    table = s.p["value.table"] if s.config.get("shared_table", False) else s.p[s.vp + "table"]
+    return _gain(s) * table[s.inputs]
+
+
+BOV_ADD_FIXED = (0.5, 0.5)  # (a, b) for bov-add with fixed coefficients
+
+
+def _bov_add(s):
+    if s.config.get("bov_add_fixed", False):
+        a, bb = BOV_ADD_FIXED
+    else:
+        a, bb = _scalar(s.p[s.vp + "a"]), _scalar(s.p[s.vp + "b"])
+    return a * s.ctx + bb * s.p[s.vp + "table"][s.inputs]
+
+
+def _value_embed(s):
+    B, T = s.inputs.shape
+    Hkv, hd = int(s.config["n_kv_head"]), int(s.config["head_dim"])
+    gc = int(s.config.get("value_embed_gate_channels", 12))
+    gscale = float(s.config.get("value_embed_gate_scale", 3.0))
+    gate = gscale * jax.nn.sigmoid(s.n[..., :gc] @ s.p[s.vp + "gate_w"])  # (B, T, Hkv)
+    emb = s.p[s.vp + "table"][s.inputs].reshape(B, T, Hkv, hd)
+    return s.ctx + (gate[..., None] * emb).reshape(B, T, Hkv * hd)
+
+
+def _neutreno(s):
+    return s.ctx  # NeuTRENO changes the attention output (v1_coef), not v
+
+
+def _bov_shared(dims, targets):
+    return {"value.table": (dims.Vp, dims.kvw)} if dims.config.get("shared_table", False) else {}
+
+
+def _bov_layer(dims, i):
+    shapes = {"gain": (1,)}
+    if not dims.config.get("shared_table", False):
+        shapes["table"] = (dims.Vp, dims.kvw)
+    return shapes
+
+
+def _bov_add_layer(dims, i):
+    shapes = {} if dims.config.get("bov_add_fixed", False) else {"a": (1,), "b": (1,)}
+    shapes["table"] = (dims.Vp, dims.kvw)
+    return shapes
+
+
+VALUE_PATHS = {
+    "baseline": ValuePathRef(_baseline),
+    "resformer-identity": ValuePathRef(_fixed_coeffs(0.5, 0.5), "all", reads_v1=True),
+    "resformer-constant": ValuePathRef(_fixed_coeffs(2.0, 1.0), "all", reads_v1=True),
+    "resformer-learnable": ValuePathRef(
+        _resformer_learnable, "all", reads_v1=True,
+        layer_params=lambda dims, i: {"lambda1": (1,), "lambda2": (1,)}),
+    "resformer-plus": ValuePathRef(
+        _resformer_plus, "all", reads_v1=True, layer_params=lambda dims, i: {"lambda2": (1,)},
+        shared_params=lambda dims, targets: {"value_plus.logits": (len(targets),)}),
+    "resformer-sparse": ValuePathRef(_fixed_coeffs(5.0, 1.0), "last-third", reads_v1=True),
+    "resformer-dense": ValuePathRef(
+        _resformer_dense, "all", reads_v1=True, layer_params=lambda dims, i: {"dense": (i + 1,)}),
+    "svformer": ValuePathRef(_svformer, "all", reads_v1=True, wv_on_target=False),
+    "v1": ValuePathRef(_v1, "last-third", reads_v1=True, wv_on_target=False,
+                       layer_params=lambda dims, i: {"gain": (1,)}),
+    "x0v": ValuePathRef(_x0v, "last-third", context_from_x0=True,
+                        layer_params=lambda dims, i: {"gain": (1,)}),
+    "bov": ValuePathRef(_bov, "last-third", wv_on_target=False, layer_params=_bov_layer,
+                        shared_params=_bov_shared, options=("shared_table",)),
+    "bov-add": ValuePathRef(_bov_add, "last-third", layer_params=_bov_add_layer,
+                            options=("bov_add_fixed",)),
+    "value-embed": ValuePathRef(
+        _value_embed, "value-embed-default",
+        layer_params=lambda dims, i: {"table": (dims.Vp, dims.kvw), "gate_w": (dims.gc, dims.Hkv)}),
+    "neutreno": ValuePathRef(_neutreno, "all", reads_v1=True,
+                             v1_coef=lambda config: float(config.get("neutreno_lambda", 0.4))),
+}
+
+VALUE_MODES = tuple(VALUE_PATHS)
+# Modes whose target layers read V1 (layer 0's context value). Layer 0 is never their target.
+V1_MODES = frozenset(m for m, ref in VALUE_PATHS.items() if ref.reads_v1)
+
+
+# ----------------------------------------------------------------------------------------
+# Block shapes: one function per shape (its composition) and one table entry
+# ----------------------------------------------------------------------------------------
+
+
+class BlockRef(NamedTuple):
+    # (x, n, attn, mlp_of, nrm, p, b) -> the block output; n = nrm(x), attn / mlp_of map a
+    # normalized input to the sub-layer's output, p the parameters, b the block prefix.
+    forward: object
+    params: object  # (dims, i, has_v) -> {name after "blocks.i.": shape} of the attention side
+    simplified: bool = False  # identity projections, W_Q = 0, no QK-norm by default
+
+
+def _matrix_params(dims, i, has_v):
+    shapes = {"attn.wv": (dims.d, dims.kvw)} if has_v else {}
+    shapes["attn.wo"] = (dims.H * dims.hd, dims.d)
+    return shapes
+
+
+def _simplified_params(dims, i, has_v):
+    """Identity projections times a gain; layer 0 (every layer with reparam_init) adds the
+    reparameterization s W0 + r dW, dW stored under the matrix's name; the shaped-attention
+    gains and the block gains."""
+    shapes = {}
+    rep = i == 0 or bool(dims.config.get("reparam_init"))
+    for what, present in (("v", has_v), ("o", True)):
+        if not present:
+            continue
+        shapes[f"attn.{what}_skip"] = (1,)
+        if rep:
+            shapes[f"attn.w{what}"] = (dims.d, dims.d)
+            shapes[f"attn.{what}_resid"] = (1,)
+    for g in ("alpha", "beta", "gamma"):
+        shapes["attn." + g] = (dims.H,)
+    shapes["attn_gain"] = (1,)
+    shapes["mlp_gain"] = (1,)
+    return shapes
+
+
+def _prenorm(x, n, attn, mlp_of, nrm, p, b):
+    x = x + attn(n)
+    return x + mlp_of(nrm(x))
+
+
+def _parallel(x, n, attn, mlp_of, nrm, p, b):
+    return x + attn(n) + mlp_of(n)
+
+
+def _vskipinit(x, n, attn, mlp_of, nrm, p, b):
+    x = attn(n)
+    return x + mlp_of(nrm(x))
+
+
+def _sas(x, n, attn, mlp_of, nrm, p, b):
+    x = _scalar(p[b + "attn_gain"]) * attn(n)
+    return _scalar(p[b + "mlp_skip"]) * x + _scalar(p[b + "mlp_gain"]) * mlp_of(nrm(x))
+
+
+def _sas_p(x, n, attn, mlp_of, nrm, p, b):
+    return _scalar(p[b + "attn_gain"]) * attn(n) + _scalar(p[b + "mlp_gain"]) * mlp_of(n)
+
+
+BLOCKS = {
+    "prenorm": BlockRef(_prenorm, _matrix_params),
+    "parallel": BlockRef(_parallel, _matrix_params),
+    "vskipinit": BlockRef(
+        _vskipinit,
+        lambda dims, i, has_v: {**_matrix_params(dims, i, has_v), "attn.alpha": (dims.H,),
+                                "attn.beta": (dims.H,)}),
+    "sas": BlockRef(
+        _sas, lambda dims, i, has_v: {**_simplified_params(dims, i, has_v), "mlp_skip": (1,)},
+        simplified=True),
+    "sas-p": BlockRef(_sas_p, _simplified_params, simplified=True),
+}
+
+BLOCK_SHAPES = tuple(BLOCKS)
+SIMPLIFIED = frozenset(name for name, ref in BLOCKS.items() if ref.simplified)
+
+
 def forward_logits(params, inputs, config, v1_override=None, fixed=None):
     """Logits over the real vocabulary after the soft-cap, shape (B, T, V).
 
@@ -497,15 +650,9 @@ def forward_logits(params, inputs, config, v1_override=None, fixed=None):
         raise ValueError(f"unknown block shape {block!r}")
     L = int(config["n_layer"])
     V = int(config["vocab_size"])
-    Hkv = int(config["n_kv_head"])
-    hd = int(config["head_dim"])
     eps = float(config["norm_eps"])
     cap = float(config["logit_softcap"])
     detach = bool(config.get("detach_v1", False))
-    shared = bool(config.get("shared_table", False))
-    fixed_coef = bool(config.get("bov_add_fixed", False))
-    gc = int(config.get("value_embed_gate_channels", 12))
-    gscale = float(config.get("value_embed_gate_scale", 3.0))
     norm_none = bool(config.get("norm_none", False))
     dense = bool(config.get("dense", False))
     targets = resolve_targets(config)
@@ -521,7 +668,8 @@ def forward_logits(params, inputs, config, v1_override=None, fixed=None):
     x = x0
     xs = [x0]  # DenseFormer: x_0 and the block outputs
     v1 = None  # layer 0's context value, as read by later layers
-    ctx_values = []  # resformer-dense: V_j = n_j W_V^j (context values), as read later
+    ctx_values = []  # V_j = n_j W_V^j (context values), as read later (resformer-dense)
+    path = VALUE_PATHS[mode]
 
     for i in range(L):
         b = f"blocks.{i}."
@@ -533,56 +681,18 @@ def forward_logits(params, inputs, config, v1_override=None, fixed=None):
         ctx = None
         is_target = i in tpos
         if has_v:
-            src = x0 if (is_target and mode == "x0v") else n
+            src = x0 if (is_target and path.context_from_x0) else n
             ctx = project(src, p, b, "v", fixed)
-        if i == 0 and mode in V1_MODES:
+        if i == 0 and path.reads_v1:
             v1 = jax.lax.stop_gradient(ctx) if detach else ctx
             if v1_override is not None:
                 v1 = jnp.asarray(v1_override, dtype=jnp.float64)
-        vp = b + "value."
-
-        if not is_target or mode == "neutreno":
-            v = ctx
-        elif mode in FIXED_COEFFS:
-            l1, l2 = FIXED_COEFFS[mode]
-            v = l1 * v1 + l2 * ctx
-        elif mode == "resformer-learnable":
-            v = _scalar(p[vp + "lambda1"]) * v1 + _scalar(p[vp + "lambda2"]) * ctx
-        elif mode == "resformer-plus":
-            w = jax.nn.softmax(p["value_plus.logits"])
-            v = float(L) * w[tpos[i]] * v1 + _scalar(p[vp + "lambda2"]) * ctx
-        elif mode == "resformer-dense":
-            lam = p[vp + "dense"]
-            v = lam[i] * ctx
-            for j in range(i):
-                v = v + lam[j] * ctx_values[j]
-        elif mode == "svformer":
-            v = v1
-        elif mode == "v1":
-            v = _scalar(p[vp + "gain"]) * v1
-        elif mode == "x0v":
-            v = _scalar(p[vp + "gain"]) * ctx
-        elif mode == "bov":
-            table = p["value.table"] if shared else p[vp + "table"]
-            v = _scalar(p[vp + "gain"]) * table[inputs]
-        elif mode == "bov-add":
-            if fixed_coef:
-                a, bb = BOV_ADD_FIXED
-            else:
-                a, bb = _scalar(p[vp + "a"]), _scalar(p[vp + "b"])
-            v = a * ctx + bb * p[vp + "table"][inputs]
-        elif mode == "value-embed":
-            gate = gscale * jax.nn.sigmoid(n[..., :gc] @ p[vp + "gate_w"])  # (B, T, Hkv)
-            emb = p[vp + "table"][inputs].reshape(B, T, Hkv, hd)
-            v = ctx + (gate[..., None] * emb).reshape(B, T, Hkv * hd)
-        else:  # baseline never has targets
-            raise AssertionError(mode)
-
-        if mode == "resformer-dense":
-            # V_j read by later layers is the context value; V_0 (= V1) obeys detach-v1.
-            ctx_values.append(v1 if i == 0 else ctx)
-
-        lam = float(config.get("neutreno_lambda", 0.4)) if (mode == "neutreno" and is_target) else 0.0
+        v = path.value(Sources(config, p, b + "value.", i, tpos.get(i), L, n, ctx, v1, inputs,
+                               ctx_values)) if is_target else ctx
+        # Layer j's context value as later layers read it (resformer-dense); V_0 = V1 obeys
+        # detach-v1.
+        ctx_values.append(v1 if (i == 0 and v1 is not None) else ctx)
+        lam = path.v1_coef(config) if is_target else 0.0
 
         def attn(z):
             return attention(z, v, p, b, config, windows[i], i, v1, lam, fixed)
@@ -590,19 +700,7 @@ def forward_logits(params, inputs, config, v1_override=None, fixed=None):
         def mlp_of(z):
             return mlp(z, p[b + "mlp.fc"], p[b + "mlp.proj"])
 
-        if block == "prenorm":
-            x = x + attn(n)
-            x = x + mlp_of(nrm(x))
-        elif block == "parallel":
-            x = x + attn(n) + mlp_of(n)
-        elif block == "vskipinit":
-            x = attn(n)
-            x = x + mlp_of(nrm(x))
-        elif block == "sas":
-            x = _scalar(p[b + "attn_gain"]) * attn(n)
-            x = _scalar(p[b + "mlp_skip"]) * x + _scalar(p[b + "mlp_gain"]) * mlp_of(nrm(x))
-        else:  # sas-p
-            x = _scalar(p[b + "attn_gain"]) * attn(n) + _scalar(p[b + "mlp_gain"]) * mlp_of(n)
+        x = BLOCKS[block].forward(x, n, attn, mlp_of, nrm, p, b)
 
         if dense:
             xs.append(x)

@@ -8,6 +8,7 @@ never a skip: without it nothing checks the C++ model.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -73,6 +74,24 @@ def _exporter() -> str:
     pytest.fail(f"the case exporter is missing: no executable {os.path.join(build, 'export_case')}"
                 " (build the export_case target from tools/); the reference comparison cannot "
                 "run without it")
+
+
+def _choices(args, pattern):
+    r = subprocess.run([_exporter(), "--out", os.devnull, *args], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0, r.stdout
+    m = re.search(pattern, r.stderr)
+    assert m, r.stderr
+    return tuple(name.strip() for name in m.group(1).split(","))
+
+
+def test_reference_covers_every_registered_mode_and_shape():
+    """The C++ registries (their refusal of an unknown name lists them) and the reference's
+    tables name the same value modes and block shapes, in the same order: a mode added to one
+    side only fails here, not silently outside CASES."""
+    assert _choices(["--mode", "no-such-mode"], r"choose one of: (.*)") == rm.VALUE_MODES
+    assert _choices(["--mode", "baseline", "--block", "no-such-shape"],
+                    r"expected one of (.*)") == rm.BLOCK_SHAPES
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)

@@ -5,7 +5,7 @@
 #include "core/arena.h"
 #include "model/config.h"
 #include "model/gpt.h"
-#include "train/model_flags.h"
+#include "cli/model_flags.h"
 
 namespace vt {
 namespace {

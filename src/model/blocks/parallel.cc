@@ -4,6 +4,7 @@
 #include "core/ops.h"
 #include "model/block_kit.h"
 #include "model/block_shape.h"
+#include "model/config.h"
 
 namespace vt {
 namespace {
@@ -11,6 +12,9 @@ namespace {
 class Parallel final : public BlockShape {
  public:
   const char* name() const override { return "parallel"; }
+  const char* help() const override {
+    return "x = x + attn(norm x) + mlp(norm x), one norm (GPT-J)";
+  }
   void register_layer(ParamRegistrar& r, int layer, LayerParams& lp) const override {
     block_params::register_qk(r, layer, lp, false);
     block_params::register_vo_matrices(r, layer, lp, false);

@@ -9,6 +9,7 @@
 #include "model/block_kit.h"
 #include "model/block_shape.h"
 #include "model/blocks/simplified.h"
+#include "model/config.h"
 #include "model/param_registrar.h"
 
 namespace vt {
@@ -17,6 +18,10 @@ namespace {
 class Sas final : public BlockShape {
  public:
   const char* name() const override { return "sas"; }
+  const char* help() const override {
+    return "simplified attention block: shaped attention, W_Q = 0, identity W_V / W_O";
+  }
+  std::vector<ModelOption> options() const override { return simplified::options(); }
   absl::Status validate(const ModelConfig& cfg) const override {
     return simplified::validate(cfg, name());
   }

@@ -7,6 +7,7 @@
 #include "model/block_kit.h"
 #include "model/block_shape.h"
 #include "model/blocks/simplified.h"
+#include "model/config.h"
 
 namespace vt {
 namespace {
@@ -14,6 +15,10 @@ namespace {
 class SasP final : public BlockShape {
  public:
   const char* name() const override { return "sas-p"; }
+  const char* help() const override {
+    return "simplified parallel block: the attention of sas beside the MLP, no skip";
+  }
+  std::vector<ModelOption> options() const override { return simplified::options(); }
   absl::Status validate(const ModelConfig& cfg) const override {
     return simplified::validate(cfg, name());
   }

@@ -5,10 +5,29 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/block_shape.h"
+#include "model/config.h"
 #include "model/init.h"
 #include "model/param_registrar.h"
 
 namespace vt::simplified {
+
+std::vector<ModelOption> options() {
+  return {
+      {choice_flag("norm", "rms", {"rms", "none"},
+                   "none: no pre-norms in layers >= 1 (sas, sas-p)"),
+       [](const Flags& f, ModelConfig& cfg) { cfg.norm_none = f.get_string("norm") == "none"; }},
+      {no_default(choice_flag("reparam-init", "", {"id", "orth"},
+                              "reparameterize every layer's W_V, W_O as s*W0 + r*dW (sas, sas-p)")),
+       [](const Flags& f, ModelConfig& cfg) {
+         if (f.has("reparam-init")) cfg.reparam_init = f.get_string("reparam-init");
+       }},
+      {no_default(choice_flag("attn-bias", "", {"espa", "uspa"},
+                              "E-SPA / U-SPA attention-logit biases (sas, sas-p)")),
+       [](const Flags& f, ModelConfig& cfg) {
+         if (f.has("attn-bias")) cfg.attn_bias = f.get_string("attn-bias");
+       }},
+  };
+}
 
 absl::Status validate(const ModelConfig& cfg, const char* shape) {
   if (cfg.n_kv_head != cfg.n_head)

@@ -2,17 +2,20 @@
 // shapes") share: their checks of the config and the attention side of their parameters.
 #pragma once
 #include "absl/status/status.h"
-#include "model/config.h"
-#include "model/gpt.h"
+#include "model/activations.h"
+#include "model/model_option.h"
 
 namespace vt {
 
+struct ModelConfig;
 class ParamRegistrar;
 
 namespace simplified {
 
 // Identity projections need Hkv*hd = d; --norm none, --reparam-init, --attn-bias are theirs.
 absl::Status validate(const ModelConfig& cfg, const char* shape);
+// The flags of the simplified shapes: --norm, --reparam-init, --attn-bias.
+std::vector<ModelOption> options();
 // W_Q (zero) and W_K; W_V / W_O: the identity times a gain (s_V, s_O) in layers >= 1, the
 // reparameterization s*W0 + r*dW in layer 0 (every layer with --reparam-init); the per-head
 // shaped-attention gains alpha, beta, gamma (1, 1, 1; 0, 1, 0 with --attn-bias); W_fc and a

@@ -7,6 +7,7 @@
 #include "core/ops.h"
 #include "model/block_kit.h"
 #include "model/block_shape.h"
+#include "model/config.h"
 #include "model/param_registrar.h"
 
 namespace vt {
@@ -15,6 +16,9 @@ namespace {
 class VSkipInit final : public BlockShape {
  public:
   const char* name() const override { return "vskipinit"; }
+  const char* help() const override {
+    return "Value-SkipInit: attention alpha I + beta A, no skip; the MLP keeps its skip";
+  }
   void register_layer(ParamRegistrar& r, int layer, LayerParams& lp) const override {
     const std::string p = "blocks." + std::to_string(layer) + ".attn.";
     block_params::register_qk(r, layer, lp, false);

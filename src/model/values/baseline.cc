@@ -1,6 +1,7 @@
 // Value mode `baseline` (docs/model.md, "Value paths"): standard attention, v = n W_V in every
 // layer; it has no target layers.
 #include "core/ops.h"
+#include "model/config.h"
 #include "model/value_path.h"
 
 namespace vt {
@@ -9,6 +10,9 @@ namespace {
 class Baseline final : public ValuePath {
  public:
   const char* name() const override { return "baseline"; }
+  const char* help() const override {
+    return "standard attention: v = n W_V in every layer";
+  }
   DefaultTargets default_targets() const override { return DefaultTargets::kNone; }
   void forward(const ValueLayerCtx&, const ValueSources& src, ValueState&,
                const Tensor& v) const override {

@@ -5,6 +5,7 @@
 // looked up again). --shared-table: one `value.table` for every target (replicated on every
 // pipeline stage), aligned with the first target's W_V.
 #include "core/ops.h"
+#include "model/config.h"
 #include "model/param_registrar.h"
 #include "model/value_path.h"
 
@@ -17,7 +18,17 @@ enum { kSharedTable };
 class Bov final : public ValuePath {
  public:
   const char* name() const override { return "bov"; }
+  const char* help() const override {
+    return "Bank of Values: v = g E_i[id], a value table per layer (last third)";
+  }
   DefaultTargets default_targets() const override { return DefaultTargets::kLastThird; }
+  std::vector<ModelOption> options() const override {
+    return {{bool_flag("shared-table", "one value table for all target layers (bov)"),
+             [](const Flags& f, ModelConfig& cfg) {
+               cfg.shared_table = f.get_bool("shared-table");
+             },
+             [](const ModelConfig& cfg) { return cfg.shared_table; }}};
+  }
   bool target_has_wv() const override { return false; }
   bool has_table() const override { return true; }
   bool caches_values() const override { return false; }

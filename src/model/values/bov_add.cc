@@ -2,6 +2,7 @@
 // v = a n W_V + b E_i[id] with learnable a = blocks.i.value.a (init 1) and b = .b (init 0) and
 // an aligned table blocks.i.value.table; --bov-add-fixed uses a = b = 0.5 and registers no a/b.
 #include "core/ops.h"
+#include "model/config.h"
 #include "model/param_registrar.h"
 #include "model/value_path.h"
 
@@ -13,7 +14,17 @@ enum { kA, kB };
 class BovAdd final : public ValuePath {
  public:
   const char* name() const override { return "bov-add"; }
+  const char* help() const override {
+    return "v = a n W_V + b E_i[id] with a value table per layer (last third)";
+  }
   DefaultTargets default_targets() const override { return DefaultTargets::kLastThird; }
+  std::vector<ModelOption> options() const override {
+    return {{bool_flag("bov-add-fixed", "bov-add with fixed 0.5/0.5 coefficients"),
+             [](const Flags& f, ModelConfig& cfg) {
+               cfg.bov_add_fixed = f.get_bool("bov-add-fixed");
+             },
+             [](const ModelConfig& cfg) { return cfg.bov_add_fixed; }}};
+  }
   bool has_table() const override { return true; }
   void register_layer(ParamRegistrar& r, int layer, const ValueSharedParams&,
                       ValueLayerParams& p) const override {

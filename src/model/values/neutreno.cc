@@ -5,6 +5,7 @@
 // from its KV head, inside the attention op (AttnMix); V1 is layer 0's context value and crosses
 // pipeline boundaries like the other modes reading it. No parameters.
 #include "core/ops.h"
+#include "model/config.h"
 #include "model/value_path.h"
 
 namespace vt {
@@ -13,7 +14,17 @@ namespace {
 class Neutreno final : public ValuePath {
  public:
   const char* name() const override { return "neutreno"; }
+  const char* help() const override {
+    return "NeuTRENO: attention output + lam (V1 - v) on every layer >= 1";
+  }
   DefaultTargets default_targets() const override { return DefaultTargets::kAll; }
+  std::vector<ModelOption> options() const override {
+    return {{no_default(config_field_flag("neutreno_lambda", 0.4,
+                                          "NeuTRENO's lam (value mode neutreno; default 0.4)")),
+             [](const Flags& f, ModelConfig& cfg) {
+               if (f.has("neutreno-lambda")) cfg.neutreno_lambda = f.get_double("neutreno-lambda");
+             }}};
+  }
   bool reads_v1() const override { return true; }
   float attention_output_v1_coef(const ModelConfig& cfg) const override {
     return static_cast<float>(cfg.neutreno_lambda);

@@ -3,6 +3,7 @@
 // blocks.i.value.dense = [l_i0 .. l_i,i-1, l_ii] starts at 1/i then 1. Every earlier layer's
 // context value is kept (and crosses pipeline boundaries) until the last target reads it.
 #include "core/ops.h"
+#include "model/config.h"
 #include "model/param_registrar.h"
 #include "model/value_path.h"
 
@@ -14,6 +15,9 @@ enum { kDense };
 class ResformerDense final : public ValuePath {
  public:
   const char* name() const override { return "resformer-dense"; }
+  const char* help() const override {
+    return "v = sum_j l_ij V_j + l_ii n W_V over every earlier layer (layers >= 1)";
+  }
   DefaultTargets default_targets() const override { return DefaultTargets::kAll; }
   bool reads_v1() const override { return true; }
   bool reads_all_values() const override { return true; }

@@ -4,6 +4,7 @@
 //   resformer-sparse    v = 5 V1 + n W_V         (last third)
 // One class, three instances.
 #include "core/ops.h"
+#include "model/config.h"
 #include "model/value_path.h"
 
 namespace vt {
@@ -11,9 +12,10 @@ namespace {
 
 class ResformerFixed final : public ValuePath {
  public:
-  ResformerFixed(const char* name, float l1, float l2, DefaultTargets targets)
-      : name_(name), l1_(l1), l2_(l2), targets_(targets) {}
+  ResformerFixed(const char* name, const char* help, float l1, float l2, DefaultTargets targets)
+      : name_(name), help_(help), l1_(l1), l2_(l2), targets_(targets) {}
   const char* name() const override { return name_; }
+  const char* help() const override { return help_; }
   DefaultTargets default_targets() const override { return targets_; }
   bool reads_v1() const override { return true; }
   void forward(const ValueLayerCtx&, const ValueSources& src, ValueState&,
@@ -32,6 +34,7 @@ class ResformerFixed final : public ValuePath {
 
  private:
   const char* name_;
+  const char* help_;
   float l1_, l2_;
   DefaultTargets targets_;
 };
@@ -39,15 +42,18 @@ class ResformerFixed final : public ValuePath {
 }  // namespace
 
 const ValuePath& resformer_identity_value_path() {
-  static const ResformerFixed m("resformer-identity", 0.5f, 0.5f, DefaultTargets::kAll);
+  static const ResformerFixed m("resformer-identity", "v = 0.5 V1 + 0.5 n W_V on every layer >= 1",
+                                 0.5f, 0.5f, DefaultTargets::kAll);
   return m;
 }
 const ValuePath& resformer_constant_value_path() {
-  static const ResformerFixed m("resformer-constant", 2.0f, 1.0f, DefaultTargets::kAll);
+  static const ResformerFixed m("resformer-constant", "v = 2 V1 + n W_V on every layer >= 1",
+                                 2.0f, 1.0f, DefaultTargets::kAll);
   return m;
 }
 const ValuePath& resformer_sparse_value_path() {
-  static const ResformerFixed m("resformer-sparse", 5.0f, 1.0f, DefaultTargets::kLastThird);
+  static const ResformerFixed m("resformer-sparse", "v = 5 V1 + n W_V on the last third",
+                                 5.0f, 1.0f, DefaultTargets::kLastThird);
   return m;
 }
 

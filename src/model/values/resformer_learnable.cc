@@ -2,6 +2,7 @@
 // layer i >= 1, with two learnable scalars per layer, blocks.i.value.lambda1 and .lambda2, both
 // starting at 0.5.
 #include "core/ops.h"
+#include "model/config.h"
 #include "model/param_registrar.h"
 #include "model/value_path.h"
 
@@ -13,6 +14,9 @@ enum { kLambda1, kLambda2 };
 class ResformerLearnable final : public ValuePath {
  public:
   const char* name() const override { return "resformer-learnable"; }
+  const char* help() const override {
+    return "v = l1 V1 + l2 n W_V, learnable l1, l2 (layers >= 1)";
+  }
   DefaultTargets default_targets() const override { return DefaultTargets::kAll; }
   bool reads_v1() const override { return true; }
   void register_layer(ParamRegistrar& r, int layer, const ValueSharedParams&,

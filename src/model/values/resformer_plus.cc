@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "core/ops.h"
+#include "model/config.h"
 #include "model/param_registrar.h"
 #include "model/value_path.h"
 
@@ -20,6 +21,9 @@ enum { kLogits };
 class ResformerPlus final : public ValuePath {
  public:
   const char* name() const override { return "resformer-plus"; }
+  const char* help() const override {
+    return "v = L softmax(a)_k V1 + l2 n W_V, one logit per target (layers >= 1)";
+  }
   DefaultTargets default_targets() const override { return DefaultTargets::kAll; }
   bool reads_v1() const override { return true; }
   void register_shared(ParamRegistrar& r, ValueSharedParams& shared) const override {

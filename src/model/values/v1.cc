@@ -1,6 +1,7 @@
 // Value mode `v1` (the BoV paper's ablation, docs/model.md "Value paths"): v = g V1 on the last
 // third, g = blocks.i.value.gain (init 1); target layers have no W_V and cache no values.
 #include "core/ops.h"
+#include "model/config.h"
 #include "model/param_registrar.h"
 #include "model/value_path.h"
 
@@ -12,6 +13,9 @@ enum { kGain };
 class V1Path final : public ValuePath {
  public:
   const char* name() const override { return "v1"; }
+  const char* help() const override {
+    return "v = g V1 on the last third (no W_V there)";
+  }
   DefaultTargets default_targets() const override { return DefaultTargets::kLastThird; }
   bool reads_v1() const override { return true; }
   bool target_has_wv() const override { return false; }

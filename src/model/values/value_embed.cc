@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/ops.h"
+#include "model/config.h"
 #include "model/param_registrar.h"
 #include "model/value_path.h"
 
@@ -17,6 +18,9 @@ enum { kGateW };
 class ValueEmbed final : public ValuePath {
  public:
   const char* name() const override { return "value-embed"; }
+  const char* help() const override {
+    return "v = n W_V + gate * E_i[id] on alternate layers (nanochat)";
+  }
   DefaultTargets default_targets() const override { return DefaultTargets::kAlternate; }
   bool has_table() const override { return true; }
   absl::Status validate(const ModelConfig& cfg) const override {

@@ -3,12 +3,17 @@
 #include "core/cpu_kernels.h"
 #include "core/ops.h"
 #include "model/block_shape.h"
+#include "model/config.h"
 #include "model/gpt.h"
 #include "model/init.h"
 #include "model/table_rows.h"
 #include "model/value_path.h"
 
 namespace vt {
+
+bool ValuePath::keeps_value(const ModelConfig& cfg, int layer) const {
+  return reads_v1() && layer == 0 && !cfg.target_layers.empty();
+}
 
 ValueSources gather_value_sources(const ValuePath& vp, int layer, int64_t K, const Tensor& n,
                                   const Tensor& ctx, const std::vector<Tensor>& values) {

@@ -2,6 +2,7 @@
 // own V projection applied to the normalized embedding x0 (which crosses pipeline boundaries),
 // g = blocks.i.value.gain (init 1).
 #include "core/ops.h"
+#include "model/config.h"
 #include "model/param_registrar.h"
 #include "model/value_path.h"
 
@@ -13,6 +14,9 @@ enum { kGain };
 class X0v final : public ValuePath {
  public:
   const char* name() const override { return "x0v"; }
+  const char* help() const override {
+    return "v = g x0 W_V on the last third (the V projection of the embedding)";
+  }
   DefaultTargets default_targets() const override { return DefaultTargets::kLastThird; }
   bool context_from_x0() const override { return true; }
   void register_layer(ParamRegistrar& r, int layer, const ValueSharedParams&,

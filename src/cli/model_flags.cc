@@ -1,0 +1,113 @@
+// Model flags shared by `vtrain train` and `vtrain plan` (see model_flags.h). The --value and
+// --block choices, their help and their options come from the registries (model/value_mode.h,
+// model/block_shape_kind.h, model/model_options.h); only the sizes are typed here.
+#include "cli/model_flags.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/check.h"
+#include "model/block_shape.h"
+#include "model/model_options.h"
+#include "model/value_path.h"
+
+namespace vt {
+
+namespace {
+std::vector<std::string> value_mode_names() {
+  std::vector<std::string> names;
+  for (ValueMode m : all_value_modes()) names.push_back(value_mode_name(m));
+  return names;
+}
+std::vector<std::string> block_shape_names() {
+  std::vector<std::string> names;
+  for (BlockShapeKind s : all_block_shapes()) names.push_back(block_shape_name(s));
+  return names;
+}
+// "  name                 help" rows under a title.
+std::string choice_table(const char* title,
+                         const std::vector<std::pair<std::string, std::string>>& rows) {
+  std::string out = absl::StrCat(title, ":\n");
+  for (const auto& [name, help] : rows) {
+    std::string left = "  " + name;
+    left.resize(std::max<size_t>(left.size() + 2, 24), ' ');
+    absl::StrAppend(&out, left, help, "\n");
+  }
+  return out;
+}
+}  // namespace
+
+std::string model_choices_help() {
+  std::vector<std::pair<std::string, std::string>> modes, shapes;
+  for (ValueMode m : all_value_modes())
+    modes.push_back({value_mode_name(m), value_path(m).help()});
+  for (BlockShapeKind s : all_block_shapes())
+    shapes.push_back({block_shape_name(s), block_shape(s).help()});
+  return absl::StrCat(
+      choice_table("Value modes (--value; docs/model.md \"Value paths\")", modes), "\n",
+      choice_table("Block shapes (--block; docs/model.md \"Block shapes\")", shapes));
+}
+
+std::vector<FlagSpec> model_flag_specs() {
+  std::vector<FlagSpec> out = {
+      flag_heading("model"),
+      choice_flag("preset", "tiny", {"tiny", "d12", "d24", "d32"},
+                  "the model size; the flags below override it (their defaults are the preset's)"),
+      no_default(config_field_flag("n_layer", 0, "transformer blocks")),
+      no_default(config_field_flag("n_embd", 0, "model width d")),
+      no_default(config_field_flag("n_head", 0, "query heads")),
+      no_default(config_field_flag("n_kv_head", 0, "key/value heads (GQA; divides --heads)")),
+      no_default(config_field_flag("head_dim", 0, "head size (even, for RoPE)")),
+      no_default(config_field_flag("seq_len", 0, "tokens per row T")),
+      no_default(config_field_flag("short_window", 0, "tokens an S layer of the window pattern sees")),
+      text_flag("window-pattern", "", "the preset's unless given; e.g. SSSL, tiled over the layers (the last layer is L)"),
+      flag_heading("values"),
+      text_flag("value", "baseline",
+                absl::StrCat("the value path (modes below): ", absl::StrJoin(value_mode_names(), " "))),
+      text_flag("value-layers", "default", "last-third|all|every-other|alternate|LIST of layers"),
+  };
+  for (const ModelOption& o : shared_value_options()) out.push_back(o.flag);
+  for (const DeclaredOption& d : value_mode_options()) out.push_back(d.option.flag);
+  out.push_back(flag_heading("blocks (docs/model.md)"));
+  out.push_back(
+      choice_flag("block", "prenorm", block_shape_names(), "the shape of every block (shapes below)"));
+  for (const ModelOption& o : shared_block_options()) out.push_back(o.flag);
+  for (const DeclaredOption& d : block_shape_options()) out.push_back(d.option.flag);
+  for (const ModelOption& o : dense_options()) out.push_back(o.flag);
+  return out;
+}
+
+absl::StatusOr<ModelConfig> model_config_from_flags(const Flags& f) {
+  VT_ASSIGN_OR_RETURN(ModelConfig m, preset_config(f.get_string("preset")));
+  auto set_int = [&](const char* name, int& field) {
+    if (f.has(name)) field = static_cast<int>(f.get_int(name));
+  };
+  const bool dim_given = f.has("dim"), heads_given = f.has("heads");
+  set_int("layers", m.n_layer);
+  set_int("dim", m.n_embd);
+  set_int("heads", m.n_head);
+  if (!f.has("head-dim") && (dim_given || heads_given) && m.n_head > 0) {
+    // keep d = H * hd when only one side is given
+    if (m.n_head > m.n_embd || m.n_embd % m.n_head != 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--heads ", m.n_head, m.n_head > m.n_embd ? " exceeds" : " does not divide", " --dim ",
+          m.n_embd, dim_given ? "" : " (the preset's)",
+          ": the head dimension is dim / heads, a whole number of at least 2 (or give --head-dim)"));
+    m.head_dim = m.n_embd / m.n_head;
+  }
+  set_int("head-dim", m.head_dim);
+  if (!f.has("kv-heads") && heads_given) m.n_kv_head = m.n_head;
+  set_int("kv-heads", m.n_kv_head);
+  set_int("seq-len", m.seq_len);
+  set_int("window", m.short_window);
+  if (f.has("window-pattern")) m.window_pattern = f.get_string("window-pattern");
+  VT_ASSIGN_OR_RETURN(m.value_mode, parse_value_mode(f.get_string("value")));
+  m.value_layers = f.get_string("value-layers");
+  VT_ASSIGN_OR_RETURN(m.block, parse_block_shape(f.get_string("block")));
+  VT_RETURN_IF_ERROR(apply_model_options(f, m));
+  return m;
+}
+
+}  // namespace vt

@@ -1,0 +1,124 @@
+// cli/model_flags and model/model_options: the --value / --block choices, their help and the
+// options each mode or shape declares come from the registries, set the config, and are refused
+// with a mode that does not declare them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cli/model_flags.h"
+#include "model/block_shape.h"
+#include "model/model_options.h"
+#include "model/value_path.h"
+
+namespace vt {
+namespace {
+
+CommandSpec model_command() {
+  CommandSpec c;
+  c.name = "model_flags_test";
+  c.flags = model_flag_specs();
+  return c;
+}
+
+// The config the model flags `args` give, or the error message.
+absl::StatusOr<ModelConfig> config_of(const std::vector<std::string>& args) {
+  static const CommandSpec spec = model_command();
+  VT_ASSIGN_OR_RETURN(Flags f, Flags::parse(spec, args));
+  return model_config_from_flags(f);
+}
+
+std::string error_of(const std::vector<std::string>& args) {
+  auto c = config_of(args);
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+const FlagSpec& flag(const std::string& name) {
+  static const std::vector<FlagSpec> specs = model_flag_specs();
+  for (const FlagSpec& f : specs)
+    if (f.name == name) return f;
+  ADD_FAILURE() << "no flag --" << name;
+  return specs.front();
+}
+
+TEST(ModelFlags, ChoicesAndHelpComeFromTheRegistries) {
+  std::vector<std::string> shapes;
+  for (BlockShapeKind s : all_block_shapes()) shapes.push_back(block_shape_name(s));
+  EXPECT_EQ(flag("block").choices, shapes);
+  const std::string table = model_choices_help();
+  for (ValueMode m : all_value_modes()) {
+    EXPECT_NE(flag("value").help.find(value_mode_name(m)), std::string::npos) << value_mode_name(m);
+    EXPECT_NE(table.find(value_path(m).help()), std::string::npos) << value_mode_name(m);
+  }
+  for (BlockShapeKind s : all_block_shapes())
+    EXPECT_NE(table.find(block_shape(s).help()), std::string::npos) << block_shape_name(s);
+  // Every option a mode or shape declares is a model flag, once.
+  for (const auto& options : {value_mode_options(), block_shape_options()})
+    for (const DeclaredOption& d : options) {
+      const std::vector<FlagSpec> specs = model_flag_specs();
+      EXPECT_EQ(std::count_if(specs.begin(), specs.end(),
+                              [&](const FlagSpec& f) { return f.name == d.option.flag.name; }),
+                1)
+          << d.option.flag.name;
+    }
+}
+
+TEST(ModelFlags, OptionsDeclaredByTheirModesAndShapes) {
+  auto owners = [](const std::vector<DeclaredOption>& options, const std::string& name) {
+    for (const DeclaredOption& d : options)
+      if (d.option.flag.name == name) return d.owners;
+    return std::vector<std::string>{};
+  };
+  EXPECT_EQ(owners(value_mode_options(), "shared-table"), std::vector<std::string>{"bov"});
+  EXPECT_EQ(owners(value_mode_options(), "bov-add-fixed"), std::vector<std::string>{"bov-add"});
+  EXPECT_EQ(owners(value_mode_options(), "neutreno-lambda"),
+            std::vector<std::string>{"neutreno"});
+  for (const char* name : {"norm", "reparam-init", "attn-bias"})
+    EXPECT_EQ(owners(block_shape_options(), name), (std::vector<std::string>{"sas", "sas-p"}))
+        << name;
+}
+
+TEST(ModelFlags, OptionsSetTheConfig) {
+  auto bov = config_of({"--value", "bov", "--shared-table"});
+  ASSERT_TRUE(bov.ok()) << bov.status();
+  EXPECT_EQ(bov->value_mode, ValueMode::kBov);
+  EXPECT_TRUE(bov->shared_table);
+  auto neu = config_of({"--value", "neutreno", "--neutreno-lambda", "0.25", "--detach-v1"});
+  ASSERT_TRUE(neu.ok()) << neu.status();
+  EXPECT_EQ(neu->neutreno_lambda, 0.25);
+  EXPECT_TRUE(neu->detach_v1);
+  auto sas = config_of({"--block", "sas-p", "--norm", "none", "--reparam-init", "orth",
+                        "--attn-bias", "uspa", "--qk-norm", "on", "--dense", "--dense-period", "2"});
+  ASSERT_TRUE(sas.ok()) << sas.status();
+  EXPECT_EQ(sas->block, BlockShapeKind::kSasP);
+  EXPECT_TRUE(sas->norm_none);
+  EXPECT_EQ(sas->reparam_init, "orth");
+  EXPECT_EQ(sas->attn_bias, "uspa");
+  EXPECT_EQ(sas->qk_norm, 1);
+  EXPECT_TRUE(sas->dense);
+  EXPECT_EQ(sas->dense_period, 2);
+  auto plain = config_of({});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->shared_table || plain->bov_add_fixed || plain->norm_none || plain->dense);
+  EXPECT_EQ(plain->neutreno_lambda, 0.4);
+  EXPECT_EQ(plain->qk_norm, -1);
+}
+
+TEST(ModelFlags, AModeOptionWithAnotherModeIsRefused) {
+  EXPECT_EQ(error_of({"--value", "bov", "--neutreno-lambda", "0.5"}),
+            "--neutreno-lambda applies only to --value neutreno");
+  EXPECT_EQ(error_of({"--shared-table"}), "--shared-table applies only to --value bov");
+  EXPECT_EQ(error_of({"--value", "bov", "--bov-add-fixed"}),
+            "--bov-add-fixed applies only to --value bov-add");
+  EXPECT_EQ(error_of({"--dense-period", "2"}),
+            "--dense-dilation and --dense-period need --dense");
+  // A config read from JSON is held to the same rule by finalize (model_config_test too).
+  ModelConfig c = *config_of({"--value", "baseline"});
+  c.bov_add_fixed = true;
+  c.vocab_size = 100;
+  EXPECT_EQ(c.finalize().message(), "--bov-add-fixed applies only to value mode 'bov-add'");
+}
+
+}  // namespace
+}  // namespace vt
