@@ -1,12 +1,16 @@
-// Backend: the interface every compute device implements. Tensors carry a Device; ops.cc
-// dispatches each op to the backend registered for that device. The CPU backend (cpu_backend.cc)
-// is the reference; the CUDA backend (cuda_backend.cc, built when nvcc is found) runs the kernels
-// of kernels/; the device emulator (also cpu_backend.cc) registers itself for Device::kCUDA so
-// that the whole GPU code path (device memory that host code may not touch, explicit copies,
-// bf16 activations) runs and is tested on machines without a GPU.
+// Backend: the interface every compute device implements, mostly its runtime: memory, copies,
+// synchronization, accounting, and (CUDA) the device runtime behind it (cuda(): stream, scratch,
+// caches; core/cuda_runtime.h). Tensors carry a Device; ops dispatch to the backend registered
+// for that device. The op families of core/ops/*.cc compute on the host when cuda() is null and
+// launch their kernels on the CUDA runtime otherwise, so they need no method here.
+// The CPU backend (cpu_backend.cc) is the reference; the CUDA backend (cuda_backend.cc, built
+// when nvcc is found) runs the kernels of kernels/; the device emulator (also cpu_backend.cc)
+// registers itself for Device::kCUDA so that the whole GPU code path (device memory that host
+// code may not touch, explicit copies, bf16 activations) runs and is tested on machines without
+// a GPU.
 //
-// Conventions: all tensors passed to one call live on the backend's device; shapes were checked
-// by ops.cc. Ops that return a number (dot, sum_squares) synchronize with the device.
+// Conventions: all pointers passed to one call belong to the backend's device (host memory for
+// the CPU backend and the device emulator).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -18,47 +22,13 @@
 
 namespace vt {
 
+class CudaRuntime;  // core/cuda_runtime.h (builds with CUDA)
+
 enum class CopyKind : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
-// C(M,N) = alpha * op(A) * op(B) + beta * C, row-major, leading dimensions in elements (the
-// semantics of vt::cpu::gemm). A, B, C are base tensors (their data pointers plus *_offset
-// elements); dtypes: all f32, or A and B bf16 with C bf16 or f32 (fp32 accumulation).
-struct GemmArgs {
-  bool trans_a = false, trans_b = false;
-  int64_t M = 0, N = 0, K = 0;
-  float alpha = 1.0f, beta = 0.0f;
-  Tensor A, B, C;
-  int64_t lda = 0, ldb = 0, ldc = 0;
-};
-
-// Soft-capped vocabulary-parallel cross-entropy (semantics: cpu_kernels.h).
-struct XentArgs {
-  Tensor logits;        // (N, ld) local vocabulary slice
-  int64_t n_valid = 0;  // real columns of the slice
-  int64_t col_offset = 0;
-  Tensor targets;       // (N) i32
-  float cap = 0.0f;
-};
-
-// The shaped-attention and NeuTRENO terms of one attention call (semantics: cpu_kernels.h,
-// attention_mix_forward): per local query head alpha, beta, gamma (f32 (H,); undefined means
-// alpha = 0, beta = 1, gamma = 0) and lam * (v1 - v) with v1 like v.
-struct AttnMix {
-  Tensor alpha, beta, gamma;
-  float lam = 0.0f;
-  Tensor v1;
-  bool active() const { return alpha.defined() || beta.defined() || gamma.defined() || lam != 0.0f; }
-};
-// Gradients of the mix's own inputs: d alpha/beta/gamma (f32 (H,), accumulated +=, may be
-// undefined) and d v1 (written =, may be undefined).
-struct AttnMixGrads {
-  Tensor dalpha, dbeta, dgamma, dv1;
-};
-
-struct AdamWStepArgs {
-  double lr = 0.0, beta1 = 0.9, beta2 = 0.999, weight_decay = 0.0, eps = 1e-10;
-  int64_t t = 1;  // step count, >= 1
-};
+// Named here for headers that reach them through backend.h (the op families define them).
+struct XentArgs;  // core/ops/xent.h
+struct GemmArgs;  // core/ops/gemm.h
 
 class Backend {
  public:
@@ -85,96 +55,9 @@ class Backend {
   virtual void reset_peak() = 0;
   // Bytes the device can still allocate (-1: unknown, e.g. host memory: see host_memory.h).
   virtual int64_t available_bytes() const { return -1; }
-
-  // Dense algebra.
-  virtual void gemm(const GemmArgs& g) = 0;
-  // y = x converted to y's dtype (f32 <-> bf16, or a plain copy for equal dtypes).
-  virtual void cast(const Tensor& y, const Tensor& x) = 0;
-  virtual void axpy(const Tensor& y, const Tensor& x, float alpha) = 0;        // y += alpha x
-  virtual void scale_copy(const Tensor& y, const Tensor& x, float alpha) = 0;  // y = alpha x
-  virtual double dot(const Tensor& a, const Tensor& b) = 0;                   // fp64 sum
-  virtual double sum_squares(const Tensor& x) = 0;                            // fp64 sum
-  // sum over tensors of sum_squares(x), combined in list order (one synchronization on a GPU
-  // instead of one per tensor).
-  virtual double sum_squares_list(const std::vector<Tensor>& xs) {
-    double s = 0.0;
-    for (const Tensor& x : xs) s += x.numel() ? sum_squares(x) : 0.0;
-    return s;
-  }
-  // t.flat[index] += value (f32 tensors): scalar-parameter gradients without a host copy.
-  virtual void add_scalar(const Tensor& t, int64_t index, double value) = 0;
-  // Device-side coefficients (no host round trip; coef is an f32 tensor on this device):
-  // y = coef[index] * x, y += coef[index] * x.
-  virtual void scale_copy_coef(const Tensor& y, const Tensor& x, const Tensor& coef,
-                               int64_t index) = 0;
-  virtual void axpy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index) = 0;
-  // out.flat[index] = float(sum(a * b)) accumulated in fp64, left on the device.
-  virtual void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index) = 0;
-  // x = x / (sqrt(sum(x^2)) * scale + eps), the norm computed and applied on the device
-  // (Newton-Schulz's normalization; the division in double, rounded once).
-  virtual void normalize_frobenius(const Tensor& x, double scale, double eps) = 0;
-  // y (cols, rows) = x (rows, cols)^T.
-  virtual void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols) = 0;
-
-  // Model ops (semantics in cpu_kernels.h; rstd and lse are always f32).
-  virtual void rmsnorm(const Tensor& x, const Tensor& y, const Tensor& rstd, int64_t rows,
-                       int64_t C, float scale, double eps) = 0;
-  virtual void rmsnorm_backward(const Tensor& x, const Tensor& rstd, const Tensor& dy,
-                                const Tensor& dx, int64_t rows, int64_t C, float scale,
-                                bool accumulate) = 0;
-  virtual void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset,
-                    bool backward) = 0;
-  // bias: undefined, or f32 (T, T) added to the scaled scores (shared by batch and heads).
-  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                         const Tensor& lse, int64_t window, float scale, const Tensor& bias) = 0;
-  virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& out, const Tensor& lse, const Tensor& dout,
-                                  const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                                  int64_t window, float scale, const Tensor& bias) = 0;
-  // out (B,T,H,hd) = the mix of softmax attention's output `soft` with v (B,T,Hkv,hd); backward
-  // writes dsoft, adds into dv (+=) and fills g.
-  virtual void attention_mix(const Tensor& soft, const Tensor& v, const AttnMix& m,
-                             int64_t window, const Tensor& out) = 0;
-  virtual void attention_mix_backward(const Tensor& dout, const Tensor& soft, const Tensor& v,
-                                      const AttnMix& m, int64_t window, const Tensor& dsoft,
-                                      const Tensor& dv, const AttnMixGrads& g) = 0;
-  virtual void relu2(const Tensor& x, const Tensor& y) = 0;
-  virtual void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
-                              bool accumulate) = 0;
-  // table f32 (rows, C) holding global rows [row_begin, ...); ids i32 (N); out (N, C).
-  virtual void embedding(const Tensor& table, int64_t row_begin, const Tensor& ids,
-                         const Tensor& out) = 0;
-  virtual void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_begin,
-                                  const Tensor& dtable) = 0;
-  // Writes row_max, row_sumexp, target_z (N, f32).
-  virtual void xent_partial(const XentArgs& x, const Tensor& row_max, const Tensor& row_sumexp,
-                            const Tensor& target_z) = 0;
-  // row_sumexp *= exp(row_max - global_max) (before the sum over vocabulary shards).
-  virtual void xent_rescale(const Tensor& row_sumexp, const Tensor& row_max,
-                            const Tensor& global_max) = 0;
-  // lse = max + log(sumexp); loss = lse - target_z (all (N) f32).
-  virtual void xent_finish(const Tensor& row_max, const Tensor& row_sumexp,
-                           const Tensor& target_z, const Tensor& lse, const Tensor& loss) = 0;
-  // dlogits = grad_scale * (softmax(z) - onehot) * dz/dlogit, written.
-  virtual void xent_backward(const XentArgs& x, const Tensor& lse, float grad_scale,
-                             const Tensor& dlogits) = 0;
-  // Value-embed gate: g = gate_scale * sigmoid(z) in place (f32); v = ctx + g * emb per head;
-  // backward: demb = g * dv, dgate = sum_d dv * emb; dz = dgate * g * (1 - g / gate_scale).
-  virtual void gate_sigmoid(const Tensor& z, float gate_scale) = 0;
-  virtual void gated_mix(const Tensor& ctx, const Tensor& emb, const Tensor& gate,
-                         const Tensor& v) = 0;
-  virtual void gated_mix_backward(const Tensor& dv, const Tensor& emb, const Tensor& gate,
-                                  const Tensor& demb, const Tensor& dgate) = 0;
-  virtual void gate_sigmoid_backward(const Tensor& gate, const Tensor& dgate, float gate_scale,
-                                     const Tensor& dz) = 0;
-
-  // Optimizer updates on contiguous f32 ranges (formulas in src/optim/adamw.h and muon.h).
-  virtual void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-                            const AdamWStepArgs& a) = 0;
-  virtual void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u,
-                             double momentum) = 0;
-  virtual void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay,
-                          double scale) = 0;
+  // The CUDA device runtime this backend runs on (stream, scratch, caches: core/cuda_runtime.h),
+  // or nullptr for the backends that compute on the host (CPU, device emulator).
+  virtual CudaRuntime* cuda() { return nullptr; }
 };
 
 // The backend for a device; VT_CHECK-fails with an actionable message when none is registered.

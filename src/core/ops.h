@@ -1,107 +1,32 @@
 // The op interface the model and optimizers call: tensor-level wrappers that check shapes,
 // dtypes and devices, then dispatch to the backend of the tensors' device (core/backend.h).
+// An umbrella: every op family has its own header and file in core/ops/ (checks, host path and
+// CUDA launch together, beside kernels/<family>.cu); ops.cc holds copy_2d.
 // Weights are 2-D (K, N); activations are any tensor viewed as (numel / K, K) rows. Activations
 // may be f32 or bf16 (every op computes in fp32); parameters, gradients, optimizer states,
 // norms' rstd, attention's lse and the cross-entropy statistics are f32.
 #pragma once
 #include "core/backend.h"
 #include "core/cpu_kernels.h"
+#include "core/ops/activation.h"
+#include "core/ops/attention.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/embedding.h"
+#include "core/ops/gemm.h"
+#include "core/ops/optim.h"
+#include "core/ops/reduce.h"
+#include "core/ops/rmsnorm.h"
+#include "core/ops/rope.h"
+#include "core/ops/rows.h"
+#include "core/ops/value_gate.h"
+#include "core/ops/xent.h"
 #include "core/tensor.h"
 
 namespace vt::ops {
 
-// y (M,N) = x (M,K) @ w (K,N), or += when accumulate.
-void matmul(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate = false);
-// dx (M,K) = dy (M,N) @ w^T, or += when accumulate.
-void matmul_dx(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate);
-// dw (K,N) += x^T (K,M) @ dy (M,N).
-void matmul_dw(const Tensor& x, const Tensor& dy, const Tensor& dw);
-// The general GEMM (row-major, leading dimensions; see GemmArgs).
-void gemm(const GemmArgs& g);
-
-// y += alpha * x (same numel).
-void axpy(const Tensor& y, const Tensor& x, float alpha = 1.0f);
-// y = alpha * x (y may be x).
-void scale_copy(const Tensor& y, const Tensor& x, float alpha);
-// sum(a * b) and sum(x^2) in double (synchronizes with the device).
-double dot(const Tensor& a, const Tensor& b);
-double sum_squares(const Tensor& x);
-// Sum of sum_squares over tensors of one device, in list order (one synchronization).
-double sum_squares_list(const std::vector<Tensor>& xs);
-// Copy x into y (same numel; converts f32 <-> bf16 when the dtypes differ; any devices).
-void copy(const Tensor& y, const Tensor& x);
-// t.flat[index] += value (f32).
-void add_scalar(const Tensor& t, int64_t index, double value);
-// Device-side coefficients: y = coef[index] * x; y += coef[index] * x (coef f32, same device).
-void scale_copy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index = 0);
-void axpy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index = 0);
-// out.flat[index] = float(sum(a * b)) (fp64 accumulation), without synchronizing.
-void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index = 0);
-// x /= sqrt(sum(x^2)) * scale + eps, on the device.
-void normalize_frobenius(const Tensor& x, double scale, double eps);
-// y (cols, rows) = x (rows, cols)^T.
-void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols);
 // Strided block copy on one device: rows x cols elements from src (starting at element
 // src_offset, row stride src_ld) to dst (dst_offset, dst_ld). Same dtype.
 void copy_2d(const Tensor& dst, int64_t dst_offset, int64_t dst_ld, const Tensor& src,
              int64_t src_offset, int64_t src_ld, int64_t rows, int64_t cols);
-
-int64_t rows_of(const Tensor& t);  // numel / last dim
-
-// Fused model ops (semantics in cpu_kernels.h). Row width is the tensor's last dimension.
-void rmsnorm(const Tensor& x, const Tensor& y, const Tensor& rstd, float scale, double eps);
-void rmsnorm_backward(const Tensor& x, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                      float scale, bool accumulate);
-// x, y: (B, T, heads, hd).
-void rope(const Tensor& x, const Tensor& y, double base, int64_t pos_offset = 0);
-void rope_backward(const Tensor& dy, const Tensor& dx, double base, int64_t pos_offset = 0);
-// The kernels' shape struct of q (B,T,H,hd) and k (B,T,Hkv,hd) (backends share it).
-cpu::AttnShape attention_shape(const Tensor& q, const Tensor& k, int64_t window);
-// What an attention call adds to plain softmax attention (all optional; docs/model.md "Block
-// shapes"): a fixed logit bias (f32 (T, T)), and the mix of shaped attention / NeuTRENO
-// (AttnMix). With an active mix, `soft` (like out) receives softmax attention's output, which
-// the backward needs; out receives the mix.
-struct AttnExtras {
-  Tensor bias;
-  AttnMix mix;
-  Tensor soft;
-};
-// q (B,T,H,hd), k/v (B,T,Hkv,hd), out (B,T,H,hd), lse (B,H,T).
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-               const Tensor& lse, int64_t window, float scale, const AttnExtras& ex = {});
-// dq, dk, dv written; with an active mix, g receives the mix's gradients (AttnMixGrads).
-void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, int64_t window, float scale, const AttnExtras& ex = {},
-                        const AttnMixGrads& g = {});
-void relu2(const Tensor& x, const Tensor& y);
-void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate);
-// Rows [row_begin, row_begin + table.dim(0)) of an f32 table; ids i32 (N) on the table's device;
-// out (N, C) (zeros for rows not owned).
-void embedding(const Tensor& table, int64_t row_begin, const Tensor& ids, const Tensor& out);
-void embedding_backward(const Tensor& dout, const Tensor& ids, int64_t row_begin,
-                        const Tensor& dtable);
-
-// Soft-capped vocabulary-parallel cross-entropy in pieces (see Backend).
-void xent_partial(const XentArgs& x, const Tensor& row_max, const Tensor& row_sumexp,
-                  const Tensor& target_z);
-void xent_rescale(const Tensor& row_sumexp, const Tensor& row_max, const Tensor& global_max);
-void xent_finish(const Tensor& row_max, const Tensor& row_sumexp, const Tensor& target_z,
-                 const Tensor& lse, const Tensor& loss);
-void xent_backward(const XentArgs& x, const Tensor& lse, float grad_scale, const Tensor& dlogits);
-
-// Value-embed gate pieces (see Backend).
-void gate_sigmoid(const Tensor& z, float gate_scale);
-void gated_mix(const Tensor& ctx, const Tensor& emb, const Tensor& gate, const Tensor& v);
-void gated_mix_backward(const Tensor& dv, const Tensor& emb, const Tensor& gate,
-                        const Tensor& demb, const Tensor& dgate);
-void gate_sigmoid_backward(const Tensor& gate, const Tensor& dgate, float gate_scale,
-                           const Tensor& dz);
-
-// Optimizer updates on f32 tensors of equal numel.
-void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-                  const AdamWStepArgs& a);
-void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double momentum);
-void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale);
 
 }  // namespace vt::ops

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/backend.h"
+#include "core/ops/cast_on.h"
 #include "core/bf16.h"
 #include "core/op_profile.h"
 
@@ -175,7 +176,7 @@ Tensor Tensor::to(Device device, DType dtype) const {
       for (int64_t i = 0; i < n; ++i) conv.f32()[i] = bf16_to_f32(bf16()[i]);
     }
   } else {
-    backend(device_).cast(conv, *this);
+    ops::detail::cast_on(backend(device_), conv, *this);
   }
   return conv.to(device);
 }

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/ops.h"
+#include "core/optim_math.h"
 
 namespace vt::optim {
 
@@ -34,24 +35,7 @@ const AdamWHyper& AdamWConfig::for_group(ParamGroup g) const {
 
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
                   double lr, int64_t t) {
-  VT_CHECK_MSG(t >= 1, "AdamW step count must be >= 1, got " << t);
-  const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(t));
-  const float decay = static_cast<float>(1.0 - lr * h.weight_decay);
-  const float step_size = static_cast<float>(lr / bc1);
-  const float inv_bc2 = static_cast<float>(1.0 / bc2);
-  const float b1 = static_cast<float>(h.beta1), omb1 = static_cast<float>(1.0 - h.beta1);
-  const float b2 = static_cast<float>(h.beta2), omb2 = static_cast<float>(1.0 - h.beta2);
-  const float eps = static_cast<float>(h.eps);
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
-    const float mi = b1 * m[i] + omb1 * gi;
-    const float vi = b2 * v[i] + omb2 * (gi * gi);
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi * inv_bc2) + eps);
-  }
+  cpu::adamw_update(p, g, m, v, n, adamw_step_args(h, lr, t));
 }
 
 AdamWStepArgs adamw_step_args(const AdamWHyper& h, double lr, int64_t t) {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "core/backend.h"
+#include "core/optim_math.h"
 #include "core/tensor.h"
 
 namespace vt::optim {
@@ -46,7 +46,8 @@ struct AdamWConfig {
 };
 
 // The AdamW update on n contiguous elements at step count t >= 1 (formula at the top of this
-// file). Standalone so that a sharded optimizer can apply it to any sub-range.
+// file). Standalone so that a sharded optimizer can apply it to any sub-range; the loop itself is
+// core's (vt::cpu::adamw_update, core/optim_math.h), which the CPU backend runs too.
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
                   double lr, int64_t t);
 // The same update as ops::adamw_update arguments (what the backends' adamw_update takes): every

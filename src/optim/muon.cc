@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/op_profile.h"
 #include "core/ops.h"
+#include "core/optim_math.h"
 #include "optim/clip.h"
 
 namespace vt::optim {
@@ -215,22 +216,11 @@ double muon_scale(int64_t rows, int64_t cols, MuonAspect aspect) {
 }
 
 void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momentum) {
-  const float mo = static_cast<float>(momentum);
-  const float om = static_cast<float>(1.0 - momentum);
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
-    const float bi = mo * buf[i] + om * gi;
-    buf[i] = bi;
-    u[i] = om * gi + mo * bi;
-  }
+  cpu::muon_momentum(g, buf, u, n, momentum);
 }
 
 void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale) {
-  const float decay = static_cast<float>(1.0 - lr * weight_decay);
-  const float step = static_cast<float>(lr * scale);
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay - step * x[i];
+  cpu::muon_apply(p, x, n, lr, weight_decay, scale);
 }
 
 const std::vector<std::string>& muon_state_kinds() {

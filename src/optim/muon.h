@@ -95,6 +95,8 @@ struct MuonConfig {
 // The update scale for a matrix of the given (global, stored) shape.
 double muon_scale(int64_t rows, int64_t cols, MuonAspect aspect);
 
+// The two elementwise steps; their loops are core's (core/optim_math.h, which the CPU backend
+// runs too).
 // buf = m*buf + (1-m)*g; u = (1-m)*g + m*buf (new buf). u may alias g.
 void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momentum);
 // p = p*(1 - lr*wd) - lr*scale*x.

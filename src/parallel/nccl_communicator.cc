@@ -1,8 +1,8 @@
 // NcclCommunicator (see nccl_communicator.h): host code over the NCCL API, built when vtrain is
 // built with CUDA (real NCCL, or the emulation's NCCL over MPI). Failures abort the whole job
 // (MPI_Abort) with a message naming the rank and the operation, so a failed collective never
-// leaves the other ranks hanging. Calls on device memory are stream-ordered on stream() (the CUDA
-// backend's compute stream by default) and return without waiting; only host memory (staged
+// leaves the other ranks hanging. Calls on device memory are stream-ordered on stream() (the compute
+// stream it was built with, by default) and return without waiting; only host memory (staged
 // tensors) and barrier() make the host wait.
 #if VTRAIN_HAS_CUDA
 #include "parallel/nccl_communicator.h"
@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/cuda_backend.h"
 #include "core/process_device.h"
 
 namespace vt {
@@ -51,10 +50,12 @@ ncclDataType_t nccl_type(const Tensor& t, int rank, const char* op) {
 // caller synchronizes the stream before the host tensor is read and after the last use.
 class Staged {
  public:
-  Staged(const Tensor& t, bool load, cudaStream_t stream, int rank, const char* op)
+  // `device_tensors_ok`: the communicator was built with a CUDA backend's compute stream.
+  Staged(const Tensor& t, bool load, cudaStream_t stream, bool device_tensors_ok, int rank,
+         const char* op)
       : t_(t), stream_(stream), rank_(rank), op_(op) {
     if (t.device() == Device::kCUDA) {
-      if (cuda_backend_stream() == nullptr)
+      if (!device_tensors_ok)
         die(rank, op,
             "device tensors without the CUDA backend (the device emulator keeps them in host "
             "memory): use an MPI communicator with --device emulated");
@@ -99,7 +100,8 @@ void check_pair(const Tensor& in, const Tensor& out, int64_t in_factor, int64_t 
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm comm) {
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream)
+    : compute_stream_(compute_stream) {
   check_mpi(MPI_Comm_rank(comm, &rank_), 0, "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm, &size_), rank_, "MPI_Comm_size");
   int ndev = 0;
@@ -148,8 +150,7 @@ void NcclCommunicator::check(ncclResult_t r, const char* op) const {
 
 cudaStream_t NcclCommunicator::stream() const {
   if (stream_set_) return stream_;
-  const cudaStream_t bs = cuda_backend_stream();
-  return bs ? bs : stream_;
+  return compute_stream_ ? compute_stream_ : stream_;
 }
 
 void NcclCommunicator::sync(const char* op) const {
@@ -167,12 +168,12 @@ void NcclCommunicator::stream_wait(cudaStream_t to, cudaStream_t from, const cha
 void NcclCommunicator::order_after_backend(const char* op) {
   // Started sums first (the backend's stream then waits for them, on the device).
   if (async_pending_) all_reduce_wait();
-  const cudaStream_t bs = cuda_backend_stream(), s = stream();
+  const cudaStream_t bs = compute_stream_, s = stream();
   if (bs != nullptr && bs != s) stream_wait(s, bs, op);
 }
 
 void NcclCommunicator::order_before_backend(const char* op) {
-  const cudaStream_t bs = cuda_backend_stream(), s = stream();
+  const cudaStream_t bs = compute_stream_, s = stream();
   if (bs != nullptr && bs != s) stream_wait(bs, s, op);
 }
 
@@ -310,7 +311,7 @@ void NcclCommunicator::all_reduce(const Tensor& t, ncclRedOp_t red, const char* 
   order_after_backend(op);
   flush_sends(op);
   {
-    Staged b(t, true, stream(), rank_, op);
+    Staged b(t, true, stream(), compute_stream_ != nullptr, rank_, op);
     check(ncclAllReduce(b.p(), b.p(), size_t(t.numel()), type, red, comm_, stream()), op);
     b.store_back();
   }
@@ -333,7 +334,7 @@ void NcclCommunicator::all_reduce_sum_start(const Tensor& t) {
   }
   // The sum runs after everything queued so far on the backend's stream (which wrote t) and on
   // stream() (the deferred sends just issued), without blocking the host.
-  const cudaStream_t bs = cuda_backend_stream(), s = stream();
+  const cudaStream_t bs = compute_stream_, s = stream();
   check_cuda(cudaEventRecord(async_ready_, bs ? bs : s), rank_, op);
   check_cuda(cudaStreamWaitEvent(async_stream_, async_ready_, 0), rank_, op);
   if (bs && bs != s) {
@@ -350,7 +351,7 @@ void NcclCommunicator::all_reduce_wait() {
   const char* op = "all_reduce_sum (wait)";
   async_pending_ = false;
   check_cuda(cudaEventRecord(async_done_, async_stream_), rank_, op);
-  const cudaStream_t bs = cuda_backend_stream(), s = stream();
+  const cudaStream_t bs = compute_stream_, s = stream();
   check_cuda(cudaStreamWaitEvent(bs ? bs : s, async_done_, 0), rank_, op);
   if (bs && bs != s) check_cuda(cudaStreamWaitEvent(s, async_done_, 0), rank_, op);
 }
@@ -371,7 +372,7 @@ void NcclCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   order_after_backend(op);
   flush_sends(op);
   {
-    Staged bi(in, true, stream(), rank_, op), bo(out, false, stream(), rank_, op);
+    Staged bi(in, true, stream(), compute_stream_ != nullptr, rank_, op), bo(out, false, stream(), compute_stream_ != nullptr, rank_, op);
     check(ncclAllGather(bi.p(), bo.p(), size_t(in.numel()), type, comm_, stream()), op);
     bo.store_back();
   }
@@ -386,7 +387,7 @@ void NcclCommunicator::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
   order_after_backend(op);
   flush_sends(op);
   {
-    Staged bi(in, true, stream(), rank_, op), bo(out, false, stream(), rank_, op);
+    Staged bi(in, true, stream(), compute_stream_ != nullptr, rank_, op), bo(out, false, stream(), compute_stream_ != nullptr, rank_, op);
     check(ncclReduceScatter(bi.p(), bo.p(), size_t(out.numel()), type, ncclSum, comm_, stream()),
           op);
     bo.store_back();
@@ -401,7 +402,7 @@ void NcclCommunicator::broadcast(const Tensor& t, int root) {
   order_after_backend(op);
   flush_sends(op);
   {
-    Staged b(t, rank_ == root, stream(), rank_, op);
+    Staged b(t, rank_ == root, stream(), compute_stream_ != nullptr, rank_, op);
     check(ncclBroadcast(b.p(), b.p(), size_t(t.numel()), type, root, comm_, stream()), op);
     if (rank_ != root) b.store_back();
   }
@@ -414,7 +415,7 @@ void NcclCommunicator::send(const Tensor& t, int peer, int /*tag*/) {
   const ncclDataType_t type = nccl_type(t, rank_, op);
   order_after_backend(op);
   {
-    Staged b(t, true, stream(), rank_, op);
+    Staged b(t, true, stream(), compute_stream_ != nullptr, rank_, op);
     issue_with_pending(b.p(), nullptr, size_t(t.numel()), type, peer, op);
   }
   done(op, t.on_host());
@@ -424,7 +425,7 @@ void NcclCommunicator::send_async(const Tensor& t, int peer, int /*tag*/) {
   const char* op = "send_async(tensor)";
   if (t.numel() == 0) return;
   const ncclDataType_t type = nccl_type(t, rank_, op);
-  if (t.device() == Device::kCUDA && cuda_backend_stream() == nullptr)
+  if (t.device() == Device::kCUDA && compute_stream_ == nullptr)
     die(rank_, op, "device tensors without the CUDA backend (the device emulator)");
   order_after_backend(op);
   defer_send(t.raw(), t.nbytes(),
@@ -438,7 +439,7 @@ void NcclCommunicator::recv(const Tensor& t, int peer, int /*tag*/) {
   const ncclDataType_t type = nccl_type(t, rank_, op);
   order_after_backend(op);
   {
-    Staged b(t, false, stream(), rank_, op);
+    Staged b(t, false, stream(), compute_stream_ != nullptr, rank_, op);
     issue_with_pending(nullptr, b.p(), size_t(t.numel()), type, peer, op);
     b.store_back();
   }

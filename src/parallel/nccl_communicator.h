@@ -9,18 +9,19 @@
 // from the node-local rank of the process, never from its rank inside `comm`).
 //
 // Semantics: calls on device memory are queued on stream() and return without waiting for them:
-// by default stream() is the CUDA backend's own stream (core/cuda_backend.h), so a collective
+// by default stream() is the compute stream the communicator was built with (the CUDA backend's
+// own stream, cuda_compute_stream(backend) in core/cuda_backend.h), so a collective
 // runs after every op the backend queued before it and before every op it queues next, on the
 // device, with no host synchronization at all (this is what lets a training step queue its work
 // ahead of the GPU). The legacy default stream (plain cudaMemcpy) waits for the backend's
 // blocking stream, so reading a result that way, or through Tensor copies (which synchronize),
-// sees it. set_stream() picks another stream; the communicator then orders it with the backend's
+// sees it. set_stream() picks another stream; the communicator then orders it with the compute
 // stream by events (device-side waits) in both directions. The host waits only where host memory
 // takes part: Tensor calls on host tensors (staged, see below) return with the result in host
 // memory, and barrier() returns once every rank has reached it.
 //
 // Tensor calls (f32 -> ncclFloat32, bf16 -> ncclBfloat16; other dtypes are an error):
-//   - device tensors (Device::kCUDA with the CUDA backend registered) go to NCCL as they are,
+//   - device tensors (Device::kCUDA, on a communicator built with a compute stream) go to NCCL as they are,
 //     in their own dtype: a bf16 sum is reduced by NCCL in bf16 storage (rounded at each step
 //     of its ring/tree), unlike the base class's fp32 host staging; reduce f32 tensors where
 //     fp32 accuracy matters. Device tensors of the device emulator (host memory tagged kCUDA)
@@ -64,7 +65,11 @@ class NcclCommunicator final : public Communicator {
 
   // Collective over `comm` (not taken over: the caller keeps owning it, e.g. an
   // MpiCommunicator's comm()). Makes this process's device current (see above).
-  explicit NcclCommunicator(MPI_Comm comm);
+  // `compute_stream`: the CUDA backend's stream (cuda_compute_stream(backend(Device::kCUDA)),
+  // core/cuda_backend.h), which calls are ordered with and queued on by default, and which must
+  // outlive the communicator; nullptr without a CUDA backend: calls then run on the legacy
+  // default stream and device tensors (the device emulator's, in host memory) are refused.
+  NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -101,8 +106,8 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_wait() override;
 
   int device() const { return device_; }
-  // The stream the calls run on: the one given to set_stream, else the CUDA backend's stream
-  // while a CUDA backend is registered, else the legacy default stream.
+  // The stream the calls run on: the one given to set_stream, else the compute stream it was
+  // built with, else the legacy default stream.
   cudaStream_t stream() const;
   void set_stream(cudaStream_t s) {
     stream_ = s;
@@ -113,7 +118,7 @@ class NcclCommunicator final : public Communicator {
  private:
   void check(ncclResult_t r, const char* op) const;
   void sync(const char* op) const;
-  // Device-side ordering with the CUDA backend's stream when stream() is another one (an event,
+  // Device-side ordering with the compute stream when stream() is another one (an event,
   // never a host wait): the collective after the backend's queued work, the backend's later work
   // after the collective. order_after_backend also completes started sums (all_reduce_wait).
   void order_after_backend(const char* op);
@@ -145,6 +150,7 @@ class NcclCommunicator final : public Communicator {
   bool async_pending_ = false;
 
   ncclComm_t comm_ = nullptr;
+  cudaStream_t compute_stream_ = nullptr;  // the CUDA backend's stream (constructor), or null
   cudaStream_t stream_ = nullptr;  // set_stream's choice (see stream())
   bool stream_set_ = false;
   cudaEvent_t order_ev_ = nullptr;  // ordering between stream() and the backend's stream

@@ -76,10 +76,13 @@ absl::StatusOr<std::string> setup_device_comms(const TrainOptions& o, const Devi
         "--device-comm nccl: ", node_local_size(), " ranks on this node share ",
         cuda_device_count_or_zero(), " GPU(s); NCCL needs one GPU per rank (use --device-comm mpi)")));
 #if VTRAIN_HAS_CUDA
-  grid.use_device_communicators([](Communicator* group) -> std::unique_ptr<Communicator> {
+  // Every NCCL communicator is given the CUDA backend's compute stream (setup_device registered
+  // the backend; it outlives the grid's communicators).
+  const cudaStream_t compute = cuda_compute_stream(backend(Device::kCUDA));
+  grid.use_device_communicators([compute](Communicator* group) -> std::unique_ptr<Communicator> {
     auto* mpi = dynamic_cast<MpiCommunicator*>(group);
     VT_CHECK_MSG(mpi != nullptr, "NCCL groups are built over MPI communicators");
-    return std::make_unique<NcclCommunicator>(mpi->comm());
+    return std::make_unique<NcclCommunicator>(mpi->comm(), compute);
   });
   return std::string("NCCL for device tensors, MPI for host values");
 #else
@@ -89,7 +92,7 @@ absl::StatusOr<std::string> setup_device_comms(const TrainOptions& o, const Devi
 
 std::unique_ptr<op_profile::DeviceClock> device_profile_clock(const DevicePlan& plan) {
 #if VTRAIN_HAS_CUDA
-  if (plan.device != Device::kCPU) return make_cuda_profile_clock();
+  if (plan.device != Device::kCPU) return make_cuda_profile_clock(backend(Device::kCUDA));
 #endif
   return nullptr;
 }

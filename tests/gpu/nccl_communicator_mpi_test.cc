@@ -39,6 +39,8 @@ class NcclMpi : public ::testing::Test {
     set_device_backend(make_cuda_backend());
   }
   void TearDown() override { set_device_backend(nullptr); }
+  // The CUDA backend's stream, which every communicator here is built with.
+  static cudaStream_t compute() { return cuda_compute_stream(backend(Device::kCUDA)); }
   int me_ = 0, world_ = 1;
 };
 
@@ -61,7 +63,7 @@ TEST_F(NcclMpi, BackendAndEveryGroupUseTheProcessDevice) {
   EXPECT_EQ(backend_dev, process_device_index(cuda::cuda_device_count()));
   MPI_Comm g = split_group(me_);
   {
-    NcclCommunicator world(MPI_COMM_WORLD), group(g);
+    NcclCommunicator world(MPI_COMM_WORLD, compute()), group(g, compute());
     EXPECT_EQ(world.device(), backend_dev);
     EXPECT_EQ(group.device(), backend_dev) << "rank " << group.rank() << " of its group";
     int dev = -1;
@@ -80,7 +82,7 @@ TEST_F(NcclMpi, BackendAndEveryGroupUseTheProcessDevice) {
 }
 
 TEST_F(NcclMpi, TensorCollectivesOnDeviceAndHostTensors) {
-  NcclCommunicator comm(MPI_COMM_WORLD);
+  NcclCommunicator comm(MPI_COMM_WORLD, compute());
   const int64_t n = 48;
   for (DType dt : {DType::kF32, DType::kBF16}) {
     for (Device dev : {Device::kCUDA, Device::kCPU}) {
@@ -113,7 +115,7 @@ TEST_F(NcclMpi, TensorCollectivesOnDeviceAndHostTensors) {
 }
 
 TEST_F(NcclMpi, NeighboursThatBothSendFirstDoNotDeadlock) {
-  NcclCommunicator comm(MPI_COMM_WORLD);
+  NcclCommunicator comm(MPI_COMM_WORLD, compute());
   const int right = (me_ + 1) % world_, left = (me_ + world_ - 1) % world_;
   for (int round = 0; round < 3; ++round) {
     const auto mine = values(me_ + round, 32);
@@ -128,7 +130,7 @@ TEST_F(NcclMpi, NeighboursThatBothSendFirstDoNotDeadlock) {
 }
 
 TEST_F(NcclMpi, StartedSumsCompleteAtTheWait) {
-  NcclCommunicator comm(MPI_COMM_WORLD);
+  NcclCommunicator comm(MPI_COMM_WORLD, compute());
   std::vector<Tensor> ts;
   for (int k = 0; k < 3; ++k) {
     const auto v = values(me_ + k, 20);
@@ -191,8 +193,8 @@ class StreamGate {
 // the host (a call that synchronized would block until the watchdog opened the gate). Once the
 // gate opens, the queued work runs and the results are right.
 TEST_F(NcclMpi, DeviceCallsQueueOnTheComputeStreamWithoutWaiting) {
-  NcclCommunicator comm(MPI_COMM_WORLD);
-  const cudaStream_t bs = cuda_backend_stream();
+  NcclCommunicator comm(MPI_COMM_WORLD, compute());
+  const cudaStream_t bs = compute();
   ASSERT_NE(bs, nullptr);
   EXPECT_EQ(comm.stream(), bs) << "collectives run on the backend's stream";
   const int64_t n = 24;

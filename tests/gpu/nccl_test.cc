@@ -53,7 +53,7 @@ std::vector<T> iota_vec(size_t n, T start) {
 
 TEST(GpuNccl, OneRankCollectivesAreIdentity) {
   VT_SKIP_WITHOUT_CUDA();
-  vt::NcclCommunicator comm(MPI_COMM_SELF);
+  vt::NcclCommunicator comm(MPI_COMM_SELF, nullptr);  // no CUDA backend: the default stream
   EXPECT_EQ(comm.size(), 1);
   EXPECT_EQ(comm.rank(), 0);
   int dev = -1;
@@ -92,7 +92,8 @@ TEST(GpuNccl, OneRankTensorCallsKeepValues) {
   VT_SKIP_WITHOUT_CUDA();
   vt::set_device_backend(vt::make_cuda_backend());
   {
-    vt::NcclCommunicator comm(MPI_COMM_SELF);
+    vt::NcclCommunicator comm(MPI_COMM_SELF,
+                              vt::cuda_compute_stream(vt::backend(vt::Device::kCUDA)));
     const size_t n = 1000;
     std::vector<float> f(n);  // exact in bf16: multiples of 0.5 in [-16, 15.5]
     for (size_t i = 0; i < n; ++i) f[i] = float(i % 64) * 0.5f - 16.0f;
@@ -130,7 +131,7 @@ TEST(GpuNccl, OneRankTensorCallsKeepValues) {
       }
     }
     // Device work queued on the backend's stream right before a collective is seen by it.
-    comm.set_stream(vt::cuda_backend_stream());
+    comm.set_stream(vt::cuda_compute_stream(vt::backend(vt::Device::kCUDA)));
     const vt::Tensor d = vt::Tensor::zeros({int64_t(n)}, vt::DType::kF32, vt::Device::kCUDA);
     d.copy_from(vt::Tensor::view(const_cast<float*>(f.data()), {int64_t(n)}));
     const vt::Tensor g = vt::Tensor::zeros({int64_t(n)}, vt::DType::kF32, vt::Device::kCUDA);

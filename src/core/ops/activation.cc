@@ -1,0 +1,57 @@
+// The activation op family (core/ops/activation.h): checks, the host path, the CUDA launches.
+#include "core/ops/activation.h"
+
+#include "core/check.h"
+#include "core/cpu_kernels.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/host_window.h"
+
+#if VTRAIN_HAS_CUDA
+#include "core/cuda_runtime.h"
+#include "core/ops/cuda_acts.h"
+#include "kernels/activation.cuh"
+#endif
+
+namespace vt::ops {
+
+using namespace detail;
+
+void relu2(const Tensor& x, const Tensor& y) {
+  VT_CHECK(y.numel() == x.numel());
+  auto d = on("relu2", {&x, &y});
+  const int64_t n = x.numel();
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    on_acts(s, [&](auto xp, auto yp) { cuda::relu2_forward(xp, yp, n, s); }, in(x), out(y));
+    return;
+  }
+#endif
+  host::In xp(x);
+  host::Out yp(y);
+  cpu::relu2_forward<float>(xp, yp, n);
+}
+
+void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate) {
+  VT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel());
+  auto d = on("relu2_backward", {&x, &dy, &dx});
+  const int64_t n = x.numel();
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    on_acts(
+        s, [&](auto xp, auto dyp, auto dxp) { cuda::relu2_backward(xp, dyp, dxp, n, accumulate, s); },
+        in(x), in(dy), acc(dx, accumulate));
+    return;
+  }
+#endif
+  host::In xp(x), dyp(dy);
+  host::F32 dxp(dx, accumulate, true);
+  cpu::relu2_backward<float>(xp, dyp, dxp, n, accumulate);
+}
+
+}  // namespace vt::ops

@@ -1,0 +1,260 @@
+// The attention op family (core/ops/attention.h): checks, the composition of softmax attention
+// with the mix, and the four pieces (attention forward/backward, mix forward/backward) on the
+// host or launched on the CUDA runtime.
+#include "core/ops/attention.h"
+
+#include <memory>
+
+#include "core/check.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/host_window.h"
+
+#if VTRAIN_HAS_CUDA
+#include "core/cuda_runtime.h"
+#include "core/ops/cuda_acts.h"
+#include "kernels/attention.cuh"
+#include "kernels/attention_mix.cuh"
+#include "kernels/attention_tc.cuh"
+#endif
+
+namespace vt::ops {
+
+using namespace detail;
+
+namespace {
+
+void check_attn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse) {
+  VT_CHECK(q.ndim() == 4 && k.ndim() == 4);
+  VT_CHECK(k.dim(0) == q.dim(0) && k.dim(1) == q.dim(1) && k.dim(3) == q.dim(3) &&
+           q.dim(2) % k.dim(2) == 0);
+  VT_CHECK(v.numel() == k.numel() && lse.numel() == q.dim(0) * q.dim(2) * q.dim(1));
+  need_f32("attention", lse, "lse");
+}
+
+void check_extras(const Tensor& q, const Tensor& v, const AttnExtras& ex) {
+  if (ex.bias.defined()) {
+    need_f32("attention", ex.bias, "the bias");
+    VT_CHECK_MSG(ex.bias.numel() == q.dim(1) * q.dim(1),
+                 "attention bias has " << ex.bias.numel() << " elements, expected T*T = "
+                                       << q.dim(1) * q.dim(1));
+  }
+  const AttnMix& m = ex.mix;
+  if (!m.active()) return;
+  for (const Tensor* g : {&m.alpha, &m.beta, &m.gamma})
+    if (g->defined()) {
+      need_f32("attention", *g, "a shaped-attention gain");
+      VT_CHECK(g->numel() == q.dim(2));
+    }
+  VT_CHECK_MSG(m.lam == 0.0f || (m.v1.defined() && m.v1.numel() == v.numel()),
+               "the NeuTRENO term needs v1 shaped like v");
+  VT_CHECK_MSG(ex.soft.defined() && ex.soft.numel() == q.numel(),
+               "a mixed attention needs `soft` shaped like its output");
+}
+
+#if VTRAIN_HAS_CUDA
+// Whether an attention call runs on the tensor-core kernels: every tensor bf16 and 16-byte
+// aligned, a head dim they handle, and not switched to the reference kernels.
+bool use_tensor_core_attention(const CudaRuntime& rt, const cuda::AttnShape& s,
+                               std::initializer_list<const Tensor*> ts) {
+  if (rt.attention_kernels() != CudaAttentionKernels::kTensorCores) return false;
+  if (!cuda::attention_tc_supported(s)) return false;
+  for (const Tensor* t : ts)
+    if (t->dtype() != DType::kBF16 || reinterpret_cast<uintptr_t>(t->raw()) % 16 != 0)
+      return false;
+  return true;
+}
+#endif
+
+// bias: undefined, or f32 (T, T) added to the scaled scores (shared by batch and heads).
+void forward(const Dispatch& d, const Tensor& q, const Tensor& k, const Tensor& v,
+             const Tensor& out, const Tensor& lse, int64_t window, float scale,
+             const Tensor& bias) {
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t st = rt->stream();
+    if (q.numel() == 0) return;  // the kernels require every dimension >= 1
+    const cuda::AttnShape s = attention_shape(q, k, window);
+    float* l = f32_of(lse);
+    const float* b = maybe_f32(bias);
+    // The tensor-core kernels know no logit bias (E-SPA/U-SPA): those take the reference kernels.
+    if (b == nullptr && use_tensor_core_attention(*rt, s, {&q, &k, &v, &out})) {
+      cuda::attention_tc_forward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, s, scale, st);
+      return;
+    }
+    on_acts(
+        st,
+        [&](auto qp, auto kp, auto vp, auto op) {
+          cuda::attention_forward(qp, kp, vp, op, l, s, scale, st, b);
+        },
+        in(q), in(k), in(v), Act{out, false, true});
+    return;
+  }
+#endif
+  host::In qp(q), kp(k), vp(v);
+  host::Out op(out);
+  cpu::attention_forward<float>(qp, kp, vp, op, host::f32_of(lse), attention_shape(q, k, window),
+                                scale, host::maybe_f32(bias));
+}
+
+void backward(const Dispatch& d, const Tensor& q, const Tensor& k, const Tensor& v,
+              const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+              const Tensor& dk, const Tensor& dv, int64_t window, float scale,
+              const Tensor& bias) {
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t st = rt->stream();
+    if (q.numel() == 0) return;
+    const cuda::AttnShape s = attention_shape(q, k, window);
+    const float* l = f32_of(lse);
+    const float* b = maybe_f32(bias);
+    // The workspace is reused by every call: safe because all calls are ordered on the stream.
+    std::lock_guard<std::mutex> lock(rt->scratch_mutex());
+    if (b == nullptr && use_tensor_core_attention(*rt, s, {&q, &k, &v, &out, &dout, &dq, &dk, &dv})) {
+      void* ws = rt->attention_workspace(cuda::attention_tc_backward_workspace_bytes(s));
+      cuda::attention_tc_backward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, bf16p(dout),
+                                  bf16p(dq), bf16p(dk), bf16p(dv), s, scale, ws, st);
+      return;
+    }
+    void* ws = rt->attention_workspace(cuda::attention_backward_workspace_bytes(s));
+    on_acts(
+        st,
+        [&](auto qp, auto kp, auto vp, auto op, auto dop, auto dqp, auto dkp, auto dvp) {
+          cuda::attention_backward(qp, kp, vp, op, l, dop, dqp, dkp, dvp, s, scale, ws, st, b);
+        },
+        in(q), in(k), in(v), in(out), in(dout), Act{dq, false, true}, Act{dk, false, true},
+        Act{dv, false, true});
+    return;
+  }
+#endif
+  host::In qp(q), kp(k), vp(v), op(out), dop(dout);
+  host::Out dqp(dq), dkp(dk), dvp(dv);
+  cpu::attention_backward<float>(qp, kp, vp, op, host::f32_of(lse), dop, dqp, dkp, dvp,
+                                 attention_shape(q, k, window), scale, host::maybe_f32(bias));
+}
+
+// out (B,T,H,hd) = the mix of softmax attention's output `soft` with v (B,T,Hkv,hd).
+void mix_forward(const Dispatch& d, const Tensor& soft, const Tensor& v, const AttnMix& m,
+                 int64_t window, const Tensor& out) {
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t st = rt->stream();
+    if (soft.numel() == 0) return;
+    const cuda::AttnShape s = attention_shape(soft, v, window);
+    const float *al = maybe_f32(m.alpha), *be = maybe_f32(m.beta), *ga = maybe_f32(m.gamma);
+    // v1 joins the dtype dispatch (it is like v); without NeuTRENO v stands in for it, unread.
+    const Tensor& v1 = m.lam != 0.0f ? m.v1 : v;
+    on_acts(
+        st,
+        [&](auto sp, auto vp, auto v1p, auto op) {
+          cuda::attention_mix_forward(sp, vp, m.lam != 0.0f ? v1p : nullptr, al, be, ga, m.lam,
+                                      op, s, st);
+        },
+        in(soft), in(v), in(v1), Act{out, false, true});
+    return;
+  }
+#endif
+  host::In sp(soft), vp(v);
+  host::Out op(out);
+  std::unique_ptr<host::In> v1p;
+  if (m.lam != 0.0f) v1p = std::make_unique<host::In>(m.v1);
+  cpu::attention_mix_forward<float>(sp, vp, v1p ? v1p->p() : nullptr, host::maybe_f32(m.alpha),
+                                    host::maybe_f32(m.beta), host::maybe_f32(m.gamma), m.lam, op,
+                                    attention_shape(soft, v, window));
+}
+
+// Writes dsoft, adds into dv (+=) and fills g.
+void mix_backward(const Dispatch& d, const Tensor& dout, const Tensor& soft, const Tensor& v,
+                  const AttnMix& m, int64_t window, const Tensor& dsoft, const Tensor& dv,
+                  const AttnMixGrads& g) {
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t st = rt->stream();
+    if (soft.numel() == 0) return;
+    const cuda::AttnShape s = attention_shape(soft, v, window);
+    const float *al = maybe_f32(m.alpha), *be = maybe_f32(m.beta), *ga = maybe_f32(m.gamma);
+    float *dal = maybe_f32_out(g.dalpha), *dbe = maybe_f32_out(g.dbeta),
+          *dga = maybe_f32_out(g.dgamma);
+    std::lock_guard<std::mutex> lock(rt->scratch_mutex());
+    void* ws = rt->attention_workspace(cuda::attention_mix_workspace_bytes(s));
+    const bool has_dv1 = g.dv1.defined();
+    // Without a dv1 output, dsoft stands in for it in the dtype dispatch (unwritten).
+    const Tensor& dv1 = has_dv1 ? g.dv1 : dsoft;
+    on_acts(
+        st,
+        [&](auto dop, auto sp, auto vp, auto dsp, auto dvp, auto dv1p) {
+          cuda::attention_mix_backward(dop, sp, vp, al, be, ga, m.lam, dsp, dvp, dal, dbe, dga,
+                                       has_dv1 ? dv1p : nullptr, s, ws, st);
+        },
+        in(dout), in(soft), in(v), out(dsoft), inout(dv), Act{dv1, false, has_dv1});
+    return;
+  }
+#endif
+  host::In dop(dout), sp(soft), vp(v);
+  host::Out dsp(dsoft);
+  host::InOut dvp(dv);
+  std::unique_ptr<host::Out> dv1p;
+  if (g.dv1.defined()) dv1p = std::make_unique<host::Out>(g.dv1);
+  auto mut = [](const Tensor& t) { return t.defined() ? host::f32_of(t) : nullptr; };
+  cpu::attention_mix_backward<float>(dop, sp, vp, nullptr, host::maybe_f32(m.alpha),
+                                     host::maybe_f32(m.beta), host::maybe_f32(m.gamma), m.lam, dsp,
+                                     dvp, mut(g.dalpha), mut(g.dbeta), mut(g.dgamma),
+                                     dv1p ? dv1p->p() : nullptr, attention_shape(soft, v, window));
+}
+
+}  // namespace
+
+cpu::AttnShape attention_shape(const Tensor& q, const Tensor& k, int64_t window) {
+  cpu::AttnShape s;
+  s.B = q.dim(0);
+  s.T = q.dim(1);
+  s.H = q.dim(2);
+  s.hd = q.dim(3);
+  s.Hkv = k.dim(2);
+  s.window = window;
+  return s;
+}
+
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+               const Tensor& lse, int64_t window, float scale, const AttnExtras& ex) {
+  check_attn(q, k, v, lse);
+  VT_CHECK(out.numel() == q.numel());
+  check_extras(q, v, ex);
+  if (!ex.mix.active()) {
+    forward(on("attention", {&q, &k, &v, &out, &lse}), q, k, v, out, lse, window, scale, ex.bias);
+    return;
+  }
+  auto d = on("attention", {&q, &k, &v, &out, &lse, &ex.soft});
+  forward(d, q, k, v, ex.soft, lse, window, scale, ex.bias);
+  mix_forward(d, ex.soft, v, ex.mix, window, out);
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv, int64_t window, float scale, const AttnExtras& ex,
+                        const AttnMixGrads& g) {
+  check_attn(q, k, v, lse);
+  VT_CHECK(dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel());
+  check_extras(q, v, ex);
+  if (!ex.mix.active()) {
+    backward(on("attention_backward", {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv}), q, k, v,
+             out, lse, dout, dq, dk, dv, window, scale, ex.bias);
+    return;
+  }
+  auto d = on("attention_backward", {&q, &k, &v, &ex.soft, &lse, &dout, &dq, &dk, &dv});
+  Tensor dsoft = Tensor::zeros(ex.soft.shape(), ex.soft.dtype(), ex.soft.device());
+  Tensor dv_mix = Tensor::zeros(v.shape(), v.dtype(), v.device());
+  mix_backward(d, dout, ex.soft, v, ex.mix, window, dsoft, dv_mix, g);
+  backward(d, q, k, v, ex.soft, lse, dsoft, dq, dk, dv, window, scale, ex.bias);
+  axpy_on(d.backend(), dv, dv_mix, 1.0f);
+}
+
+}  // namespace vt::ops

@@ -1,0 +1,110 @@
+// The GEMM op family (core/ops/gemm.h): shape checks of the matmuls, the host GEMM and the
+// cuBLASLt call.
+#include "core/ops/gemm.h"
+
+#include "core/check.h"
+#include "core/cpu_kernels.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/host_window.h"
+
+#if VTRAIN_HAS_CUDA
+#include "core/cuda_gemm.h"
+#include "core/cuda_runtime.h"
+#include "core/ops/cuda_acts.h"
+#include "kernels/elementwise.cuh"
+#endif
+
+namespace vt::ops {
+
+using namespace detail;
+
+void gemm(const GemmArgs& g) {
+  auto d = on("gemm", {&g.A, &g.B, &g.C}, 2.0 * g.M * g.N * g.K);
+  if (g.M == 0 || g.N == 0) return;
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    const DType ta = g.A.dtype(), tb = g.B.dtype(), tc = g.C.dtype();
+    VT_CHECK_MSG(ta == tb, "gemm: A and B must have one dtype");
+    VT_CHECK_MSG((ta == DType::kF32 && tc == DType::kF32) ||
+                     (ta == DType::kBF16 && (tc == DType::kBF16 || tc == DType::kF32)),
+                 "gemm: supported dtypes are f32 x f32 -> f32 and bf16 x bf16 -> bf16 or f32, got "
+                     << dtype_name(ta) << " x " << dtype_name(tb) << " -> " << dtype_name(tc));
+    if (g.K == 0) {  // C = beta * C (cuBLASLt is not asked to handle K = 0)
+      if (tc == DType::kF32)
+        cuda::scale_matrix(f32p(g.C), g.M, g.N, g.ldc, g.beta, s);
+      else
+        cuda::scale_matrix(bf16p(g.C), g.M, g.N, g.ldc, g.beta, s);
+      return;
+    }
+    cuda::Gemm& mm = rt->gemm();
+    if (ta == DType::kF32) {
+      mm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, f32p(g.A), g.lda, f32p(g.B), g.ldb, g.beta,
+         f32p(g.C), g.ldc, s);
+    } else if (tc == DType::kBF16) {
+      mm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, bf16p(g.A), g.lda, bf16p(g.B), g.ldb,
+         g.beta, bf16p(g.C), g.ldc, s);
+    } else {
+      mm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, bf16p(g.A), g.lda, bf16p(g.B), g.ldb,
+         g.beta, f32p(g.C), g.ldc, s);
+    }
+    return;
+  }
+#endif
+  const bool bf = g.A.dtype() == DType::kBF16;
+  VT_CHECK_MSG(bf == (g.B.dtype() == DType::kBF16), "gemm: A and B must have one dtype");
+  VT_CHECK_MSG(bf || g.C.dtype() == DType::kF32, "gemm: f32 A/B need an f32 C");
+  host::In a(g.A), b(g.B);
+  host::InOut c(g.C);
+  cpu::gemm<float>(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, a.p(), g.lda, b.p(), g.ldb,
+                   g.beta, c.p(), g.ldc);
+}
+
+void matmul(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate) {
+  VT_CHECK(w.ndim() == 2);
+  const int64_t K = w.dim(0), N = w.dim(1), M = x.numel() / K;
+  VT_CHECK_MSG(x.numel() == M * K && y.numel() == M * N,
+               "matmul shapes x" << shape_str(x.shape()) << " w" << shape_str(w.shape()) << " y"
+                                 << shape_str(y.shape()));
+  GemmArgs g;
+  g.M = M, g.N = N, g.K = K;
+  g.A = x, g.B = w, g.C = y;
+  g.lda = K, g.ldb = N, g.ldc = N;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  gemm(g);
+}
+
+void matmul_dx(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate) {
+  VT_CHECK(w.ndim() == 2);
+  const int64_t K = w.dim(0), N = w.dim(1), M = dy.numel() / N;
+  VT_CHECK_MSG(dy.numel() == M * N && dx.numel() == M * K,
+               "matmul_dx shapes dy" << shape_str(dy.shape()) << " w" << shape_str(w.shape())
+                                     << " dx" << shape_str(dx.shape()));
+  GemmArgs g;
+  g.trans_b = true;
+  g.M = M, g.N = K, g.K = N;
+  g.A = dy, g.B = w, g.C = dx;
+  g.lda = N, g.ldb = N, g.ldc = K;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  gemm(g);
+}
+
+void matmul_dw(const Tensor& x, const Tensor& dy, const Tensor& dw) {
+  VT_CHECK(dw.ndim() == 2);
+  need_f32("matmul_dw", dw, "the weight gradient");
+  const int64_t K = dw.dim(0), N = dw.dim(1), M = x.numel() / K;
+  VT_CHECK_MSG(x.numel() == M * K && dy.numel() == M * N,
+               "matmul_dw shapes x" << shape_str(x.shape()) << " dy" << shape_str(dy.shape())
+                                    << " dw" << shape_str(dw.shape()));
+  GemmArgs g;
+  g.trans_a = true;
+  g.M = K, g.N = N, g.K = M;
+  g.A = x, g.B = dy, g.C = dw;
+  g.lda = K, g.ldb = N, g.ldc = N;
+  g.beta = 1.0f;
+  gemm(g);
+}
+
+}  // namespace vt::ops

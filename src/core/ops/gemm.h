@@ -1,0 +1,34 @@
+// The GEMM op family: C(M,N) = alpha * op(A) * op(B) + beta * C, row-major with leading
+// dimensions (the semantics of vt::cpu::gemm), and the matmuls the model calls. Host: OpenBLAS
+// (cpu::gemm); CUDA: cuBLASLt (core/cuda_gemm.h, its handle owned by the CUDA runtime), with
+// kernels/elementwise.cu's scale_matrix for K = 0.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace vt {
+
+// A, B, C are base tensors (their data pointers plus *_offset elements); dtypes: all f32, or A
+// and B bf16 with C bf16 or f32 (fp32 accumulation).
+struct GemmArgs {
+  bool trans_a = false, trans_b = false;
+  int64_t M = 0, N = 0, K = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  Tensor A, B, C;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+};
+
+namespace ops {
+
+// y (M,N) = x (M,K) @ w (K,N), or += when accumulate.
+void matmul(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate = false);
+// dx (M,K) = dy (M,N) @ w^T, or += when accumulate.
+void matmul_dx(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate);
+// dw (K,N) += x^T (K,M) @ dy (M,N).
+void matmul_dw(const Tensor& x, const Tensor& dy, const Tensor& dw);
+// The general GEMM (row-major, leading dimensions; see GemmArgs).
+void gemm(const GemmArgs& g);
+
+}  // namespace ops
+}  // namespace vt

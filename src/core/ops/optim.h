@@ -1,0 +1,18 @@
+// The optimizer-update op family: AdamW and Muon's elementwise steps on contiguous f32 tensors
+// of equal numel (the formulas: core/optim_math.h). Host kernels: core/optim_math.cc; CUDA
+// kernels: kernels/adamw.cu and kernels/optim_update.cu (the coefficients formed in fp64 on the
+// host and applied in fp32, exactly as the host loops do).
+#pragma once
+#include "core/optim_math.h"
+#include "core/tensor.h"
+
+namespace vt::ops {
+
+void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                  const AdamWStepArgs& a);
+// buf = m*buf + (1-m)*g; u = (1-m)*g + m*buf (new buf). u may alias g.
+void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double momentum);
+// p = p*(1 - lr*wd) - lr*scale*x.
+void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale);
+
+}  // namespace vt::ops

@@ -1,0 +1,193 @@
+// The reduction op family (core/ops/reduce.h): checks, host sums, CUDA launches.
+#include "core/ops/reduce.h"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "core/check.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/host_window.h"
+
+#if VTRAIN_HAS_CUDA
+#include "core/cuda_runtime.h"
+#include "core/ops/cuda_acts.h"
+#include "kernels/elementwise.cuh"
+#include "kernels/reduce.cuh"
+#endif
+
+namespace vt::ops {
+
+using namespace detail;
+
+namespace {
+
+double dot_host(const Tensor& a, const Tensor& b) {
+  host::In ap(a), bp(b);
+  double s = 0.0;
+  for (int64_t i = 0; i < a.numel(); ++i) s += static_cast<double>(ap.p()[i]) * bp.p()[i];
+  return s;
+}
+
+// Chunked fp64 sum (the host Newton-Schulz's normalization sums the same way).
+double sum_squares_host(const Tensor& x) {
+  host::In xp(x);
+  const int64_t n = x.numel();
+  constexpr int64_t kChunk = int64_t{1} << 15;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(std::max<int64_t>(chunks, 1), 0.0);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double s = 0.0;
+    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i)
+      s += static_cast<double>(xp.p()[i]) * xp.p()[i];
+    partial[c] = s;
+  }
+  double s = 0.0;
+  for (double p : partial) s += p;
+  return s;
+}
+
+}  // namespace
+
+double dot(const Tensor& a, const Tensor& b) {
+  VT_CHECK(a.numel() == b.numel());
+  need_float("dot", a);
+  need_float("dot", b);
+  if (a.numel() == 0) return 0.0;
+  auto d = on("dot", {&a, &b});
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    std::lock_guard<std::mutex> lock(rt->scratch_mutex());
+    double* partials = rt->reduction_partials();
+    double* res = rt->reduction_result();
+    const int64_t n = a.numel();
+    on_acts(s, [&](auto ap, auto bp) { cuda::dot(ap, bp, n, partials, res, false, s); }, in(a),
+            in(b));
+    return rt->fetch_result(res);
+  }
+#endif
+  return dot_host(a, b);
+}
+
+double sum_squares(const Tensor& x) {
+  need_float("sum_squares", x);
+  if (x.numel() == 0) return 0.0;
+  auto d = on("sum_squares", {&x});
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    std::lock_guard<std::mutex> lock(rt->scratch_mutex());
+    double* partials = rt->reduction_partials();
+    double* res = rt->reduction_result();
+    if (x.dtype() == DType::kF32)
+      cuda::sum_squares(f32p(x), x.numel(), partials, res, false, s);
+    else
+      cuda::sum_squares(bf16p(x), x.numel(), partials, res, false, s);
+    return rt->fetch_result(res);
+  }
+#endif
+  return sum_squares_host(x);
+}
+
+// Not profiled (as before: no dispatch scope).
+double sum_squares_list(const std::vector<Tensor>& xs) {
+  if (xs.empty()) return 0.0;
+  for (const Tensor& x : xs) {
+    need_float("sum_squares_list", x);
+    VT_CHECK_MSG(x.device() == xs[0].device(), "sum_squares_list: tensors on different devices");
+  }
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = backend(xs[0].device()).cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    std::lock_guard<std::mutex> lock(rt->scratch_mutex());
+    double* partials = rt->reduction_partials();
+    double* res = rt->reduction_result();
+    bool first = true;
+    for (const Tensor& x : xs) {
+      if (x.numel() == 0) continue;
+      if (x.dtype() == DType::kF32)
+        cuda::sum_squares(f32p(x), x.numel(), partials, res, !first, s);
+      else
+        cuda::sum_squares(bf16p(x), x.numel(), partials, res, !first, s);
+      first = false;
+    }
+    if (first) return 0.0;
+    return rt->fetch_result(res);
+  }
+#endif
+  double total = 0.0;
+  for (const Tensor& x : xs) total += x.numel() ? sum_squares_host(x) : 0.0;
+  return total;
+}
+
+void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index) {
+  VT_CHECK(a.numel() == b.numel());
+  need_float("dot_into", a);
+  need_float("dot_into", b);
+  need_f32("dot_into", out, "the coefficient");
+  VT_CHECK_MSG(index >= 0 && index < out.numel(),
+               "dot_into: coefficient index " << index << " outside " << out.numel());
+  auto d = on("dot_into", {&a, &b, &out});
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    float* dst = f32_of(out) + index;
+    const int64_t n = a.numel();
+    // The fp64 result goes through the shared reduction scratch (stream-ordered, so the next
+    // reduction may reuse it) into the fp32 element.
+    std::lock_guard<std::mutex> lock(rt->scratch_mutex());
+    double* partials = rt->reduction_partials();
+    double* res = rt->reduction_result();
+    if (n == 0) {
+      VT_CUDA_CHECK(cudaMemsetAsync(dst, 0, sizeof(float), s));
+      return;
+    }
+    on_acts(s, [&](auto ap, auto bp) { cuda::dot(ap, bp, n, partials, res, false, s); }, in(a),
+            in(b));
+    cuda::double_to_float(res, dst, s);
+    return;
+  }
+#endif
+  host::f32_of(out)[index] = static_cast<float>(a.numel() ? dot_host(a, b) : 0.0);
+}
+
+void normalize_frobenius(const Tensor& x, double scale, double eps) {
+  need_float("normalize_frobenius", x);
+  if (x.numel() == 0) return;
+  auto d = on("normalize_frobenius", {&x});
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    std::lock_guard<std::mutex> lock(rt->scratch_mutex());
+    double* partials = rt->reduction_partials();
+    double* res = rt->reduction_result();
+    if (x.dtype() == DType::kF32) {
+      cuda::sum_squares(f32p(x), x.numel(), partials, res, false, s);
+      cuda::div_by_norm(f32p(x), x.numel(), res, scale, eps, s);
+    } else {
+      cuda::sum_squares(bf16p(x), x.numel(), partials, res, false, s);
+      cuda::div_by_norm(bf16p(x), x.numel(), res, scale, eps, s);
+    }
+    return;
+  }
+#endif
+  // The host Newton-Schulz's normalization exactly: chunked fp64 sum, division in double.
+  const double dn = std::sqrt(sum_squares_host(x)) * scale + eps;
+  host::InOut xp(x);
+  for (int64_t i = 0; i < x.numel(); ++i)
+    xp.p()[i] = static_cast<float>(static_cast<double>(xp.p()[i]) / dn);
+}
+
+}  // namespace vt::ops

@@ -1,0 +1,51 @@
+// The optimizers' elementwise float maths (core/optim_math.h).
+#include "core/optim_math.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace vt::cpu {
+
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
+                  const AdamWStepArgs& a) {
+  VT_CHECK_MSG(a.t >= 1, "AdamW step count must be >= 1, got " << a.t);
+  const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.t));
+  const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.t));
+  const float decay = static_cast<float>(1.0 - a.lr * a.weight_decay);
+  const float step_size = static_cast<float>(a.lr / bc1);
+  const float inv_bc2 = static_cast<float>(1.0 / bc2);
+  const float b1 = static_cast<float>(a.beta1), omb1 = static_cast<float>(1.0 - a.beta1);
+  const float b2 = static_cast<float>(a.beta2), omb2 = static_cast<float>(1.0 - a.beta2);
+  const float eps = static_cast<float>(a.eps);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = b1 * m[i] + omb1 * gi;
+    const float vi = b2 * v[i] + omb2 * (gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi * inv_bc2) + eps);
+  }
+}
+
+void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momentum) {
+  const float mo = static_cast<float>(momentum);
+  const float om = static_cast<float>(1.0 - momentum);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float bi = mo * buf[i] + om * gi;
+    buf[i] = bi;
+    u[i] = om * gi + mo * bi;
+  }
+}
+
+void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale) {
+  const float decay = static_cast<float>(1.0 - lr * weight_decay);
+  const float step = static_cast<float>(lr * scale);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay - step * x[i];
+}
+
+}  // namespace vt::cpu
