@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_files.h"
 #include "eval/core_bundle.h"
 #include "eval/core_prompts.h"
 #include "eval/py_random.h"

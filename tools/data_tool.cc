@@ -33,6 +33,7 @@
 #include "data/prepare.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_files.h"
 
 namespace {
 using vt::data::Tokenizer;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_format.h"
 #include "checkpoint/ckpt_comm.h"
 #include "checkpoint/h5_file.h"
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "data/tokenizer_files.h"
 
 namespace vt::cli {
 

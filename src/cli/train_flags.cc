@@ -8,6 +8,7 @@
 #include "cli/model_flags.h"
 #include "core/check.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_files.h"
 #include "model/value_path.h"
 #include "parallel/process_grid.h"
 

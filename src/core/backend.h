@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include "core/dtype.h"
 
 namespace vt {
 

@@ -10,18 +10,9 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/dtype.h"
 
 namespace vt {
-
-enum class DType : uint8_t { kF32, kBF16, kI32 };
-enum class Device : uint8_t { kCPU, kCUDA };
-
-size_t dtype_size(DType dt);
-const char* dtype_name(DType dt);
-
-using Shape = std::vector<int64_t>;
-int64_t shape_numel(const Shape& s);
-std::string shape_str(const Shape& s);
 
 class Tensor {
  public:

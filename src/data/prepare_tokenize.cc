@@ -16,6 +16,7 @@
 #include "data/bpe_trainer.h"
 #include "data/prepare_steps.h"
 #include "data/shards.h"
+#include "data/tokenizer_files.h"
 
 namespace vt::data {
 namespace fs = std::filesystem;

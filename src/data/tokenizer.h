@@ -67,12 +67,7 @@ class Tokenizer {
 // The byte tokenizer: 256 byte tokens + `<|bos|>`.
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
-// Loads a .tiktoken ranks file. Every single byte must have a rank (else not every input could be
-// encoded); duplicate tokens or ranks are errors naming the line.
-absl::StatusOr<std::unique_ptr<Tokenizer>> load_tiktoken(const std::string& ranks_path);
-
-// Loads `tokenizer.json` from a data directory (or a path to the JSON file itself).
-absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& datadir_or_file);
+// Reading tokenizers from files: tokenizer_files.h.
 
 // Per-token byte lengths for bits-per-byte, index = id (0 for specials), as token_bytes.bin holds.
 std::vector<int32_t> token_bytes_table(const Tokenizer& tok);

@@ -19,6 +19,7 @@
 #include "plan/memory_estimate.h"
 #include "train/metrics.h"
 #include "train/preflight.h"
+#include "data/tokenizer_files.h"
 
 namespace vt {
 

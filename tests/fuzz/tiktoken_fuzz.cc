@@ -1,6 +1,7 @@
 // Fuzz target: .tiktoken ranks files (data/tokenizer.h load_tiktoken), then encoding and decoding
 // with whatever loads: decode(encode(x)) must give x back.
 #include "data/tokenizer.h"
+#include "data/tokenizer_files.h"
 #include "fuzz_util.h"
 
 using namespace vt;

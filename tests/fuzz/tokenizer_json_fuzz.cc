@@ -2,6 +2,7 @@
 // whatever loads: decode(encode(x)) must give x back.
 #include "data/bpe_trainer.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_files.h"
 #include "fuzz_util.h"
 
 using namespace vt;

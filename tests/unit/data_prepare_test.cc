@@ -10,6 +10,7 @@
 #include "data/prepare.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_files.h"
 #include "nlohmann/json.hpp"
 
 namespace vt::data {

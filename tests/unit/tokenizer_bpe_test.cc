@@ -15,6 +15,7 @@
 #include "data/bpe_trainer.h"
 #include "data/pretokenize.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_files.h"
 
 namespace vt::data {
 namespace {

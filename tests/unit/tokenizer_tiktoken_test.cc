@@ -10,6 +10,7 @@
 
 #include "absl/strings/escaping.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_files.h"
 
 namespace vt::data {
 namespace {
