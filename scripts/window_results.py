@@ -55,7 +55,7 @@ CALIBRATION_NOTE = ("read by `vtrain plan --calibrate FILE` (the --preset entry'
 
 # Profile op -> static report rows.
 # Left: the op names `vtrain train --profile` prints, i.e. the names given to on("...") in
-#   src/core/ops.cc and to op_profile::Scope in src/core/tensor.cc (host_alloc, host_alloc_zeroed,
+#   src/core/ops/*.cc and to op_profile::Scope in src/core/tensor.cc (host_alloc, host_alloc_zeroed,
 #   zero_fill, tensor_copy) and src/optim/muon.cc (newton_schulz: the host Newton-Schulz; on a
 #   device Muon's Newton-Schulz runs through ops::gemm, transpose, normalize_frobenius and copy).
 # Right: the row names of bench/static_report.py, the add("...") calls of step_rows and the

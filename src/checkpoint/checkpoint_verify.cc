@@ -174,62 +174,149 @@ absl::StatusOr<CheckpointMeta> read_meta(const h5::File& f, int format_version) 
   return m;
 }
 
-absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::string& path,
-                         std::string* summary, bool check_states) {
-  // Every return below is agreed on by all ranks (callers go on with collectives).
-  std::vector<std::string> problems;
-  absl::StatusOr<std::vector<std::string>> listed = ck.file.list_datasets();
-  VT_RETURN_IF_ERROR(comm.agree(listed.status()));
-  const std::vector<std::string>& names = *listed;
-  // Structure, as a load checks it: /model against the config's parameter list (shapes were
-  // checked when the file was opened), and the optimizer states a resume reads: all of them
-  // with their parameters' shapes, or none (a model-only checkpoint evaluates and generates).
+namespace {
+
+// What verify_file's structural pass found.
+struct Structure {
+  size_t params = 0;       // parameters the config has
+  bool has_states = false; // the file holds optimizer states
+  size_t states = 0;       // the states a resume reads (counted when they are checked)
+};
+
+// Verify phase 1, the structure as a load checks it: /model against the config's parameter list
+// (shapes were checked when the file was opened), and the optimizer states a resume reads: all
+// of them with their parameters' shapes, or none (a model-only checkpoint evaluates and
+// generates).
+Structure check_structure(const Opened& ck, const std::vector<std::string>& names,
+                          bool check_states, std::vector<std::string>& problems) {
+  Structure out;
   std::set<std::string> present(names.begin(), names.end());
   std::set<std::string> expected;
   for (const auto& [name, shape] : model_datasets(ck.config)) {
     expected.insert(name);
     if (!present.count(name)) problems.push_back(absl::StrCat("missing parameter ", name));
   }
+  out.params = expected.size();
   for (const std::string& n : names)
     if (n.rfind("/model/", 0) == 0 && !expected.count(n))
       problems.push_back(absl::StrCat("unexpected parameter ", n));
-  const bool has_states = std::any_of(names.begin(), names.end(), [](const std::string& n) {
+  out.has_states = std::any_of(names.begin(), names.end(), [](const std::string& n) {
     return n.rfind("/optim/", 0) == 0;
   });
-  size_t states = 0;
-  if (has_states && check_states) {
-    std::set<std::string> want_states;
-    std::vector<std::string> missing_states;
-    for (const auto& [name, shape] : optimizer_datasets(ck.config)) {
-      want_states.insert(name);
-      ++states;
-      if (!present.count(name)) {
-        missing_states.push_back(name);
-        continue;
-      }
-      absl::StatusOr<h5::Dataset> ds = ck.file.open_dataset(name);
-      absl::StatusOr<Shape> held = ds.ok() ? ds->shape() : ds.status();
-      if (held.ok() && *held != shape)
-        problems.push_back(absl::StrCat("optimizer state ", name, " has shape ", shape_str(*held),
-                                        ", its parameter ", shape_str(shape)));
+  if (!out.has_states || !check_states) return out;
+  std::set<std::string> want_states;
+  std::vector<std::string> missing_states;
+  for (const auto& [name, shape] : optimizer_datasets(ck.config)) {
+    want_states.insert(name);
+    ++out.states;
+    if (!present.count(name)) {
+      missing_states.push_back(name);
+      continue;
     }
-    if (!missing_states.empty())
-      problems.push_back(absl::StrCat(
-          "missing optimizer state", missing_states.size() > 1 ? "s " : " ",
-          absl::StrJoin(missing_states.begin(),
-                        missing_states.begin() + std::min<size_t>(missing_states.size(), 8), ", "),
-          missing_states.size() > 8 ? absl::StrCat(" and ", missing_states.size() - 8, " more") : "",
-          " (a resume reads every state of every parameter)"));
-    for (const std::string& n : names)
-      if (n.rfind("/optim/", 0) == 0 && !want_states.count(n))
-        problems.push_back(absl::StrCat("unexpected optimizer state ", n));
+    absl::StatusOr<h5::Dataset> ds = ck.file.open_dataset(name);
+    absl::StatusOr<Shape> held = ds.ok() ? ds->shape() : ds.status();
+    if (held.ok() && *held != shape)
+      problems.push_back(absl::StrCat("optimizer state ", name, " has shape ", shape_str(*held),
+                                      ", its parameter ", shape_str(shape)));
   }
+  if (!missing_states.empty())
+    problems.push_back(absl::StrCat(
+        "missing optimizer state", missing_states.size() > 1 ? "s " : " ",
+        absl::StrJoin(missing_states.begin(),
+                      missing_states.begin() + std::min<size_t>(missing_states.size(), 8), ", "),
+        missing_states.size() > 8 ? absl::StrCat(" and ", missing_states.size() - 8, " more") : "",
+        " (a resume reads every state of every parameter)"));
+  for (const std::string& n : names)
+    if (n.rfind("/optim/", 0) == 0 && !want_states.count(n))
+      problems.push_back(absl::StrCat("unexpected optimizer state ", n));
+  return out;
+}
+
+constexpr int64_t kBlock = int64_t{1} << 22;  // floats per HDF5 read
+
+// Verify phase 2 for a dataset not stored as one contiguous block (a file from another writer):
+// this rank's rows read through HDF5, several per read, or a 2-D row in column pieces (never
+// more than kBlock floats in memory at once), into its checksum terms and non-finite count.
+// Returns a read error; a shape it cannot read this way is a problem instead.
+absl::Status sum_by_rows(const CkptComm& comm, h5::Dataset& ds, const std::string& name,
+                         const Shape& shape, uint64_t& sum, uint64_t& nonfinite,
+                         std::vector<float>& buf, std::vector<std::string>& problems) {
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  const int64_t row = shape.empty() ? 1 : shape_numel(shape) / std::max<int64_t>(rows, 1);
+  if (row > kBlock && shape.size() != 2) {
+    problems.push_back(absl::StrCat(name, " has rows of ", row, " floats in ", shape.size(),
+                                    " dimensions; vtrain reads such rows only from 2-D datasets "
+                                    "or contiguous storage"));
+    return absl::OkStatus();
+  }
+  const int64_t r0 = rows * comm.rank() / comm.size(), r1 = rows * (comm.rank() + 1) / comm.size();
+  const int64_t step = std::max<int64_t>(1, kBlock / std::max<int64_t>(row, 1));
+  const int64_t piece = std::min(row, kBlock);
+  for (int64_t r = r0; r < r1; r += step) {
+    const int64_t n = std::min(step, r1 - r);
+    for (int64_t c = 0; c < row; c += piece) {
+      const int64_t w = row > kBlock ? std::min(piece, row - c) : row;
+      h5::Slab box;
+      if (!shape.empty()) {
+        box.start.assign(shape.size(), 0);
+        box.count = shape;
+        box.start[0] = r;
+        box.count[0] = n;
+        if (row > kBlock) {
+          box.start[1] = c;
+          box.count[1] = w;
+        }
+      }
+      buf.resize(n * w);
+      VT_RETURN_IF_ERROR(ds.read_slab(&box, buf.data(), h5::Transfer::kIndependent));
+      sum += ckpt::checksum_run(buf.data(), r * row + c, n * w);
+      for (float v : buf) nonfinite += !std::isfinite(v);
+      if (row <= kBlock) break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Verify phase 3: the contiguous datasets' slices of this rank, read raw in large reads on a few
+// threads (raw_io.h).
+absl::Status sum_raw(const std::string& path, std::vector<RawRun>& raw, std::vector<uint64_t>& sums,
+                     std::vector<uint64_t>& nonfinite) {
+  if (raw.empty()) return absl::OkStatus();
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return absl::DataLossError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  absl::Status st = read_runs(fd, path, raw, sums, nonfinite, raw_io_threads());
+  ::close(fd);
+  return st;
+}
+
+std::string verify_summary(const Opened& ck, const Structure& st) {
+  return absl::StrCat(
+      ck.format_version >= 2
+          ? "every dataset matches its checksum and holds finite values"
+          : "format 1 stores no checksums: the structure was checked and every dataset holds "
+            "finite values, the data itself could not be checked",
+      "; ", st.params, " parameters",
+      st.has_states ? absl::StrCat(" and their ", st.states, " optimizer states (resumable)")
+                    : std::string(" and no optimizer states (it evaluates and generates; a resume "
+                                  "needs the states)"));
+}
+
+}  // namespace
+
+// The phases: structure, then every dataset split evenly over the ranks and summed (contiguous
+// ones raw, others through HDF5 by rows), then the sums and non-finite counts combined over the
+// ranks and compared with the stored checksums. Every return is agreed on by all ranks (callers
+// go on with collectives).
+absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::string& path,
+                         std::string* summary, bool check_states) {
+  std::vector<std::string> problems;
+  absl::StatusOr<std::vector<std::string>> listed = ck.file.list_datasets();
+  VT_RETURN_IF_ERROR(comm.agree(listed.status()));
+  const std::vector<std::string>& names = *listed;
+  const Structure structure = check_structure(ck, names, check_states, problems);
   std::error_code size_ec;
   const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(path, size_ec));
-  // Checksums: every dataset split evenly over the ranks. A dataset stored as one contiguous
-  // float32 block (every dataset vtrain writes) is read raw, in large reads on a few threads
-  // (raw_io.h); any other (chunked, compact: a file from another writer) through HDF5, by rows.
-  const int64_t kBlock = int64_t{1} << 22;  // floats per HDF5 read
   std::vector<uint64_t> sums(names.size(), 0), nonfinite(names.size(), 0);
   std::vector<std::string> stored(names.size());
   std::vector<RawRun> raw;
@@ -270,53 +357,9 @@ absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::stri
       if (hi > lo) raw.push_back({static_cast<int>(i), at + 4 * lo, lo, hi - lo, nullptr});
       continue;
     }
-    // By rows, several per read, or a 2-D row in column pieces: never more than kBlock floats
-    // in memory at once.
-    const int64_t rows = shape.empty() ? 1 : shape[0];
-    const int64_t row = shape.empty() ? 1 : shape_numel(shape) / std::max<int64_t>(rows, 1);
-    if (row > kBlock && shape.size() != 2) {
-      problems.push_back(absl::StrCat(names[i], " has rows of ", row, " floats in ",
-                                      shape.size(), " dimensions; vtrain reads such rows only "
-                                      "from 2-D datasets or contiguous storage"));
-      continue;
-    }
-    const int64_t r0 = rows * comm.rank() / comm.size(), r1 = rows * (comm.rank() + 1) / comm.size();
-    const int64_t step = std::max<int64_t>(1, kBlock / std::max<int64_t>(row, 1));
-    const int64_t piece = std::min(row, kBlock);
-    for (int64_t r = r0; r < r1 && read_error.ok(); r += step) {
-      const int64_t n = std::min(step, r1 - r);
-      for (int64_t c = 0; c < row && read_error.ok(); c += piece) {
-        const int64_t w = row > kBlock ? std::min(piece, row - c) : row;
-        h5::Slab box;
-        if (!shape.empty()) {
-          box.start.assign(shape.size(), 0);
-          box.count = shape;
-          box.start[0] = r;
-          box.count[0] = n;
-          if (row > kBlock) {
-            box.start[1] = c;
-            box.count[1] = w;
-          }
-        }
-        buf.resize(n * w);
-        read_error = ds.read_slab(&box, buf.data(), h5::Transfer::kIndependent);
-        if (!read_error.ok()) break;
-        sums[i] += ckpt::checksum_run(buf.data(), r * row + c, n * w);
-        for (float v : buf) nonfinite[i] += !std::isfinite(v);
-        if (row <= kBlock) break;
-      }
-    }
+    read_error = sum_by_rows(comm, ds, names[i], shape, sums[i], nonfinite[i], buf, problems);
   }
-  if (read_error.ok() && !raw.empty()) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) {
-      read_error = absl::DataLossError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-    } else {
-      ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-      read_error = read_runs(fd, path, raw, sums, nonfinite, raw_io_threads());
-      ::close(fd);
-    }
-  }
+  if (read_error.ok()) read_error = sum_raw(path, raw, sums, nonfinite);
   VT_RETURN_IF_ERROR(comm.agree(read_error.ok() ? read_error
                                                 : absl::DataLossError(absl::StrCat(
                                                       path, " is unreadable: ", read_error.message()))));
@@ -335,17 +378,7 @@ absl::Status verify_file(const CkptComm& comm, const Opened& ck, const std::stri
                                         ", data ", checksum_hex(sums[i]), ")"));
     }
   }
-  if (summary) {
-    *summary = absl::StrCat(
-        ck.format_version >= 2
-            ? "every dataset matches its checksum and holds finite values"
-            : "format 1 stores no checksums: the structure was checked and every dataset holds "
-              "finite values, the data itself could not be checked",
-        "; ", expected.size(), " parameters",
-        has_states ? absl::StrCat(" and their ", states, " optimizer states (resumable)")
-                   : std::string(" and no optimizer states (it evaluates and generates; a resume "
-                                 "needs the states)"));
-  }
+  if (summary) *summary = verify_summary(ck, structure);
   return comm.agree(problems.empty() ? absl::OkStatus()
                                      : absl::DataLossError(absl::StrCat(
                                            "checkpoint ", path, " is corrupt: ",
