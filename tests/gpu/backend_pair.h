@@ -18,6 +18,24 @@ namespace vt::gputest {
 inline constexpr Device kCPU = Device::kCPU, kGPU = Device::kCUDA;
 inline constexpr DType kF32 = DType::kF32, kBF16 = DType::kBF16;
 
+// A test with the CUDA backend registered as the device backend (skipped without CUDA), removed
+// afterwards: Base is ::testing::Test or a TestWithParam.
+template <class Base>
+class WithCudaBackend : public Base {
+ protected:
+  void SetUp() override {
+    VT_SKIP_WITHOUT_CUDA();
+    set_device_backend(make_cuda_backend());
+    ASSERT_TRUE(has_backend(kGPU));
+  }
+  void TearDown() override {
+    if (has_backend(kGPU)) {
+      backend(kGPU).synchronize();
+      set_device_backend(nullptr);
+    }
+  }
+};
+
 // The same values on both devices.
 struct Pair {
   Tensor c, g;  // CPU, GPU

@@ -24,20 +24,8 @@
 namespace vt::gputest {
 namespace {
 
-// Registers the CUDA backend as the device backend for each test and removes it afterwards.
-class CudaBackendTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    VT_SKIP_WITHOUT_CUDA();
-    set_device_backend(make_cuda_backend());
-    ASSERT_TRUE(has_backend(kGPU));
-  }
-  void TearDown() override {
-    if (has_backend(kGPU)) {
-      backend(kGPU).synchronize();
-      set_device_backend(nullptr);
-    }
-  }
+// The CUDA backend registered as the device backend for each test, removed afterwards.
+class CudaBackendTest : public WithCudaBackend<::testing::Test> {
 };
 
 // ------------------------------------------------------------------------------------------------

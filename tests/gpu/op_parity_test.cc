@@ -681,21 +681,8 @@ const OpRow kOps[] = {
     {"muon", MuonUpdatesMatchCpu},
 };
 
-// Registers the CUDA backend as the device backend for each row and removes it afterwards.
-class OpParity : public ::testing::TestWithParam<OpRow> {
- protected:
-  void SetUp() override {
-    VT_SKIP_WITHOUT_CUDA();
-    set_device_backend(make_cuda_backend());
-    ASSERT_TRUE(has_backend(kGPU));
-  }
-  void TearDown() override {
-    if (has_backend(kGPU)) {
-      backend(kGPU).synchronize();
-      set_device_backend(nullptr);
-    }
-  }
-};
+// The CUDA backend registered as the device backend for each row, removed afterwards.
+class OpParity : public WithCudaBackend<::testing::TestWithParam<OpRow>> {};
 
 TEST_P(OpParity, CpuAndCudaAgree) { GetParam().check(); }
 

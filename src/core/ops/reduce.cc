@@ -48,6 +48,26 @@ double sum_squares_host(const Tensor& x) {
   return s;
 }
 
+#if VTRAIN_HAS_CUDA
+// The runtime's shared fp64 reduction scratch, held for one reduction: kernels use it in stream
+// order, so the next reduction may reuse it once this one's result is read or consumed.
+struct Scratch {
+  std::lock_guard<std::mutex> lock;
+  double* partials;
+  double* res;
+  explicit Scratch(CudaRuntime* rt)
+      : lock(rt->scratch_mutex()), partials(rt->reduction_partials()), res(rt->reduction_result()) {}
+};
+
+// sum(x^2) of an f32 or bf16 device tensor into sc.res (added to it with `accumulate`).
+void sum_squares_into(const Tensor& x, const Scratch& sc, bool accumulate, cudaStream_t s) {
+  if (x.dtype() == DType::kF32)
+    cuda::sum_squares(cuda_acts::f32p(x), x.numel(), sc.partials, sc.res, accumulate, s);
+  else
+    cuda::sum_squares(cuda_acts::bf16p(x), x.numel(), sc.partials, sc.res, accumulate, s);
+}
+#endif
+
 }  // namespace
 
 double dot(const Tensor& a, const Tensor& b) {
@@ -61,13 +81,11 @@ double dot(const Tensor& a, const Tensor& b) {
     using namespace cuda_acts;
     rt->on_device();
     const cudaStream_t s = rt->stream();
-    std::lock_guard<std::mutex> lock(rt->scratch_mutex());
-    double* partials = rt->reduction_partials();
-    double* res = rt->reduction_result();
+    const Scratch sc(rt);
     const int64_t n = a.numel();
-    on_acts(s, [&](auto ap, auto bp) { cuda::dot(ap, bp, n, partials, res, false, s); }, in(a),
-            in(b));
-    return rt->fetch_result(res);
+    on_acts(s, [&](auto ap, auto bp) { cuda::dot(ap, bp, n, sc.partials, sc.res, false, s); },
+            in(a), in(b));
+    return rt->fetch_result(sc.res);
   }
 #endif
   return dot_host(a, b);
@@ -81,15 +99,9 @@ double sum_squares(const Tensor& x) {
   if (CudaRuntime* rt = d.cuda()) {
     using namespace cuda_acts;
     rt->on_device();
-    const cudaStream_t s = rt->stream();
-    std::lock_guard<std::mutex> lock(rt->scratch_mutex());
-    double* partials = rt->reduction_partials();
-    double* res = rt->reduction_result();
-    if (x.dtype() == DType::kF32)
-      cuda::sum_squares(f32p(x), x.numel(), partials, res, false, s);
-    else
-      cuda::sum_squares(bf16p(x), x.numel(), partials, res, false, s);
-    return rt->fetch_result(res);
+    const Scratch sc(rt);
+    sum_squares_into(x, sc, false, rt->stream());
+    return rt->fetch_result(sc.res);
   }
 #endif
   return sum_squares_host(x);
@@ -106,21 +118,15 @@ double sum_squares_list(const std::vector<Tensor>& xs) {
   if (CudaRuntime* rt = backend(xs[0].device()).cuda()) {
     using namespace cuda_acts;
     rt->on_device();
-    const cudaStream_t s = rt->stream();
-    std::lock_guard<std::mutex> lock(rt->scratch_mutex());
-    double* partials = rt->reduction_partials();
-    double* res = rt->reduction_result();
+    const Scratch sc(rt);
     bool first = true;
     for (const Tensor& x : xs) {
       if (x.numel() == 0) continue;
-      if (x.dtype() == DType::kF32)
-        cuda::sum_squares(f32p(x), x.numel(), partials, res, !first, s);
-      else
-        cuda::sum_squares(bf16p(x), x.numel(), partials, res, !first, s);
+      sum_squares_into(x, sc, !first, rt->stream());
       first = false;
     }
     if (first) return 0.0;
-    return rt->fetch_result(res);
+    return rt->fetch_result(sc.res);
   }
 #endif
   double total = 0.0;
@@ -145,16 +151,14 @@ void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index
     const int64_t n = a.numel();
     // The fp64 result goes through the shared reduction scratch (stream-ordered, so the next
     // reduction may reuse it) into the fp32 element.
-    std::lock_guard<std::mutex> lock(rt->scratch_mutex());
-    double* partials = rt->reduction_partials();
-    double* res = rt->reduction_result();
+    const Scratch sc(rt);
     if (n == 0) {
       VT_CUDA_CHECK(cudaMemsetAsync(dst, 0, sizeof(float), s));
       return;
     }
-    on_acts(s, [&](auto ap, auto bp) { cuda::dot(ap, bp, n, partials, res, false, s); }, in(a),
-            in(b));
-    cuda::double_to_float(res, dst, s);
+    on_acts(s, [&](auto ap, auto bp) { cuda::dot(ap, bp, n, sc.partials, sc.res, false, s); },
+            in(a), in(b));
+    cuda::double_to_float(sc.res, dst, s);
     return;
   }
 #endif
@@ -170,16 +174,12 @@ void normalize_frobenius(const Tensor& x, double scale, double eps) {
     using namespace cuda_acts;
     rt->on_device();
     const cudaStream_t s = rt->stream();
-    std::lock_guard<std::mutex> lock(rt->scratch_mutex());
-    double* partials = rt->reduction_partials();
-    double* res = rt->reduction_result();
-    if (x.dtype() == DType::kF32) {
-      cuda::sum_squares(f32p(x), x.numel(), partials, res, false, s);
-      cuda::div_by_norm(f32p(x), x.numel(), res, scale, eps, s);
-    } else {
-      cuda::sum_squares(bf16p(x), x.numel(), partials, res, false, s);
-      cuda::div_by_norm(bf16p(x), x.numel(), res, scale, eps, s);
-    }
+    const Scratch sc(rt);
+    sum_squares_into(x, sc, false, s);
+    if (x.dtype() == DType::kF32)
+      cuda::div_by_norm(f32p(x), x.numel(), sc.res, scale, eps, s);
+    else
+      cuda::div_by_norm(bf16p(x), x.numel(), sc.res, scale, eps, s);
     return;
   }
 #endif
