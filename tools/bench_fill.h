@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -12,12 +13,19 @@
 
 namespace vt::bench {
 
+// At most 4M values are drawn and tiled over the rest: the lm head's 2 GiB operands drawn whole
+// on the host took over a minute (the first GPU window's gemm stage timed out there, 2026-11-26);
+// GEMM and attention timings do not depend on the values repeating.
 inline void fill_random_bf16(__nv_bfloat16* d, size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<__nv_bfloat16> h(n);
+  std::vector<__nv_bfloat16> h(std::min<size_t>(n, size_t(1) << 22));
   for (auto& x : h) x = __float2bfloat16(nd(rng));
-  VT_CUDA_CHECK(cudaMemcpy(d, h.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+  for (size_t at = 0; at < n; at += h.size()) {
+    const size_t count = std::min(h.size(), n - at);
+    VT_CUDA_CHECK(cudaMemcpy(d + at, h.data(), count * sizeof(__nv_bfloat16),
+                             cudaMemcpyHostToDevice));
+  }
 }
 
 }  // namespace vt::bench

@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
     else if (a == "--json") json = v;
     else usage("unknown flag " + a);
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows as they come, also into a log file
   if (vt::cuda::cuda_device_count() == 0) {
     std::fprintf(stderr, "gemm_bench: no CUDA device\n");
     return 1;
