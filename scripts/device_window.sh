@@ -226,7 +226,8 @@ train_run() {
   rm -f "$WORK/$name.jsonl"
   "$B/vtrain" train --data "$WORK/data" --preset "$preset" --value "$value" --seq-len "$seq" \
     --micro-batch "$mb" --global-batch "$gb" --steps "$steps" --warmup 2 --device cuda \
-    --final-eval-tokens 0 --metrics "$WORK/$name.jsonl" --profile 2>&1 | tee "$LOGS/$name.out"
+    --final-eval-tokens 0 --metrics "$WORK/$name.jsonl" --profile ${WINDOW_EXTRA:-} 2>&1 |
+    tee "$LOGS/$name.out"
   local rc=${PIPESTATUS[0]}
   "$PY" "$REPO/scripts/window_numbers.py" train "$WORK/$name.jsonl" "$LOGS/$name.out" \
     "$NUM/$name.json" --preset "$preset" --value "$value" --mb "$mb" --seq "$seq" || rc=1
@@ -234,6 +235,26 @@ train_run() {
 }
 stage_train() { train_run train baseline 16; }
 stage_bov() { train_run bov bov 8; }
+# modes (not in the default list): d24 at micro-batch 8 for each value mode in WINDOW_MODES, then
+# each block shape in WINDOW_BLOCKS (with the baseline value path), as train; a run each, so
+# that one mode's failure costs only its own row.
+stage_modes() {
+  local rc=0 v
+  for v in ${WINDOW_MODES//,/ }; do train_run "mode_$v" "$v" 8 > /dev/null || rc=1; done
+  for v in ${WINDOW_BLOCKS//,/ }; do
+    WINDOW_EXTRA="--block $v" train_run "block_$v" baseline 8 > /dev/null || rc=1
+  done
+  "$PY" - "$NUM" <<'PY'
+import glob, json, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "mode_*.json")) +
+                sorted(glob.glob(os.path.join(sys.argv[1], "block_*.json")))):
+    r = json.load(open(f))
+    print(f"{os.path.basename(f)[:-5]:24s} {r.get('tok_per_s', 0):>10,.0f} tok/s  MFU "
+          f"{100 * r.get('mfu', 0):5.1f}%  peak {r.get('peak_device_bytes', 0) / 2**30:6.1f} GiB  "
+          f"loss {r.get('loss_first', 0):.3f} -> {r.get('loss_last', 0):.3f}")
+PY
+  return $rc
+}
 
 stage_tests() {
   local rc=0 t name rep=$LOGS/tests
@@ -299,12 +320,13 @@ stage_cli() {
   "$PY" "$REPO/scripts/window_numbers.py" cli "$LOGS/cli.xml" "$NUM/cli.json"
   return $s
 }
-export -f stage_facts stage_attention make_data train_run stage_train stage_bov stage_tests \
+export -f stage_facts stage_attention make_data train_run stage_train stage_bov stage_modes \
+  stage_tests \
   stage_gemm stage_torch_peer stage_cli
 
 # --- the run ------------------------------------------------------------------------------------
 declare -A LIMIT=([facts]=150 [attention]=90 [train]=150 [tests]=240 [gemm]=60 [torch_peer]=180
-                  [bov]=120 [cli]=600)
+                  [bov]=120 [cli]=600 [modes]=600)
 # WINDOW_LIMITS="stage=seconds,...": other limits (the global deadline still bounds each).
 IFS=, read -r -a overrides <<< "${WINDOW_LIMITS:-}"
 for o in "${overrides[@]}"; do
