@@ -104,6 +104,14 @@ if ! unpack > "$LOGS/unpack.log" 2>&1 || [ ! -f "$ROOT/MANIFEST" ]; then
 fi
 EMU=$(awk '$1 == "emulated" {print $2}' "$ROOT/MANIFEST")
 echo "emulated=$EMU" >> "$WORK/meta.kv"
+# What ran is the bundle's commit (the device's copy of the checkout may carry an older .git).
+bcommit=$(awk '$1 == "commit" {print $2}' "$ROOT/MANIFEST")
+[ -n "$bcommit" ] && sed -i "s/^commit=.*/commit=$bcommit/" "$WORK/meta.kv"
+# The GPU's name for the summary's first line, also when the facts stage does not run.
+if [ "$EMU" != 1 ] && command -v nvidia-smi > /dev/null; then
+  echo "gpu=$(timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" \
+    >> "$WORK/meta.kv"
+fi
 
 # The machine's CUDA libraries: the toolkit's, else pip's nvidia-* packages'.
 cudalibs=()

@@ -241,7 +241,7 @@ def merge(work: str, numbers_path: str, summary_path: str) -> None:
         if d is not None:
             frags[s] = d
     num.update(frags)
-    gpu = frags.get("facts", {}).get("gpu", "")
+    gpu = frags.get("facts", {}).get("gpu", "") or meta.get("gpu", "")
     if gpu and not gpu.startswith("none") and not emulated:
         num["device"] = gpu
     with open(numbers_path, "w") as f:

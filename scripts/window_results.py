@@ -364,32 +364,54 @@ def gemm_lines(numbers: dict, missing: Missing) -> list[str]:
         subs.append(f"{r.get('name', '?')} {shape}: {fmt(v, '.0f')} vs "
                     f"{fmt(t, '.0f', 'not measured')} ({fmt(ratio, '.2f')}x)")
     if isinstance(s.get("all_tflops"), (int, float)):
-        subs.append(f"FLOP-weighted (one layer + lm_head): vtrain {s['all_tflops']:.0f}")
+        t = s.get("torch_all_tflops")
+        subs.append(f"FLOP-weighted (one layer + lm_head): vtrain {s['all_tflops']:.0f}"
+                    + (f" vs torch {t:.0f} ({s['all_tflops'] / t:.2f}x)"
+                       if isinstance(t, (int, float)) and t else ""))
     return [head + ":"] + ["  - " + x for x in subs]
 
 
 def peer_line(numbers: dict, missing: Missing) -> str:
+    """bench/bench_gpu_vs_torch.py's JSON: `results`, one per preset and mode, each with a `torch`
+    object (tok_s) and a `vtrain` one (tok_s, or an error: with --only torch, as the window runs
+    it, the vtrain side is the train stage's run of the same preset and mode)."""
     s = section(numbers, "torch_peer", missing)
     head = "PyTorch peer, same model"
     if s is None:
         return f"{head}: {not_measured(numbers, 'torch_peer')}"
-    rows = s.get("rows")
-    if not isinstance(rows, list) or not rows:
-        missing.add("torch_peer.rows")
-        return f"{head}: {not_measured(numbers, 'torch_peer')} (no rows)"
+    results = s.get("results")
+    if not isinstance(results, list) or not results:
+        missing.add("torch_peer.results")
+        return f"{head}: {not_measured(numbers, 'torch_peer')} ({s.get('note') or 'no results'})"
+    train = numbers.get("train") if isinstance(numbers.get("train"), dict) else {}
     parts = []
-    for i, r in enumerate(rows):
+    for i, r in enumerate(results):
         if not isinstance(r, dict):
             continue
-        where = f"torch_peer.rows[{i}]"
-        v, t = num(r, "vtrain_tok_s", where, missing), num(r, "torch_tok_s", where, missing)
-        ratio = r.get("ratio") if isinstance(r.get("ratio"), (int, float)) else (
-            v / t if v is not None and t else None)
-        mv, mt = r.get("vtrain_mfu"), r.get("torch_mfu")
+        where = f"torch_peer.results[{i}]"
+        tside = r.get("torch") if isinstance(r.get("torch"), dict) else {}
+        vside = r.get("vtrain") if isinstance(r.get("vtrain"), dict) else {}
+        t = num(tside, "tok_s", where + ".torch", missing)
+        v, mv = vside.get("tok_s"), r.get("vtrain_mfu")
+        if not isinstance(v, (int, float)) and train.get("preset") == r.get("preset") and \
+                train.get("value") == r.get("mode"):
+            v, mv = train.get("tok_per_s"), train.get("mfu")
+        if not isinstance(v, (int, float)):
+            missing.add(where + ".vtrain")
+            v = None
+        ratio = v / t if v is not None and t else None
+        mt = r.get("torch_mfu")
         mfu = (f", MFU {100 * mv:.1f}% vs {100 * mt:.1f}%"
                if isinstance(mv, (int, float)) and isinstance(mt, (int, float)) else "")
+        extra = []
+        if tside.get("attn"):
+            extra.append(f"torch attention {tside['attn']}"
+                         + (", compiled" if tside.get("compiled") else ""))
+        if isinstance(tside.get("peak_bytes"), (int, float)):
+            extra.append(f"torch peak {tside['peak_bytes'] / 2**30:.1f} GiB")
         parts.append(f"{r.get('preset', '?')} {r.get('mode', '?')}: vtrain {fmt(v, ',.0f')} vs "
-                     f"torch {fmt(t, ',.0f')} tok/s ({fmt(ratio, '.2f')}x){mfu}")
+                     f"torch {fmt(t, ',.0f')} tok/s ({fmt(ratio, '.2f')}x){mfu}"
+                     + (f" ({'; '.join(extra)})" if extra else ""))
     return f"{head}: " + "; ".join(parts)
 
 
