@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/model_flags.h"
+#include "cli/recipes.h"
 #include "core/check.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_files.h"
@@ -22,6 +23,10 @@ const CommandSpec& train_command() {
     c.flags = {
         flag_heading("data"),
         required(text_flag("data", "", "a data directory made by `vtrain prepare`")),
+        flag_heading("recipe"),
+        choice_flag("recipe", "vtrain", recipe_names(),
+                    "fill in the flags a paper trained with (flags given by hand win): " +
+                        recipes_help()),
     };
     for (const FlagSpec& m : model_flag_specs()) c.flags.push_back(m);
     for (const FlagSpec& m : std::vector<FlagSpec>{
@@ -126,8 +131,13 @@ const CommandSpec& train_command() {
 std::string train_usage() { return usage(train_command()); }
 
 absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int first) {
-  VT_ASSIGN_OR_RETURN(Flags f, Flags::parse(train_command(), argc, argv, first));
+  std::vector<std::string> args(argv + first, argv + argc);
+  std::vector<std::string> from_recipe;
+  VT_ASSIGN_OR_RETURN(args, expand_recipe(args, &from_recipe));
+  VT_ASSIGN_OR_RETURN(Flags f, Flags::parse(train_command(), args));
   TrainOptions o;
+  o.recipe = f.get_string("recipe");
+  o.recipe_flags = from_recipe;
   o.data_dir = f.get_string("data");
   if (!std::filesystem::is_directory(o.data_dir))
     return absl::NotFoundError(absl::StrCat("--data ", o.data_dir,

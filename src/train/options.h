@@ -70,6 +70,8 @@ struct TrainOptions {
   bool allow_other_data = false;  // resume on data other than the checkpoint's (fingerprint)
   bool async_save = false;  // write checkpoints in the background (train/checkpoint_writer.h)  // start even when the estimate exceeds free memory
   std::string on_nonfinite = "stop";  // stop | skip-step
+  std::string recipe = "vtrain";           // --recipe (cli/recipes.h)
+  std::vector<std::string> recipe_flags;   // the flags it filled in, "--flag value"
   int64_t max_nonfinite_steps = 3;    // skip-step: stop after this many in a row
 
   int64_t tokens_per_micro() const { return static_cast<int64_t>(micro_batch) * model.seq_len; }

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "core/backend.h"
@@ -137,6 +138,9 @@ void Trainer::print_banner() const {
               whole_params / 1e6, block_shape_name(cfg.block), cfg.norm_none ? " (no norms)" : "",
               cfg.attn_bias.empty() ? "" : (" + " + cfg.attn_bias).c_str(),
               value_mode_name(cfg.value_mode), cfg.dense ? " + DenseFormer" : "");
+  if (o_.recipe != "vtrain" || !o_.recipe_flags.empty())
+    std::printf("recipe: %s%s%s\n", o_.recipe.c_str(), o_.recipe_flags.empty() ? "" : " set ",
+                absl::StrJoin(o_.recipe_flags, " ").c_str());
   std::string layers;
   for (const auto& [b, e] : run_->chunks) absl::StrAppend(&layers, layers.empty() ? "" : ", ", b, "..", e - 1);
   std::printf("layout: %d ranks = dp %d x tp %d x pp %d%s | this stage: layers %s, %.2fM params\n",
