@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ablate_match  # noqa: E402  (launch/ablate_match.py)
 import paired_stats  # noqa: E402  (launch/paired_stats.py)
 import run_metrics  # noqa: E402  (launch/run_metrics.py)
 
@@ -107,6 +108,11 @@ def parse_args(argv: list[str]):
                         "(exit status stays non-zero)")
     p.add_argument("--warmup-steps", type=int, default=None,
                    help="train steps ignored when taking the median tok/s (default: min(5, steps/4))")
+    p.add_argument("--match", choices=("params", "flops"), default=None,
+                   help="add a matched control per arm: the reference arm widened to the arm's "
+                        "parameters (params) or run longer to its training FLOPs (flops); the "
+                        "table gains each arm's paired delta against its control "
+                        "(launch/ablate_match.py says how)")
     p.add_argument("--expect", default=None,
                    help="published direction of arms against the reference, ARM=better|worse,... "
                         "(adds to or overrides launch/paired_stats.py PUBLISHED); the verdict "
@@ -125,11 +131,14 @@ def parse_args(argv: list[str]):
     for what, arms in (("--modes", modes), ("--blocks", blocks)):
         if arms and len(set(arms)) != len(arms):
             p.error(f"{what} lists an arm twice: {arms}")
-    args.arms = []  # (label, value-mode arm, block arm or None)
+    args.arms = []  # (label, value-mode arm, block arm or None, matched Control or None)
     for m in modes or ["baseline"]:
         for b in blocks or [None]:
             label = m if blocks is None else (b if modes is None else f"{m}@{b}")
-            args.arms.append((label, m, b))
+            args.arms.append((label, m, b, None))
+    labels = [a[0] for a in args.arms]
+    if args.reference is not None and args.reference not in labels:
+        p.error(f"--reference {args.reference} is not one of the arms: {', '.join(labels)}")
     try:
         args.seeds = [int(x) for x in split(args.seeds)] if args.seeds else [args.seed]
         args.depths = [int(x) for x in split(args.depths)] if args.depths else [None]
@@ -139,6 +148,11 @@ def parse_args(argv: list[str]):
         p.error("--seeds / --depths list a value twice")
     if any(d is not None and d < 1 for d in args.depths):
         p.error("--depths must be >= 1")
+    if args.match and len(args.depths) > 1:
+        p.error("--match takes one depth (the matched width or steps depend on it); run one "
+                "ablation per depth")
+    if args.match and len(args.arms) < 2:
+        p.error("--match needs an arm besides the reference")
     if args.depths != [None] and any(a.split("=", 1)[0] == "--layers" for a in extra):
         p.error("--layers after `--` conflicts with --depths")
     if args.steps < 1:
@@ -158,6 +172,8 @@ def parse_args(argv: list[str]):
         args.eval_every = max(1, args.steps // 10)
     if args.warmup_steps is None:
         args.warmup_steps = min(5, args.steps // 4)
+    args.matched = {}  # --match: arm label -> its control's label (None: the reference matches)
+    args.train_flags = {}
     args.expectations = {k: v[0] for k, v in paired_stats.PUBLISHED.items()}
     for item in split(args.expect) or []:
         arm, _, way = item.partition("=")
@@ -168,6 +184,57 @@ def parse_args(argv: list[str]):
 
 
 # ----------------------------------------------------------------------------- one run
+
+def reference_label(labels: list[str], reference: str | None) -> str:
+    """The arm the others are compared with: --reference, else baseline, prenorm or the first."""
+    return reference or next((a for a in ("baseline", "prenorm") if a in labels), labels[0])
+
+
+def model_args(arm: tuple, depth, extra: list[str]) -> list[str]:
+    """The `vtrain train` flags that shape an arm's model (ablate.py's own flags left out)."""
+    _, mode_arm, block_arm, _ = arm
+    out = arm_flags(mode_arm, "--value")
+    if block_arm is not None:
+        out += arm_flags(block_arm, "--block")
+    if depth is not None:
+        out += ["--layers", str(depth)]
+    return out + list(extra)
+
+
+def add_controls(args) -> list[ablate_match.Control]:
+    """--match: a control arm per arm that differs from the reference (ablate_match.py)."""
+    meta = json.loads((Path(args.data) / "meta.json").read_text())
+    vocab = int(meta["tokenizer"]["vocab_size"])
+    facts = ablate_match.ModelFacts(args.vtrain, vocab)
+    args.train_flags = facts.train_flags
+    ref_label = reference_label([a[0] for a in args.arms], args.reference)
+    ref = next(a for a in args.arms if a[0] == ref_label)
+    depth = args.depths[0]
+    ref_args = model_args(ref, depth, args.extra)
+    controls, made = [], {}
+    for arm in list(args.arms):
+        if arm is ref:
+            continue
+        arm_args = model_args(arm, depth, args.extra)
+        try:
+            if args.match == "params":
+                c = ablate_match.params_control(facts, ref_args, arm_args, arm[0], ref_label)
+            else:
+                c = ablate_match.flops_control(facts, ref_args, arm_args, arm[0], ref_label,
+                                               args.steps)
+        except ablate_match.MatchError as e:
+            raise AblateError(f"--match {args.match}: {e}") from None
+        if c.label is not None:  # arms with the same match share one control run
+            key = (tuple(sorted(c.overrides.items())), c.steps)
+            if key in made:
+                c.label = made[key]
+            else:
+                made[key] = c.label
+                args.arms.append((c.label, ref[1], ref[2], c))
+        args.matched[arm[0]] = c.label
+        controls.append(c)
+    return controls
+
 
 def arm_flags(arm: str, flag: str) -> list[str]:
     """`NAME+a=1+b` -> [flag, NAME, --a, 1, --b]."""
@@ -183,9 +250,14 @@ class Run:
     """One `vtrain train` subprocess for one (arm, depth, seed), with its live progress."""
 
     def __init__(self, arm: tuple, depth, seed: int, args, out: Path):
-        label, mode_arm, block_arm = arm
+        label, mode_arm, block_arm, control = arm
         self.arm, self.depth, self.seed = label, depth, seed
-        name = label.replace("@", "_at_").replace("+", "_").replace("=", "-")
+        name = (label.replace("@", "_at_").replace("+", "_").replace("=", "-")
+                .replace("~", "_matched_").replace(":", "_"))
+        steps = control.steps if control is not None and control.steps else args.steps
+        extra = list(args.extra)
+        if control is not None and control.overrides:
+            extra = ablate_match.with_overrides(extra, control.overrides, args.train_flags)
         if depth is not None and len(args.depths) > 1:
             name += f"_L{depth}"
         if len(args.seeds) > 1:
@@ -199,11 +271,11 @@ class Run:
             self.cmd += arm_flags(block_arm, "--block")
         if depth is not None:
             self.cmd += ["--layers", str(depth)]
-        self.cmd += ["--steps", str(args.steps), "--seed", str(seed),
+        self.cmd += ["--steps", str(steps), "--seed", str(seed),
                      "--eval-every", str(args.eval_every), "--metrics", str(self.metrics)]
         if self.ckpt is not None:
             self.cmd += ["--ckpt-dir", str(self.ckpt)]
-        self.cmd += args.extra
+        self.cmd += extra
         self.env = dict(os.environ)
         if args.threads is not None:
             self.env.update(OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS="1")
@@ -211,7 +283,7 @@ class Run:
         self.thread: threading.Thread | None = None
         self.lines: list[str] = []
         self.step = 0
-        self.total = args.steps
+        self.total = steps
         self.loss = float("nan")
         self.tok_s = ""
         self.val_bpb = float("nan")
@@ -392,26 +464,41 @@ def paired(g: dict, ref: dict | None, expectations: dict) -> dict | None:
             "verdict": paired_stats.verdict(lo, hi, expectations.get(g["arm"]))}
 
 
+def paired_cells(pr: dict | None) -> tuple[str, str]:
+    """(paired delta [95% CI] (seeds), verdict) cells of a paired comparison."""
+    ci = ("" if math.isnan(pr["low"])
+          else f" [{fmt(pr['low'], '+.4f')}, {fmt(pr['high'], '+.4f')}]")
+    return f"{fmt(pr['mean'], '+.4f')}{ci} ({pr['n']})", pr["verdict"]
+
+
 def table(rows: list[dict], reference: str | None = None,
-          expectations: dict | None = None) -> tuple[str, str]:
+          expectations: dict | None = None, matched: dict | None = None) -> tuple[str, str]:
     """Markdown table (mean +- sample std over seeds), the paired delta of each arm against the
-    reference with its 95% interval and verdict, and the reference arm (per depth)."""
+    reference with its 95% interval and verdict, and the reference arm (per depth). With
+    `matched` (--match: arm -> its control's label, None where the reference matches it), two
+    more columns: the paired delta against the matched control and its verdict."""
     expectations = expectations or {}
+    matched = matched or {}
     groups = group(rows)
     arms = [g["arm"] for g in groups]
-    ref_name = reference or next((a for a in ("baseline", "prenorm") if a in arms), arms[0])
+    ref_name = reference_label(arms, reference)
     seeds = max(len(g["runs"]) for g in groups)
     spread = seeds > 1
     pm = " +- std" if spread else ""
     head = (f"| run | depth | params | final val loss{pm} | final val bpb{pm} | "
             f"delta bpb vs {ref_name} | tok/s{pm} | ms/step | speed vs {ref_name} | "
             f"paired delta bpb [95% CI] (seeds) | verdict |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    rule = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    if matched:
+        head += " paired delta bpb vs matched control [95% CI] (seeds) | verdict (matched) |"
+        rule += "---:|---|"
+    lines = [head, rule]
+    extra_fail = " - | - |" if matched else ""
     for g in groups:
         depth = "-" if g["depth"] is None else str(g["depth"])
         if not g["ok"]:
             lines.append(f"| {g['arm']} | {depth} | {fmt_params(g['params'])} | failed | failed "
-                         f"| - | - | - | - | - | - |")
+                         f"| - | - | - | - | - | - |{extra_fail}")
             continue
         ref = next((h for h in groups if h["arm"] == ref_name and h["depth"] == g["depth"]), None)
         def ms(v):
@@ -423,12 +510,27 @@ def table(rows: list[dict], reference: str | None = None,
         if pr is None:
             pcell, vcell = "-", "reference" if g["arm"] == ref_name else "-"
         else:
-            ci = ("" if math.isnan(pr["low"])
-                  else f" [{fmt(pr['low'], '+.4f')}, {fmt(pr['high'], '+.4f')}]")
-            pcell, vcell = f"{fmt(pr['mean'], '+.4f')}{ci} ({pr['n']})", pr["verdict"]
-        lines.append(f"| {g['arm']} | {depth} | {fmt_params(g['params'])} | {ms(g['val_loss'])} | "
-                     f"{ms(g['val_bpb'])} | {fmt(delta, '+.4f')} | {tok} | "
-                     f"{fmt(g['ms_step'], '.1f')} | {fmt(speed, '.3f')}x | {pcell} | {vcell} |")
+            pcell, vcell = paired_cells(pr)
+        line = (f"| {g['arm']} | {depth} | {fmt_params(g['params'])} | {ms(g['val_loss'])} | "
+                f"{ms(g['val_bpb'])} | {fmt(delta, '+.4f')} | {tok} | "
+                f"{fmt(g['ms_step'], '.1f')} | {fmt(speed, '.3f')}x | {pcell} | {vcell} |")
+        if matched:
+            mcell, mv = "-", "-"
+            if g["arm"] in matched:
+                ctl_name = matched[g["arm"]]
+                if ctl_name is None:  # the reference is its match (ablate_match.Control)
+                    mcell, mv = (pcell + " (= reference)", vcell) if pr else ("-", "-")
+                else:
+                    ctl = next((h for h in groups if h["arm"] == ctl_name
+                                and h["depth"] == g["depth"]), None)
+                    if ctl is None or not ctl["ok"]:
+                        mcell, mv = "control failed", "-"
+                    else:
+                        mcell, mv = paired_cells(paired(g, ctl, expectations))
+            elif "~" in g["arm"]:
+                mcell, mv = "(a control)", "-"
+            line += f" {mcell} | {mv} |"
+        lines.append(line)
     return "\n".join(lines), ref_name
 
 
@@ -561,6 +663,10 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # Seed-major order: the arms alternate (a, b, c, a, b, c, ...), so that a change of the
     # machine's load during the ablation spreads over every arm instead of favouring some.
+    controls = add_controls(args) if args.match else []
+    for c in controls:
+        print(f"ablate: --match {args.match}: {c.arm}: "
+              + (f"control {c.label} = " if c.label else "no control run: ") + c.why, flush=True)
     runs = [Run(a, d, seed, args, out) for d in args.depths for seed in args.seeds for a in args.arms]
     print(f"ablate: {len(args.arms)} arms x {len(args.depths)} depth(s) x {len(args.seeds)} "
           f"seed(s) = {len(runs)} runs of {args.steps} steps, seeds {args.seeds}, data {args.data}, "
@@ -581,7 +687,7 @@ def main(argv: list[str]) -> int:
           "returncode": r.returncode} for r in runs], indent=1))
 
     rows = [summarize(r, args) for r in runs if r.returncode is not None]
-    md, ref = table(rows, args.reference, args.expectations)
+    md, ref = table(rows, args.reference, args.expectations, args.matched)
     tokens = max((r["tokens"] for r in rows), default=0)
     budget = (f"{args.steps} steps, {tokens:,} training tokens per run, "
               f"seed{'s' if len(args.seeds) > 1 else ''} {','.join(map(str, args.seeds))}, "
@@ -611,6 +717,10 @@ def main(argv: list[str]) -> int:
         f"- tok/s: median of per-step training throughput after {args.warmup_steps} warm-up "
         f"steps; runs were {'sequential' if args.jobs == 1 else f'{args.jobs} at a time'}"
         + (f", {args.threads} thread(s) each" if args.threads else ""),
+        *([f"- matched controls (--match {args.match}, launch/ablate_match.py): "
+            + "; ".join(f"`{c.arm}`: " + (f"`{c.label}` = " if c.label else "") + c.why
+                        for c in controls)]
+          if args.match else []),
         f"- command: `{cmdline}`", "", md, "",
         "![val bpb vs step](ablate.png)", ""]
     (out / "ablate.md").write_text("\n".join(doc))

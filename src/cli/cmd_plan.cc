@@ -96,6 +96,10 @@ const CommandSpec& plan_command() {
                        "value tables (bov, bov-add, value-embed) with their gradients and AdamW "
                        "states in host memory, as `train --table-offload`"),
              bool_flag("json", "one JSON object per line instead of the report"),
+             bool_flag("model-only",
+                       "only the model's facts: parameters, FLOPs per token and its shape (no "
+                       "--tokens needed; with --json one object, as launch/ablate.py --match "
+                       "reads it)"),
          })
       c.flags.push_back(f);
     c.epilog =
@@ -186,9 +190,10 @@ absl::StatusOr<plan::PlanInput> plan_input(const Flags& f) {
   if (f.has("vocab")) m.vocab_size = static_cast<int>(f.get_int("vocab"));
   VT_RETURN_IF_ERROR(m.finalize());
   in.cfg = m;
-  if (!f.has("tokens") && !f.get_bool("memory-only"))
+  if (!f.has("tokens") && !f.get_bool("memory-only") && !f.get_bool("model-only"))
     return absl::InvalidArgumentError(
-        "--tokens is required (the token budget, e.g. 200e9), but with --layout --memory-only");
+        "--tokens is required (the token budget, e.g. 200e9), but with --layout --memory-only "
+        "or --model-only");
   in.tokens = f.has("tokens") ? f.get_double("tokens") : 1;
   in.global_batch = f.get_int("global-batch");
   in.gpus = static_cast<int>(f.get_int("gpus"));
@@ -269,6 +274,12 @@ int cmd_plan(int argc, char** argv) {
   if (!f.ok()) return report_error("plan", std::string(f.status().message()).c_str());
   absl::StatusOr<plan::PlanInput> in = plan_input(*f);
   if (!in.ok()) return report_error("plan", std::string(in.status().message()).c_str());
+  if (f->get_bool("model-only")) {
+    if (f->has("layout"))
+      return report_error("plan", "--model-only takes no --layout (it plans no layout)");
+    std::printf("%s", plan::model_facts(*in, f->get_bool("json")).c_str());
+    return 0;
+  }
   if (f->has("micro-batch") && !f->has("layout"))
     return report_error("plan", "--micro-batch applies only with --layout TP,PP,DP");
   if (f->get_bool("memory-only") && !f->has("layout"))

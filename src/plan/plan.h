@@ -126,6 +126,10 @@ absl::StatusOr<std::vector<Layout>> enumerate_layouts(const PlanInput& in);
 
 // The model's totals (params, flops_per_token, checkpoint); no layouts.
 Plan model_totals(const PlanInput& in);
+// `vtrain plan --model-only`: the model's shape, parameters and FLOPs per token, as one line of
+// text or (json) one JSON object {params, flops_per_token, layers, dim, heads, kv_heads,
+// head_dim, seq_len, vocab, value, block}.
+std::string model_facts(const PlanInput& in, bool json);
 
 // All of the above; refuses when nothing fits, saying the smallest need and what would fit.
 absl::StatusOr<Plan> make_plan(const PlanInput& in);

@@ -17,14 +17,19 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-std::string header(const PlanInput& in, const Plan& p) {
+std::string model_line(const PlanInput& in, const Plan& p) {
   const ModelConfig& c = in.cfg;
-  std::string s = absl::StrFormat(
+  return absl::StrFormat(
       "model: L%d d%d heads %d/%d kv x hd %d, T %d, vocab %d, %s, %s: %.3g B parameters, "
       "%.3g GFLOP per token (model FLOPs, as MFU counts them)\n",
       c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.seq_len, c.vocab_size,
       value_mode_name(c.value_mode), block_shape_name(c.block), p.params / 1e9,
       p.flops_per_token / 1e9);
+}
+
+std::string header(const PlanInput& in, const Plan& p) {
+  const ModelConfig& c = in.cfg;
+  std::string s = model_line(in, p);
   absl::StrAppendFormat(
       &s, "run: %.4g B tokens, global batch %d tokens (%d rows), %d x %s (%.1f GiB, %.0f TFLOP/s "
           "bf16), %d per node\n",
@@ -205,6 +210,19 @@ std::string layout_json(const LayoutPlan& l) {
                       {"tp_comm_s", l.tp_comm_s}, {"step_s", l.step_s},
                       {"tok_per_s", l.tok_per_s}, {"days", l.days}, {"gpu_hours", l.gpu_hours}};
   return j.dump();
+}
+
+std::string model_facts(const PlanInput& in, bool json) {
+  const Plan p = model_totals(in);
+  if (!json) return model_line(in, p);
+  const ModelConfig& c = in.cfg;
+  const nlohmann::json j = {{"params", p.params},       {"flops_per_token", p.flops_per_token},
+                            {"layers", c.n_layer},      {"dim", c.n_embd},
+                            {"heads", c.n_head},        {"kv_heads", c.n_kv_head},
+                            {"head_dim", c.head_dim},   {"seq_len", c.seq_len},
+                            {"vocab", c.vocab_size},    {"value", value_mode_name(c.value_mode)},
+                            {"block", block_shape_name(c.block)}};
+  return j.dump() + "\n";
 }
 
 }  // namespace vt::plan

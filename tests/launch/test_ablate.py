@@ -129,3 +129,71 @@ def test_reserved_flags_are_refused(data_dir, tmp_path):
     r = run_ablate("--data", data_dir, "--modes", "baseline", "--steps", 2, "--out", tmp_path,
                    "--", "--seed", "3")
     assert r.returncode == 2 and "--seed after `--` is set by ablate.py" in r.stderr
+
+
+def table_rows(md: str) -> dict[str, list[str]]:
+    return {c[0]: c for c in ([x.strip() for x in l.strip("|").split("|")] for l in md.splitlines()
+                              if l.startswith("| ") and not l.startswith("| run"))}
+
+
+def test_match_params_adds_a_widened_control_and_its_paired_column(data_dir, tmp_path):
+    # bov carries value tables: the control is baseline widened to bov's parameter count, and
+    # the parameter counts read back from the checkpoints (not from the planner ablate_match
+    # used) put the control nearer bov than the baseline is.
+    out = tmp_path / "match"
+    r = run_ablate("--data", data_dir, "--modes", "baseline,bov", "--seeds", "1,2", "--steps", 3,
+                   "--eval-every", 3, "--match", "params", "--out", out, "--", *TINY,
+                   timeout=240)
+    assert r.returncode == 0, f"ablate.py failed:\n{r.stdout}\n{r.stderr}"
+    md = (out / "ablate.md").read_text()
+    rows = table_rows(md)
+    assert list(rows) == ["baseline", "bov", "baseline~params:bov"], md
+    header = next(l for l in md.splitlines() if l.startswith("| run"))
+    assert "paired delta bpb vs matched control" in header and "verdict (matched)" in header
+    p = {k: float(v[2][:-1]) for k, v in rows.items()}
+    assert abs(p["baseline~params:bov"] - p["bov"]) < abs(p["baseline"] - p["bov"]) / 4, md
+    # bov's matched cell: a paired delta over both seeds, and a verdict.
+    assert rows["bov"][11].endswith("(2)") and rows["bov"][12] != "-", rows["bov"]
+    assert rows["baseline~params:bov"][11] == "(a control)"
+    runs = json.loads((out / "runs.json").read_text())
+    ctl = next(x["cmd"] for x in runs if x["arm"] == "baseline~params:bov")
+    assert ctl.count("--dim") == 1 and ctl[ctl.index("--value") + 1] == "baseline"
+    assert int(ctl[ctl.index("--dim") + 1]) > 64
+    assert "matched controls (--match params" in md and "`baseline~params:bov` = " in md
+
+
+def test_match_flops_runs_the_reference_longer(data_dir, tmp_path):
+    # The control's step count is steps x (FLOPs per token of the arm / of baseline), the FLOPs
+    # per token as `vtrain train` counts them for its MFU (mfu / tok_per_s is FLOPs per token
+    # over the same peak), not from the planner ablate_match.py asked.
+    out = tmp_path / "flops"
+    # svformer drops the value projection of its target layers: fewer FLOPs per token.
+    r = run_ablate("--data", data_dir, "--modes", "baseline,svformer", "--steps", 40,
+                   "--eval-every", 40, "--match", "flops", "--out", out, "--", *TINY,
+                   timeout=240)
+    assert r.returncode == 0, f"ablate.py failed:\n{r.stdout}\n{r.stderr}"
+    runs = json.loads((out / "runs.json").read_text())
+    ctl = next(x["cmd"] for x in runs if x["arm"] == "baseline~flops:svformer")
+    steps = int(ctl[ctl.index("--steps") + 1])
+    recs = {a: [json.loads(l) for l in (out / f"{n}.jsonl").read_text().splitlines() if l]
+            for a, n in (("baseline", "baseline"), ("svformer", "svformer"))}
+    def fpt(a):
+        return next(x["mfu"] / x["tok_per_s"] for x in recs[a] if "mfu" in x)
+    assert steps == round(40 * fpt("svformer") / fpt("baseline")) != 40
+    # value-embed costs (to rounding) what baseline does: no control run, and the reason given.
+    r = run_ablate("--data", data_dir, "--modes", "baseline,value-embed", "--steps", 4,
+                   "--eval-every", 4, "--match", "flops", "--out", tmp_path / "same", "--", *TINY)
+    assert r.returncode == 0, r.stderr
+    assert "value-embed: no control run" in r.stdout and "is the match" in r.stdout, r.stdout
+
+
+def test_match_is_refused_where_it_cannot_apply(data_dir, tmp_path):
+    r = run_ablate("--data", data_dir, "--modes", "baseline,bov", "--depths", "1,2", "--steps", 2,
+                   "--match", "params", "--out", tmp_path / "a", "--", *TINY[2:])
+    assert r.returncode == 2 and "--match takes one depth" in r.stderr
+    r = run_ablate("--data", data_dir, "--modes", "baseline", "--steps", 2, "--match", "flops",
+                   "--out", tmp_path / "b", "--", *TINY)
+    assert r.returncode == 2 and "--match needs an arm besides the reference" in r.stderr
+    r = run_ablate("--data", data_dir, "--modes", "baseline,bov", "--steps", 2, "--match", "size",
+                   "--out", tmp_path / "c", "--", *TINY)
+    assert r.returncode == 2 and "invalid choice: 'size'" in r.stderr
