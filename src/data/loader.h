@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
+#include "data/batch_source.h"
 #include "data/shards.h"
 #include "nlohmann/json.hpp"
 
@@ -41,7 +42,7 @@ struct Batch {
   Tensor targets;  // (B_local, T) i32
 };
 
-class DataLoader {
+class DataLoader : public BatchSource {
  public:
   // Opens the `split` ("train" or "val") of `data_dir`: the shards meta.json lists, or without
   // meta.json every *.bin whose name has `split` as an '_'-separated part (llm.c data dirs).
@@ -52,21 +53,21 @@ class DataLoader {
   absl::StatusOr<Batch> next_batch(int64_t global_rows, int64_t seq_len, int dp_rank, int dp_size);
   // The same into caller buffers of B_local*T int32 each.
   absl::Status next_batch_into(int64_t global_rows, int64_t seq_len, int dp_rank, int dp_size,
-                               int32_t* inputs, int32_t* targets);
+                               int32_t* inputs, int32_t* targets) override;
 
   const LoaderState& state() const { return state_; }
   // Resumes from a state (validated against this split's shards).
   absl::Status set_state(const LoaderState& s);
   // The state as JSON, with the split's shape for checking on restore:
   // {"split", "epoch", "shard", "offset", "shuffle", "seed", "num_shards", "tokens_per_epoch"}.
-  nlohmann::json state_json() const;
-  absl::Status load_state_json(const nlohmann::json& j);
+  nlohmann::json state_json() const override;
+  absl::Status load_state_json(const nlohmann::json& j) override;
 
   const std::string& split() const { return split_; }
-  int64_t vocab_size() const { return vocab_size_; }
+  int64_t vocab_size() const override { return vocab_size_; }
   int64_t num_shards() const { return static_cast<int64_t>(shards_.size()); }
-  int64_t tokens_per_epoch() const { return total_tokens_; }
-  const std::vector<std::string>& shard_paths() const { return paths_; }
+  int64_t tokens_per_epoch() const override { return total_tokens_; }
+  const std::vector<std::string>& shard_paths() const override { return paths_; }
 
  private:
   // File index of the shard at position k of an epoch's order.
