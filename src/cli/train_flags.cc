@@ -8,6 +8,7 @@
 #include "cli/model_flags.h"
 #include "cli/recipes.h"
 #include "core/check.h"
+#include "data/mixture.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_files.h"
 #include "model/value_path.h"
@@ -22,7 +23,14 @@ const CommandSpec& train_command() {
     c.synopsis = "vtrain train --data DATADIR [options]   (under mpirun for dp x tp x pp)";
     c.flags = {
         flag_heading("data"),
-        required(text_flag("data", "", "a data directory made by `vtrain prepare`")),
+        required(text_flag("data", "",
+                           "a data directory made by `vtrain prepare`, or a mixture of several: "
+                           "NAME=DIR:WEIGHT,... or a .json file (docs/usage.md \"Data "
+                           "mixtures\")")),
+        list_flag("data-stage",
+                  "TOKENS:NAME=WEIGHT,...: the mixture's weights from that many training "
+                  "tokens on (e.g. 180e9:web=0.3,code=0.2,books=0.5; sources not named weigh 0); "
+                  "repeat for more stages"),
         flag_heading("recipe"),
         choice_flag("recipe", "vtrain", recipe_names(),
                     "fill in the flags a paper trained with (flags given by hand win): " +
@@ -138,10 +146,11 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   TrainOptions o;
   o.recipe = f.get_string("recipe");
   o.recipe_flags = from_recipe;
-  o.data_dir = f.get_string("data");
-  if (!std::filesystem::is_directory(o.data_dir))
-    return absl::NotFoundError(absl::StrCat("--data ", o.data_dir,
-                                            " is not a directory; make one with `vtrain prepare`"));
+  VT_ASSIGN_OR_RETURN(o.data, data::parse_data_spec(f.get_string("data"),
+                                                    f.has("data-stage") ? f.get_list("data-stage")
+                                                                        : std::vector<std::string>{}));
+  VT_RETURN_IF_ERROR(data::check_same_tokenizer(o.data));
+  o.data_dir = o.data.sources.front().dir;
   VT_ASSIGN_OR_RETURN(ModelConfig m, model_config_from_flags(f));
   // Vocabulary from the data directory's tokenizer.
   VT_ASSIGN_OR_RETURN(auto tok, data::load_tokenizer(o.data_dir));

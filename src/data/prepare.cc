@@ -348,13 +348,16 @@ const CommandSpec& prepare_command() {
     c.name = "vtrain prepare";
     c.synopsis =
         "vtrain prepare --input FILE|DIR|'GLOB'|- [more ...] --out DATADIR\n"
-        "                      --tokenizer bytes|bpe:N|tiktoken:FILE [options]";
+        "                      --tokenizer bytes|bpe:N|tiktoken:FILE|from:DATADIR [options]";
     c.flags = {
         required(list_flag("input",
                            "files, directories, quoted globs ('shards/*.jsonl.zst'), or - (stdin); "
                            ".gz and .zst inputs are decompressed (told by their first bytes)")),
         required(text_flag("out", "", "the data directory to write")),
-        required(text_flag("tokenizer", "", "bytes, bpe:N (trained here) or tiktoken:FILE")),
+        required(text_flag("tokenizer", "",
+                           "bytes, bpe:N (trained here), tiktoken:FILE, or from:DATADIR (that "
+                           "data directory's tokenizer, or a tokenizer.json: the sources of a "
+                           "mixture share one)")),
         choice_flag("format", "auto", {"auto", "jsonl", "text"},
                     "auto: .jsonl/.json/.ndjson[.gz|.zst] and stdin are JSON lines (one document "
                     "per record), other files one document each"),

@@ -60,9 +60,17 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> build_tokenizer(const PrepareContext&
   const std::string& spec = ctx.opts->tokenizer;
   if (spec == "bytes") return make_byte_tokenizer();
   if (spec.rfind("tiktoken:", 0) == 0) return load_tiktoken(spec.substr(9));
+  if (spec.rfind("from:", 0) == 0) {  // another data directory's tokenizer (or its file)
+    auto tok = load_tokenizer(spec.substr(5));
+    if (!tok.ok())
+      return absl::Status(tok.status().code(),
+                          absl::StrCat("--tokenizer ", spec, ": ", tok.status().message()));
+    return tok;
+  }
   if (spec.rfind("bpe:", 0) != 0)
     return absl::InvalidArgumentError(absl::StrCat(
-        "unknown --tokenizer '", spec, "'; use bytes, bpe:N (e.g. bpe:4096) or tiktoken:FILE"));
+        "unknown --tokenizer '", spec,
+        "'; use bytes, bpe:N (e.g. bpe:4096), tiktoken:FILE or from:DATADIR"));
   int32_t n = 0;
   if (!absl::SimpleAtoi(spec.substr(4), &n))
     return absl::InvalidArgumentError(absl::StrCat("--tokenizer ", spec,

@@ -4,7 +4,12 @@
 namespace vt {
 
 nlohmann::json TrainOptions::to_json() const {
-  return {{"data_dir", data_dir},       {"tp", tp},
+  nlohmann::json sources = nlohmann::json::array();
+  if (data.is_mixture())
+    for (size_t k = 0; k < data.sources.size(); ++k)
+      sources.push_back({{"name", data.sources[k].name}, {"dir", data.sources[k].dir},
+                         {"weight", data.stages[0].weights[k]}});
+  return {{"data_dir", data_dir},       {"data_sources", sources},       {"tp", tp},
           {"pp", pp},                   {"vpp", vpp},
           {"micro_batch", micro_batch},
           {"global_batch", global_batch}, {"steps", steps},

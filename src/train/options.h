@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/flags.h"
+#include "data/mixture.h"
 #include "model/config.h"
 #include "nlohmann/json.hpp"
 
@@ -20,7 +21,8 @@ inline constexpr int64_t kMaxMicroBatches = 65536;
 inline constexpr int64_t kMaxRunTokens = int64_t{1} << 60;
 
 struct TrainOptions {
-  std::string data_dir;
+  std::string data_dir;     // one directory, or a mixture's first source (its tokenizer)
+  data::MixtureSpec data;   // --data / --data-stage (data/mixture.h); one unnamed source if plain
   ModelConfig model;        // finalized, vocabulary from the data
   int tp = 1, pp = 1;
   int vpp = 1;              // model chunks (virtual stages) per pipeline rank: interleaved 1F1B

@@ -222,7 +222,7 @@ absl::Status check_eval_split(const std::string& data_dir, int64_t vocab_size, i
   return all_ok(world, st);
 }
 
-absl::Status check_train_ids(const data::DataLoader& train, Communicator* world) {
+absl::Status check_train_ids(const data::BatchSource& train, Communicator* world) {
   absl::Status st;
   const std::vector<std::string>& paths = train.shard_paths();
   for (size_t i = world->rank(); i < paths.size() && st.ok(); i += world->size()) {

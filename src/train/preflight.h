@@ -46,6 +46,6 @@ absl::Status check_eval_split(const std::string& data_dir, int64_t vocab_size, i
 
 // Collective. Every token of the training shards is inside the vocabulary: the shards are
 // scanned in parallel, shard i by world rank i % size, with OpenMP threads.
-absl::Status check_train_ids(const data::DataLoader& train, Communicator* world);
+absl::Status check_train_ids(const data::BatchSource& train, Communicator* world);
 
 }  // namespace vt

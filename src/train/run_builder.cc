@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/rng.h"
+#include "data/mixture.h"
 #include "data/data_fingerprint.h"
 #include "model/flops.h"
 #include "model/model_split.h"
@@ -71,6 +72,8 @@ absl::Status check_batch(TrainOptions& o, Run& r) {
         r.rows_per_micro * cfg.seq_len, " tokens each), above vtrain's limit of ",
         kMaxMicroBatches, "; lower --global-batch or raise --micro-batch")));
   r.micro_batches = static_cast<int>(micro);
+  if (absl::Status fit = data::check_stages_fit(o.data, o.steps * o.global_batch); !fit.ok())
+    return agreed(fit);
   absl::Status st = check_virtual_stages(cfg.n_layer, r.shape.pp, o.vpp, r.micro_batches);
   if (!st.ok()) return agreed(st);
   // --metrics before anything is made or written (rank 0 writes it; its view is agreed).
@@ -114,19 +117,32 @@ absl::Status build_model(const TrainOptions& o, Run& r) {
                            r.device.act_dtype, r.world);
 }
 
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<data::BatchSource>> open_train_source(const TrainOptions& o) {
+  data::LoaderOptions lo;
+  lo.vocab_size = o.model.vocab_size;
+  lo.seed = o.seed;
+  if (o.data.is_mixture()) {
+    VT_ASSIGN_OR_RETURN(data::MixtureLoader m, data::MixtureLoader::open(o.data, "train", lo));
+    return std::unique_ptr<data::BatchSource>(std::make_unique<data::MixtureLoader>(std::move(m)));
+  }
+  VT_ASSIGN_OR_RETURN(data::DataLoader d, data::DataLoader::open(o.data_dir, "train", lo));
+  return std::unique_ptr<data::BatchSource>(std::make_unique<data::DataLoader>(std::move(d)));
+}
+
+namespace {
+
 // Phase 4: the data: the training shards' ids, the tokenizer and the data's fingerprint, the
 // validation split against what evaluations read, the CORE bundle.
 absl::Status open_data(const TrainOptions& o, Run& r) {
   const ModelConfig& cfg = o.model;
-  data::LoaderOptions lo;
-  lo.vocab_size = cfg.vocab_size;
-  lo.seed = o.seed;
   // Every rank reads the directory itself, so a file missing or different on one node is that
   // rank's error alone: all_ok gives it to every rank (rank 0 prints it) instead of leaving the
   // others waiting in the next collective.
-  auto train = data::DataLoader::open(o.data_dir, "train", lo);
+  auto train = open_train_source(o);
   VT_RETURN_IF_ERROR(all_ok(r.world, train.status()));
-  r.train = std::make_unique<data::DataLoader>(std::move(*train));
+  r.train = std::move(*train);
   auto tok = data::load_tokenizer(o.data_dir);
   VT_RETURN_IF_ERROR(all_ok(r.world, tok.status()));
   r.tokenizer = std::move(*tok);
@@ -139,7 +155,7 @@ absl::Status open_data(const TrainOptions& o, Run& r) {
   if (o.global_batch > r.train->tokens_per_epoch())
     return agreed(absl::InvalidArgumentError(absl::StrCat(
         "--global-batch ", o.global_batch, " tokens per step is more than the ",
-        r.train->tokens_per_epoch(), " training tokens of ", o.data_dir,
+        r.train->tokens_per_epoch(), " training tokens of ", o.data.is_mixture() ? "the mixture" : o.data_dir,
         " (one step would read the data more than once); lower --global-batch to at most ",
         r.train->tokens_per_epoch() / (r.rows_per_micro * cfg.seq_len) * r.rows_per_micro * cfg.seq_len)));
   VT_RETURN_IF_ERROR(check_train_ids(*r.train, r.world));
@@ -150,8 +166,11 @@ absl::Status open_data(const TrainOptions& o, Run& r) {
         o.final_eval_tokens == eval_tokens && o.final_eval_tokens != o.eval_tokens
             ? "--final-eval-tokens"
             : "--eval-tokens";
-    absl::Status st = check_eval_split(o.data_dir, cfg.vocab_size, cfg.seq_len, o.micro_batch,
-                                       r.shape.dp, eval_tokens, r.world, size_flag);
+    absl::Status st;
+    for (const data::MixtureSource& s : o.data.sources)  // each source's split is evaluated
+      if (st.ok())
+        st = check_eval_split(s.dir, cfg.vocab_size, cfg.seq_len, o.micro_batch, r.shape.dp,
+                              eval_tokens, r.world, size_flag);
     if (!st.ok())
       return agreed(absl::Status(st.code(), absl::StrCat(st.message(),
                                                          o.eval_every > 0 ? "" : "; or pass --final-eval-tokens 0 to train without evaluating")));

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "core/arena.h"
 #include "core/communicator.h"
+#include "data/batch_source.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "eval/core_bundle.h"
@@ -45,7 +46,7 @@ struct Run {
   std::unique_ptr<PipelineEngine> engine;
   std::unique_ptr<optim::DistributedOptimizer> opt;
   std::unique_ptr<optim::OverlappedGradSync> dp_sync;
-  std::unique_ptr<data::DataLoader> train;
+  std::unique_ptr<data::BatchSource> train;  // one directory or a mixture
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::vector<int32_t> token_bytes;
   std::vector<eval::CoreTask> core_tasks;
@@ -60,5 +61,9 @@ struct Run {
 // Builds every rank's Run, in the phases above. `o` is completed in place: a --global-batch of 0
 // becomes one micro-batch of every data-parallel rank.
 absl::StatusOr<std::unique_ptr<Run>> build_run(TrainOptions& o, Communicator* world);
+
+// The training batches of `o.data`: its one directory, or its mixture (data/mixture.h), at the
+// start of the stream.
+absl::StatusOr<std::unique_ptr<data::BatchSource>> open_train_source(const TrainOptions& o);
 
 }  // namespace vt

@@ -22,6 +22,7 @@
 #include "core/op_profile.h"
 #include "core/ops.h"
 #include "core/rng.h"
+#include "data/mixture.h"
 #include "data/data_fingerprint.h"
 #include "eval/core_eval.h"
 #include "model/flops.h"
@@ -120,6 +121,8 @@ absl::Status Trainer::resume() {
     }
     tokens_seen_ = meta.tokens;
     VT_RETURN_IF_ERROR(run_->train->load_state_json(meta.loader_state));
+    if (rank0_)
+      for (const std::string& n : run_->train->resume_notes()) std::printf("data: %s\n", n.c_str());
   }
   loader_state_ = run_->train->state_json();
   return absl::OkStatus();
@@ -159,7 +162,7 @@ void Trainer::print_banner() const {
   std::fflush(stdout);
 }
 
-FetchBatch Trainer::fetch_from(data::DataLoader& loader) {
+FetchBatch Trainer::fetch_from(data::BatchSource& loader) {
   const int64_t T = o_.model.seq_len, rows = run_->rows_per_micro;
   return [this, &loader, T, rows](int, int32_t* in, int32_t* tg) {
     const double t0 = now_seconds();
@@ -289,8 +292,30 @@ std::string Trainer::latest_note() const {
 
 absl::Status Trainer::evaluate(int64_t step, int64_t max_tokens) {
   op_profile::Pause no_profile;
-  VT_ASSIGN_OR_RETURN(EvalResult r, vt::evaluate(*run_->engine, *run_->grid, o_.data_dir, o_.micro_batch,
-                                                 max_tokens, run_->token_bytes));
+  // Each source's validation split (a mixture's: up to max_tokens each); the mixture's figures
+  // are the sources' weighted by the weights of the stage the run is in.
+  const auto* mix = dynamic_cast<const data::MixtureLoader*>(run_->train.get());
+  std::vector<EvalResult> per;
+  EvalResult r;
+  for (const data::MixtureSource& s : o_.data.sources) {
+    VT_ASSIGN_OR_RETURN(EvalResult one, vt::evaluate(*run_->engine, *run_->grid, s.dir,
+                                                     o_.micro_batch, max_tokens, run_->token_bytes));
+    per.push_back(one);
+    if (run_->engine->stopped() || !one.complete()) break;
+  }
+  if (mix == nullptr || per.size() < o_.data.sources.size() || !per.back().complete()) {
+    r = per.back();  // one directory's, or the partial pass a stop left
+  } else {
+    const std::vector<double>& w = o_.data.stages[mix->stage()].weights;
+    r.loss = r.bpb = 0;
+    r.tokens = r.planned_tokens = 0;
+    for (size_t k = 0; k < per.size(); ++k) {
+      r.loss += w[k] * per[k].loss;
+      r.bpb += w[k] * per[k].bpb;
+      r.tokens += per[k].tokens;
+      r.planned_tokens += per[k].planned_tokens;
+    }
+  }
   if (run_->engine->stopped() || !r.complete()) {
     // A partial pass is not the evaluation: nothing is recorded; the checkpoint the stop saves
     // marks it pending and a resumed run runs it again.
@@ -309,8 +334,19 @@ absl::Status Trainer::evaluate(int64_t step, int64_t max_tokens) {
   if (rank0_) {
     std::printf("eval step %lld | val loss %.4f | val bpb %.4f (%lld tokens)\n",
                 static_cast<long long>(step), r.loss, r.bpb, static_cast<long long>(r.tokens));
-    metrics_.write({{"step", step}, {"val_loss", r.loss}, {"val_bpb", r.bpb},
-                    {"val_tokens", r.tokens}});
+    nlohmann::json rec = {{"step", step}, {"val_loss", r.loss}, {"val_bpb", r.bpb},
+                          {"val_tokens", r.tokens}};
+    if (mix != nullptr) {
+      for (size_t k = 0; k < per.size(); ++k) {
+        const std::string& n = o_.data.sources[k].name;
+        std::printf("eval step %lld | source %s | val loss %.4f | val bpb %.4f (%lld tokens)\n",
+                    static_cast<long long>(step), n.c_str(), per[k].loss, per[k].bpb,
+                    static_cast<long long>(per[k].tokens));
+        rec["val_by_source"][n] = {{"val_loss", per[k].loss}, {"val_bpb", per[k].bpb},
+                                   {"val_tokens", per[k].tokens}};
+      }
+    }
+    metrics_.write(rec);
     std::fflush(stdout);
   }
   return absl::OkStatus();
@@ -338,11 +374,8 @@ absl::Status Trainer::core(int64_t step) {
 }
 
 void Trainer::replay_forward(const BlockOutputHook& observer) {
-  data::LoaderOptions lo;
-  lo.vocab_size = o_.model.vocab_size;
-  lo.seed = o_.seed;
-  auto again = data::DataLoader::open(o_.data_dir, "train", lo);
-  if (!again.ok() || !again->load_state_json(loader_state_).ok()) return;  // opened once already
+  auto again = open_train_source(o_);
+  if (!again.ok() || !(*again)->load_state_json(loader_state_).ok()) return;  // opened once already
   const int64_t step_1based = completed_step_ + 1;
   PassHooks hooks;
   hooks.block_output = [&](int layer, const Tensor& x) {
@@ -350,7 +383,7 @@ void Trainer::replay_forward(const BlockOutputHook& observer) {
       ops::scale_copy(x, x, run_->inject.value);
     observer(layer, x);
   };
-  run_->engine->forward_only(run_->micro_batches, o_.micro_batch, fetch_from(*again), {}, hooks);
+  run_->engine->forward_only(run_->micro_batches, o_.micro_batch, fetch_from(**again), {}, hooks);
 }
 
 absl::Status Trainer::nonfinite_step(int64_t index, double loss, double grad_norm, bool* skip) {
@@ -465,6 +498,7 @@ void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, do
   }
   t_last_ = t;
   if (!rank0_) return;
+  nlohmann::json by_source = run_->train->tokens_by_source();
   metrics_.write({{"step", done},
                   {"loss", loss},
                   {"lr", st.matrix_lr},
@@ -479,7 +513,8 @@ void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, do
                   {"pp_pass_max_s", pp.pass_max_s},
                   {"pp_replay_s", pp.replay_s},
                   {"device_bytes", device_bytes()},
-                  {"device_peak_bytes", device_peak_bytes()}});
+                  {"device_peak_bytes", device_peak_bytes()},
+                  {"tokens_by_source", std::move(by_source)}});
   if (done % o_.log_every == 0 || done == o_.steps || done == first_step_ + 1) {
     const double elapsed = t - t_start_;
     const double eta = elapsed / static_cast<double>(done - first_step_) * static_cast<double>(o_.steps - done);

@@ -77,7 +77,7 @@ class Trainer {
   // This step's times into the per-rank health; every --health-every steps the report (rank 0
   // prints stragglers and writes the metrics line). Collective at those steps.
   void check_health(int64_t step, double step_s, double comm_s);
-  FetchBatch fetch_from(data::DataLoader& loader);
+  FetchBatch fetch_from(data::BatchSource& loader);
 
   TrainOptions o_;  // global_batch completed by build_run
   Communicator* world_;
