@@ -2,7 +2,7 @@
 # The README's main job: on a fresh machine, installs what is needed, builds, prepares the King
 # James Bible (Debian's bible-kjv) with a trained BPE tokenizer, trains a tiny Bank-of-Values
 # model for a few minutes on this machine, evaluates it, prints samples and draws the run
-# (launch/plot_run.py: $OUT/plots).
+# (launch/plot_run.py: $OUT/plots; TensorBoard event files in $OUT/tensorboard).
 # It runs on RANKS local MPI ranks (default 4: tensor parallel 2 x pipeline 2, set TP and PP;
 # RANKS=1 runs one process); eval and sampling then load the checkpoint on one process.
 # Environment knobs: STEPS (default 300), VALUE (default bov), OUT (default runs/demo),
@@ -26,7 +26,7 @@ fi
 if [ ! -f "$DATA/meta.json" ]; then
   ./build/vtrain prepare --input data/raw/kjv.txt --out "$DATA" --tokenizer bpe:4096 --val-fraction 0.02
 fi
-rm -f "$OUT/metrics.jsonl"
+rm -rf "$OUT/metrics.jsonl" "$OUT/tensorboard"
 LAUNCH=()
 if [ "$RANKS" -gt 1 ]; then
   export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -39,7 +39,7 @@ echo "[demo] training a tiny '$VALUE' model for $STEPS steps on $RANKS rank(s): 
 "${LAUNCH[@]}" ./build/vtrain train --data "$DATA" --preset tiny --value "$VALUE" \
   --tp "$TP" --pp "$PP" --micro-batch $((8 / DP)) --global-batch 2048 --steps "$STEPS" \
   --eval-every 50 --eval-tokens 16384 --log-every 10 \
-  --ckpt-dir "$OUT/ckpt" --metrics "$OUT/metrics.jsonl" --seed 1337
+  --ckpt-dir "$OUT/ckpt" --metrics "$OUT/metrics.jsonl" --tensorboard "$OUT/tensorboard" --seed 1337
 CKPT="$OUT/ckpt/$(cat "$OUT/ckpt/latest")"
 echo "[demo] evaluating $CKPT"
 ./build/vtrain eval --ckpt "$CKPT" --data "$DATA" --tokens 23000
@@ -50,6 +50,7 @@ for prompt in "In the beginning" "And the LORD said unto Moses," "Blessed are"; 
 done
 echo "[demo] plots: $OUT/plots (steps.png, tokens.png, summary.md)"
 .venv/bin/python launch/plot_run.py "demo=$OUT/metrics.jsonl" --out "$OUT/plots" >/dev/null
+echo "[demo] TensorBoard: .venv/bin/tensorboard --logdir $OUT/tensorboard"
 # The loss must have fallen: first vs last training loss and first vs last val bpb.
 .venv/bin/python - "$OUT/metrics.jsonl" <<'PY'
 import json, sys

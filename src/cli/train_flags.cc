@@ -91,6 +91,9 @@ const CommandSpec& train_command() {
                   "data fingerprint: tokenizer and training shards); the loader continues at "
                   "the checkpoint's position"),
         text_flag("metrics", "", "metrics JSON lines file"),
+        text_flag("tensorboard", "",
+                  "also write every metric as TensorBoard scalars (and the configuration as "
+                  "text) into event files in this directory (rank 0)"),
         int_flag("stop-at-step", 0, 0, 1e12, "save and exit 75 after step N, as on SIGUSR1"),
         int_flag("seed", 1337, 0, 9.2e18, "initialization and data order"),
         int_flag("log-every", 1, 1, 1e12, "progress line every N steps"),
@@ -175,6 +178,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.stop_at_step = f.get_int("stop-at-step");
   o.resume = f.get_string("resume");
   o.metrics_path = f.get_string("metrics");
+  o.tensorboard_dir = f.get_string("tensorboard");
   o.seed = static_cast<uint64_t>(f.get_int("seed"));
   // --reparam-init orth draws W0 from the run seed; the config keeps it (checkpoints, decoding).
   if (o.model.reparam_init == "orth") o.model.reparam_seed = o.seed;

@@ -57,7 +57,17 @@ absl::Status MetricsLog::open(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status MetricsLog::open_tensorboard(const std::string& dir) {
+  if (dir.empty()) return absl::OkStatus();
+  return tb_.open(dir);
+}
+
+void MetricsLog::tensorboard_text(const std::string& tag, const std::string& text, int64_t step) {
+  tb_.text(tag, text, step);
+}
+
 void MetricsLog::write(const nlohmann::json& record) {
+  tb_.scalars(record);
   if (!f_) return;
   std::string line = record.dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), f_);

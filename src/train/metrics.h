@@ -1,6 +1,6 @@
 // Training metrics: the JSONL log of docs/design.md "Metrics JSONL" (one object per line: training
-// steps and evaluations), flushed per line so nothing is lost on a crash, and the human progress
-// line.
+// steps and evaluations), flushed per line so nothing is lost on a crash, the same records as
+// TensorBoard scalars with --tensorboard (tensorboard.h), and the human progress line.
 #pragma once
 #include <cstdio>
 #include <string>
@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "train/tensorboard.h"
 
 namespace vt {
 
@@ -28,11 +29,16 @@ class MetricsLog {
   // Opens `path` for appending (creating it; check_metrics_path first: a fresh run only ever
   // gets an empty or new file here); empty path: no file.
   absl::Status open(const std::string& path);
+  // Also writes every record's numbers to TensorBoard event files in `dir` (tensorboard.h).
+  absl::Status open_tensorboard(const std::string& dir);
+  // A text summary for TensorBoard (the run's configuration); nothing without it.
+  void tensorboard_text(const std::string& tag, const std::string& text, int64_t step);
   void write(const nlohmann::json& record);
   ~MetricsLog();
 
  private:
   std::FILE* f_ = nullptr;
+  TensorBoardWriter tb_;
 };
 
 // "step 120/500 | loss 3.4521 | lr 1.00e-02 | 12.3k tok/s | mfu 21.0% | eta 3m12s"

@@ -38,6 +38,7 @@ struct TrainOptions {
   int keep_last = 3;        // checkpoints kept in ckpt_dir (0: all)
   std::string resume = "none";  // auto | PATH | none
   std::string metrics_path;
+  std::string tensorboard_dir;  // --tensorboard: event files of every metric (rank 0)
   uint64_t seed = 1337;
   double matrix_lr = 0.02;
   double scalar_lr = 0.5;

@@ -94,7 +94,13 @@ absl::Status Trainer::setup() {
   if (!o_.ckpt_dir.empty() && rank0_) {
     VT_RETURN_IF_ERROR(run_->tokenizer->save((fs::path(o_.ckpt_dir) / "tokenizer.json").string()));
   }
-  if (rank0_) VT_RETURN_IF_ERROR(metrics_.open(o_.metrics_path));
+  if (rank0_) {
+    VT_RETURN_IF_ERROR(metrics_.open(o_.metrics_path));
+    if (!o_.tensorboard_dir.empty()) {
+      VT_RETURN_IF_ERROR(metrics_.open_tensorboard(o_.tensorboard_dir));
+      metrics_.tensorboard_text("config", "```\n" + o_.to_json().dump(1) + "\n```", completed_step_);
+    }
+  }
   print_banner();
   return absl::OkStatus();
 }
