@@ -4,11 +4,23 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "core/check.h"
 #include "data/tokenizer_files.h"
 
 namespace vt::cli {
 
 namespace fs = std::filesystem;
+
+absl::StatusOr<std::unique_ptr<LoadedModel>> load_checkpoint_model(const std::string& ckpt) {
+  auto m = std::make_unique<LoadedModel>();
+  VT_ASSIGN_OR_RETURN(m->cfg, read_checkpoint_config(ckpt));
+  VT_ASSIGN_OR_RETURN(m->meta, read_checkpoint_meta(ckpt));
+  m->model = std::make_unique<GPT>(m->cfg);
+  m->model->register_params(m->store);
+  m->store.finalize();
+  VT_RETURN_IF_ERROR(load_checkpoint_params(ckpt, m->store));
+  return m;
+}
 
 int report_error(const char* cmd, const char* message) {
   std::fflush(stdout);

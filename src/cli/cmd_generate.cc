@@ -37,27 +37,9 @@ const CommandSpec& generate_command() {
   return spec;
 }
 
-struct LoadedModel {
-  ModelConfig cfg;
-  ParamStore store;
-  std::unique_ptr<GPT> model;
-  CheckpointMeta meta;
-};
-
-absl::StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& ckpt) {
-  auto m = std::make_unique<LoadedModel>();
-  VT_ASSIGN_OR_RETURN(m->cfg, read_checkpoint_config(ckpt));
-  VT_ASSIGN_OR_RETURN(m->meta, read_checkpoint_meta(ckpt));
-  m->model = std::make_unique<GPT>(m->cfg);
-  m->model->register_params(m->store);
-  m->store.finalize();
-  VT_RETURN_IF_ERROR(load_checkpoint_params(ckpt, m->store));
-  return m;
-}
-
 absl::Status generate(const Flags& f) {
   const std::string ckpt = f.get_string("ckpt");
-  VT_ASSIGN_OR_RETURN(auto m, load_model(ckpt));
+  VT_ASSIGN_OR_RETURN(auto m, load_checkpoint_model(ckpt));
   VT_ASSIGN_OR_RETURN(auto tok, tokenizer_for_checkpoint(ckpt, m->meta.extra, f.get_string("data")));
   if (tok->vocab_size() != m->cfg.vocab_size)
     return absl::InvalidArgumentError(absl::StrCat("the tokenizer has ", tok->vocab_size(),

@@ -6,7 +6,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/checkpoint.h"
 #include "data/tokenizer.h"
+#include "model/gpt.h"
 #include "nlohmann/json.hpp"
 
 namespace vt::cli {
@@ -18,9 +20,19 @@ int cmd_generate(int argc, char** argv);
 int cmd_ckpt(int argc, char** argv);
 int cmd_devices(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
+int cmd_export(int argc, char** argv);
 
 // Prints `vtrain CMD: error: MSG` on stderr and returns 2 (errors of single-process commands).
 int report_error(const char* cmd, const char* message);
+
+// A checkpoint's model on this process (host memory, fp32): config, parameters, metadata.
+struct LoadedModel {
+  ModelConfig cfg;
+  ParamStore store;
+  std::unique_ptr<GPT> model;
+  CheckpointMeta meta;
+};
+absl::StatusOr<std::unique_ptr<LoadedModel>> load_checkpoint_model(const std::string& ckpt);
 
 // The tokenizer of a checkpoint: `data_dir`'s when given, else tokenizer.json beside the
 // checkpoint, else the one of the data directory it was trained on (`meta_extra`'s data_dir).

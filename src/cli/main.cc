@@ -18,6 +18,7 @@ const char* kUsage = R"(usage: vtrain <command> [options]     (vtrain <command> 
   ckpt      inspect|verify PATH
   devices   the CUDA devices this build can use (exit 0 when at least one, 3 when none)
   plan      --preset d32 --tokens 200e9 --gpus 64 --gpu h100: layouts that fit, memory, days
+  export    --ckpt PATH --out DIR: safetensors weights, config.json, tokenizer, a logits check
 )";
 
 }  // namespace
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   if (cmd == "ckpt") return vt::cli::cmd_ckpt(argc, argv);
   if (cmd == "devices") return vt::cli::cmd_devices(argc, argv);
   if (cmd == "plan") return vt::cli::cmd_plan(argc, argv);
+  if (cmd == "export") return vt::cli::cmd_export(argc, argv);
   std::fprintf(stderr, "vtrain: error: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }
