@@ -1,4 +1,4 @@
-// `vtrain diagnose`: over-smoothing diagnostics of a checkpoint (eval/diagnose.h) on a prefix of
+// `vtrain diagnose`: over-smoothing diagnostics of a checkpoint (train/diagnose.h) on a prefix of
 // a data directory's val split, on one process or under mpirun on any layout and device (the
 // loading is `vtrain eval`'s): a per-layer table on stdout and optionally the same as JSON.
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include "core/arena.h"
 #include "core/file_safety.h"
 #include "core/flags.h"
-#include "eval/diagnose.h"
+#include "train/diagnose.h"
 #include "model/gpt.h"
 #include "model/model_split.h"
 #include "parallel/failure.h"
@@ -114,15 +114,15 @@ int cmd_diagnose(int argc, char** argv) {
                   o.vpp > 1 ? absl::StrCat(" x vpp ", o.vpp).c_str() : "",
                   device.description.c_str(), comm_desc.c_str());
     PipelineEngine engine(model, grid);
-    VT_ASSIGN_OR_RETURN(eval::Diagnosis d,
-                        eval::diagnose(engine, grid, f.get_string("data"),
+    VT_ASSIGN_OR_RETURN(Diagnosis d,
+                        diagnose(engine, grid, f.get_string("data"),
                                        static_cast<int>(f.get_int("micro-batch")), f.get_int("tokens")));
     if (rank0) {
       std::printf("value mode %s | %lld sequences of %lld tokens\n%s", d.value_mode.c_str(),
                   static_cast<long long>(d.sequences), static_cast<long long>(d.seq_len),
-                  eval::diagnosis_table(d).c_str());
+                  diagnosis_table(d).c_str());
       if (f.has("out")) {
-        nlohmann::json j = eval::diagnosis_json(d);
+        nlohmann::json j = diagnosis_json(d);
         j["ckpt"] = ckpt;
         j["step"] = meta_or->step;
         absl::Status st = replace_file(f.get_string("out"), j.dump(1) + "\n", "--out");

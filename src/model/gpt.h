@@ -57,7 +57,7 @@ using BlockOutputHook = std::function<void(int layer, const Tensor& x)>;
 // backward goes on).
 // block_state, in every forward right after block_output, sees what block `layer`'s forward
 // saved (queries, keys, values; the value mode's sources in the bundle) before activation
-// recomputation drops it (diagnostics: eval/diagnose.h).
+// recomputation drops it (diagnostics: train/diagnose.h).
 struct PassHooks {
   BlockOutputHook block_output;
   std::function<void(int layer)> layer_grads_done;

@@ -1,10 +1,10 @@
-// eval/diagnose.h: the metrics against cases whose answer is known (identical rows: cosine 1;
+// train/diagnose.h: the metrics against cases whose answer is known (identical rows: cosine 1;
 // orthonormal rows: 0; all-zero scores: uniform attention, entropy log(keys in the window)),
 // against brute-force loops written as the ResFormer analyze/ scripts compute them, and the whole
 // pass on a model built so that its answers are known (every token the same embedding: every
 // layer's tokens identical, similarity 1; W_Q = 0: uniform attention) with the plain init as
 // the control, and the V1 share of resformer-identity against 0.5 V1 / 0.5 V_l read directly.
-#include "eval/diagnose.h"
+#include "train/diagnose.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -21,7 +21,7 @@
 #include "model_test_util.h"
 #include "nlohmann/json.hpp"
 
-namespace vt::eval {
+namespace vt {
 namespace {
 
 namespace fs = std::filesystem;
@@ -225,4 +225,4 @@ TEST(Diagnose, ValueShareReadsTheModesCoefficients) {
 }
 
 }  // namespace
-}  // namespace vt::eval
+}  // namespace vt

@@ -1,6 +1,6 @@
-// Over-smoothing diagnostics (eval/diagnose.h): the metrics, and the pass that reads them from
+// Over-smoothing diagnostics (train/diagnose.h): the metrics, and the pass that reads them from
 // the model's forward through PassHooks.
-#include "eval/diagnose.h"
+#include "train/diagnose.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "parallel/mpi_communicator.h"
 #include "train/preflight.h"
 
-namespace vt::eval {
+namespace vt {
 
 double mean_pairwise_cosine(const float* x, int64_t T, int64_t C) {
   // sum_{i != j} u_i . u_j = ||sum_i u_i||^2 - sum_i ||u_i||^2 with u_i = x_i / ||x_i||.
@@ -257,4 +257,4 @@ std::string diagnosis_table(const Diagnosis& d) {
   return out;
 }
 
-}  // namespace vt::eval
+}  // namespace vt

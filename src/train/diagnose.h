@@ -20,7 +20,7 @@
 #include "parallel/process_grid.h"
 #include "pipeline/pipeline.h"
 
-namespace vt::eval {
+namespace vt {
 
 // Mean of cos(x_i, x_j) over ordered pairs i != j of the T rows of x (T, C) row-major (a zero
 // row has cosine 0 with everything, as torch's normalize makes it). T >= 2.
@@ -70,4 +70,4 @@ nlohmann::json diagnosis_json(const Diagnosis& d);
 // The per-layer table printed by `vtrain diagnose` (one line per layer, heads' entropies last).
 std::string diagnosis_table(const Diagnosis& d);
 
-}  // namespace vt::eval
+}  // namespace vt
