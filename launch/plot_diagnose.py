@@ -49,6 +49,7 @@ def plot(runs: list[tuple[str, dict]], out: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401  (matplotlib.ticker.MaxNLocator)
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for name, d in runs:
@@ -71,6 +72,7 @@ def plot(runs: list[tuple[str, dict]], out: str) -> None:
     axes[2].set_xlabel("layer")
     axes[2].set_ylim(0, 1.05)
     for ax in axes:
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()

@@ -138,12 +138,16 @@ absl::StatusOr<Diagnosis> diagnose(PipelineEngine& engine, const ProcessGrid& gr
     const Tensor& bias_t = model.attention_bias(layer);
     const std::vector<float> bias = bias_t.defined() ? bias_t.to_host_f32() : std::vector<float>();
     const int64_t window = cfg.layer_window(layer), ldq = int64_t{Hl} * hd;
-    std::vector<double> imp(B * T, 0.0);
+    std::vector<double> imp(B * T, 0.0), ent(B * Hl, 0.0);
+    // Sequences in parallel (each writes its own rows); summed below in a fixed order.
+#pragma omp parallel for schedule(dynamic, 1)
     for (int64_t b = 0; b < B; ++b)
       for (int h = 0; h < Hl; ++h)
-        sums[o_ent + int64_t{layer} * H + head0 + h] += head_attention_entropy(
+        ent[b * Hl + h] = head_attention_entropy(
             q.data() + b * T * ldq + int64_t{h} * hd, ldq, k.data() + b * T * K + int64_t{h / group} * hd, K,
             T, hd, window, scale, bias.empty() ? nullptr : bias.data(), imp.data() + b * T);
+    for (int64_t b = 0; b < B; ++b)
+      for (int h = 0; h < Hl; ++h) sums[o_ent + int64_t{layer} * H + head0 + h] += ent[b * Hl + h];
     // get_entropy.py's importance: attention summed over every head (all tensor-parallel ranks).
     model.parallel().tp_comm()->all_reduce_sum(imp.data(), static_cast<int64_t>(imp.size()));
     if (tp_rank == 0)

@@ -1,7 +1,7 @@
 """`vtrain diagnose` (over-smoothing diagnostics) on every layout gives one process's numbers: a
 tiny model of each value mode (and a shaped block with an attention bias and NeuTRENO, and the
 interleaved schedule) is trained a few steps on one process, then diagnosed on 1 process and
-under mpirun on tp2 x pp2, dp2 x tp2 and pp2 x vpp2; similarities, per-head entropies, importance
+under mpirun on tp2 x pp2, dp2 x tp2 and pp2 x vpp2, and on the emulated device; similarities, per-head entropies, importance
 entropies and V1 shares must agree to float summation order (1e-5). The JSON and the table say
 the same, layers without a V1 term have no share, and bad input is refused naming the flag."""
 import json
@@ -28,8 +28,9 @@ CASES = {
     "sas-p_espa_neutreno": ["--value", "neutreno", "--block", "sas-p", "--kv-heads", "4",
                             "--attn-bias", "espa"],
 }
-# (ranks, extra flags)
-LAYOUTS = [(4, ["--tp", "2", "--pp", "2"]), (4, ["--tp", "2"]), (4, ["--pp", "2", "--vpp", "2"])]
+# (ranks, extra flags); the emulated device (f32) runs the device code paths on the host.
+LAYOUTS = [(4, ["--tp", "2", "--pp", "2"]), (4, ["--tp", "2"]), (4, ["--pp", "2", "--vpp", "2"]),
+           (1, ["--device", "emulated", "--act-dtype", "f32"])]
 TOKENS = 1024
 
 
