@@ -2,6 +2,7 @@
 // a data directory's val split, on one process or under mpirun on any layout and device (the
 // loading is `vtrain eval`'s): a per-layer table on stdout and optionally the same as JSON.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -71,6 +72,15 @@ int cmd_diagnose(int argc, char** argv) {
     VT_RETURN_IF_ERROR(all_ok(world, fl.status()));
     const Flags& f = *fl;
     const std::string ckpt = f.get_string("ckpt");
+    // The JSON's folder must exist before the pass, not be found missing after it.
+    if (f.has("out")) {
+      const std::filesystem::path dir = std::filesystem::path(f.get_string("out")).parent_path();
+      std::error_code ec;
+      VT_RETURN_IF_ERROR(all_ok(world, !dir.empty() && !std::filesystem::is_directory(dir, ec)
+          ? absl::InvalidArgumentError(absl::StrCat("--out ", f.get_string("out"), ": the folder ",
+                                                    dir.string(), " does not exist"))
+          : absl::OkStatus()));
+    }
     auto cfg_or = read_checkpoint_config(ckpt);
     VT_RETURN_IF_ERROR(all_ok(world, cfg_or.status()));
     auto meta_or = read_checkpoint_meta(ckpt);
