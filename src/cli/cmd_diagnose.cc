@@ -98,6 +98,13 @@ int cmd_diagnose(int argc, char** argv) {
     if (!shape.ok()) return agreed(shape.status());
     if (absl::Status st = check_virtual_stages(cfg.n_layer, o.pp, o.vpp, -1); !st.ok())
       return agreed(st);
+    // The data must be in the checkpoint's vocabulary (the same check as `vtrain eval`).
+    auto tok_or = tokenizer_for_checkpoint(ckpt, meta_or->extra, f.get_string("data"));
+    VT_RETURN_IF_ERROR(all_ok(world, tok_or.status()));
+    if ((*tok_or)->vocab_size() != cfg.vocab_size)
+      return agreed(absl::InvalidArgumentError(absl::StrCat(
+          "--data ", f.get_string("data"), ": its tokenizer has ", (*tok_or)->vocab_size(),
+          " tokens, the checkpoint's model ", cfg.vocab_size)));
     VT_ASSIGN_OR_RETURN(const DevicePlan device, setup_device(o, world));
     ProcessGrid grid(world, *shape);
     VT_ASSIGN_OR_RETURN(const std::string comm_desc, setup_device_comms(o, device, grid));

@@ -121,6 +121,11 @@ def test_bad_input_is_refused(datadir, tmp_path):
     assert r.returncode != 0 and "--data" in r.stderr, r.stderr
     r = run([VTRAIN, "diagnose", "--ckpt", ckpt, "--data", datadir, "--tokens", "0"], ok=False)
     assert r.returncode != 0 and "--tokens" in r.stderr, r.stderr
+    # Data in another vocabulary (bytes: 257 tokens; the model's is bpe) is refused.
+    run([VTRAIN, "prepare", "--input", datadir.parent / "corpus.txt", "--out", tmp_path / "bytes",
+         "--tokenizer", "bytes", "--val-fraction", "0.1", "--quiet"])
+    r = run([VTRAIN, "diagnose", "--ckpt", ckpt, "--data", tmp_path / "bytes"], ok=False)
+    assert r.returncode == 2 and "--data" in r.stderr and "its tokenizer has 257 tokens, the checkpoint's model" in r.stderr, r.stderr
     r = run([VTRAIN, "diagnose", "--ckpt", tmp_path / "missing.h5", "--data", datadir], ok=False)
     assert r.returncode != 0 and "missing.h5" in r.stderr, r.stderr
     r = run([VTRAIN, "diagnose", "--ckpt", ckpt, "--data", datadir, "--tokens", "128",
