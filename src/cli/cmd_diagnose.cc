@@ -33,7 +33,7 @@ const CommandSpec& diagnose_command() {
     c.flags = {
         required(text_flag("ckpt", "", "the checkpoint (a step_*.h5 file)")),
         required(text_flag("data", "", "the data directory whose val split is read")),
-        int_flag("tokens", 16384, 1, 1e12, "tokens to read (whole batches of sequences)"),
+        int_flag("tokens", 16384, 1, 1e12, "val tokens to read, at most (whole batches of sequences)"),
         int_flag("micro-batch", 4, 1, 1 << 24, "rows per forward pass"),
         text_flag("out", "", "also write the numbers as JSON to this file"),
         flag_heading("layout and device"),
@@ -48,10 +48,11 @@ const CommandSpec& diagnose_command() {
     c.epilog =
         "Per layer: the mean cosine similarity between the token representations of a sequence\n"
         "(the residual stream after the block; all ordered pairs of distinct positions), the mean\n"
-        "entropy of a query's attention distribution per head (over the keys of its window; uniform\n"
-        "is the same for uniform attention), the entropy of the attention each key receives\n"
-        "(importance), and the share of V1 / value-table / x0 signal in a target layer's value\n"
-        "(\"-\": no such term). Definitions: docs/model.md \"Over-smoothing diagnostics\".\n";
+        "entropy of a query's attention distribution per head (over the keys of its window;\n"
+        "`uniform`: its value for uniform attention, the most it can be), the entropy of the\n"
+        "attention each key receives over heads and queries (importance), and the share of V1 /\n"
+        "value-table / x0 signal in a target layer's value (\"-\": no such term). Definitions:\n"
+        "docs/model.md \"Over-smoothing diagnostics\".\n";
     return c;
   }();
   return spec;
