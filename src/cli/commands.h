@@ -16,6 +16,7 @@ namespace vt::cli {
 int cmd_prepare(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
+int cmd_diagnose(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
 int cmd_ckpt(int argc, char** argv);
 int cmd_devices(int argc, char** argv);

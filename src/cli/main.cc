@@ -14,6 +14,8 @@ const char* kUsage = R"(usage: vtrain <command> [options]     (vtrain <command> 
             (runs under mpirun too)
   train     --data DATADIR --preset tiny|d12|d24|d32 --value MODE ... (mpirun: dp x tp x pp)
   eval      --ckpt PATH [--data DATADIR] [--core BUNDLE_DIR] (mpirun, any layout)
+  diagnose  --ckpt PATH --data DATADIR [--tokens N] [--out FILE.json]: per-layer token
+            similarity, attention entropy, V1 share (mpirun, any layout)
   generate  --ckpt PATH --prompt TEXT [--max-tokens N --temperature T --top-k K --seed S]
   ckpt      inspect|verify PATH
   devices   the CUDA devices this build can use (exit 0 when at least one, 3 when none)
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
   if (cmd == "train") return vt::cli::cmd_train(argc, argv);
   if (cmd == "prepare") return vt::cli::cmd_prepare(argc, argv);
   if (cmd == "eval") return vt::cli::cmd_eval(argc, argv);
+  if (cmd == "diagnose") return vt::cli::cmd_diagnose(argc, argv);
   if (cmd == "generate") return vt::cli::cmd_generate(argc, argv);
   if (cmd == "ckpt") return vt::cli::cmd_ckpt(argc, argv);
   if (cmd == "devices") return vt::cli::cmd_devices(argc, argv);

@@ -242,6 +242,7 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts, const PassHooks& hoo
     BlockActs& a = acts.blocks[i - begin];
     block_forward(i, bundle, acts, a);
     if (hooks.block_output) hooks.block_output(i, bundle.x);
+    if (hooks.block_state) hooks.block_state(i, a, bundle, acts);
     if (cfg_.dense) dense_forward(i, bundle);
     if (recompute_) {
       Tensor x_in = a.x_in;

@@ -55,9 +55,14 @@ using BlockOutputHook = std::function<void(int layer, const Tensor& x)>;
 // backward, when its parameter gradients are final for this micro-batch (the pipeline passes it
 // for the last micro-batch of a step, so the data-parallel sum of that layer can start while
 // backward goes on).
+// block_state, in every forward right after block_output, sees what block `layer`'s forward
+// saved (queries, keys, values; the value mode's sources in the bundle) before activation
+// recomputation drops it (diagnostics: train/diagnose.h).
 struct PassHooks {
   BlockOutputHook block_output;
   std::function<void(int layer)> layer_grads_done;
+  std::function<void(int layer, const BlockActs& a, const Bundle& bundle, const Activations& acts)>
+      block_state;
 };
 
 class GPT {

@@ -363,6 +363,15 @@ CASES = [
     ("eval-val-too-small", ["eval", "--ckpt", "{ckpt}", "--data", "{tinyval}"], r"the validation split of \S+ holds \d+ tokens", []),
     ("eval-tp-ranks", ["eval", "--ckpt", "{ckpt}", "--data", "{data}", "--tp", "2"], r"does not divide the 1 ranks", []),
     ("eval-core-missing", ["eval", "--ckpt", "{ckpt}", "--core", "{root}/nobundle"], r"nobundle", []),
+    # ---------------- diagnose ----------------
+    ("diag-no-data", ["diagnose", "--ckpt", "{ckpt}"], r"--data is required", []),
+    ("diag-tokens-zero", ["diagnose", "--ckpt", "{ckpt}", "--data", "{data}", "--tokens", "0"], r"--tokens 0: out of range", []),
+    ("diag-micro-batch-zero", ["diagnose", "--ckpt", "{ckpt}", "--data", "{data}", "--micro-batch", "0"], r"--micro-batch 0: out of range", []),
+    ("diag-ckpt-missing", ["diagnose", "--ckpt", "{root}/none.h5", "--data", "{data}"], r"none\.h5", []),
+    ("diag-nan-ckpt", ["diagnose", "--ckpt", "{nan_ckpt}", "--data", "{data}"], r"/model/blocks\.1\.mlp\.fc", []),
+    ("diag-val-too-small", ["diagnose", "--ckpt", "{ckpt}", "--data", "{tinyval}"], r"the validation split of \S+ holds \d+ tokens", []),
+    ("diag-tp-ranks", ["diagnose", "--ckpt", "{ckpt}", "--data", "{data}", "--tp", "2"], r"does not divide the 1 ranks", []),
+    ("diag-out-no-folder", ["diagnose", "--ckpt", "{ckpt}", "--data", "{data}", "--out", "{root}/nodir/d.json"], r"--out \S+d\.json: the folder \S+nodir does not exist", []),
     # ---------------- generate ----------------
     ("gen-max-tokens-huge", ["generate", "--ckpt", "{ckpt}", "--max-tokens", "4294967296"], r"--max-tokens 4294967296: out of range", []),
     ("gen-max-tokens-negative", ["generate", "--ckpt", "{ckpt}", "--max-tokens", "-5"], r"--max-tokens -5: out of range", []),
@@ -461,7 +470,7 @@ def test_bad_input_is_refused(W, tmp_path, case):
 
 
 def test_every_command_answers_help():
-    for cmd in ("prepare", "train", "eval", "generate", "ckpt", "devices"):
+    for cmd in ("prepare", "train", "eval", "diagnose", "generate", "ckpt", "devices"):
         r = vt(cmd, "--help")
         assert r.returncode == 0, (cmd, r.stderr)
         assert r.stdout.startswith(f"usage: vtrain {cmd}"), (cmd, r.stdout[:200])
