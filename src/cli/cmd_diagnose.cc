@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
 #include "cli/commands.h"
+#include "cli/model_on_layout.h"
 #include "core/arena.h"
 #include "core/file_safety.h"
 #include "core/flags.h"
@@ -36,15 +37,8 @@ const CommandSpec& diagnose_command() {
         int_flag("tokens", 16384, 1, 1e12, "val tokens to read, at most (whole batches of sequences)"),
         int_flag("micro-batch", 4, 1, 1 << 24, "rows per forward pass"),
         text_flag("out", "", "also write the numbers as JSON to this file"),
-        flag_heading("layout and device"),
-        int_flag("tp", 1, 1, 1 << 20, "tensor-parallel ranks (dp = ranks / (tp*pp))"),
-        int_flag("pp", 1, 1, 1 << 20, "pipeline stages; any layout loads any checkpoint"),
-        int_flag("vpp", 1, 1, 1 << 20,
-                 "model chunks per pipeline rank (the interleaved layout of `train --vpp`)"),
-        choice_flag("device", "cpu", {"cpu", "cuda", "emulated"}, "where the model runs"),
-        choice_flag("act-dtype", "", {"f32", "bf16"}, "activations (default bf16 off the CPU)"),
-        choice_flag("device-comm", "auto", {"auto", "nccl", "mpi"}, "how device tensors cross ranks"),
     };
+    for (const FlagSpec& l : layout_flag_specs()) c.flags.push_back(l);
     c.epilog =
         "Per layer: the mean cosine similarity between the token representations of a sequence\n"
         "(the residual stream after the block; all ordered pairs of distinct positions), the mean\n"
@@ -82,56 +76,10 @@ int cmd_diagnose(int argc, char** argv) {
                                                     dir.string(), " does not exist"))
           : absl::OkStatus()));
     }
-    auto cfg_or = read_checkpoint_config(ckpt);
-    VT_RETURN_IF_ERROR(all_ok(world, cfg_or.status()));
-    auto meta_or = read_checkpoint_meta(ckpt);
-    VT_RETURN_IF_ERROR(all_ok(world, meta_or.status()));
-    const ModelConfig cfg = *cfg_or;
-    TrainOptions o;
-    o.tp = static_cast<int>(f.get_int("tp"));
-    o.pp = static_cast<int>(f.get_int("pp"));
-    o.vpp = static_cast<int>(f.get_int("vpp"));
-    o.device = f.get_string("device");
-    o.act_dtype = f.get_string("act-dtype");
-    if (o.act_dtype.empty()) o.act_dtype = o.device == "cpu" ? "f32" : "bf16";
-    o.device_comm = f.get_string("device-comm");
-    auto shape = make_grid_shape(world->size(), o.tp, o.pp, model_split(cfg));
-    if (!shape.ok()) return agreed(shape.status());
-    if (absl::Status st = check_virtual_stages(cfg.n_layer, o.pp, o.vpp, -1); !st.ok())
-      return agreed(st);
-    // The data must be in the checkpoint's vocabulary (the same check as `vtrain eval`).
-    auto tok_or = tokenizer_for_checkpoint(ckpt, meta_or->extra, f.get_string("data"));
-    VT_RETURN_IF_ERROR(all_ok(world, tok_or.status()));
-    if ((*tok_or)->vocab_size() != cfg.vocab_size)
-      return agreed(absl::InvalidArgumentError(absl::StrCat(
-          "--data ", f.get_string("data"), ": its tokenizer has ", (*tok_or)->vocab_size(),
-          " tokens, the checkpoint's model ", cfg.vocab_size)));
-    VT_ASSIGN_OR_RETURN(const DevicePlan device, setup_device(o, world));
-    ProcessGrid grid(world, *shape);
-    VT_ASSIGN_OR_RETURN(const std::string comm_desc, setup_device_comms(o, device, grid));
-    auto [layer_begin, layer_end] = stage_layers(cfg.n_layer, shape->pp, grid.coords().pp);
-    ModelParallel par;
-    par.tp = grid.tp();
-    par.layer_begin = layer_begin;
-    par.layer_end = layer_end;
-    if (o.vpp > 1) par.chunks = virtual_stage_layers(cfg.n_layer, shape->pp, o.vpp, grid.coords().pp);
-    ParamStore store;
-    GPT model(cfg, par);
-    model.register_params(store);
-    store.finalize(device.device, device.act_dtype);
-    {
-      ParamStore host = store.device() == Device::kCPU ? store : store.host_mirror();
-      VT_RETURN_IF_ERROR(load_checkpoint_params(ckpt, host, world->size() > 1 ? &grid : nullptr));
-      if (store.device() != Device::kCPU) store.copy_params_from(host);
-      store.refresh_compute_copy();
-    }
+    VT_ASSIGN_OR_RETURN(std::unique_ptr<ModelOnLayout> m, load_model_on_layout(f, world, "diagnose"));
     const bool rank0 = world->rank() == 0;
-    if (rank0)
-      std::printf("diagnose: %s (step %lld) | layout dp %d x tp %d x pp %d%s | %s | %s\n", ckpt.c_str(),
-                  static_cast<long long>(meta_or->step), shape->dp, shape->tp, shape->pp,
-                  o.vpp > 1 ? absl::StrCat(" x vpp ", o.vpp).c_str() : "",
-                  device.description.c_str(), comm_desc.c_str());
-    PipelineEngine engine(model, grid);
+    PipelineEngine& engine = *m->engine;
+    const ProcessGrid& grid = *m->grid;
     VT_ASSIGN_OR_RETURN(Diagnosis d,
                         diagnose(engine, grid, f.get_string("data"),
                                        static_cast<int>(f.get_int("micro-batch")), f.get_int("tokens")));
@@ -142,7 +90,7 @@ int cmd_diagnose(int argc, char** argv) {
       if (f.has("out")) {
         nlohmann::json j = diagnosis_json(d);
         j["ckpt"] = ckpt;
-        j["step"] = meta_or->step;
+        j["step"] = m->meta.step;
         absl::Status st = replace_file(f.get_string("out"), j.dump(1) + "\n", "--out");
         if (!st.ok()) return st;
         std::printf("wrote %s\n", f.get_string("out").c_str());

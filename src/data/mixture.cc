@@ -193,8 +193,8 @@ absl::StatusOr<MixtureSpec> parse_data_spec(const std::string& data,
     VT_ASSIGN_OR_RETURN(spec, parse_inline(data));
   } else {
     return absl::NotFoundError(absl::StrCat(
-        "--data ", data, " is not a directory (make one with `vtrain prepare`), a mixture "
-        "NAME=DIR:WEIGHT,... or a mixture .json file"));
+        "--data ", data, " is not a directory; make one with `vtrain prepare` (or give a mixture, "
+        "NAME=DIR:WEIGHT,... or a mixture .json file)"));
   }
   std::vector<double> w;
   for (const MixtureSource& s : spec.sources) w.push_back(s.weight);
