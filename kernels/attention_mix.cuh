@@ -4,9 +4,10 @@
 //   out = beta[h] * soft + alpha[h] * v[t,g] - gamma[h] * M[t,g] + lam * (v1[t,g] - v[t,g])
 // with M[t] the mean of v over the keys t sees (a running window sum, never a T x T matrix).
 // alpha/beta/gamma are f32 (H,) device pointers or null (0, 1, 0). Device pointers; the
-// launchers enqueue on `stream`. Deterministic: one thread owns each (batch, KV head, channel)
-// column and walks the sequence in order; the per-head gain gradients are reduced in a fixed
-// order from a workspace of attention_mix_workspace_bytes(s) bytes.
+// launchers enqueue on `stream`. Deterministic: a thread owns a chunk of a (batch, KV head,
+// channel) column's sequence, its window sums from fixed-order chunk sums; the per-head gain
+// gradients are reduced in a fixed order from a workspace of attention_mix_workspace_bytes(s)
+// bytes.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
