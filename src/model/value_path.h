@@ -97,6 +97,8 @@ class ValuePath {
   virtual bool target_has_wv() const { return true; }
   // Target layers own value tables (and the memory estimate counts their rows).
   virtual bool has_table() const { return false; }
+  // Fills the defaults of the mode's options left unset in a config (finalize, before validate).
+  virtual void fill_defaults(ModelConfig& cfg) const {}
   // Mode-specific checks of a finalized config (messages name the option).
   virtual absl::Status validate(const ModelConfig& cfg) const { return absl::OkStatus(); }
 
@@ -139,6 +141,11 @@ ValueSources gather_value_sources(const ValuePath& vp, int layer, int64_t K, con
 
 // Helpers shared by the modes (values/value_helpers.cc).
 namespace value_ops {
+// --value-coef learnable|NUMBER, declared by v1 and x0v: NUMBER replaces the learnable gain by a
+// fixed coefficient (cfg.value_coef_fixed / value_coef); and its check (a finite number in the
+// declared range of value_coef).
+ModelOption value_coef_option();
+absl::Status check_value_coef(const ModelConfig& cfg);
 // grad += alpha * dv, allocating grad on first use.
 void accumulate(Tensor& grad, const Tensor& dv, float alpha);
 // grad += coef[elem] * dv (coefficient read on the device), allocating grad on first use.

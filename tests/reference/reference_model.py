@@ -249,10 +249,13 @@ def expected_param_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     kvw = Hkv * hd
     targets = resolve_targets(config)
     tset = set(targets)
-    for other, path in VALUE_PATHS.items():  # a mode's options belong to that mode
+    owners: dict[str, list[str]] = {}  # a mode's options belong to that mode (or modes)
+    for other, path in VALUE_PATHS.items():
         for key in path.options:
-            if config.get(key, False) and mode != other:
-                raise ValueError(f"{key} is only defined for {other}")
+            owners.setdefault(key, []).append(other)
+    for key, modes in owners.items():
+        if config.get(key, False) and mode not in modes:
+            raise ValueError(f"{key} is only defined for {' or '.join(modes)}")
     dims = Dims(config, d, H, Hkv, hd, Vp, kvw, int(config.get("value_embed_gate_channels", 12)))
 
     shapes: dict[str, tuple[int, ...]] = {"wte": (Vp, d), "lm_head": (d, Vp)}
@@ -451,9 +454,31 @@ def _resformer_learnable(s):
     return _scalar(s.p[s.vp + "lambda1"]) * s.v1 + _scalar(s.p[s.vp + "lambda2"]) * s.ctx
 
 
+def _plus_scale_learnable(config):
+    return config.get("plus_scale", "learnable") in ("", "learnable")
+
+
 def _resformer_plus(s):
+    """s_scale softmax(a)_k V1 + l2 ctx; s_scale = value_plus.scale, or L with plus_scale fixed.
+    (plus_init only sets the logits' init, which the comparison's perturbed weights replace.)"""
     w = jax.nn.softmax(s.p["value_plus.logits"])
-    return float(s.L) * w[s.k] * s.v1 + _scalar(s.p[s.vp + "lambda2"]) * s.ctx
+    scale = _scalar(s.p["value_plus.scale"]) if _plus_scale_learnable(s.config) else float(s.L)
+    return scale * w[s.k] * s.v1 + _scalar(s.p[s.vp + "lambda2"]) * s.ctx
+
+
+def _plus_shared(dims, targets):
+    shapes = {"value_plus.logits": (len(targets),)}
+    if _plus_scale_learnable(dims.config):
+        shapes["value_plus.scale"] = (1,)
+    return shapes
+
+
+def plus_init_logits(config: dict, targets) -> list | None:
+    """The logits' init of --plus-init paper: a_k = ln(i_k) for target layer i_k, so that
+    softmax(a)_k = i_k / sum_j i_j (docs/model.md); None for blagpt (random N(0, 0.1))."""
+    if config.get("plus_init", "paper") in ("", "paper"):
+        return [math.log(i) for i in targets]
+    return None
 
 
 def _resformer_dense(s):
@@ -468,12 +493,21 @@ def _svformer(s):
     return s.v1
 
 
+def _coef(s):
+    """--value-coef: a fixed coefficient (no gain parameter), else the learnable gain."""
+    return float(s.config["value_coef"]) if s.config.get("value_coef_fixed") else _gain(s)
+
+
+def _coef_layer(dims, i):
+    return {} if dims.config.get("value_coef_fixed") else {"gain": (1,)}
+
+
 def _v1(s):
-    return _gain(s) * s.v1
+    return _coef(s) * s.v1
 
 
 def _x0v(s):
-    return _gain(s) * s.ctx
+    return _coef(s) * s.ctx
 
 
 def _bov(s):
@@ -532,15 +566,15 @@ VALUE_PATHS = {
         layer_params=lambda dims, i: {"lambda1": (1,), "lambda2": (1,)}),
     "resformer-plus": ValuePathRef(
         _resformer_plus, "all", reads_v1=True, layer_params=lambda dims, i: {"lambda2": (1,)},
-        shared_params=lambda dims, targets: {"value_plus.logits": (len(targets),)}),
+        shared_params=_plus_shared, options=("plus_init", "plus_scale")),
     "resformer-sparse": ValuePathRef(_fixed_coeffs(5.0, 1.0), "last-third", reads_v1=True),
     "resformer-dense": ValuePathRef(
         _resformer_dense, "all", reads_v1=True, layer_params=lambda dims, i: {"dense": (i + 1,)}),
     "svformer": ValuePathRef(_svformer, "all", reads_v1=True, wv_on_target=False),
     "v1": ValuePathRef(_v1, "last-third", reads_v1=True, wv_on_target=False,
-                       layer_params=lambda dims, i: {"gain": (1,)}),
+                       layer_params=_coef_layer, options=("value_coef_fixed",)),
     "x0v": ValuePathRef(_x0v, "last-third", context_from_x0=True,
-                        layer_params=lambda dims, i: {"gain": (1,)}),
+                        layer_params=_coef_layer, options=("value_coef_fixed",)),
     "bov": ValuePathRef(_bov, "last-third", wv_on_target=False, layer_params=_bov_layer,
                         shared_params=_bov_shared, options=("shared_table",)),
     "bov-add": ValuePathRef(_bov_add, "last-third", layer_params=_bov_add_layer,
