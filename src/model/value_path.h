@@ -122,6 +122,11 @@ class ValuePath {
                         const Tensor& dv, ValueGrads& g) const = 0;
   // NeuTRENO-style modes add lam * (V1 - v) to the attention output; 0: nothing added.
   virtual float attention_output_v1_coef(const ModelConfig& cfg) const { return 0.0f; }
+  // Modes mixing the embedding into a target layer's attention input (q, k and v read
+  // (1 - c) n + c x0 instead of n; the MLP and the stream are untouched): c; 0: none.
+  virtual float attention_input_x0_coef() const { return 0.0f; }
+  // Does a target layer read x0 (which then crosses pipeline boundaries)?
+  bool reads_x0() const { return context_from_x0() || attention_input_x0_coef() != 0.0f; }
 
   // Pipeline: must layer `layer`'s context value be kept (and sent across stage boundaries)
   // for later target layers?

@@ -434,6 +434,7 @@ class ValuePathRef(NamedTuple):
     layer_params: object = lambda dims, i: {}  # {name after "blocks.i.value.": shape}
     shared_params: object = lambda dims, targets: {}  # {name: shape}
     v1_coef: object = lambda config: 0.0  # lam of the attention-output term lam (V1 - v)
+    attn_input_x0: float = 0.0  # c: a target's attention reads (1 - c) n + c x0 (q, k and v)
     options: tuple = ()  # config keys only this mode reads
 
 
@@ -540,6 +541,10 @@ def _neutreno(s):
     return s.ctx  # NeuTRENO changes the attention output (v1_coef), not v
 
 
+def _resformer_hidden(s):
+    return s.ctx  # the context value of the mixed attention input (attn_input_x0)
+
+
 def _bov_shared(dims, targets):
     return {"value.table": (dims.Vp, dims.kvw)} if dims.config.get("shared_table", False) else {}
 
@@ -584,6 +589,7 @@ VALUE_PATHS = {
         layer_params=lambda dims, i: {"table": (dims.Vp, dims.kvw), "gate_w": (dims.gc, dims.Hkv)}),
     "neutreno": ValuePathRef(_neutreno, "all", reads_v1=True,
                              v1_coef=lambda config: float(config.get("neutreno_lambda", 0.4))),
+    "resformer-hidden": ValuePathRef(_resformer_hidden, "all", attn_input_x0=0.5),
 }
 
 VALUE_MODES = tuple(VALUE_PATHS)
@@ -714,22 +720,27 @@ def forward_logits(params, inputs, config, v1_override=None, fixed=None):
         has_v = (b + "attn.wv") in p or (b + "attn.v_skip") in p
         ctx = None
         is_target = i in tpos
+        hx = path.attn_input_x0 if is_target else 0.0
+
+        def attn_input(z, hx=hx):  # the attention sub-layer's input (resformer-hidden mixes x0)
+            return (1.0 - hx) * z + hx * x0 if hx else z
+
         if has_v:
-            src = x0 if (is_target and path.context_from_x0) else n
+            src = x0 if (is_target and path.context_from_x0) else attn_input(n)
             ctx = project(src, p, b, "v", fixed)
         if i == 0 and path.reads_v1:
             v1 = jax.lax.stop_gradient(ctx) if detach else ctx
             if v1_override is not None:
                 v1 = jnp.asarray(v1_override, dtype=jnp.float64)
-        v = path.value(Sources(config, p, b + "value.", i, tpos.get(i), L, n, ctx, v1, inputs,
-                               ctx_values)) if is_target else ctx
+        v = path.value(Sources(config, p, b + "value.", i, tpos.get(i), L, attn_input(n), ctx, v1,
+                               inputs, ctx_values)) if is_target else ctx
         # Layer j's context value as later layers read it (resformer-dense); V_0 = V1 obeys
         # detach-v1.
         ctx_values.append(v1 if (i == 0 and v1 is not None) else ctx)
         lam = path.v1_coef(config) if is_target else 0.0
 
         def attn(z):
-            return attention(z, v, p, b, config, windows[i], i, v1, lam, fixed)
+            return attention(attn_input(z), v, p, b, config, windows[i], i, v1, lam, fixed)
 
         def mlp_of(z):
             return mlp(z, p[b + "mlp.fc"], p[b + "mlp.proj"])

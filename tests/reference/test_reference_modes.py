@@ -34,6 +34,8 @@ CASES = [(m, []) for m in rm.VALUE_MODES] + [
     ("x0v", ["--value-coef", "0.75"]),
     ("resformer-plus", ["--plus-init", "blagpt"]),
     ("resformer-plus", ["--plus-init", "blagpt", "--plus-scale", "fixed"]),
+    ("resformer-hidden", ["--block", "parallel", "--value-layers", "every-other"]),
+    ("resformer-hidden", ["--block", "sas-p", "--kv-heads", "4"]),
     # Block shapes (sas and sas-p refuse GQA: identity projections need Hkv = H).
     ("baseline", ["--block", "parallel"]),
     ("baseline", ["--block", "vskipinit"]),

@@ -160,6 +160,23 @@ TEST(Model, ResformerPlusInitAndScale) {
   EXPECT_GT(std::fabs(lp - mean_loss(*paper->model, 2, 32, 3, 251)), 1e-5);
 }
 
+// resformer-hidden owns exactly the baseline's parameters and changes the loss; targeting layer 0
+// alone changes nothing (its attention input is x0 already).
+TEST(Model, ResformerHiddenMixesX0IntoTheAttentionInput) {
+  auto hid = build(tiny(ValueMode::kResformerHidden), 11);
+  auto base = build(tiny(ValueMode::kBaseline), 11);
+  ModelConfig c0 = tiny(ValueMode::kResformerHidden);
+  c0.value_layers = "0";
+  ASSERT_TRUE(c0.finalize().ok());
+  auto l0 = build(c0, 11);
+  ASSERT_EQ(hid->store.infos().size(), base->store.infos().size());
+  for (const auto& p : base->store.infos()) EXPECT_GE(hid->store.find(p.name), 0) << p.name;
+  for (Built* b : {hid.get(), base.get(), l0.get()}) nonzero_wo(*b);
+  const double lb = mean_loss(*base->model, 2, 32, 3, 251);
+  EXPECT_GT(std::fabs(mean_loss(*hid->model, 2, 32, 3, 251) - lb), 1e-5);
+  EXPECT_NEAR(mean_loss(*l0->model, 2, 32, 3, 251), lb, 1e-5 * lb);
+}
+
 TEST(Model, MatmulWeightsFollowTheBlockShape) {
   ModelConfig pre = tiny(ValueMode::kBaseline);
   pre.n_kv_head = pre.n_head;
