@@ -35,6 +35,7 @@ PUBLISHED: dict[str, tuple[str, str]] = {
     "resformer-sparse": ("better", "ResFormer paper: sparse (layers 6-8, lambda 5) 2.687 vs 2.739"),
     "resformer-plus": ("better", "ResFormer paper (468M, 20B tokens): Plus 2.681 vs 2.739"),
     "neutreno": ("better", "ResFormer paper's comparison table: NeuTRENO below the baseline"),
+    "resformer-hidden": ("worse", "ResFormer paper ablation: hidden residual to H_0 2.781 vs 2.739"),
     "baseline+dense": ("better", "ResFormer paper's comparison table; DenseFormer paper"),
 }
 

@@ -42,6 +42,7 @@ const std::vector<ConfigFieldRange>& config_field_ranges() {
       {"dense_dilation", "dense-dilation", 1, 4096, true},
       {"dense_period", "dense-period", 1, 4096, true},
       {"neutreno_lambda", "neutreno-lambda", 0, 10, false},
+      {"value_coef", "value-coef", -1000, 1000, false},
       {"value_embed_gate_channels", "", 1, 1 << 20, true},
       {"value_embed_gate_scale", "", 0, 1e3, false},
   };
@@ -126,6 +127,10 @@ nlohmann::json ModelConfig::to_json() const {
   j["detach_v1"] = detach_v1;
   j["shared_table"] = shared_table;
   j["bov_add_fixed"] = bov_add_fixed;
+  j["value_coef_fixed"] = value_coef_fixed;
+  j["value_coef"] = value_coef;
+  j["plus_init"] = plus_init;
+  j["plus_scale"] = plus_scale;
   j["value_embed_gate_channels"] = value_embed_gate_channels;
   j["value_embed_gate_scale"] = value_embed_gate_scale;
   return j;
@@ -252,11 +257,21 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const nlohmann::json& j) {
   in.boolean("detach_v1", c.detach_v1, false);
   in.boolean("shared_table", c.shared_table, false);
   in.boolean("bov_add_fixed", c.bov_add_fixed, false);
+  in.boolean("value_coef_fixed", c.value_coef_fixed, true);
+  in.number("value_coef", c.value_coef, true);
+  in.text("plus_init", c.plus_init, true, 16);
+  in.text("plus_scale", c.plus_scale, true, 16);
   in.number("value_embed_gate_channels", c.value_embed_gate_channels, true);
   in.number("value_embed_gate_scale", c.value_embed_gate_scale, true);
   VT_RETURN_IF_ERROR(in.status());
   VT_ASSIGN_OR_RETURN(c.block, parse_block_shape(block));
   VT_ASSIGN_OR_RETURN(c.value_mode, parse_value_mode(value_mode));
+  // A resformer-plus config written before --plus-init / --plus-scale existed (no such fields)
+  // describes the model vtrain trained then: BlaGPT's logits and the fixed scale L.
+  if (c.value_mode == ValueMode::kResformerPlus) {
+    if (!j.contains("plus_init")) c.plus_init = "blagpt";
+    if (!j.contains("plus_scale")) c.plus_scale = "fixed";
+  }
   VT_RETURN_IF_ERROR(c.finalize());
   // Derived fields stored beside the inputs must agree with what they derive from.
   if (auto it = j.find("vocab_padded"); it != j.end() &&

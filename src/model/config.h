@@ -46,6 +46,13 @@ struct ModelConfig {
   bool detach_v1 = false;
   bool shared_table = false;   // bov only: one table for all target layers
   bool bov_add_fixed = false;  // bov-add only: fixed a = b = 0.5, no learnable a/b
+  // v1 and x0v only (--value-coef NUMBER): v = value_coef * source with no learnable gain.
+  bool value_coef_fixed = false;
+  double value_coef = 1.0;
+  // resformer-plus only: the logits' init ("paper" or "blagpt") and the scale ("learnable" or
+  // "fixed"); empty until finalize() fills the defaults (paper, learnable) for resformer-plus.
+  std::string plus_init;
+  std::string plus_scale;
   int value_embed_gate_channels = 12;
   double value_embed_gate_scale = 3.0;
 

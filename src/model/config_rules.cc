@@ -143,6 +143,7 @@ absl::Status ModelConfig::finalize() {
         std::find(d.owners.begin(), d.owners.end(), value_mode_name(value_mode)) == d.owners.end())
       return bad(absl::StrCat("--", d.option.flag.name, " applies only to value mode '",
                               absl::StrJoin(d.owners, "' or '"), "'"));
+  value().fill_defaults(*this);
   VT_RETURN_IF_ERROR(value().validate(*this));
   auto targets = resolve_target_layers(value_mode, value_layers, n_layer);
   if (!targets.ok()) return targets.status();

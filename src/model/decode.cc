@@ -64,7 +64,7 @@ class DecodeKit final : public BlockKit {
   int layer_, t_;
 };
 
-Tensor DecodeKit::attention(const Tensor& n, BlockActs&) const {
+Tensor DecodeKit::attention(const Tensor& n_block, BlockActs&) const {
   const ModelConfig& cfg = d_.cfg_;
   const GPT& model = d_.model_;
   const ParamStore& st = *model.store();
@@ -72,6 +72,14 @@ Tensor DecodeKit::attention(const Tensor& n, BlockActs&) const {
   const int i = layer_, t = t_;
   const int H = cfg.n_head, Hkv = cfg.n_kv_head, hd = cfg.head_dim;
   const int64_t K = d_.K_;
+  // A mode mixing x0 into the attention input (resformer-hidden): q, k, v read the mix.
+  Tensor n = n_block;
+  if (const float hx = cfg.is_target(i) ? cfg.value().attention_input_x0_coef() : 0.0f;
+      hx != 0.0f) {
+    n = zeros(n_block.shape());
+    ops::scale_copy(n, n_block, 1.0f - hx);
+    ops::axpy(n, d_.x0_.reshaped(n_block.shape()), hx);
+  }
   Tensor q = zeros({1, 1, H, hd}), k = zeros({1, 1, Hkv, hd});
   ops::matmul(n, st.param(lp.wq), q);
   ops::matmul(n, st.param(lp.wk), k);

@@ -221,7 +221,7 @@ Bundle GPT::embed_forward(Activations& acts, const PassHooks& hooks) const {
   b.x = act({acts.B, cfg_.seq_len, C});
   ops::rmsnorm(acts.emb_raw, b.x, acts.emb_rstd, 1.0f, cfg_.norm_eps);
   if (hooks.block_output) hooks.block_output(-1, b.x);
-  if (cfg_.value().context_from_x0()) b.x0 = b.x.clone();
+  if (cfg_.value().reads_x0()) b.x0 = b.x.clone();
   b.values.resize(cfg_.n_layer);
   b.dense.resize(cfg_.n_layer + 1);
   if (keeps_dense(0, 0)) b.dense[0] = b.x.clone();  // x_0, read by later averages
@@ -363,7 +363,7 @@ Bundle GPT::head_backward(Activations& acts, float grad_scale) const {
   Bundle g;
   g.x = act({acts.B, cfg_.seq_len, C});
   ops::rmsnorm_backward(acts.head_x, acts.head_rstd, dn, g.x, 1.0f, false);
-  if (cfg_.value().context_from_x0()) g.x0 = act({acts.B, cfg_.seq_len, C});
+  if (cfg_.value().reads_x0()) g.x0 = act({acts.B, cfg_.seq_len, C});
   g.values.resize(cfg_.n_layer);
   g.dense.resize(cfg_.n_layer + 1);
   // Free what the loss end no longer needs.

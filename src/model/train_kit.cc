@@ -81,13 +81,21 @@ ops::AttnExtras TrainKit::extras(BlockActs& a, bool forward) const {
   return ex;
 }
 
-Tensor TrainKit::attention(const Tensor& n, BlockActs& a) const {
+Tensor TrainKit::attention(const Tensor& n_block, BlockActs& a) const {
   const ModelConfig& cfg = m_.cfg_;
   const LayerParams& lp = params();
   const int B = acts_.B, T = cfg.seq_len, hd = cfg.head_dim;
   const int H = m_.heads_, Hkv = m_.kv_heads_;
   const int64_t N = rows(), C = cfg.n_embd, qd = int64_t{H} * hd, kvd = int64_t{Hkv} * hd;
   const float eps = cfg.norm_eps;
+  // A mode mixing x0 into the attention input (resformer-hidden): q, k, v read the mix.
+  const float hx = cfg.is_target(layer_) ? cfg.value().attention_input_x0_coef() : 0.0f;
+  Tensor n = n_block;
+  if (hx != 0.0f) {
+    n = act({N, C});
+    ops::scale_copy(n, n_block.reshaped({N, C}), 1.0f - hx);
+    ops::axpy(n, bundle_->x0.reshaped({N, C}), hx);
+  }
   a.attn_in = n;
   Tensor q = act({B, T, H, hd});
   Tensor k = act({B, T, Hkv, hd});
@@ -218,6 +226,11 @@ Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
     }
   }
   tp::reduce_input_grads(tp_comm, dn);
+  // The attention input (1 - c) n + c x0 (resformer-hidden): c of d input goes to x0.
+  if (const float hx = target ? vp.attention_input_x0_coef() : 0.0f; hx != 0.0f) {
+    ops::axpy(bundle_->x0.reshaped({N, C}), dn, hx);
+    ops::scale_copy(dn, dn, 1.0f - hx);
+  }
   return dn;
 }
 

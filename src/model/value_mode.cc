@@ -23,6 +23,7 @@ const ValuePath& bov_value_path();
 const ValuePath& bov_add_value_path();
 const ValuePath& value_embed_value_path();
 const ValuePath& neutreno_value_path();
+const ValuePath& resformer_hidden_value_path();
 
 namespace {
 struct ModeEntry {
@@ -44,6 +45,7 @@ const ModeEntry kModes[] = {
     {ValueMode::kBovAdd, bov_add_value_path},
     {ValueMode::kValueEmbed, value_embed_value_path},
     {ValueMode::kNeutreno, neutreno_value_path},
+    {ValueMode::kResformerHidden, resformer_hidden_value_path},
 };
 }  // namespace
 

@@ -24,6 +24,7 @@ enum class ValueMode {
   kBovAdd,
   kValueEmbed,
   kNeutreno,
+  kResformerHidden,
 };
 
 class ValuePath;

@@ -97,6 +97,8 @@ class ValuePath {
   virtual bool target_has_wv() const { return true; }
   // Target layers own value tables (and the memory estimate counts their rows).
   virtual bool has_table() const { return false; }
+  // Fills the defaults of the mode's options left unset in a config (finalize, before validate).
+  virtual void fill_defaults(ModelConfig& cfg) const {}
   // Mode-specific checks of a finalized config (messages name the option).
   virtual absl::Status validate(const ModelConfig& cfg) const { return absl::OkStatus(); }
 
@@ -120,6 +122,11 @@ class ValuePath {
                         const Tensor& dv, ValueGrads& g) const = 0;
   // NeuTRENO-style modes add lam * (V1 - v) to the attention output; 0: nothing added.
   virtual float attention_output_v1_coef(const ModelConfig& cfg) const { return 0.0f; }
+  // Modes mixing the embedding into a target layer's attention input (q, k and v read
+  // (1 - c) n + c x0 instead of n; the MLP and the stream are untouched): c; 0: none.
+  virtual float attention_input_x0_coef() const { return 0.0f; }
+  // Does a target layer read x0 (which then crosses pipeline boundaries)?
+  bool reads_x0() const { return context_from_x0() || attention_input_x0_coef() != 0.0f; }
 
   // Pipeline: must layer `layer`'s context value be kept (and sent across stage boundaries)
   // for later target layers?
@@ -139,6 +146,11 @@ ValueSources gather_value_sources(const ValuePath& vp, int layer, int64_t K, con
 
 // Helpers shared by the modes (values/value_helpers.cc).
 namespace value_ops {
+// --value-coef learnable|NUMBER, declared by v1 and x0v: NUMBER replaces the learnable gain by a
+// fixed coefficient (cfg.value_coef_fixed / value_coef); and its check (a finite number in the
+// declared range of value_coef).
+ModelOption value_coef_option();
+absl::Status check_value_coef(const ModelConfig& cfg);
 // grad += alpha * dv, allocating grad on first use.
 void accumulate(Tensor& grad, const Tensor& dv, float alpha);
 // grad += coef[elem] * dv (coefficient read on the device), allocating grad on first use.

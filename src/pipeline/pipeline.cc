@@ -94,7 +94,7 @@ int PipelineEngine::next_rank(int chunk) const {
 std::vector<PipelineEngine::Slot> PipelineEngine::boundary_slots(int boundary) const {
   const ModelConfig& cfg = model_.config();
   std::vector<Slot> slots = {{Slot::kX, -1}};
-  if (cfg.value().context_from_x0()) slots.push_back({Slot::kX0, -1});
+  if (cfg.value().reads_x0()) slots.push_back({Slot::kX0, -1});
   const bool later_targets = !cfg.target_layers.empty() && cfg.target_layers.back() >= boundary;
   for (int j = 0; j < boundary && later_targets; ++j)
     if (model_.keeps_value(j)) slots.push_back({Slot::kValue, j});

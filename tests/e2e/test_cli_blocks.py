@@ -57,6 +57,10 @@ REFUSALS = [
     (["--value", "bov", "--neutreno-lambda", "0.5"], r"--neutreno-lambda applies only to --value neutreno"),
     (["--value", "neutreno", "--neutreno-lambda", "-1"], r"--neutreno-lambda -1: out of range"),
     (["--value", "neutreno", "--value-layers", "0,2"], r"layer 0 cannot be a target of value mode 'neutreno'"),
+    (["--value", "bov", "--value-coef", "1"], r"--value-coef applies only to --value v1 or --value x0v"),
+    (["--value", "v1", "--value-coef", "one"], r"--value-coef must be 'learnable' or a number"),
+    (["--value", "x0v", "--plus-init", "paper"], r"--plus-init applies only to --value resformer-plus"),
+    (["--value", "resformer-plus", "--plus-scale", "free"], r"--plus-scale free: expected one of learnable, fixed"),
 ]
 
 

@@ -15,7 +15,8 @@ import pytest
 
 BUILD = os.environ.get("VTRAIN_BUILD", "build")
 VTRAIN = os.path.join(BUILD, "vtrain")
-MODES = ["baseline", "resformer-plus", "resformer-dense", "svformer", "x0v", "bov", "value-embed"]
+MODES = ["baseline", "resformer-plus", "resformer-dense", "svformer", "x0v", "bov", "value-embed",
+         "resformer-hidden"]
 # Block shapes, NeuTRENO and DenseFormer (sas/sas-p need Hkv = H: --kv-heads 4). Per-head gains
 # split with their heads over tp; identity projections take/place the rank's head columns;
 # DenseFormer's earlier outputs and NeuTRENO's V1 cross pipeline stages.

@@ -47,6 +47,8 @@ def random_params(config: dict, seed: int = 0) -> dict[str, np.ndarray]:
             a = 0.5 + 0.2 * rng.normal(size=shape)
         elif last == "logits":
             a = rng.normal(0.0, 0.3, shape)
+        elif name == "value_plus.scale":
+            a = float(config["n_layer"]) + 0.5 * rng.normal(size=shape)
         elif last == "dense":
             i = shape[0] - 1
             a = np.full(shape, 1.0 / i) + 0.2 * rng.normal(size=shape)

@@ -249,10 +249,13 @@ def expected_param_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     kvw = Hkv * hd
     targets = resolve_targets(config)
     tset = set(targets)
-    for other, path in VALUE_PATHS.items():  # a mode's options belong to that mode
+    owners: dict[str, list[str]] = {}  # a mode's options belong to that mode (or modes)
+    for other, path in VALUE_PATHS.items():
         for key in path.options:
-            if config.get(key, False) and mode != other:
-                raise ValueError(f"{key} is only defined for {other}")
+            owners.setdefault(key, []).append(other)
+    for key, modes in owners.items():
+        if config.get(key, False) and mode not in modes:
+            raise ValueError(f"{key} is only defined for {' or '.join(modes)}")
     dims = Dims(config, d, H, Hkv, hd, Vp, kvw, int(config.get("value_embed_gate_channels", 12)))
 
     shapes: dict[str, tuple[int, ...]] = {"wte": (Vp, d), "lm_head": (d, Vp)}
@@ -431,6 +434,7 @@ class ValuePathRef(NamedTuple):
     layer_params: object = lambda dims, i: {}  # {name after "blocks.i.value.": shape}
     shared_params: object = lambda dims, targets: {}  # {name: shape}
     v1_coef: object = lambda config: 0.0  # lam of the attention-output term lam (V1 - v)
+    attn_input_x0: float = 0.0  # c: a target's attention reads (1 - c) n + c x0 (q, k and v)
     options: tuple = ()  # config keys only this mode reads
 
 
@@ -451,9 +455,31 @@ def _resformer_learnable(s):
     return _scalar(s.p[s.vp + "lambda1"]) * s.v1 + _scalar(s.p[s.vp + "lambda2"]) * s.ctx
 
 
+def _plus_scale_learnable(config):
+    return config.get("plus_scale", "learnable") in ("", "learnable")
+
+
 def _resformer_plus(s):
+    """s_scale softmax(a)_k V1 + l2 ctx; s_scale = value_plus.scale, or L with plus_scale fixed.
+    (plus_init only sets the logits' init, which the comparison's perturbed weights replace.)"""
     w = jax.nn.softmax(s.p["value_plus.logits"])
-    return float(s.L) * w[s.k] * s.v1 + _scalar(s.p[s.vp + "lambda2"]) * s.ctx
+    scale = _scalar(s.p["value_plus.scale"]) if _plus_scale_learnable(s.config) else float(s.L)
+    return scale * w[s.k] * s.v1 + _scalar(s.p[s.vp + "lambda2"]) * s.ctx
+
+
+def _plus_shared(dims, targets):
+    shapes = {"value_plus.logits": (len(targets),)}
+    if _plus_scale_learnable(dims.config):
+        shapes["value_plus.scale"] = (1,)
+    return shapes
+
+
+def plus_init_logits(config: dict, targets) -> list | None:
+    """The logits' init of --plus-init paper: a_k = ln(i_k) for target layer i_k, so that
+    softmax(a)_k = i_k / sum_j i_j (docs/model.md); None for blagpt (random N(0, 0.1))."""
+    if config.get("plus_init", "paper") in ("", "paper"):
+        return [math.log(i) for i in targets]
+    return None
 
 
 def _resformer_dense(s):
@@ -468,12 +494,21 @@ def _svformer(s):
     return s.v1
 
 
+def _coef(s):
+    """--value-coef: a fixed coefficient (no gain parameter), else the learnable gain."""
+    return float(s.config["value_coef"]) if s.config.get("value_coef_fixed") else _gain(s)
+
+
+def _coef_layer(dims, i):
+    return {} if dims.config.get("value_coef_fixed") else {"gain": (1,)}
+
+
 def _v1(s):
-    return _gain(s) * s.v1
+    return _coef(s) * s.v1
 
 
 def _x0v(s):
-    return _gain(s) * s.ctx
+    return _coef(s) * s.ctx
 
 
 def _bov(s):
@@ -506,6 +541,10 @@ def _neutreno(s):
     return s.ctx  # NeuTRENO changes the attention output (v1_coef), not v
 
 
+def _resformer_hidden(s):
+    return s.ctx  # the context value of the mixed attention input (attn_input_x0)
+
+
 def _bov_shared(dims, targets):
     return {"value.table": (dims.Vp, dims.kvw)} if dims.config.get("shared_table", False) else {}
 
@@ -532,15 +571,15 @@ VALUE_PATHS = {
         layer_params=lambda dims, i: {"lambda1": (1,), "lambda2": (1,)}),
     "resformer-plus": ValuePathRef(
         _resformer_plus, "all", reads_v1=True, layer_params=lambda dims, i: {"lambda2": (1,)},
-        shared_params=lambda dims, targets: {"value_plus.logits": (len(targets),)}),
+        shared_params=_plus_shared, options=("plus_init", "plus_scale")),
     "resformer-sparse": ValuePathRef(_fixed_coeffs(5.0, 1.0), "last-third", reads_v1=True),
     "resformer-dense": ValuePathRef(
         _resformer_dense, "all", reads_v1=True, layer_params=lambda dims, i: {"dense": (i + 1,)}),
     "svformer": ValuePathRef(_svformer, "all", reads_v1=True, wv_on_target=False),
     "v1": ValuePathRef(_v1, "last-third", reads_v1=True, wv_on_target=False,
-                       layer_params=lambda dims, i: {"gain": (1,)}),
+                       layer_params=_coef_layer, options=("value_coef_fixed",)),
     "x0v": ValuePathRef(_x0v, "last-third", context_from_x0=True,
-                        layer_params=lambda dims, i: {"gain": (1,)}),
+                        layer_params=_coef_layer, options=("value_coef_fixed",)),
     "bov": ValuePathRef(_bov, "last-third", wv_on_target=False, layer_params=_bov_layer,
                         shared_params=_bov_shared, options=("shared_table",)),
     "bov-add": ValuePathRef(_bov_add, "last-third", layer_params=_bov_add_layer,
@@ -550,6 +589,7 @@ VALUE_PATHS = {
         layer_params=lambda dims, i: {"table": (dims.Vp, dims.kvw), "gate_w": (dims.gc, dims.Hkv)}),
     "neutreno": ValuePathRef(_neutreno, "all", reads_v1=True,
                              v1_coef=lambda config: float(config.get("neutreno_lambda", 0.4))),
+    "resformer-hidden": ValuePathRef(_resformer_hidden, "all", attn_input_x0=0.5),
 }
 
 VALUE_MODES = tuple(VALUE_PATHS)
@@ -680,22 +720,27 @@ def forward_logits(params, inputs, config, v1_override=None, fixed=None):
         has_v = (b + "attn.wv") in p or (b + "attn.v_skip") in p
         ctx = None
         is_target = i in tpos
+        hx = path.attn_input_x0 if is_target else 0.0
+
+        def attn_input(z, hx=hx):  # the attention sub-layer's input (resformer-hidden mixes x0)
+            return (1.0 - hx) * z + hx * x0 if hx else z
+
         if has_v:
-            src = x0 if (is_target and path.context_from_x0) else n
+            src = x0 if (is_target and path.context_from_x0) else attn_input(n)
             ctx = project(src, p, b, "v", fixed)
         if i == 0 and path.reads_v1:
             v1 = jax.lax.stop_gradient(ctx) if detach else ctx
             if v1_override is not None:
                 v1 = jnp.asarray(v1_override, dtype=jnp.float64)
-        v = path.value(Sources(config, p, b + "value.", i, tpos.get(i), L, n, ctx, v1, inputs,
-                               ctx_values)) if is_target else ctx
+        v = path.value(Sources(config, p, b + "value.", i, tpos.get(i), L, attn_input(n), ctx, v1,
+                               inputs, ctx_values)) if is_target else ctx
         # Layer j's context value as later layers read it (resformer-dense); V_0 = V1 obeys
         # detach-v1.
         ctx_values.append(v1 if (i == 0 and v1 is not None) else ctx)
         lam = path.v1_coef(config) if is_target else 0.0
 
         def attn(z):
-            return attention(z, v, p, b, config, windows[i], i, v1, lam, fixed)
+            return attention(attn_input(z), v, p, b, config, windows[i], i, v1, lam, fixed)
 
         def mlp_of(z):
             return mlp(z, p[b + "mlp.fc"], p[b + "mlp.proj"])

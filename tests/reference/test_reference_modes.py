@@ -27,6 +27,15 @@ CASES = [(m, []) for m in rm.VALUE_MODES] + [
     ("x0v", ["--value-layers", "all"]),
     ("resformer-sparse", ["--value-layers", "every-other"]),
     ("v1", ["--value-layers", "2,4"]),
+    # Fixed coefficients (BoV paper Table 1: V1 on every layer with 1; V1 / x0 W_V on the last
+    # third with a fixed number) and resformer-plus's variants (the default is the paper's).
+    ("v1", ["--value-layers", "all", "--value-coef", "1"]),
+    ("v1", ["--value-coef", "2.5", "--detach-v1"]),
+    ("x0v", ["--value-coef", "0.75"]),
+    ("resformer-plus", ["--plus-init", "blagpt"]),
+    ("resformer-plus", ["--plus-init", "blagpt", "--plus-scale", "fixed"]),
+    ("resformer-hidden", ["--block", "parallel", "--value-layers", "every-other"]),
+    ("resformer-hidden", ["--block", "sas-p", "--kv-heads", "4"]),
     # Block shapes (sas and sas-p refuse GQA: identity projections need Hkv = H).
     ("baseline", ["--block", "parallel"]),
     ("baseline", ["--block", "vskipinit"]),
@@ -120,11 +129,20 @@ def test_vtrain_matches_reference(case, tmp_path):
     for flag, key in (("--detach-v1", "detach_v1"), ("--shared-table", "shared_table"),
                       ("--bov-add-fixed", "bov_add_fixed"), ("--dense", "dense")):
         assert bool(cfg.get(key)) == (flag in extra), f"config {key} = {cfg.get(key)!r}"
+    coef = extra[extra.index("--value-coef") + 1] if "--value-coef" in extra else "learnable"
+    assert bool(cfg.get("value_coef_fixed")) == (coef != "learnable"), cfg.get("value_coef_fixed")
+    if coef != "learnable":
+        assert float(cfg["value_coef"]) == float(coef), f"config value_coef {cfg['value_coef']}"
     for flag, key, default in (("--block", "block", "prenorm"), ("--reparam-init", "reparam_init", ""),
                                ("--attn-bias", "attn_bias", "")):
         want = extra[extra.index(flag) + 1] if flag in extra else default
         assert cfg.get(key, default) == want, f"config {key} = {cfg.get(key)!r}, asked {want!r}"
     assert bool(cfg.get("norm_none")) == ("none" in extra), f"config norm_none = {cfg.get('norm_none')}"
+    if mode == "resformer-plus":
+        for flag, key, default in (("--plus-init", "plus_init", "paper"),
+                                   ("--plus-scale", "plus_scale", "learnable")):
+            want = extra[extra.index(flag) + 1] if flag in extra else default
+            assert cfg.get(key) == want, f"config {key} = {cfg.get(key)!r}, asked {want!r}"
     # ... and exercise the features the tiny config is meant to cover.
     if cfg.get("block") in rm.SIMPLIFIED:
         assert cfg["n_kv_head"] == cfg["n_head"], "sas/sas-p run without GQA"
@@ -134,3 +152,33 @@ def test_vtrain_matches_reference(case, tmp_path):
     wins = rm.window_sizes(cfg, int(cfg["seq_len"]))
     assert min(wins) < int(cfg["seq_len"]), "case does not exercise the sliding window"
     assert rep.ok, "\n" + str(rep)
+
+
+@pytest.mark.parametrize("extra", [[], ["--plus-init", "blagpt"], ["--plus-scale", "fixed"]],
+                         ids=["paper", "blagpt", "fixed"])
+def test_resformer_plus_init_follows_the_docs(extra, tmp_path):
+    """The comparisons above perturb the weights, so they cannot see resformer-plus's init: read
+    it from an unperturbed export and hold it to docs/model.md (logits ln(i_k) by default, the
+    scale L unless fixed)."""
+    import h5py
+    import numpy as np
+
+    out = str(tmp_path / "plus.h5")
+    r = subprocess.run([_exporter(), "--mode", "resformer-plus", "--no-perturb", "--out", out,
+                        *extra], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    with h5py.File(out, "r") as f:
+        cfg = cc._read_config(f)
+        logits = np.asarray(f["params/value_plus.logits"], dtype=np.float64)
+        scale = (np.asarray(f["params/value_plus.scale"], dtype=np.float64)
+                 if "params/value_plus.scale" in f else None)
+    want = rm.plus_init_logits(cfg, cfg["target_layers"])
+    if want is None:  # blagpt: N(0, 0.1)
+        assert logits.shape == (len(cfg["target_layers"]),)
+        assert 0.0 < np.sqrt(np.mean(logits ** 2)) < 0.4, logits
+    else:
+        np.testing.assert_allclose(logits, want, rtol=1e-6)
+    if "--plus-scale" in extra:
+        assert scale is None
+    else:
+        np.testing.assert_allclose(scale, [float(cfg["n_layer"])], rtol=0)

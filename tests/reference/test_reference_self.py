@@ -267,12 +267,46 @@ def test_plus_equals_learnable_with_softmax_coefficients():
     logits = np.asarray(p["value_plus.logits"], dtype=np.float64)
     w = np.exp(logits - logits.max())
     w /= w.sum()
-    L = cfg_p["n_layer"]
-    pl = {k: v for k, v in p.items() if k != "value_plus.logits"}
+    scale = float(p["value_plus.scale"][0])  # the learnable scale (the default)
+    pl = {k: v for k, v in p.items() if not k.startswith("value_plus.")}
     for k, i in enumerate(cfg_p["target_layers"]):
-        pl[f"blocks.{i}.value.lambda1"] = np.array([L * w[k]])
+        pl[f"blocks.{i}.value.lambda1"] = np.array([scale * w[k]])
     ga, gb = assert_same(lg(p, x, y, cfg_p), lg(pl, x, y, cfg_l), "plus vs learnable", rtol=1e-12)
     assert_grads_close(ga, gb, _common(ga, gb))
+
+
+def test_plus_fixed_scale_equals_learnable_scale_at_L():
+    cfg_f = small_config("resformer-plus", plus_scale="fixed")
+    cfg_s = small_config("resformer-plus")
+    assert "value_plus.scale" not in rm.expected_param_shapes(cfg_f)
+    p, x, y = setup(cfg_s, seed=7)
+    p["value_plus.scale"] = np.array([float(cfg_s["n_layer"])])
+    pf = {k: v for k, v in p.items() if k != "value_plus.scale"}
+    ga, gb = assert_same(lg(p, x, y, cfg_s), lg(pf, x, y, cfg_f), "plus scale L vs fixed",
+                         rtol=1e-12)
+    assert_grads_close(ga, gb, _common(ga, gb))
+
+
+def test_plus_paper_init_grows_with_depth():
+    targets = [1, 2, 3, 4, 5]
+    a = np.asarray(rm.plus_init_logits({"plus_init": "paper"}, targets))
+    w = np.exp(a) / np.exp(a).sum()
+    assert np.allclose(w, np.array(targets) / sum(targets))
+    assert rm.plus_init_logits({"plus_init": "blagpt"}, targets) is None
+
+
+def test_fixed_value_coef_equals_gain_set_to_it():
+    for mode in ("v1", "x0v"):
+        cfg_f = small_config(mode, value_coef_fixed=True, value_coef=1.7)
+        cfg_g = small_config(mode)
+        assert not any(k.endswith(".value.gain") for k in rm.expected_param_shapes(cfg_f))
+        p, x, y = setup(cfg_g, seed=8)
+        for i in cfg_g["target_layers"]:
+            p[f"blocks.{i}.value.gain"] = np.array([1.7])
+        pf = {k: v for k, v in p.items() if not k.endswith(".value.gain")}
+        ga, gb = assert_same(lg(p, x, y, cfg_g), lg(pf, x, y, cfg_f), f"{mode} fixed coef",
+                             rtol=1e-12)
+        assert_grads_close(ga, gb, _common(ga, gb))
 
 
 def test_dense_diagonal_equals_baseline():

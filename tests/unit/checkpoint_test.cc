@@ -357,6 +357,26 @@ TEST_F(checkpoint, ArchitectureMismatchListsFieldsAndParameters) {
   EXPECT_NE(s2.find("value_plus.logits"), std::string::npos) << s2;
 }
 
+// A resformer-plus checkpoint from before --plus-init / --plus-scale reads as blagpt / fixed
+// (model_config_test): resuming it under the new defaults (paper, learnable scale) is refused,
+// naming the fields and the missing scale; with --plus-init blagpt --plus-scale fixed it loads.
+TEST_F(checkpoint, OldResformerPlusResumesOnlyAsItWas) {
+  ModelConfig old = ckpt_config(ValueMode::kResformerPlus);
+  old.plus_init = "blagpt";
+  old.plus_scale = "fixed";
+  ASSERT_TRUE(old.finalize().ok());
+  Model mo(old);
+  ASSERT_TRUE(save_checkpoint(path("old.h5"), old, mo.store, test_meta(1)).ok());
+  const ModelConfig now = ckpt_config(ValueMode::kResformerPlus);
+  ASSERT_EQ(now.plus_init, "paper");
+  Model mn(now);
+  const std::string s(load_checkpoint(path("old.h5"), now, mn.store).status().message());
+  EXPECT_NE(s.find("plus_init: checkpoint \"blagpt\", model \"paper\""), std::string::npos) << s;
+  EXPECT_NE(s.find("missing from the checkpoint (1): value_plus.scale"), std::string::npos) << s;
+  Model again(old, /*salt=*/1);
+  EXPECT_TRUE(load_checkpoint(path("old.h5"), old, again.store).ok());
+}
+
 TEST_F(checkpoint, SaveRefusesAnIncompleteModel) {
   const ModelConfig cfg = ckpt_config(ValueMode::kBaseline);
   ParamStore partial;  // the first pipeline stage only: no lm_head

@@ -103,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ValueMode::kBaseline, ValueMode::kResformerLearnable,
                       ValueMode::kResformerPlus, ValueMode::kResformerDense, ValueMode::kSvformer,
                       ValueMode::kV1, ValueMode::kX0v, ValueMode::kBov, ValueMode::kBovAdd,
-                      ValueMode::kValueEmbed),
+                      ValueMode::kValueEmbed, ValueMode::kResformerHidden),
     [](const ::testing::TestParamInfo<ValueMode>& i) {
       std::string s = value_mode_name(i.param);
       for (char& c : s)

@@ -125,6 +125,37 @@ TEST(ModelConfig, JsonRoundTrip) {
   EXPECT_EQ(back->target_layers, (std::vector<int>{3, 5}));
 }
 
+// The value-mode options round-trip; a resformer-plus config written before --plus-init and
+// --plus-scale existed reads as the model vtrain trained then (BlaGPT's logits, fixed scale L),
+// so such a checkpoint loads for eval and generate, and resuming it under the new defaults is
+// refused naming plus_init and value_plus.scale (checkpoint_test).
+TEST(ModelConfig, ValueOptionsInJson) {
+  ModelConfig v1 = small(ValueMode::kV1, "all");
+  v1.value_coef_fixed = true;
+  v1.value_coef = 1.5;
+  ASSERT_TRUE(v1.finalize().ok());
+  auto back = ModelConfig::from_json(v1.to_json());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->value_coef_fixed);
+  EXPECT_EQ(back->value_coef, 1.5);
+  ModelConfig plus = small(ValueMode::kResformerPlus, "default");
+  ASSERT_TRUE(plus.finalize().ok());
+  nlohmann::json j = plus.to_json();
+  EXPECT_EQ(j["plus_init"], "paper");
+  EXPECT_EQ(j["plus_scale"], "learnable");
+  auto now = ModelConfig::from_json(j);
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(now->to_json(), j);
+  for (const char* k : {"plus_init", "plus_scale", "value_coef", "value_coef_fixed"}) j.erase(k);
+  auto old = ModelConfig::from_json(j);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->plus_init, "blagpt");
+  EXPECT_EQ(old->plus_scale, "fixed");
+  j["plus_init"] = "zeros";
+  EXPECT_NE(ModelConfig::from_json(j).status().message().find("--plus-init 'zeros'"),
+            std::string::npos);
+}
+
 // One table of ranges: every model flag with a range takes it from config_field_ranges().
 TEST(ModelConfig, FlagsAndConfigsShareTheDeclaredRanges) {
   int matched = 0;

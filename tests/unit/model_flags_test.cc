@@ -34,6 +34,13 @@ std::string error_of(const std::vector<std::string>& args) {
   return c.ok() ? "" : std::string(c.status().message());
 }
 
+// The message of ModelConfig::finalize on the flags' config ("" when it passes).
+std::string finalize_error(const std::vector<std::string>& args) {
+  auto c = config_of(args);
+  if (!c.ok()) return "flags refused: " + std::string(c.status().message());
+  return std::string(c->finalize().message());
+}
+
 const FlagSpec& flag(const std::string& name) {
   static const std::vector<FlagSpec> specs = model_flag_specs();
   for (const FlagSpec& f : specs)
@@ -74,6 +81,10 @@ TEST(ModelFlags, OptionsDeclaredByTheirModesAndShapes) {
   EXPECT_EQ(owners(value_mode_options(), "bov-add-fixed"), std::vector<std::string>{"bov-add"});
   EXPECT_EQ(owners(value_mode_options(), "neutreno-lambda"),
             std::vector<std::string>{"neutreno"});
+  EXPECT_EQ(owners(value_mode_options(), "value-coef"), (std::vector<std::string>{"v1", "x0v"}));
+  for (const char* name : {"plus-init", "plus-scale"})
+    EXPECT_EQ(owners(value_mode_options(), name), std::vector<std::string>{"resformer-plus"})
+        << name;
   for (const char* name : {"norm", "reparam-init", "attn-bias"})
     EXPECT_EQ(owners(block_shape_options(), name), (std::vector<std::string>{"sas", "sas-p"}))
         << name;
@@ -98,8 +109,31 @@ TEST(ModelFlags, OptionsSetTheConfig) {
   EXPECT_EQ(sas->qk_norm, 1);
   EXPECT_TRUE(sas->dense);
   EXPECT_EQ(sas->dense_period, 2);
+  auto v1 = config_of({"--value", "v1", "--value-layers", "all", "--value-coef", "1"});
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_TRUE(v1->value_coef_fixed);
+  EXPECT_EQ(v1->value_coef, 1.0);
+  auto x0v = config_of({"--value", "x0v", "--value-coef", "-0.5"});
+  ASSERT_TRUE(x0v.ok()) << x0v.status();
+  EXPECT_TRUE(x0v->value_coef_fixed);
+  EXPECT_EQ(x0v->value_coef, -0.5);
+  auto x0l = config_of({"--value", "x0v", "--value-coef", "learnable"});
+  ASSERT_TRUE(x0l.ok()) << x0l.status();
+  EXPECT_FALSE(x0l->value_coef_fixed);
+  auto plus = config_of({"--value", "resformer-plus"});
+  ASSERT_TRUE(plus.ok()) << plus.status();
+  ASSERT_TRUE(plus->finalize().ok());
+  EXPECT_EQ(plus->plus_init, "paper");  // the paper's method is the default
+  EXPECT_EQ(plus->plus_scale, "learnable");
+  auto bla = config_of({"--value", "resformer-plus", "--plus-init", "blagpt", "--plus-scale",
+                        "fixed"});
+  ASSERT_TRUE(bla.ok()) << bla.status();
+  EXPECT_EQ(bla->plus_init, "blagpt");
+  EXPECT_EQ(bla->plus_scale, "fixed");
   auto plain = config_of({});
   ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->value_coef_fixed);
+  EXPECT_EQ(plain->plus_init, "");
   EXPECT_FALSE(plain->shared_table || plain->bov_add_fixed || plain->norm_none || plain->dense);
   EXPECT_EQ(plain->neutreno_lambda, 0.4);
   EXPECT_EQ(plain->qk_norm, -1);
@@ -111,6 +145,18 @@ TEST(ModelFlags, AModeOptionWithAnotherModeIsRefused) {
   EXPECT_EQ(error_of({"--shared-table"}), "--shared-table applies only to --value bov");
   EXPECT_EQ(error_of({"--value", "bov", "--bov-add-fixed"}),
             "--bov-add-fixed applies only to --value bov-add");
+  EXPECT_EQ(error_of({"--value", "bov", "--value-coef", "1"}),
+            "--value-coef applies only to --value v1 or --value x0v");
+  EXPECT_EQ(error_of({"--value", "v1", "--plus-init", "paper"}),
+            "--plus-init applies only to --value resformer-plus");
+  EXPECT_EQ(error_of({"--value", "resformer-learnable", "--plus-scale", "fixed"}),
+            "--plus-scale applies only to --value resformer-plus");
+  EXPECT_EQ(finalize_error({"--value", "v1", "--value-coef", "big"}),
+            "--value-coef must be 'learnable' or a number in [-1000, 1000] (got something else)");
+  EXPECT_EQ(finalize_error({"--value", "x0v", "--value-coef", "5000"}),
+            "--value-coef must be 'learnable' or a number in [-1000, 1000] (got 5000)");
+  EXPECT_NE(error_of({"--value", "resformer-plus", "--plus-init", "zeros"}).find("plus-init"),
+            std::string::npos);
   EXPECT_EQ(error_of({"--dense-period", "2"}),
             "--dense-dilation and --dense-period need --dense");
   // A config read from JSON is held to the same rule by finalize (model_config_test too).
@@ -118,6 +164,12 @@ TEST(ModelFlags, AModeOptionWithAnotherModeIsRefused) {
   c.bov_add_fixed = true;
   c.vocab_size = 100;
   EXPECT_EQ(c.finalize().message(), "--bov-add-fixed applies only to value mode 'bov-add'");
+  c.bov_add_fixed = false;
+  c.value_coef_fixed = true;
+  EXPECT_EQ(c.finalize().message(), "--value-coef applies only to value mode 'v1' or 'x0v'");
+  c.value_coef_fixed = false;
+  c.plus_init = "paper";
+  EXPECT_EQ(c.finalize().message(), "--plus-init applies only to value mode 'resformer-plus'");
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, Recompute,
                          ::testing::Values(ValueMode::kBaseline, ValueMode::kResformerDense,
                                            ValueMode::kResformerPlus, ValueMode::kX0v,
                                            ValueMode::kBov, ValueMode::kValueEmbed,
-                                           ValueMode::kSvformer),
+                                           ValueMode::kSvformer, ValueMode::kResformerHidden),
                          [](const ::testing::TestParamInfo<ValueMode>& i) {
                            std::string s = value_mode_name(i.param);
                            for (char& c : s)

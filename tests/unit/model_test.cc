@@ -82,6 +82,101 @@ TEST(Model, BovFirstForwardEqualsX0v) {
 // FLOPs follow the block shape: identity value/output projections do no matmul (sas: layers
 // >= 1), a reparameterized projection multiplies one matrix (layer 0; every layer with
 // --reparam-init), so SAS has 2 d^2 fewer matmul weights per layer >= 1 than prenorm.
+// Gives every layer the same non-zero W_O (W_O starts at zero, which would hide the value path).
+void nonzero_wo(Built& b) {
+  for (int i = 0; i < b.model->config().n_layer; ++i) {
+    Tensor wo = b.store.param("blocks." + std::to_string(i) + ".attn.wo");
+    Rng r(100 + i);
+    for (int64_t j = 0; j < wo.numel(); ++j) wo.f32()[j] = r.normal(0, 0.1);
+  }
+}
+
+ModelConfig with_coef(ValueMode mode, const std::string& layers, double coef) {
+  ModelConfig c = tiny(mode);
+  c.value_layers = layers;
+  c.value_coef_fixed = true;
+  c.value_coef = coef;
+  EXPECT_TRUE(c.finalize().ok());
+  return c;
+}
+
+// --value-coef NUMBER: no gain parameter, and v = NUMBER * source. v1 on every layer with
+// coefficient 1 is SVFormer (BoV Table 1 row 3); a fixed x0v coefficient equals the learnable
+// gain set to the same number.
+TEST(Model, FixedValueCoefficient) {
+  auto has = [](const Built& b, const std::string& n) { return b.store.find(n) >= 0; };
+  auto v1 = build(with_coef(ValueMode::kV1, "all", 1.0), 11);
+  auto sv = build(tiny(ValueMode::kSvformer), 11);
+  for (int i = 1; i < 6; ++i) EXPECT_FALSE(has(*v1, "blocks." + std::to_string(i) + ".value.gain"));
+  ASSERT_EQ(v1->store.infos().size(), sv->store.infos().size());
+  for (const auto& p : sv->store.infos()) EXPECT_TRUE(has(*v1, p.name)) << p.name;
+  auto v1b = build(with_coef(ValueMode::kV1, "all", 2.0), 11);
+  for (Built* b : {v1.get(), sv.get(), v1b.get()}) nonzero_wo(*b);
+  const double l1 = mean_loss(*v1->model, 2, 32, 3, 251);
+  EXPECT_NEAR(l1, mean_loss(*sv->model, 2, 32, 3, 251), 1e-6 * l1);
+  EXPECT_GT(std::fabs(l1 - mean_loss(*v1b->model, 2, 32, 3, 251)), 1e-5);
+
+  auto fixed = build(with_coef(ValueMode::kX0v, "default", 0.75), 11);
+  auto learn = build(tiny(ValueMode::kX0v), 11);
+  EXPECT_FALSE(has(*fixed, "blocks.5.value.gain"));
+  for (int i : {4, 5}) {
+    Tensor g = learn->store.param("blocks." + std::to_string(i) + ".value.gain");
+    g.f32()[0] = 0.75f;
+  }
+  for (Built* b : {fixed.get(), learn.get()}) nonzero_wo(*b);
+  const double lf = mean_loss(*fixed->model, 2, 32, 3, 251);
+  EXPECT_NEAR(lf, mean_loss(*learn->model, 2, 32, 3, 251), 1e-6 * lf);
+}
+
+// resformer-plus: the paper's init (default) a_k = ln(i_k) and a trainable scale s = L; BlaGPT's
+// N(0, 0.1) logits; --plus-scale fixed registers no scale, and equals the learnable scale at L.
+TEST(Model, ResformerPlusInitAndScale) {
+  auto plus_cfg = [](const std::string& init, const std::string& scale) {
+    ModelConfig c = tiny(ValueMode::kResformerPlus);
+    c.plus_init = init;
+    c.plus_scale = scale;
+    EXPECT_TRUE(c.finalize().ok());
+    return c;
+  };
+  auto paper = build(plus_cfg("", ""), 11);
+  EXPECT_EQ(paper->model->config().plus_init, "paper");
+  const std::vector<float> a = paper->store.param("value_plus.logits").to_host_f32();
+  ASSERT_EQ(a.size(), 5u);
+  for (int k = 0; k < 5; ++k) EXPECT_FLOAT_EQ(a[k], std::log(float(k + 1))) << k;
+  EXPECT_EQ(paper->store.param("value_plus.scale").to_host_f32()[0], 6.0f);  // L
+  auto bla = build(plus_cfg("blagpt", ""), 11);
+  const std::vector<float> b = bla->store.param("value_plus.logits").to_host_f32();
+  double ss = 0.0;
+  for (float x : b) ss += double(x) * x;
+  EXPECT_LT(std::sqrt(ss / 5), 0.4);  // N(0, 0.1), nowhere near ln(1..5)
+  EXPECT_GT(ss, 0.0);
+  auto fixed = build(plus_cfg("paper", "fixed"), 11);
+  EXPECT_LT(fixed->store.find("value_plus.scale"), 0);
+  for (Built* m : {paper.get(), fixed.get()}) nonzero_wo(*m);
+  const double lp = mean_loss(*paper->model, 2, 32, 3, 251);
+  EXPECT_NEAR(lp, mean_loss(*fixed->model, 2, 32, 3, 251), 1e-6 * lp);
+  Tensor s = paper->store.param("value_plus.scale");
+  s.f32()[0] = 3.0f;
+  EXPECT_GT(std::fabs(lp - mean_loss(*paper->model, 2, 32, 3, 251)), 1e-5);
+}
+
+// resformer-hidden owns exactly the baseline's parameters and changes the loss; targeting layer 0
+// alone changes nothing (its attention input is x0 already).
+TEST(Model, ResformerHiddenMixesX0IntoTheAttentionInput) {
+  auto hid = build(tiny(ValueMode::kResformerHidden), 11);
+  auto base = build(tiny(ValueMode::kBaseline), 11);
+  ModelConfig c0 = tiny(ValueMode::kResformerHidden);
+  c0.value_layers = "0";
+  ASSERT_TRUE(c0.finalize().ok());
+  auto l0 = build(c0, 11);
+  ASSERT_EQ(hid->store.infos().size(), base->store.infos().size());
+  for (const auto& p : base->store.infos()) EXPECT_GE(hid->store.find(p.name), 0) << p.name;
+  for (Built* b : {hid.get(), base.get(), l0.get()}) nonzero_wo(*b);
+  const double lb = mean_loss(*base->model, 2, 32, 3, 251);
+  EXPECT_GT(std::fabs(mean_loss(*hid->model, 2, 32, 3, 251) - lb), 1e-5);
+  EXPECT_NEAR(mean_loss(*l0->model, 2, 32, 3, 251), lb, 1e-5 * lb);
+}
+
 TEST(Model, MatmulWeightsFollowTheBlockShape) {
   ModelConfig pre = tiny(ValueMode::kBaseline);
   pre.n_kv_head = pre.n_head;

@@ -1,5 +1,10 @@
 // Helpers shared by the value modes (declared in model/value_path.h): gradient accumulation,
-// scalar gradients summed over the TP group's heads, and lookups in vocabulary-sharded tables.
+// scalar gradients summed over the TP group's heads, lookups in vocabulary-sharded tables, and the
+// --value-coef option v1 and x0v share.
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "core/cpu_kernels.h"
 #include "core/ops.h"
 #include "model/block_shape.h"
@@ -31,6 +36,36 @@ ValueSources gather_value_sources(const ValuePath& vp, int layer, int64_t K, con
 }  // namespace vt
 
 namespace vt::value_ops {
+
+ModelOption value_coef_option() {
+  return {no_default(text_flag("value-coef", "learnable",
+                               "v1 / x0v: 'learnable' (the gain value.gain, init 1) or a fixed "
+                               "coefficient NUMBER (no gain parameter)")),
+          [](const Flags& f, ModelConfig& cfg) {
+            if (!f.has("value-coef")) return;
+            const std::string v = f.get_string("value-coef");
+            if (v == "learnable") {
+              cfg.value_coef_fixed = false;
+              return;
+            }
+            double x = 0.0;
+            cfg.value_coef_fixed = true;
+            // Not a number: NaN, which check_value_coef refuses naming the flag.
+            cfg.value_coef = absl::SimpleAtod(v, &x) ? x : std::nan("");
+          },
+          [](const ModelConfig& cfg) { return cfg.value_coef_fixed; }};
+}
+
+absl::Status check_value_coef(const ModelConfig& cfg) {
+  if (!cfg.value_coef_fixed) return absl::OkStatus();
+  const ConfigFieldRange& r = config_field_range("value_coef");
+  if (std::isfinite(cfg.value_coef) && cfg.value_coef >= r.lo && cfg.value_coef <= r.hi)
+    return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--value-coef must be 'learnable' or a number in [", r.lo, ", ", r.hi, "] (got ",
+      std::isnan(cfg.value_coef) ? std::string("something else") : absl::StrCat(cfg.value_coef),
+      ")"));
+}
 
 void accumulate(Tensor& grad, const Tensor& dv, float alpha) {
   if (!grad.defined()) grad = Tensor::zeros(dv.shape(), dv.dtype(), dv.device());
