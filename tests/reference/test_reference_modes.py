@@ -44,6 +44,11 @@ CASES = [(m, []) for m in rm.VALUE_MODES] + [
     ("baseline", ["--block", "sas", "--kv-heads", "4", "--attn-bias", "espa"]),
     ("baseline", ["--block", "sas-p", "--kv-heads", "4", "--attn-bias", "uspa"]),
     ("baseline", ["--block", "sas", "--kv-heads", "4", "--qk-norm", "on"]),
+    # vtrain's earlier projections (gains on the identities, layer 0's W_O reparameterized).
+    ("baseline", ["--block", "sas", "--kv-heads", "4", "--proj-gains", "on"]),
+    ("svformer", ["--block", "sas-p", "--kv-heads", "4", "--proj-gains", "on"]),
+    # Value-SkipInit with QK-norm (off by default: W_Q starts at 0).
+    ("baseline", ["--block", "vskipinit", "--qk-norm", "on"]),
     # DenseFormer, and the value paths on other shapes.
     ("baseline", ["--dense"]),
     ("baseline", ["--dense", "--dense-dilation", "2", "--dense-period", "2"]),
@@ -125,6 +130,11 @@ def test_vtrain_matches_reference(case, tmp_path):
         want = extra[extra.index(flag) + 1] if flag in extra else default
         assert cfg.get(key, default) == want, f"config {key} = {cfg.get(key)!r}, asked {want!r}"
     assert bool(cfg.get("norm_none")) == ("none" in extra), f"config norm_none = {cfg.get('norm_none')}"
+    want_gains = "--proj-gains" in extra and extra[extra.index("--proj-gains") + 1] == "on"
+    assert bool(cfg.get("proj_gains")) == want_gains, f"config proj_gains = {cfg.get('proj_gains')}"
+    want_qk = (extra[extra.index("--qk-norm") + 1] == "on" if "--qk-norm" in extra
+               else cfg.get("block") not in rm.ZERO_WQ)
+    assert bool(cfg.get("qk_norm")) == want_qk, f"config qk_norm = {cfg.get('qk_norm')}"
     # ... and exercise the features the tiny config is meant to cover.
     if cfg.get("block") in rm.SIMPLIFIED:
         assert cfg["n_kv_head"] == cfg["n_head"], "sas/sas-p run without GQA"
