@@ -47,6 +47,9 @@ CASES = [(m, []) for m in rm.VALUE_MODES] + [
     # vtrain's earlier projections (gains on the identities, layer 0's W_O reparameterized).
     ("baseline", ["--block", "sas", "--kv-heads", "4", "--proj-gains", "on"]),
     ("svformer", ["--block", "sas-p", "--kv-heads", "4", "--proj-gains", "on"]),
+    # The MLP's activation (--mlp-act relu: the SAS paper's ReLU MLP).
+    ("baseline", ["--mlp-act", "relu"]),
+    ("bov", ["--block", "sas", "--kv-heads", "4", "--mlp-act", "relu"]),
     # Value-SkipInit with QK-norm (off by default: W_Q starts at 0).
     ("baseline", ["--block", "vskipinit", "--qk-norm", "on"]),
     # DenseFormer, and the value paths on other shapes.
@@ -130,6 +133,8 @@ def test_vtrain_matches_reference(case, tmp_path):
         want = extra[extra.index(flag) + 1] if flag in extra else default
         assert cfg.get(key, default) == want, f"config {key} = {cfg.get(key)!r}, asked {want!r}"
     assert bool(cfg.get("norm_none")) == ("none" in extra), f"config norm_none = {cfg.get('norm_none')}"
+    want_act = extra[extra.index("--mlp-act") + 1] if "--mlp-act" in extra else "relu2"
+    assert cfg.get("mlp_act") == want_act, f"config mlp_act = {cfg.get('mlp_act')!r}"
     want_gains = "--proj-gains" in extra and extra[extra.index("--proj-gains") + 1] == "on"
     assert bool(cfg.get("proj_gains")) == want_gains, f"config proj_gains = {cfg.get('proj_gains')}"
     want_qk = (extra[extra.index("--qk-norm") + 1] == "on" if "--qk-norm" in extra

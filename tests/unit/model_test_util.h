@@ -71,6 +71,7 @@ inline std::vector<Variant> block_variants() {
          c.reparam_seed = 9;
        },
        1.0 / 40},
+      {"relu_mlp", [](ModelConfig& c) { c.mlp_act = "relu"; }},
       {"dense_bov",
        [](ModelConfig& c) {
          c.dense = true;
