@@ -61,6 +61,15 @@ REFUSALS = [
     (["--value", "bov", "--neutreno-lambda", "0.5"], r"--neutreno-lambda applies only to --value neutreno"),
     (["--value", "neutreno", "--neutreno-lambda", "-1"], r"--neutreno-lambda -1: out of range"),
     (["--value", "neutreno", "--value-layers", "0,2"], r"layer 0 cannot be a target of value mode 'neutreno'"),
+    # --optimizer, --mlp-act, --warmup-frac and the official recipe.
+    (["--optimizer", "sgd"], r"--optimizer sgd: expected one of muon, adamw"),
+    (["--mlp-act", "gelu"], r"--mlp-act gelu: expected one of relu2, relu"),
+    (["--optimizer", "adamw", "--matrix-lr", "0.01"], r"--matrix-lr applies to --optimizer muon"),
+    (["--optimizer", "adamw", "--polar-express"], r"--polar-express applies to --optimizer muon"),
+    (["--adamw-lr", "0.01"], r"--adamw-lr applies to --optimizer adamw"),
+    (["--weight-decay", "0.1"], r"--weight-decay applies to --optimizer adamw"),
+    (["--recipe", "official", "--warmup", "5"], r"--warmup and --warmup-frac both set the warmup"),
+    (["--recipe", "official", "--gain-lr", "0.1"], r"--gain-lr applies to --optimizer muon"),
 ]
 
 
@@ -106,3 +115,32 @@ def test_simplified_block_trains_resumes_on_another_layout_and_decodes(datadir, 
     # Shaped attention keeps running sums, not a second cache: a standard K+V cache.
     m = re.search(r"kv-cache: (\d+) bytes/token \(a standard K\+V cache: (\d+)", g.stderr)
     assert m and m.group(1) == m.group(2), g.stderr
+
+
+def test_official_recipe_trains_with_adamw_and_checkpoints(datadir, tmp_path):
+    """--recipe official: one AdamW for every parameter, a ReLU MLP, 5% warmup then a linear
+    decay to 0; the checkpoint holds AdamW states for the matrices, verifies and resumes."""
+    model = [*TINY, "--block", "sas", "--micro-batch", "2", "--seed", "3"]
+    ckpt = tmp_path / "ckpt"
+    r = run(["train", "--data", datadir, *model, "--recipe", "official", "--steps", "20",
+             "--stop-at-step", "10", "--ckpt-dir", ckpt, "--metrics", tmp_path / "a.jsonl",
+             "--eval-tokens", "1024"], ok=False)
+    assert r.returncode == 75, r.stderr
+    assert "--optimizer adamw" in r.stdout and "--mlp-act relu" in r.stdout, r.stdout
+    rows = [row for row in map(json.loads, open(tmp_path / "a.jsonl")) if "lr" in row]
+    lrs = [row["lr"] for row in rows]
+    # warmup ceil(0.05 * 20) = 1 step: the peak 1e-3 at step 0, then a linear decay to 0 over 19.
+    np.testing.assert_allclose(lrs[0], 1e-3, rtol=1e-6)
+    np.testing.assert_allclose(lrs[5], 1e-3 * 15 / 19, rtol=1e-6)  # (N - s) / D = 15 / 19
+    assert rows[-1]["loss"] < rows[0]["loss"]
+    latest = ckpt / (ckpt / "latest").read_text().strip()
+    v = run(["ckpt", "verify", latest])
+    assert "ok" in (v.stdout + v.stderr).lower(), v.stdout + v.stderr
+    insp = run(["ckpt", "inspect", latest]).stdout
+    assert "/optim/blocks.0.mlp.fc/exp_avg" in insp and "momentum_buffer" not in insp, insp
+    run(["train", "--data", datadir, *model, "--recipe", "official", "--steps", "20",
+         "--resume", "auto", "--ckpt-dir", ckpt, "--eval-tokens", "1024"])
+    # Resuming it under Muon is refused (its matrices have no Muon state).
+    r = run(["train", "--data", datadir, *model, "--mlp-act", "relu", "--steps", "30",
+             "--resume", "auto", "--ckpt-dir", ckpt, "--eval-tokens", "1024"], ok=False)
+    assert r.returncode != 0 and "momentum_buffer" in r.stderr, r.stderr
