@@ -138,8 +138,19 @@ def test_official_recipe_trains_with_adamw_and_checkpoints(datadir, tmp_path):
     assert "ok" in (v.stdout + v.stderr).lower(), v.stdout + v.stderr
     insp = run(["ckpt", "inspect", latest]).stdout
     assert "/optim/blocks.0.mlp.fc/exp_avg" in insp and "momentum_buffer" not in insp, insp
+    # Resume on 2 ranks as tp 2 (AdamW on TP-split matrices) and finish; the losses agree with
+    # one process's uninterrupted run.
     run(["train", "--data", datadir, *model, "--recipe", "official", "--steps", "20",
-         "--resume", "auto", "--ckpt-dir", ckpt, "--eval-tokens", "1024"])
+         "--resume", "auto", "--ckpt-dir", ckpt, "--eval-tokens", "1024", "--tp", "2",
+         "--metrics", tmp_path / "b.jsonl"], ranks=2)
+    run(["train", "--data", datadir, *model, "--recipe", "official", "--steps", "20",
+         "--eval-tokens", "1024", "--metrics", tmp_path / "c.jsonl"])
+    def losses(p):
+        return [row["loss"] for row in map(json.loads, open(p)) if "lr" in row]
+    resumed = losses(tmp_path / "a.jsonl")[:10] + losses(tmp_path / "b.jsonl")
+    whole = losses(tmp_path / "c.jsonl")
+    assert len(resumed) == len(whole) == 20
+    np.testing.assert_allclose(resumed, whole, rtol=1e-5)
     # Resuming it under Muon is refused (its matrices have no Muon state).
     r = run(["train", "--data", datadir, *model, "--mlp-act", "relu", "--steps", "30",
              "--resume", "auto", "--ckpt-dir", ckpt, "--eval-tokens", "1024"], ok=False)
