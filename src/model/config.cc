@@ -116,6 +116,7 @@ nlohmann::json ModelConfig::to_json() const {
   j["reparam_init"] = reparam_init;
   j["reparam_seed"] = reparam_seed;
   j["attn_bias"] = attn_bias;
+  j["spa_schedule"] = spa_schedule;
   j["proj_gains"] = proj_gains;
   j["mlp_act"] = mlp_act;
   j["dense"] = dense;
@@ -245,6 +246,7 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const nlohmann::json& j) {
   in.text("reparam_init", c.reparam_init, true);
   in.seed("reparam_seed", c.reparam_seed);
   in.text("attn_bias", c.attn_bias, true);
+  in.text("spa_schedule", c.spa_schedule, true);  // absent: "ours", the only one before
   in.boolean("proj_gains", c.proj_gains, true);
   in.text("mlp_act", c.mlp_act, true);
   in.boolean("dense", c.dense, true);

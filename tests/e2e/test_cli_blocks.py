@@ -61,6 +61,13 @@ REFUSALS = [
     (["--value", "bov", "--neutreno-lambda", "0.5"], r"--neutreno-lambda applies only to --value neutreno"),
     (["--value", "neutreno", "--neutreno-lambda", "-1"], r"--neutreno-lambda -1: out of range"),
     (["--value", "neutreno", "--value-layers", "0,2"], r"layer 0 cannot be a target of value mode 'neutreno'"),
+    # U-SPA needs full context; the SimplEsT-ViT schedule is E-SPA's.
+    (["--block", "sas", "--kv-heads", "4", "--attn-bias", "uspa"],
+     r"--attn-bias uspa with sliding windows.*--window-pattern L"),
+    (["--block", "sas", "--kv-heads", "4", "--attn-bias", "uspa", "--window-pattern", "L",
+      "--spa-schedule", "simplest"], r"--spa-schedule simplest .*applies only to --attn-bias espa"),
+    (["--block", "sas", "--kv-heads", "4", "--spa-schedule", "simplest"],
+     r"--spa-schedule simplest .*no --attn-bias"),
     # --optimizer, --mlp-act, --warmup-frac and the official recipe.
     (["--optimizer", "sgd"], r"--optimizer sgd: expected one of muon, adamw"),
     (["--mlp-act", "gelu"], r"--mlp-act gelu: expected one of relu2, relu"),
@@ -86,7 +93,7 @@ def test_refused_before_any_work(datadir, tmp_path, extra, pattern):
 
 def test_simplified_block_trains_resumes_on_another_layout_and_decodes(datadir, tmp_path):
     model = [*TINY, "--block", "sas-p", "--value", "neutreno", "--dense", "--dense-period", "2",
-             "--attn-bias", "uspa", "--micro-batch", "2", "--global-batch", "256", "--seed", "4"]
+             "--attn-bias", "uspa", "--window-pattern", "L", "--micro-batch", "2", "--global-batch", "256", "--seed", "4"]
     ckpt = tmp_path / "ckpt"
     r = run(["train", "--data", datadir, *model, "--steps", "12", "--stop-at-step", "6",
              "--ckpt-dir", ckpt, "--metrics", tmp_path / "a.jsonl", "--eval-tokens", "1024"],

@@ -203,10 +203,19 @@ def dense_inputs(config: dict, i: int) -> list[int]:
     return [j for j in range(i + 2) if (i + 1 - j) % k == 0]
 
 
-def spa_rho(layer: int, L: int) -> float:
-    """Depth schedule of E-SPA/U-SPA (docs/model.md; vtrain's own, not the paper's):
-    rho_l = 0.8 (l+1)/L, rho_{-1} = 0."""
-    return 0.0 if layer < 0 else 0.8 * (layer + 1) / L
+def spa_rho(layer: int, L: int, schedule: str = "ours") -> float:
+    """Depth schedule of E-SPA/U-SPA (docs/model.md), rho_{-1} = 0. "ours" (vtrain's own, not
+    the paper's): rho_l = 0.8 (l+1)/L. "simplest" (SimplEsT-ViT's E-SPA rule with its layers
+    numbered 1..L and gamma_L = 0.005): 1 - exp(-2 gamma_l) = (1 - exp(-2 gamma_L))^((l+1)/L),
+    rho_l = exp(-gamma_l)."""
+    if layer < 0:
+        return 0.0
+    if schedule == "simplest":
+        gamma_l = -0.5 * math.log(1.0 - (1.0 - math.exp(-2 * 0.005)) ** ((layer + 1) / L))
+        return math.exp(-gamma_l)
+    if schedule != "ours":
+        raise ValueError(f"unknown spa schedule {schedule!r}")
+    return 0.8 * (layer + 1) / L
 
 
 def spa_kernel(kind: str, rho: float, T: int) -> np.ndarray:
@@ -226,8 +235,9 @@ def spa_bias(config: dict, layer: int, T: int) -> np.ndarray:
     generic Cholesky of the target kernels."""
     kind = config["attn_bias"]
     L = int(config["n_layer"])
-    Lc = np.linalg.cholesky(spa_kernel(kind, spa_rho(layer, L), T))
-    Lp = np.linalg.cholesky(spa_kernel(kind, spa_rho(layer - 1, L), T))
+    sched = config.get("spa_schedule", "ours")
+    Lc = np.linalg.cholesky(spa_kernel(kind, spa_rho(layer, L, sched), T))
+    Lp = np.linalg.cholesky(spa_kernel(kind, spa_rho(layer - 1, L, sched), T))
     A = np.linalg.solve(Lp.T, Lc.T).T  # A Lp = Lc
     with np.errstate(divide="ignore"):
         B = np.where(A > 0, np.log(np.where(A > 0, A, 1.0)), -np.inf)

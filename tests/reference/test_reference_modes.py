@@ -42,7 +42,11 @@ CASES = [(m, []) for m in rm.VALUE_MODES] + [
     ("baseline", ["--block", "sas-p", "--kv-heads", "4", "--norm", "none", "--reparam-init", "id",
                   "--perturb-scale", "0.3"]),
     ("baseline", ["--block", "sas", "--kv-heads", "4", "--attn-bias", "espa"]),
-    ("baseline", ["--block", "sas-p", "--kv-heads", "4", "--attn-bias", "uspa"]),
+    # U-SPA is refused with sliding windows: full context in every layer.
+    ("baseline", ["--block", "sas-p", "--kv-heads", "4", "--attn-bias", "uspa",
+                  "--window-pattern", "L"]),
+    ("baseline", ["--block", "sas", "--kv-heads", "4", "--attn-bias", "espa",
+                  "--spa-schedule", "simplest"]),
     ("baseline", ["--block", "sas", "--kv-heads", "4", "--qk-norm", "on"]),
     # vtrain's earlier projections (gains on the identities, layer 0's W_O reparameterized).
     ("baseline", ["--block", "sas", "--kv-heads", "4", "--proj-gains", "on"]),
@@ -147,5 +151,9 @@ def test_vtrain_matches_reference(case, tmp_path):
         assert cfg["n_kv_head"] < cfg["n_head"], "case does not exercise GQA"
     assert cfg["vocab_padded"] > cfg["vocab_size"], "case does not exercise the padded vocab"
     wins = rm.window_sizes(cfg, int(cfg["seq_len"]))
-    assert min(wins) < int(cfg["seq_len"]), "case does not exercise the sliding window"
+    if "--window-pattern" not in extra:
+        assert min(wins) < int(cfg["seq_len"]), "case does not exercise the sliding window"
+    want_sched = (extra[extra.index("--spa-schedule") + 1] if "--spa-schedule" in extra
+                  else "ours")
+    assert cfg.get("spa_schedule") == want_sched, f"config spa_schedule = {cfg.get('spa_schedule')!r}"
     assert rep.ok, "\n" + str(rep)

@@ -74,7 +74,7 @@ TEST(ModelFlags, OptionsDeclaredByTheirModesAndShapes) {
   EXPECT_EQ(owners(value_mode_options(), "bov-add-fixed"), std::vector<std::string>{"bov-add"});
   EXPECT_EQ(owners(value_mode_options(), "neutreno-lambda"),
             std::vector<std::string>{"neutreno"});
-  for (const char* name : {"norm", "reparam-init", "proj-gains", "attn-bias"})
+  for (const char* name : {"norm", "reparam-init", "proj-gains", "spa-schedule", "attn-bias"})
     EXPECT_EQ(owners(block_shape_options(), name), (std::vector<std::string>{"sas", "sas-p"}))
         << name;
 }

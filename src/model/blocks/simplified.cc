@@ -24,6 +24,10 @@ std::vector<ModelOption> options() {
                    "reparameterized (vtrain's earlier layout, ours; off: the official code's plain "
                    "identities) (sas, sas-p)"),
        [](const Flags& f, ModelConfig& cfg) { cfg.proj_gains = f.get_string("proj-gains") == "on"; }},
+      {choice_flag("spa-schedule", "ours", {"ours", "simplest"},
+                   "the E-SPA/U-SPA depth schedule: ours (rho_l = 0.8 (l+1)/L) or simplest "
+                   "(SimplEsT-ViT's constant-diagonal rule, gamma_L = 0.005; espa only) (sas, sas-p)"),
+       [](const Flags& f, ModelConfig& cfg) { cfg.spa_schedule = f.get_string("spa-schedule"); }},
       {no_default(choice_flag("attn-bias", "", {"espa", "uspa"},
                               "E-SPA / U-SPA attention-logit biases (sas, sas-p)")),
        [](const Flags& f, ModelConfig& cfg) {
@@ -38,6 +42,15 @@ absl::Status validate(const ModelConfig& cfg, const char* shape) {
         "--block ", shape, " uses identity value and output projections, which need as many KV "
         "heads as heads (Hkv*hd = d); got --kv-heads ", cfg.n_kv_head, " with --heads ",
         cfg.n_head, ": drop --kv-heads or choose --block prenorm|parallel|vskipinit"));
+  if (cfg.attn_bias == "uspa")
+    for (int i = 0; i < cfg.n_layer; ++i)
+      if (cfg.layer_window(i) < cfg.seq_len)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--attn-bias uspa with sliding windows: U-SPA's target kernel correlates every pair "
+            "of positions, so a windowed layer (layer ", i, " of --window-pattern ",
+            cfg.window_pattern, " sees ", cfg.layer_window(i), " of ", cfg.seq_len,
+            " positions) drops up to ~80% of each row of its attention matrix and does not "
+            "propagate the kernel; use --window-pattern L (full context) or --attn-bias espa"));
   if (cfg.proj_gains && !cfg.reparam_init.empty())
     return absl::InvalidArgumentError(absl::StrCat(
         "--proj-gains on and --reparam-init ", cfg.reparam_init, " both set the projections of "
