@@ -78,6 +78,8 @@ OP_TO_ROWS: dict[str, tuple[str, ...]] = {
     "rope_backward": ("rope forward + backward",),
     "relu2": ("relu^2 forward + backward",),
     "relu2_backward": ("relu^2 forward + backward",),
+    "relu": ("relu^2 forward + backward",),  # --mlp-act relu: the same place in the step
+    "relu_backward": ("relu^2 forward + backward",),
     "axpy": ("residual adds (axpy)", "backward adds and value gradient"),
     "tensor_copy": ("copies (x saved twice, value copy)",),
     "embedding": ("embedding gather + scatter-add",),

@@ -35,13 +35,22 @@ std::vector<std::pair<std::string, Shape>> model_datasets(const ModelConfig& con
   return out;
 }
 
-std::vector<std::pair<std::string, Shape>> optimizer_datasets(const ModelConfig& config) {
+std::vector<std::pair<std::string, Shape>> optimizer_datasets(const ModelConfig& config,
+                                                              bool adamw_matrices) {
   std::vector<std::pair<std::string, Shape>> out;
   for (const ParamInfo& p : registered_params(config))
-    for (const std::string& kind : optim::muon_handles(p.group) ? optim::muon_state_kinds()
-                                                                : optim::adamw_state_kinds())
+    for (const std::string& kind : !adamw_matrices && optim::muon_handles(p.group)
+                                       ? optim::muon_state_kinds()
+                                       : optim::adamw_state_kinds())
       out.push_back({optim_state_path(p.name, kind), p.global_shape});
   return out;
+}
+
+bool matrices_in_adamw(const ModelConfig& config, const std::set<std::string>& present) {
+  for (const ParamInfo& p : registered_params(config))
+    if (optim::muon_handles(p.group))
+      return present.count(optim_state_path(p.name, optim::adamw_state_kinds().front())) > 0;
+  return false;
 }
 
 std::vector<std::string> config_differences(const ModelConfig& checkpoint, const ModelConfig& model) {

@@ -3,6 +3,7 @@
 // name and version, the training state a checkpoint carries, tensors stored under explicit
 // paths (optimizer states), and the datasets a model's checkpoint must have.
 #pragma once
+#include <set>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -51,7 +52,12 @@ NamedTensor state_tensor(const ParamInfo& param, const std::string& kind, Tensor
 std::vector<std::pair<std::string, Shape>> model_datasets(const ModelConfig& cfg);
 // The optimizer states a training checkpoint of `cfg` holds (what a resume reads): for every
 // parameter, /optim/<param>/<kind> with Muon's kinds (matrices) or AdamW's, of its global shape.
-std::vector<std::pair<std::string, Shape>> optimizer_datasets(const ModelConfig& cfg);
+// adamw_matrices (--optimizer adamw): AdamW's kinds for the matrices too.
+std::vector<std::pair<std::string, Shape>> optimizer_datasets(const ModelConfig& cfg,
+                                                              bool adamw_matrices = false);
+// Were the block matrices of a checkpoint of `cfg` trained by AdamW (--optimizer adamw)? True
+// when the first block matrix has an AdamW state among `present` dataset names.
+bool matrices_in_adamw(const ModelConfig& cfg, const std::set<std::string>& present);
 // "field: checkpoint X, model Y" for every config field that differs.
 std::vector<std::string> config_differences(const ModelConfig& checkpoint, const ModelConfig& model);
 

@@ -206,7 +206,8 @@ Structure check_structure(const Opened& ck, const std::vector<std::string>& name
   if (!out.has_states || !check_states) return out;
   std::set<std::string> want_states;
   std::vector<std::string> missing_states;
-  for (const auto& [name, shape] : optimizer_datasets(ck.config)) {
+  for (const auto& [name, shape] :
+       optimizer_datasets(ck.config, matrices_in_adamw(ck.config, present))) {
     want_states.insert(name);
     ++out.states;
     if (!present.count(name)) {

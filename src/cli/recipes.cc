@@ -12,6 +12,20 @@ namespace vt {
 const std::vector<Recipe>& recipes() {
   static const std::vector<Recipe> table = {
       {"vtrain", "vtrain's own defaults (docs/model.md, docs/usage.md)", "ours", {}},
+      {"official",
+       "a block shape trained as the SAS paper's official code trains it: one AdamW for every "
+       "parameter (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.1 but not on gains), 5% "
+       "linear warmup then linear decay to 0, gradient clipping at 1, a ReLU MLP",
+       "bobby-he/simplified_transformers config/train/train.yaml, train_utils.py "
+       "(MyTrainer.create_optimizer), config/model/default.yaml",
+       {{"optimizer", "adamw"},
+        {"adamw-lr", "0.001"},
+        {"weight-decay", "0.1"},
+        {"warmup-frac", "0.05"},
+        {"warmdown", "0.95"},
+        {"final-lr-frac", "0"},
+        {"max-grad-norm", "1"},
+        {"mlp-act", "relu"}}},
   };
   return table;
 }

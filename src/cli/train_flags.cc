@@ -2,6 +2,7 @@
 // into TrainOptions (train/options.h).
 #include "cli/train_flags.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -60,7 +61,18 @@ const CommandSpec& train_command() {
         num_flag("lr-scale", 1.0, 0, 1e6, "multiplies every group's peak learning rate"),
         int_flag("warmup", 40, 0, 1e12, "linear warmup steps"),
         num_flag("warmdown", 0.65, 0, 1, "fraction of the steps in the final linear decay"),
+        no_default(num_flag("warmup-frac", 0, 0, 1,
+                            "linear warmup as a fraction of --steps, rounded up (instead of --warmup)")),
+        num_flag("final-lr-frac", 0.05, 0, 1, "lr multiplier reached at the end of the warmdown"),
         num_flag("max-grad-norm", 0, 0, 1e12, "clip the global gradient norm (0: off)"),
+        choice_flag("optimizer", "muon", {"muon", "adamw"},
+                    "muon: Muon for the block matrices, AdamW groups for the rest (docs/model.md); "
+                    "adamw: one AdamW for every parameter (--adamw-lr, --weight-decay)"),
+        no_default(num_flag("adamw-lr", 1e-3, 1e-12, 1e3,
+                            "--optimizer adamw: the peak lr of every parameter (default 0.001)")),
+        no_default(num_flag("weight-decay", 0.1, 0, 10,
+                            "--optimizer adamw: decoupled weight decay of all but the gains and "
+                            "scalars (default 0.1)")),
         bool_flag("polar-express", "Polar Express coefficients for Newton-Schulz"),
         flag_heading("non-finite values"),
         choice_flag("on-nonfinite", "stop", {"stop", "skip-step"},
@@ -187,8 +199,36 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.gain_lr = f.get_double("gain-lr");
   o.lr_scale = f.get_double("lr-scale");
   o.warmup_steps = f.get_int("warmup");
+  if (f.has("warmup-frac")) {
+    if (f.has("warmup"))
+      return absl::InvalidArgumentError(
+          "--warmup and --warmup-frac both set the warmup; give one of them (--recipe official "
+          "sets --warmup-frac: override it with --warmup-frac)");
+    o.warmup_steps = static_cast<int64_t>(std::ceil(f.get_double("warmup-frac") * o.steps));
+  }
   o.warmdown_frac = f.get_double("warmdown");
+  o.final_lr_frac = f.get_double("final-lr-frac");
   o.max_grad_norm = f.get_double("max-grad-norm");
+  o.optimizer = f.get_string("optimizer");
+  if (o.optimizer == "adamw") {
+    for (const char* muon_only : {"matrix-lr", "scalar-lr", "gain-lr", "muon-ns-dtype"})
+      if (f.has(muon_only))
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", muon_only, " applies to --optimizer muon; --optimizer adamw trains every "
+            "parameter at --adamw-lr"));
+    if (f.get_bool("polar-express"))
+      return absl::InvalidArgumentError(
+          "--polar-express applies to --optimizer muon (Muon's Newton-Schulz); --optimizer adamw "
+          "has no Muon");
+    if (f.has("adamw-lr")) o.adamw_lr = f.get_double("adamw-lr");
+    if (f.has("weight-decay")) o.weight_decay = f.get_double("weight-decay");
+  } else {
+    for (const char* adamw_only : {"adamw-lr", "weight-decay"})
+      if (f.has(adamw_only))
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", adamw_only, " applies to --optimizer adamw; --optimizer ", o.optimizer,
+            " takes --matrix-lr, --scalar-lr, --gain-lr (docs/model.md \"Optimizer groups\")"));
+  }
   o.log_every = f.get_int("log-every");
   o.health_every = f.get_int("health-every");
   o.straggler_margin = f.get_double("straggler-margin");

@@ -195,6 +195,27 @@ void relu2_backward(const T* x, const T* dy, T* dx, int64_t n, bool accumulate) 
 }
 
 // ---------------------------------------------------------------------------------------------
+// relu
+
+template <class T>
+void relu_forward(const T* x, T* y, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] < T(0) ? T(0) : x[i];  // NaN passes
+}
+
+template <class T>
+void relu_backward(const T* x, const T* dy, T* dx, int64_t n, bool accumulate) {
+  // The derivative at 0 is taken as 0 (as relu^2's); a NaN x passes its NaN on.
+  if (accumulate) {
+#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMin)
+    for (int64_t i = 0; i < n; ++i) dx[i] += x[i] > T(0) ? dy[i] : (x[i] == x[i] ? T(0) : x[i]);
+  } else {
+#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMin)
+    for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > T(0) ? dy[i] : (x[i] == x[i] ? T(0) : x[i]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Soft-capped, vocabulary-sliced cross-entropy
 
 template <class T>
@@ -381,6 +402,8 @@ void xent_backward<float>(const float* logits, int64_t N, int64_t ld, int64_t n_
                                  int64_t);                                                       \
   template void relu2_forward<T>(const T*, T*, int64_t);                                         \
   template void relu2_backward<T>(const T*, const T*, T*, int64_t, bool);                        \
+  template void relu_forward<T>(const T*, T*, int64_t);                                          \
+  template void relu_backward<T>(const T*, const T*, T*, int64_t, bool);                         \
   template void xent_partial_forward<T>(const T*, int64_t, int64_t, int64_t, int64_t,            \
                                         const int32_t*, T, T*, T*, T*);                          \
   template void xent_backward<T>(const T*, int64_t, int64_t, int64_t, int64_t, const int32_t*,  \

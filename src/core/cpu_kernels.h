@@ -84,6 +84,11 @@ template <class T>
 void relu2_forward(const T* x, T* y, int64_t n);
 template <class T>
 void relu2_backward(const T* x, const T* dy, T* dx, int64_t n, bool accumulate);
+// y = relu(x) elementwise; dx = [x > 0] * dy (--mlp-act relu).
+template <class T>
+void relu_forward(const T* x, T* y, int64_t n);
+template <class T>
+void relu_backward(const T* x, const T* dy, T* dx, int64_t n, bool accumulate);
 
 // Soft-capped cross-entropy, written so that the vocabulary may be split across ranks.
 // logits: (N, ld) raw (uncapped) logits of the local vocabulary slice, whose column c is global

@@ -11,7 +11,8 @@
 
 namespace vt {
 
-// W_V or W_O of a layer: y = x W (a matrix), y = s x (the identity times a gain), or
+// W_V or W_O of a layer: y = x W (a matrix), y = s x (the identity, times a gain s when skip
+// is set; skip = -1: the plain identity), or
 // y = x (s W0 + r dW) (reparameterized: W0 fixed, the identity or orthogonal; dW trained).
 struct Projection {
   enum class Kind { kNone, kMatrix, kIdentity, kReparam };

@@ -32,13 +32,21 @@ double espa_l(double r, int i, int j) {
 
 }  // namespace
 
-double spa_rho(int layer, int n_layer) {
+double spa_rho(int layer, int n_layer, const std::string& schedule) {
   if (layer < 0) return 0.0;
-  return kSpaRhoMax * static_cast<double>(layer + 1) / static_cast<double>(n_layer);
+  const double frac = static_cast<double>(layer + 1) / static_cast<double>(n_layer);
+  if (schedule == "simplest") {
+    const double diag2 = std::pow(-std::expm1(-2.0 * kSimplestGammaL), frac);  // 1 - rho^2
+    return std::sqrt(1.0 - diag2);
+  }
+  VT_CHECK_MSG(schedule == "ours", "unknown SPA schedule " << schedule);
+  return kSpaRhoMax * frac;
 }
 
-std::vector<double> spa_attention_matrix(const std::string& kind, int layer, int n_layer, int T) {
-  const double rho = spa_rho(layer, n_layer), prev = spa_rho(layer - 1, n_layer);
+std::vector<double> spa_attention_matrix(const std::string& kind, int layer, int n_layer, int T,
+                                         const std::string& schedule) {
+  const double rho = spa_rho(layer, n_layer, schedule);
+  const double prev = spa_rho(layer - 1, n_layer, schedule);
   std::vector<double> A(static_cast<size_t>(T) * T, 0.0);
   if (kind == "uspa") {
     std::vector<double> d, c, dp, cp;
@@ -68,7 +76,8 @@ std::vector<double> spa_attention_matrix(const std::string& kind, int layer, int
 }
 
 std::vector<float> spa_bias(const ModelConfig& cfg, int layer, int T) {
-  const std::vector<double> A = spa_attention_matrix(cfg.attn_bias, layer, cfg.n_layer, T);
+  const std::vector<double> A =
+      spa_attention_matrix(cfg.attn_bias, layer, cfg.n_layer, T, cfg.spa_schedule);
   std::vector<float> B(A.size(), 0.0f);
   for (int i = 0; i < T; ++i)
     for (int j = 0; j <= i; ++j) {

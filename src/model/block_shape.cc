@@ -76,8 +76,12 @@ absl::Status BlockShape::validate(const ModelConfig& cfg) const {
   if (!cfg.attn_bias.empty())
     return absl::InvalidArgumentError(absl::StrCat(
         "--attn-bias ", cfg.attn_bias, " is built for W_Q starting at 0 (the softmax matrix is "
-        "then the bias's alone), which only --block sas and sas-p do; block shape '", name(),
-        "' starts W_Q random"));
+        "then the bias's alone) under the shaped attention of --block sas and sas-p (alpha and "
+        "gamma start at 0 with a bias); block shape '", name(), "' does not take it"));
+  if (cfg.proj_gains)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--proj-gains on applies to the identity value/output projections of --block sas and "
+        "sas-p; block shape '", name(), "' has ordinary W_V and W_O"));
   return absl::OkStatus();
 }
 

@@ -28,7 +28,7 @@ class BlockShape {
   virtual std::vector<ModelOption> options() const { return {}; }
   // Shape-specific checks of a config (messages name the option to change). The default refuses
   // the options only the simplified shapes (sas, sas-p) have: --norm none, --reparam-init,
-  // --attn-bias.
+  // --proj-gains on, --attn-bias.
   virtual absl::Status validate(const ModelConfig& cfg) const;
   // QK-norm when --qk-norm is not given.
   virtual bool default_qk_norm() const { return true; }

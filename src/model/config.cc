@@ -117,6 +117,9 @@ nlohmann::json ModelConfig::to_json() const {
   j["reparam_init"] = reparam_init;
   j["reparam_seed"] = reparam_seed;
   j["attn_bias"] = attn_bias;
+  j["spa_schedule"] = spa_schedule;
+  j["proj_gains"] = proj_gains;
+  j["mlp_act"] = mlp_act;
   j["dense"] = dense;
   j["dense_dilation"] = dense_dilation;
   j["dense_period"] = dense_period;
@@ -248,6 +251,9 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const nlohmann::json& j) {
   in.text("reparam_init", c.reparam_init, true);
   in.seed("reparam_seed", c.reparam_seed);
   in.text("attn_bias", c.attn_bias, true);
+  in.text("spa_schedule", c.spa_schedule, true);  // absent: "ours", the only one before
+  in.boolean("proj_gains", c.proj_gains, true);
+  in.text("mlp_act", c.mlp_act, true);
   in.boolean("dense", c.dense, true);
   in.number("dense_dilation", c.dense_dilation, true);
   in.number("dense_period", c.dense_period, true);
@@ -265,6 +271,10 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const nlohmann::json& j) {
   in.number("value_embed_gate_scale", c.value_embed_gate_scale, true);
   VT_RETURN_IF_ERROR(in.status());
   VT_ASSIGN_OR_RETURN(c.block, parse_block_shape(block));
+  // A config written before --proj-gains existed (no "proj_gains") describes sas/sas-p with
+  // vtrain's earlier projections: gains on the identities, layer 0's W_O reparameterized.
+  if (!j.contains("proj_gains"))
+    c.proj_gains = c.block == BlockShapeKind::kSas || c.block == BlockShapeKind::kSasP;
   VT_ASSIGN_OR_RETURN(c.value_mode, parse_value_mode(value_mode));
   // A resformer-plus config written before --plus-init / --plus-scale existed (no such fields)
   // describes the model vtrain trained then: BlaGPT's logits and the fixed scale L.

@@ -36,6 +36,9 @@ struct ModelConfig {
   std::string reparam_init;        // --reparam-init: "" (layer 0 only), "id" or "orth"
   uint64_t reparam_seed = 0;       // the run seed the orthogonal W0 is drawn from
   std::string attn_bias;           // --attn-bias: "", "espa" or "uspa"
+  std::string spa_schedule = "ours";  // --spa-schedule: ours or simplest (E-SPA only)
+  bool proj_gains = false;         // --proj-gains on: vtrain's earlier sas/sas-p projections (ours)
+  std::string mlp_act = "relu2";   // --mlp-act: relu2 (max(x,0)^2) or relu
   // DenseFormer (docs/model.md, "DenseFormer").
   bool dense = false;
   int dense_dilation = 1;

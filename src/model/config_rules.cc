@@ -157,6 +157,15 @@ absl::Status ModelConfig::finalize() {
     return bad(absl::StrCat("--reparam-init '", reparam_init, "' must be id or orth"));
   if (!attn_bias.empty() && attn_bias != "espa" && attn_bias != "uspa")
     return bad(absl::StrCat("--attn-bias '", attn_bias, "' must be espa or uspa"));
+  if (spa_schedule != "ours" && spa_schedule != "simplest")
+    return bad(absl::StrCat("--spa-schedule '", spa_schedule, "' must be ours or simplest"));
+  if (spa_schedule == "simplest" && attn_bias != "espa")
+    return bad(absl::StrCat("--spa-schedule simplest is SimplEsT-ViT's E-SPA depth schedule; it "
+                            "applies only to --attn-bias espa (got ",
+                            attn_bias.empty() ? std::string("no --attn-bias") : "--attn-bias " + attn_bias,
+                            ")"));
+  if (mlp_act != "relu2" && mlp_act != "relu")
+    return bad(absl::StrCat("--mlp-act '", mlp_act, "' must be relu2 or relu"));
   VT_RETURN_IF_ERROR(block_shape(block).validate(*this));
   if (!dense && (dense_dilation != 1 || dense_period != 1))
     return bad("--dense-dilation and --dense-period apply only with --dense");

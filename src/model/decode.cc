@@ -39,7 +39,10 @@ class DecodeKit final : public BlockKit {
     const ParamStore& st = *d_.model_.store();
     Tensor h = zeros({1, d_.cfg_.mlp_hidden()});
     ops::matmul(n, st.param(lp.fc), h);
-    ops::relu2(h, h);
+    if (d_.cfg_.mlp_act == "relu")
+      ops::relu(h, h);
+    else
+      ops::relu2(h, h);
     Tensor out = zeros({1, d_.cfg_.n_embd});
     ops::matmul(h, st.param(lp.proj), out);
     return out;

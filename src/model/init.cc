@@ -1,6 +1,8 @@
 // Parameter initialization rules (see init.h).
 #include "model/init.h"
 
+#include <cmath>
+
 #include "core/check.h"
 #include "core/rng.h"
 
@@ -18,6 +20,37 @@ std::vector<float> normal_init(uint64_t seed, const std::string& name, int64_t n
   Rng rng = Rng::for_name(seed, name);
   std::vector<float> out(n);
   for (auto& x : out) x = static_cast<float>(rng.normal(0.0, stddev));
+  return out;
+}
+
+std::vector<float> orthogonal_init(uint64_t seed, const std::string& name, int64_t rows,
+                                   int64_t cols) {
+  const std::vector<float> g = normal_init(seed, name, rows * cols, 1.0);
+  // Vectors to orthonormalize: the rows, or (tall matrices) the columns, as contiguous arrays.
+  const bool by_rows = rows <= cols;
+  const int64_t nv = by_rows ? rows : cols, len = by_rows ? cols : rows;
+  std::vector<double> q(nv * len);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      q[by_rows ? r * cols + c : c * rows + r] = g[r * cols + c];
+  for (int64_t i = 0; i < nv; ++i) {
+    double* qi = q.data() + i * len;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int64_t j = 0; j < i; ++j) {
+        const double* qj = q.data() + j * len;
+        double dot = 0.0;
+        for (int64_t c = 0; c < len; ++c) dot += qi[c] * qj[c];
+        for (int64_t c = 0; c < len; ++c) qi[c] -= dot * qj[c];
+      }
+    double norm = 0.0;
+    for (int64_t c = 0; c < len; ++c) norm += qi[c] * qi[c];
+    norm = std::sqrt(norm);
+    for (int64_t c = 0; c < len; ++c) qi[c] /= norm;
+  }
+  std::vector<float> out(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      out[r * cols + c] = static_cast<float>(q[by_rows ? r * cols + c : c * rows + r]);
   return out;
 }
 

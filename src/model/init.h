@@ -37,6 +37,12 @@ std::vector<float> generate_init(const InitRule& rule, const std::string& name, 
 std::vector<float> uniform_init(uint64_t seed, const std::string& name, int64_t n, double lo,
                                 double hi);
 std::vector<float> normal_init(uint64_t seed, const std::string& name, int64_t n, double stddev);
+// A (semi-)orthogonal rows x cols matrix (row-major) from the N(0, 1) stream of `name`: the
+// draws, read as rows x cols, orthonormalized by Gram-Schmidt (applied twice) in double along
+// the shorter side: orthonormal rows when rows <= cols (square included), else orthonormal
+// columns. Unit singular values, as torch.nn.init.orthogonal_ with gain 1.
+std::vector<float> orthogonal_init(uint64_t seed, const std::string& name, int64_t rows,
+                                   int64_t cols);
 
 // Copies this rank's slice (info.split) of `global` into `local`.
 void copy_local_slice(const std::vector<float>& global, const ParamInfo& info, float* local);

@@ -44,10 +44,13 @@ std::vector<ModelOption> shared_value_options() {
 
 std::vector<ModelOption> shared_block_options() {
   return {{no_default(choice_flag("qk-norm", "", {"on", "off"},
-                                  "QK-norm (default: on, off for sas and sas-p)")),
+                                  "QK-norm (default: on, off for vskipinit, sas and sas-p)")),
            [](const Flags& f, ModelConfig& cfg) {
              if (f.has("qk-norm")) cfg.qk_norm = f.get_string("qk-norm") == "on" ? 1 : 0;
-           }}};
+           }},
+          {choice_flag("mlp-act", "relu2", {"relu2", "relu"},
+                       "the MLP's activation: relu2 (max(x,0)^2) or relu (the SAS paper's)"),
+           [](const Flags& f, ModelConfig& cfg) { cfg.mlp_act = f.get_string("mlp-act"); }}};
 }
 
 std::vector<ModelOption> dense_options() {

@@ -50,7 +50,7 @@ void forward_in(const GPT& m, const Projection& p, const Tensor& x, const Tensor
     case Projection::Kind::kIdentity: {
       const int64_t N = ops::rows_of(x), C = x.dim(-1), K = out.numel() / N;
       ops::copy_2d(out, 0, K, x, K * m.parallel().tp_rank(), C, N, K);
-      ops::scale_copy_coef(out, out, P(m, p.skip));
+      if (p.skip >= 0) ops::scale_copy_coef(out, out, P(m, p.skip));
       return;
     }
     case Projection::Kind::kReparam:
@@ -71,12 +71,16 @@ void backward_in(const GPT& m, const Projection& p, const Tensor& x, const Tenso
     case Projection::Kind::kIdentity: {
       const int64_t N = ops::rows_of(x), C = x.dim(-1), K = d.numel() / N;
       const int64_t col = K * m.parallel().tp_rank();
-      Tensor xs = Tensor::zeros({N, K}, x.dtype(), x.device());
-      ops::copy_2d(xs, 0, K, x, col, C, N, K);
-      grad_gain_tp(m, p.skip, d, xs);
       Tensor full = Tensor::zeros({N, C}, d.dtype(), d.device());
       ops::copy_2d(full, col, C, d, 0, K, N, K);
       if (!accumulate) Tensor(dx).zero_();
+      if (p.skip < 0) {  // the plain identity: no gain
+        ops::axpy(dx, full, 1.0f);
+        return;
+      }
+      Tensor xs = Tensor::zeros({N, K}, x.dtype(), x.device());
+      ops::copy_2d(xs, 0, K, x, col, C, N, K);
+      grad_gain_tp(m, p.skip, d, xs);
       ops::axpy_coef(dx, full, P(m, p.skip));
       return;
     }
@@ -100,7 +104,7 @@ void forward_out(const GPT& m, const Projection& p, const Tensor& y, const Tenso
       const int64_t N = ops::rows_of(y), Q = y.dim(-1), C = o.dim(-1);
       Tensor(o).zero_();
       ops::copy_2d(o, Q * m.parallel().tp_rank(), C, y, 0, Q, N, Q);
-      ops::scale_copy_coef(o, o, P(m, p.skip));
+      if (p.skip >= 0) ops::scale_copy_coef(o, o, P(m, p.skip));
       return;
     }
     case Projection::Kind::kReparam:
@@ -121,6 +125,7 @@ void backward_out(const GPT& m, const Projection& p, const Tensor& y, const Tens
     case Projection::Kind::kIdentity: {
       const int64_t N = ops::rows_of(y), Q = y.dim(-1), C = dout.dim(-1);
       ops::copy_2d(dy, 0, Q, dout, Q * m.parallel().tp_rank(), C, N, Q);
+      if (p.skip < 0) return;  // the plain identity: no gain
       grad_gain_tp(m, p.skip, dy, y);
       ops::scale_copy_coef(dy, dy, P(m, p.skip));
       return;

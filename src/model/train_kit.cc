@@ -241,7 +241,10 @@ Tensor TrainKit::mlp(const Tensor& n, BlockActs& a) const {
   a.h = act({N, m_.hidden_});
   ops::matmul(n, m_.W(lp.fc), a.h);
   a.act = act({N, m_.hidden_});
-  ops::relu2(a.h, a.act);
+  if (m_.cfg_.mlp_act == "relu")
+    ops::relu(a.h, a.act);
+  else
+    ops::relu2(a.h, a.act);
   Tensor out = act({N, C});
   ops::matmul(a.act, m_.W(lp.proj), out);
   tp::reduce_outputs(m_.par_.tp_comm(), out);
@@ -255,7 +258,10 @@ Tensor TrainKit::mlp_backward(const Tensor& dm, BlockActs& a) const {
   ops::matmul_dw(a.act, dm, m_.G(lp.proj));
   ops::matmul_dx(dm, m_.W(lp.proj), dact, false);
   Tensor dh = act({N, m_.hidden_});
-  ops::relu2_backward(a.h, dact, dh, false);
+  if (m_.cfg_.mlp_act == "relu")
+    ops::relu_backward(a.h, dact, dh, false);
+  else
+    ops::relu2_backward(a.h, dact, dh, false);
   ops::matmul_dw(a.mlp_in, dh, m_.G(lp.fc));
   Tensor dn = act({N, C});
   ops::matmul_dx(dh, m_.W(lp.fc), dn, false);

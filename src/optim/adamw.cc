@@ -27,7 +27,9 @@ const AdamWHyper& AdamWConfig::for_group(ParamGroup g) const {
     case ParamGroup::kValueTable: return value_table;
     case ParamGroup::kScalar: return scalar;
     case ParamGroup::kGain: return gain;
-    case ParamGroup::kMatrix: break;
+    case ParamGroup::kMatrix:
+      if (matrix.lr > 0.0) return matrix;
+      break;
   }
   VT_CHECK_MSG(false, "AdamW has no hyperparameters for group " << param_group_name(g));
   return scalar;  // unreachable

@@ -37,11 +37,15 @@ struct AdamWConfig {
   // The block shapes' gains (docs/model.md "Optimizer groups": at the scalar group's 0.5 the
   // skipless shapes stall for tens of steps at 8 layers; docs/results.md).
   AdamWHyper gain{0.01, 0.8, 0.95, 0.0};
+  // The block matrices, under --optimizer adamw only (OptimizerConfig::adamw_matrices); lr 0
+  // (unused) otherwise.
+  AdamWHyper matrix{0.0, 0.9, 0.999, 0.0};
 
   // The defaults of docs/model.md "Optimizer groups": embedding, lm_head and value-table lrs scaled
   // by (d_model / 768)^-0.5, scalars not scaled.
   static AdamWConfig defaults(int64_t d_model);
-  // Hyperparameters of a group; VT_CHECK-fails for kMatrix (Muon's group).
+  // Hyperparameters of a group; VT_CHECK-fails for kMatrix unless matrix.lr > 0 (--optimizer
+  // adamw).
   const AdamWHyper& for_group(ParamGroup g) const;
 };
 
@@ -54,7 +58,8 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
 // backend maps them back to exactly the floats adamw_update above uses. VT_CHECK-fails for t < 1.
 AdamWStepArgs adamw_step_args(const AdamWHyper& h, double lr, int64_t t);
 
-// AdamW's parameters: every group but kMatrix (Muon's).
+// AdamW's parameters under --optimizer muon: every group but kMatrix (Muon's). Under
+// --optimizer adamw AdamW has every parameter (OptimizerConfig::uses_muon).
 inline bool adamw_handles(ParamGroup g) { return g != ParamGroup::kMatrix; }
 // Names of its per-parameter states, as checkpoints store them: {"exp_avg", "exp_avg_sq"}.
 const std::vector<std::string>& adamw_state_kinds();

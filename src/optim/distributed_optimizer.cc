@@ -35,7 +35,7 @@ DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig co
   double matrix_numel = 0;
   for (int i = 0; i < store_->size(); ++i) {
     const ParamInfo& info = store_->info(i);
-    if (muon_handles(info.group)) {
+    if (config_.uses_muon(info.group)) {
       VT_CHECK_MSG(info.shape.size() == 2 && info.global_shape.size() == 2,
                    "Muon parameter " << info.name << " must be 2-D, has local shape "
                                      << shape_str(info.shape) << ", global "
@@ -127,7 +127,8 @@ StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps, do
   s.step = step_index;
   s.lr_multiplier = lr_multiplier(config_.schedule, step_index, total_steps);
   s.momentum = muon_momentum(config_.schedule, step_index);
-  s.matrix_lr = config_.muon.lr * s.lr_multiplier;
+  s.matrix_lr =
+      (config_.adamw_matrices ? config_.adamw.matrix.lr : config_.muon.lr) * s.lr_multiplier;
   s.grad_norm = grad_norm;
   s.clip_scale = clip_scale(s.grad_norm, config_.max_grad_norm);
   scale_grads(*store_, s.clip_scale);
@@ -283,19 +284,19 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum) {
 const std::vector<std::string>& DistributedOptimizer::state_kinds(const std::string& name) const {
   const int i = store_->find(name);
   VT_CHECK_MSG(i >= 0, "DistributedOptimizer::state_kinds: no parameter named " << name);
-  return muon_handles(store_->info(i).group) ? muon_state_kinds() : adamw_state_kinds();
+  return config_.uses_muon(store_->info(i).group) ? muon_state_kinds() : adamw_state_kinds();
 }
 
 const DistributedOptimizer::AdamPlan& DistributedOptimizer::adam_plan(
     int param, const std::string& who) const {
-  VT_CHECK_MSG(!muon_handles(store_->info(param).group),
+  VT_CHECK_MSG(!config_.uses_muon(store_->info(param).group),
                who << ": " << store_->info(param).name << " is a Muon parameter");
   return adam_[plan_of_[param]];
 }
 
 const DistributedOptimizer::MatrixPlan& DistributedOptimizer::matrix_plan(
     int param, const std::string& who) const {
-  VT_CHECK_MSG(muon_handles(store_->info(param).group),
+  VT_CHECK_MSG(config_.uses_muon(store_->info(param).group),
                who << ": " << store_->info(param).name << " is an AdamW parameter");
   return matrices_[plan_of_[param]];
 }
@@ -335,7 +336,7 @@ void DistributedOptimizer::gather_state_into(const std::string& name, const std:
                                << shape_str(info.shape));
   const int64_t n = info.numel();
   if (n == 0) return;
-  if (muon_handles(info.group)) {
+  if (config_.uses_muon(info.group)) {
     const MatrixPlan& m = matrix_plan(i, "gather_state");
     out.flat(0, n).copy_from(momentum_.flat(m.state, n));
     return;
@@ -372,7 +373,7 @@ void DistributedOptimizer::scatter_state(const std::string& name, const std::str
   VT_CHECK_MSG(local_full.on_host() || local_full.device() == store_->device(),
                "scatter_state " << name << "/" << kind
                                 << ": the tensor must be on the host or the store's device");
-  if (muon_handles(info.group)) {
+  if (config_.uses_muon(info.group)) {
     const MatrixPlan& m = matrix_plan(i, "scatter_state");
     const int64_t n = info.numel();
     if (n > 0) momentum_.flat(m.state, n).copy_from(local_full.flat(0, n));

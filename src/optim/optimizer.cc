@@ -23,7 +23,9 @@ nlohmann::json OptimizerConfig::to_json() const {
                 {"lm_head", hyper_json(adamw.lm_head)},
                 {"value_table", hyper_json(adamw.value_table)},
                 {"scalar", hyper_json(adamw.scalar)},
-                {"gain", hyper_json(adamw.gain)}};
+                {"gain", hyper_json(adamw.gain)},
+                {"matrix", hyper_json(adamw.matrix)}};
+  j["optimizer"] = adamw_matrices ? "adamw" : "muon";
   j["muon"] = {{"lr", muon.lr},
                {"weight_decay", muon.weight_decay},
                {"ns_steps", muon.ns_steps},

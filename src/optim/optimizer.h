@@ -20,6 +20,11 @@ struct OptimizerConfig {
   MuonConfig muon;
   ScheduleConfig schedule;
   double max_grad_norm = 0.0;  // <= 0: no clipping (the norm is still measured and reported)
+  // --optimizer adamw: AdamW (adamw.matrix) also for the block matrices, no Muon at all.
+  bool adamw_matrices = false;
+
+  // Does Muon update parameters of group g? (kMatrix, unless adamw_matrices.)
+  bool uses_muon(ParamGroup g) const { return !adamw_matrices && muon_handles(g); }
 
   // The defaults of docs/model.md "Optimizer groups" for a model of width d_model.
   static OptimizerConfig defaults(int64_t d_model);
@@ -30,7 +35,7 @@ struct OptimizerConfig {
 struct StepStats {
   int64_t step = 0;             // the 0-based step index given to step()
   double lr_multiplier = 0.0;   // schedule multiplier applied to every group's peak lr
-  double matrix_lr = 0.0;       // Muon lr used (peak * multiplier)
+  double matrix_lr = 0.0;       // the block matrices' lr used (Muon's, or AdamW's under adamw)
   double momentum = 0.0;        // Muon momentum used
   double grad_norm = 0.0;       // global grad norm before clipping
   double clip_scale = 1.0;      // factor applied to the grads (1 when not clipped)

@@ -18,6 +18,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"seed", seed},               {"matrix_lr", matrix_lr}, {"scalar_lr", scalar_lr}, {"gain_lr", gain_lr},
           {"lr_scale", lr_scale},       {"warmup_steps", warmup_steps},
           {"warmdown_frac", warmdown_frac}, {"max_grad_norm", max_grad_norm},
+          {"final_lr_frac", final_lr_frac}, {"optimizer", optimizer},
+          {"adamw_lr", adamw_lr},       {"weight_decay", weight_decay},
           {"polar_express", polar_express}, {"device", device},
           {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute},
           {"table_offload", table_offload},

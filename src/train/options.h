@@ -47,6 +47,13 @@ struct TrainOptions {
   int64_t warmup_steps = 40;
   double warmdown_frac = 0.65;
   double max_grad_norm = 0.0;
+  double final_lr_frac = 0.05;  // lr multiplier at the end of the warmdown
+  // --optimizer: muon (Muon for the block matrices, AdamW groups for the rest) or adamw (one
+  // AdamW for every parameter: lr adamw_lr, betas (0.9, 0.999), eps 1e-8, decoupled weight
+  // decay weight_decay on all but the gains and scalars; the SAS paper's optimizer).
+  std::string optimizer = "muon";
+  double adamw_lr = 1e-3;
+  double weight_decay = 0.1;
   bool polar_express = false;
   int64_t log_every = 1;
   int64_t health_every = 50;     // per-rank health report every N steps (train/rank_health.h)

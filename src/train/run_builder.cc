@@ -196,8 +196,19 @@ void build_optimizer(const TrainOptions& o, Run& r) {
   for (optim::AdamWHyper* h : {&oc.adamw.embedding, &oc.adamw.lm_head, &oc.adamw.value_table,
                                &oc.adamw.scalar, &oc.adamw.gain})
     h->lr *= o.lr_scale;
+  if (o.optimizer == "adamw") {
+    // One AdamW for every parameter (the official SAS code's: HF AdamW, betas (0.9, 0.999),
+    // eps 1e-8; no weight decay on gains; our scalars, which it has none of, likewise).
+    oc.adamw_matrices = true;
+    const double lr = o.adamw_lr * o.lr_scale;
+    for (optim::AdamWHyper* h : {&oc.adamw.embedding, &oc.adamw.lm_head, &oc.adamw.value_table,
+                                 &oc.adamw.matrix})
+      *h = {lr, 0.9, 0.999, o.weight_decay, 1e-8};
+    for (optim::AdamWHyper* h : {&oc.adamw.scalar, &oc.adamw.gain}) *h = {lr, 0.9, 0.999, 0.0, 1e-8};
+  }
   oc.schedule.warmup_steps = o.warmup_steps;
   oc.schedule.warmdown_frac = o.warmdown_frac;
+  oc.schedule.final_lr_frac = o.final_lr_frac;
   oc.max_grad_norm = o.max_grad_norm;
   if (o.polar_express) oc.muon.ns = optim::NsKind::kPolarExpress;
   oc.muon.ns_dtype = o.muon_ns_dtype == "bf16" ? DType::kBF16 : DType::kF32;

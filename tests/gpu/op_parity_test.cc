@@ -416,6 +416,27 @@ void Relu2OddLengthMatchesCpu() {
   }
 }
 
+// relu (--mlp-act relu) and its derivative: copies and selects, exact on both sides in f32; bf16
+// outputs round the same fp32 value once (kBf16Rtol covers the CPU's unrounded reference).
+void ReluMatchesCpu() {
+  uint64_t seed = 130;
+  for (DType dt : {kF32, kBF16}) {
+    SCOPED_TRACE(name_of(dt));
+    const double rtol = dt == kF32 ? 0.0 : kBf16Rtol;
+    Pair x = pair(randn(10007, seed++), {10007}, dt), y = zeros({10007}, dt);
+    ops::relu(x.c, y.c);
+    ops::relu(x.g, y.g);
+    EXPECT_TRUE(close(y, rtol, 0.0));
+    for (bool acc : {false, true}) {
+      Pair dy = pair(randn(10007, seed++), {10007}, dt);
+      Pair dx = pair(randn(10007, seed++), {10007}, dt);
+      ops::relu_backward(x.c, dy.c, dx.c, acc);
+      ops::relu_backward(x.g, dy.g, dx.g, acc);
+      EXPECT_TRUE(close(dx, dt == kF32 ? 1e-7 : kBf16Rtol, 1e-6)) << "acc " << acc;
+    }
+  }
+}
+
 // The gather copies (or rounds, for bf16 out, identically) table rows: exact. The scatter-add
 // adds each element's contributions in id order on both sides (fp32 adds only): exact.
 void EmbeddingMatchesCpu() {
@@ -674,6 +695,7 @@ const OpRow kOps[] = {
     {"attention", AttentionMatchesCpu},
     {"relu2", Relu2MatchesCpu},
     {"relu2_odd_length", Relu2OddLengthMatchesCpu},
+    {"relu", ReluMatchesCpu},
     {"embedding", EmbeddingMatchesCpu},
     {"embedding_shard_edges", EmbeddingShardEdgesMatchCpuExactly},
     {"xent", CrossEntropyPiecesMatchCpu},

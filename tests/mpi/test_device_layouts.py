@@ -41,7 +41,8 @@ def datadir(tmp_path_factory):
 
 # A simplified block with the U-SPA bias, NeuTRENO and DenseFormer (Hkv = H for sas-p).
 VARIANTS = {"sas-p_uspa_neutreno_dense": ["--value", "neutreno", "--block", "sas-p", "--kv-heads",
-                                          "4", "--attn-bias", "uspa", "--dense"]}
+                                          "4", "--attn-bias", "uspa", "--window-pattern", "L",
+                                          "--dense"]}
 
 
 def train(datadir, out, mode, dp, tp, pp, device, steps=4, extra=()):

@@ -90,9 +90,11 @@ def default_config(
         "value_embed_gate_scale": SPEC_CONSTANTS["value_embed_gate_scale"],
         "block": block,
         "norm_none": False,
-        "qk_norm": block not in SIMPLIFIED,
+        "qk_norm": block not in ZERO_WQ,
         "reparam_init": "",
         "attn_bias": "",
+        "proj_gains": False,
+        "mlp_act": "relu2",
         "dense": False,
         "dense_dilation": 1,
         "dense_period": 1,
@@ -201,10 +203,19 @@ def dense_inputs(config: dict, i: int) -> list[int]:
     return [j for j in range(i + 2) if (i + 1 - j) % k == 0]
 
 
-def spa_rho(layer: int, L: int) -> float:
-    """Depth schedule of E-SPA/U-SPA (docs/model.md; vtrain's own, not the paper's):
-    rho_l = 0.8 (l+1)/L, rho_{-1} = 0."""
-    return 0.0 if layer < 0 else 0.8 * (layer + 1) / L
+def spa_rho(layer: int, L: int, schedule: str = "ours") -> float:
+    """Depth schedule of E-SPA/U-SPA (docs/model.md), rho_{-1} = 0. "ours" (vtrain's own, not
+    the paper's): rho_l = 0.8 (l+1)/L. "simplest" (SimplEsT-ViT's E-SPA rule with its layers
+    numbered 1..L and gamma_L = 0.005): 1 - exp(-2 gamma_l) = (1 - exp(-2 gamma_L))^((l+1)/L),
+    rho_l = exp(-gamma_l)."""
+    if layer < 0:
+        return 0.0
+    if schedule == "simplest":
+        gamma_l = -0.5 * math.log(1.0 - (1.0 - math.exp(-2 * 0.005)) ** ((layer + 1) / L))
+        return math.exp(-gamma_l)
+    if schedule != "ours":
+        raise ValueError(f"unknown spa schedule {schedule!r}")
+    return 0.8 * (layer + 1) / L
 
 
 def spa_kernel(kind: str, rho: float, T: int) -> np.ndarray:
@@ -224,8 +235,9 @@ def spa_bias(config: dict, layer: int, T: int) -> np.ndarray:
     generic Cholesky of the target kernels."""
     kind = config["attn_bias"]
     L = int(config["n_layer"])
-    Lc = np.linalg.cholesky(spa_kernel(kind, spa_rho(layer, L), T))
-    Lp = np.linalg.cholesky(spa_kernel(kind, spa_rho(layer - 1, L), T))
+    sched = config.get("spa_schedule", "ours")
+    Lc = np.linalg.cholesky(spa_kernel(kind, spa_rho(layer, L, sched), T))
+    Lp = np.linalg.cholesky(spa_kernel(kind, spa_rho(layer - 1, L, sched), T))
     A = np.linalg.solve(Lp.T, Lc.T).T  # A Lp = Lc
     with np.errstate(divide="ignore"):
         B = np.where(A > 0, np.log(np.where(A > 0, A, 1.0)), -np.inf)
@@ -371,19 +383,27 @@ def attention(n, v, p, b, config, W, layer, v1=None, lam=0.0, fixed=None):
 
 
 def project(x, p, b, what, fixed):
-    """The V ("v") or O ("o") projection of block prefix b: a matrix, the identity times a gain,
-    or the reparameterization x (s W0 + r dW) with W0 fixed."""
+    """The V ("v") or O ("o") projection of block prefix b: a matrix, the reparameterization
+    x (s W0 + r dW) with W0 fixed, the identity times a gain, or (no parameter at all: sas/sas-p
+    without proj_gains) the plain identity."""
     w, skip, resid = b + f"attn.w{what}", b + f"attn.{what}_skip", b + f"attn.{what}_resid"
     if resid in p:
         W0 = jnp.asarray(fixed[b + f"attn.w{what}_base"], dtype=jnp.float64)
         return x @ (p[skip][0] * W0 + p[resid][0] * p[w])
     if skip in p:
         return p[skip][0] * x
-    return x @ p[w]
+    if w in p:
+        return x @ p[w]
+    return x
 
 
-def mlp(n, fc, proj):
+def mlp(n, fc, proj, act="relu2"):
+    """docs/model.md "Base transformer": relu^2 (default) or relu (--mlp-act relu)."""
     h = jnp.maximum(n @ fc, 0.0)
+    if act == "relu":
+        return h @ proj
+    if act != "relu2":
+        raise ValueError(f"unknown mlp_act {act!r}")
     return (h * h) @ proj
 
 
@@ -608,6 +628,7 @@ class BlockRef(NamedTuple):
     forward: object
     params: object  # (dims, i, has_v) -> {name after "blocks.i.": shape} of the attention side
     simplified: bool = False  # identity projections, W_Q = 0, no QK-norm by default
+    zero_wq: bool = False  # W_Q = 0 at init, hence no QK-norm by default
 
 
 def _matrix_params(dims, i, has_v):
@@ -617,18 +638,24 @@ def _matrix_params(dims, i, has_v):
 
 
 def _simplified_params(dims, i, has_v):
-    """Identity projections times a gain; layer 0 (every layer with reparam_init) adds the
-    reparameterization s W0 + r dW, dW stored under the matrix's name; the shaped-attention
-    gains and the block gains."""
+    """docs/model.md "Block shapes": layer 0's W_V is reparameterized s W0 + r dW (dW stored
+    under the matrix's name), every other W_V and every W_O is the plain identity (no
+    parameter). reparam_init: every layer's W_V and W_O reparameterized. proj_gains: the
+    identities carry a gain s (v_skip / o_skip) and layer 0's W_O is reparameterized too.
+    Then the shaped-attention gains and the block gains."""
     shapes = {}
-    rep = i == 0 or bool(dims.config.get("reparam_init"))
+    every = bool(dims.config.get("reparam_init"))
+    gains = bool(dims.config.get("proj_gains", False))
     for what, present in (("v", has_v), ("o", True)):
         if not present:
             continue
-        shapes[f"attn.{what}_skip"] = (1,)
+        rep = every or (i == 0 and (what == "v" or gains))
         if rep:
             shapes[f"attn.w{what}"] = (dims.d, dims.d)
+            shapes[f"attn.{what}_skip"] = (1,)
             shapes[f"attn.{what}_resid"] = (1,)
+        elif gains:
+            shapes[f"attn.{what}_skip"] = (1,)
     for g in ("alpha", "beta", "gamma"):
         shapes["attn." + g] = (dims.H,)
     shapes["attn_gain"] = (1,)
@@ -647,7 +674,7 @@ def _parallel(x, n, attn, mlp_of, nrm, p, b):
 
 def _vskipinit(x, n, attn, mlp_of, nrm, p, b):
     x = attn(n)
-    return x + mlp_of(nrm(x))
+    return x + _scalar(p[b + "mlp_gain"]) * mlp_of(nrm(x))
 
 
 def _sas(x, n, attn, mlp_of, nrm, p, b):
@@ -665,7 +692,8 @@ BLOCKS = {
     "vskipinit": BlockRef(
         _vskipinit,
         lambda dims, i, has_v: {**_matrix_params(dims, i, has_v), "attn.alpha": (dims.H,),
-                                "attn.beta": (dims.H,)}),
+                                "attn.beta": (dims.H,), "mlp_gain": (1,)},
+        zero_wq=True),
     "sas": BlockRef(
         _sas, lambda dims, i, has_v: {**_simplified_params(dims, i, has_v), "mlp_skip": (1,)},
         simplified=True),
@@ -674,6 +702,8 @@ BLOCKS = {
 
 BLOCK_SHAPES = tuple(BLOCKS)
 SIMPLIFIED = frozenset(name for name, ref in BLOCKS.items() if ref.simplified)
+# Shapes whose W_Q starts at 0: QK-norm is off unless asked for.
+ZERO_WQ = frozenset(name for name, ref in BLOCKS.items() if ref.simplified or ref.zero_wq)
 
 
 def forward_logits(params, inputs, config, v1_override=None, fixed=None):
@@ -717,7 +747,7 @@ def forward_logits(params, inputs, config, v1_override=None, fixed=None):
         keep_norm = not (norm_none and i > 0)
         nrm = (lambda z: rms_norm(z, eps)) if keep_norm else (lambda z: z)
         n = nrm(x)
-        has_v = (b + "attn.wv") in p or (b + "attn.v_skip") in p
+        has_v = not (i in tpos and not path.wv_on_target)
         ctx = None
         is_target = i in tpos
         hx = path.attn_input_x0 if is_target else 0.0
@@ -743,7 +773,7 @@ def forward_logits(params, inputs, config, v1_override=None, fixed=None):
             return attention(attn_input(z), v, p, b, config, windows[i], i, v1, lam, fixed)
 
         def mlp_of(z):
-            return mlp(z, p[b + "mlp.fc"], p[b + "mlp.proj"])
+            return mlp(z, p[b + "mlp.fc"], p[b + "mlp.proj"], config.get("mlp_act", "relu2"))
 
         x = BLOCKS[block].forward(x, n, attn, mlp_of, nrm, p, b)
 

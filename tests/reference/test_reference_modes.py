@@ -51,8 +51,20 @@ CASES = [(m, []) for m in rm.VALUE_MODES] + [
     ("baseline", ["--block", "sas-p", "--kv-heads", "4", "--norm", "none", "--reparam-init", "id",
                   "--perturb-scale", "0.3"]),
     ("baseline", ["--block", "sas", "--kv-heads", "4", "--attn-bias", "espa"]),
-    ("baseline", ["--block", "sas-p", "--kv-heads", "4", "--attn-bias", "uspa"]),
+    # U-SPA is refused with sliding windows: full context in every layer.
+    ("baseline", ["--block", "sas-p", "--kv-heads", "4", "--attn-bias", "uspa",
+                  "--window-pattern", "L"]),
+    ("baseline", ["--block", "sas", "--kv-heads", "4", "--attn-bias", "espa",
+                  "--spa-schedule", "simplest"]),
     ("baseline", ["--block", "sas", "--kv-heads", "4", "--qk-norm", "on"]),
+    # vtrain's earlier projections (gains on the identities, layer 0's W_O reparameterized).
+    ("baseline", ["--block", "sas", "--kv-heads", "4", "--proj-gains", "on"]),
+    ("svformer", ["--block", "sas-p", "--kv-heads", "4", "--proj-gains", "on"]),
+    # The MLP's activation (--mlp-act relu: the SAS paper's ReLU MLP).
+    ("baseline", ["--mlp-act", "relu"]),
+    ("bov", ["--block", "sas", "--kv-heads", "4", "--mlp-act", "relu"]),
+    # Value-SkipInit with QK-norm (off by default: W_Q starts at 0).
+    ("baseline", ["--block", "vskipinit", "--qk-norm", "on"]),
     # DenseFormer, and the value paths on other shapes.
     ("baseline", ["--dense"]),
     ("baseline", ["--dense", "--dense-dilation", "2", "--dense-period", "2"]),
@@ -143,6 +155,13 @@ def test_vtrain_matches_reference(case, tmp_path):
                                    ("--plus-scale", "plus_scale", "learnable")):
             want = extra[extra.index(flag) + 1] if flag in extra else default
             assert cfg.get(key) == want, f"config {key} = {cfg.get(key)!r}, asked {want!r}"
+    want_act = extra[extra.index("--mlp-act") + 1] if "--mlp-act" in extra else "relu2"
+    assert cfg.get("mlp_act") == want_act, f"config mlp_act = {cfg.get('mlp_act')!r}"
+    want_gains = "--proj-gains" in extra and extra[extra.index("--proj-gains") + 1] == "on"
+    assert bool(cfg.get("proj_gains")) == want_gains, f"config proj_gains = {cfg.get('proj_gains')}"
+    want_qk = (extra[extra.index("--qk-norm") + 1] == "on" if "--qk-norm" in extra
+               else cfg.get("block") not in rm.ZERO_WQ)
+    assert bool(cfg.get("qk_norm")) == want_qk, f"config qk_norm = {cfg.get('qk_norm')}"
     # ... and exercise the features the tiny config is meant to cover.
     if cfg.get("block") in rm.SIMPLIFIED:
         assert cfg["n_kv_head"] == cfg["n_head"], "sas/sas-p run without GQA"
@@ -150,7 +169,11 @@ def test_vtrain_matches_reference(case, tmp_path):
         assert cfg["n_kv_head"] < cfg["n_head"], "case does not exercise GQA"
     assert cfg["vocab_padded"] > cfg["vocab_size"], "case does not exercise the padded vocab"
     wins = rm.window_sizes(cfg, int(cfg["seq_len"]))
-    assert min(wins) < int(cfg["seq_len"]), "case does not exercise the sliding window"
+    if "--window-pattern" not in extra:
+        assert min(wins) < int(cfg["seq_len"]), "case does not exercise the sliding window"
+    want_sched = (extra[extra.index("--spa-schedule") + 1] if "--spa-schedule" in extra
+                  else "ours")
+    assert cfg.get("spa_schedule") == want_sched, f"config spa_schedule = {cfg.get('spa_schedule')!r}"
     assert rep.ok, "\n" + str(rep)
 
 

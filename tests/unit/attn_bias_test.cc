@@ -41,6 +41,37 @@ TEST(SpaAttnBias, ScheduleMatchesTheDocumentedFormulaByHand) {
   EXPECT_NEAR(spa_rho(0, 32), 0.025, 1e-15);
 }
 
+// --spa-schedule simplest (SimplEsT-ViT's E-SPA rule, docs/model.md): the last layer's neighbour
+// correlation is exp(-gamma_L) = exp(-0.005), and every layer's A_l has the same diagonal beyond
+// position 0, (1 - exp(-0.01))^(1/(2L)); each layer still maps Sigma_{l-1} to Sigma_l.
+TEST(SpaAttnBias, SimplestScheduleHasAConstantDiagonal) {
+  const int L = 6, T = 12;
+  EXPECT_NEAR(spa_rho(L - 1, L, "simplest"), std::exp(-0.005), 1e-12);
+  EXPECT_EQ(spa_rho(-1, L, "simplest"), 0.0);
+  const double diag = std::pow(1.0 - std::exp(-0.01), 1.0 / (2 * L));
+  double prev = 0.0;
+  for (int l = 0; l < L; ++l) {
+    SCOPED_TRACE(l);
+    const double rho = spa_rho(l, L, "simplest");
+    EXPECT_GT(rho, prev);  // the correlation grows with depth
+    prev = rho;
+    const std::vector<double> A = spa_attention_matrix("espa", l, L, T, "simplest");
+    for (int i = 1; i < T; ++i) EXPECT_NEAR(A[i * T + i], diag, 1e-12) << i;
+    // A Sigma_{l-1} A^T = Sigma_l.
+    const std::vector<double> Sp = kernel("espa", spa_rho(l - 1, L, "simplest"), T);
+    const std::vector<double> S = kernel("espa", rho, T);
+    std::vector<double> got(T * T, 0.0);
+    for (int i = 0; i < T; ++i)
+      for (int j = 0; j < T; ++j)
+        for (int a = 0; a < T; ++a)
+          for (int b = 0; b < T; ++b) got[i * T + j] += A[i * T + a] * Sp[a * T + b] * A[j * T + b];
+    EXPECT_LT(max_abs_diff(got, S), 1e-9);
+  }
+  // The default schedule is unchanged.
+  EXPECT_DOUBLE_EQ(spa_rho(2, 4), 0.8 * 3 / 4);
+  EXPECT_DOUBLE_EQ(spa_rho(2, 4, "ours"), 0.8 * 3 / 4);
+}
+
 TEST(SpaAttnBias, EntriesOfASmallMatrixByHand) {
   // Layer 1 of 4: rho = 0.4, previous rho = 0.2; s(x) = sqrt(1 - x^2).
   // E-SPA (AR(1) kernels): A[i][i] = s(.4)/s(.2) for i >= 1, A[i][0] = .4^(i-1) (.4 - .2 s(.4)/s(.2)),

@@ -232,6 +232,44 @@ TEST(KernelRelu2, ForwardAndBackward) {
   expect_close(acc, want, 1e-15, "accumulate");
 }
 
+TEST(KernelRelu, ForwardAndBackward) {
+  const int64_t n = 301;
+  Vec x = randn(n, 33);
+  for (auto& v : x)  // keep away from the kink at 0 so finite differences are valid
+    if (std::abs(v) < 1e-3) v = -0.5;
+  x[7] = 0.0;  // at the kink: relu(0) = 0, derivative taken as 0
+  Vec ref(n);
+  for (int64_t i = 0; i < n; ++i) ref[i] = x[i] > 0 ? x[i] : 0;
+  Vec y(n, kNaN);
+  relu_forward<double>(x.data(), y.data(), n);
+  expect_close(y, ref, 0.0, "forward");
+  auto xf = cast<float>(x);
+  std::vector<float> yf(n);
+  relu_forward<float>(xf.data(), yf.data(), n);
+  expect_close(yf, ref, 1e-7, "float forward");
+
+  const Vec w = randn(n, 34);
+  Vec dx(n, kNaN);
+  relu_backward<double>(x.data(), w.data(), dx.data(), n, false);
+  EXPECT_EQ(dx[7], 0.0);
+  x[7] = -0.5;  // finite differences away from the kink
+  check_fd(x, [&] {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += w[i] * (x[i] > 0 ? x[i] : 0);
+    return s;
+  }, dx, "dx");
+  Vec acc = randn(n, 35), want = acc;
+  for (int64_t i = 0; i < n; ++i) want[i] += dx[i];
+  relu_backward<double>(x.data(), w.data(), acc.data(), n, true);
+  expect_close(acc, want, 1e-15, "accumulate");
+  // NaN passes forward and backward.
+  const double nan = std::nan(""), one = 1.0;
+  double yn = 0, dn = 0;
+  relu_forward<double>(&nan, &yn, 1);
+  relu_backward<double>(&nan, &one, &dn, 1, false);
+  EXPECT_TRUE(std::isnan(yn) && std::isnan(dn));
+}
+
 // ------------------------------------------------------------------------------------------
 // Cross-entropy
 

@@ -85,7 +85,7 @@ TEST(ModelFlags, OptionsDeclaredByTheirModesAndShapes) {
   for (const char* name : {"plus-init", "plus-scale"})
     EXPECT_EQ(owners(value_mode_options(), name), std::vector<std::string>{"resformer-plus"})
         << name;
-  for (const char* name : {"norm", "reparam-init", "attn-bias"})
+  for (const char* name : {"norm", "reparam-init", "proj-gains", "spa-schedule", "attn-bias"})
     EXPECT_EQ(owners(block_shape_options(), name), (std::vector<std::string>{"sas", "sas-p"}))
         << name;
 }
@@ -137,6 +137,32 @@ TEST(ModelFlags, OptionsSetTheConfig) {
   EXPECT_FALSE(plain->shared_table || plain->bov_add_fixed || plain->norm_none || plain->dense);
   EXPECT_EQ(plain->neutreno_lambda, 0.4);
   EXPECT_EQ(plain->qk_norm, -1);
+}
+
+TEST(ModelFlags, ProjGainsIsASimplifiedShapeOption) {
+  // Shape options are checked against the shape when the config is finalized.
+  auto error_of = [](const std::vector<std::string>& args) {
+    auto c = config_of(args);
+    if (!c.ok()) return std::string(c.status().message());
+    const absl::Status s = c->finalize();
+    return std::string(s.message());
+  };
+  auto on = config_of({"--block", "sas", "--proj-gains", "on"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_TRUE(on->proj_gains);
+  auto off = config_of({"--block", "sas-p"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->proj_gains);
+  for (const char* shape : {"prenorm", "vskipinit"}) {
+    const std::string e = error_of({"--block", shape, "--proj-gains", "on"});
+    EXPECT_NE(e.find("--proj-gains"), std::string::npos) << e;
+    EXPECT_NE(e.find(shape), std::string::npos) << e;
+  }
+  const std::string both = error_of({"--block", "sas", "--proj-gains", "on", "--reparam-init", "id"});
+  EXPECT_NE(both.find("--proj-gains"), std::string::npos) << both;
+  EXPECT_NE(both.find("--reparam-init"), std::string::npos) << both;
+  EXPECT_NE(error_of({"--block", "sas", "--proj-gains", "maybe"}).find("proj-gains"),
+            std::string::npos);
 }
 
 TEST(ModelFlags, AModeOptionWithAnotherModeIsRefused) {

@@ -9,6 +9,7 @@
 #include "model/gpt.h"
 #include "model_test_util.h"
 #include "model/flops.h"
+#include "model/block_shape.h"
 #include "model/init.h"
 
 namespace vt {
@@ -79,9 +80,6 @@ TEST(Model, BovFirstForwardEqualsX0v) {
   EXPECT_GT(std::fabs(lb - l0), 1e-5) << "the value path must matter for this check to mean anything";
 }
 
-// FLOPs follow the block shape: identity value/output projections do no matmul (sas: layers
-// >= 1), a reparameterized projection multiplies one matrix (layer 0; every layer with
-// --reparam-init), so SAS has 2 d^2 fewer matmul weights per layer >= 1 than prenorm.
 // Gives every layer the same non-zero W_O (W_O starts at zero, which would hide the value path).
 void nonzero_wo(Built& b) {
   for (int i = 0; i < b.model->config().n_layer; ++i) {
@@ -177,6 +175,10 @@ TEST(Model, ResformerHiddenMixesX0IntoTheAttentionInput) {
   EXPECT_NEAR(mean_loss(*l0->model, 2, 32, 3, 251), lb, 1e-5 * lb);
 }
 
+// FLOPs follow the block shape: identity value/output projections do no matmul (sas: every W_O,
+// the W_V of layers >= 1), a reparameterized projection multiplies one matrix (layer 0's W_V;
+// every layer's W_V and W_O with --reparam-init; layer 0's W_O too with --proj-gains on), so
+// SAS has 2 d^2 fewer matmul weights per layer >= 1 than prenorm and d^2 fewer in layer 0.
 TEST(Model, MatmulWeightsFollowTheBlockShape) {
   ModelConfig pre = tiny(ValueMode::kBaseline);
   pre.n_kv_head = pre.n_head;
@@ -185,7 +187,11 @@ TEST(Model, MatmulWeightsFollowTheBlockShape) {
   sas.block = BlockShapeKind::kSas;
   ASSERT_TRUE(sas.finalize().ok());
   const int64_t C = pre.n_embd;
-  EXPECT_EQ(matmul_params(pre) - matmul_params(sas), int64_t{pre.n_layer - 1} * 2 * C * C);
+  EXPECT_EQ(matmul_params(pre) - matmul_params(sas), int64_t{pre.n_layer - 1} * 2 * C * C + C * C);
+  ModelConfig gains = sas;
+  gains.proj_gains = true;
+  ASSERT_TRUE(gains.finalize().ok());
+  EXPECT_EQ(matmul_params(pre) - matmul_params(gains), int64_t{pre.n_layer - 1} * 2 * C * C);
   ModelConfig rep = sas;
   rep.reparam_init = "id";
   ASSERT_TRUE(rep.finalize().ok());
@@ -200,6 +206,130 @@ TEST(Model, MatmulWeightsFollowTheBlockShape) {
   ASSERT_TRUE(pre_bov.finalize().ok());
   EXPECT_EQ(matmul_params(pre) - matmul_params(pre_bov), 2 * C * C);
   EXPECT_LT(flops_per_token(sas), flops_per_token(pre));
+}
+
+// sas/sas-p as the official code builds them (bobby-he/simplified_transformers, model_utils.py
+// with config/model/skipless.yaml): layer 0's W_V is s I + r dW (dW = 0, s = r = 1), every
+// other W_V and every W_O the plain identity (no parameter at all); --proj-gains on restores
+// vtrain's earlier layout (gains on the identities, layer 0's W_O reparameterized).
+TEST(Model, SimplifiedProjectionsFollowTheOfficialCode) {
+  auto has = [](const Built& b, const std::string& n) { return b.store.find(n) >= 0; };
+  auto value = [](const Built& b, const std::string& n) {
+    return b.store.param(n).f32()[0];
+  };
+  for (BlockShapeKind shape : {BlockShapeKind::kSas, BlockShapeKind::kSasP}) {
+    ModelConfig c = tiny(ValueMode::kBaseline);
+    c.block = shape;
+    c.n_kv_head = c.n_head;
+    ASSERT_TRUE(c.finalize().ok());
+    auto m = build(c);
+    EXPECT_TRUE(has(*m, "blocks.0.attn.wv"));
+    EXPECT_FLOAT_EQ(value(*m, "blocks.0.attn.v_skip"), 1.0f);
+    EXPECT_FLOAT_EQ(value(*m, "blocks.0.attn.v_resid"), 1.0f);
+    Tensor dw = m->store.param("blocks.0.attn.wv");
+    for (int64_t j = 0; j < dw.numel(); ++j) ASSERT_EQ(dw.f32()[j], 0.0f) << "dW starts at 0";
+    for (int i = 0; i < c.n_layer; ++i) {
+      const std::string b = "blocks." + std::to_string(i) + ".attn.";
+      for (const char* n : {"wo", "o_skip", "o_resid"}) EXPECT_FALSE(has(*m, b + n)) << b + n;
+      if (i > 0)
+        for (const char* n : {"wv", "v_skip", "v_resid"}) EXPECT_FALSE(has(*m, b + n)) << b + n;
+      EXPECT_TRUE(has(*m, b + "alpha"));
+      EXPECT_FLOAT_EQ(value(*m, "blocks." + std::to_string(i) + ".mlp_gain"), 0.1f);
+      Tensor wq = m->store.param(b + "wq");
+      for (int64_t j = 0; j < wq.numel(); ++j) ASSERT_EQ(wq.f32()[j], 0.0f) << "W_Q starts at 0";
+    }
+    c.proj_gains = true;
+    ASSERT_TRUE(c.finalize().ok());
+    auto old = build(c);
+    for (const char* n : {"wo", "o_skip", "o_resid", "v_skip", "v_resid"})
+      EXPECT_TRUE(has(*old, std::string("blocks.0.attn.") + n)) << n;
+    for (const char* n : {"v_skip", "o_skip"}) EXPECT_TRUE(has(*old, std::string("blocks.3.attn.") + n));
+    EXPECT_FALSE(has(*old, "blocks.3.attn.wo"));
+  }
+  // --proj-gains is a sas/sas-p option, and --reparam-init already sets every projection.
+  ModelConfig pre = tiny(ValueMode::kBaseline);
+  pre.proj_gains = true;
+  const absl::Status s = pre.finalize();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--proj-gains"), std::string::npos) << s.message();
+  ModelConfig both = tiny(ValueMode::kBaseline);
+  both.block = BlockShapeKind::kSas;
+  both.n_kv_head = both.n_head;
+  both.proj_gains = true;
+  both.reparam_init = "id";
+  const absl::Status sb = both.finalize();
+  EXPECT_FALSE(sb.ok());
+  EXPECT_NE(sb.message().find("--reparam-init"), std::string::npos) << sb.message();
+}
+
+// A sas/sas-p config written before --proj-gains existed (a checkpoint's, a case file's) has no
+// "proj_gains": it describes the earlier layout, so reading it turns proj_gains on (and a
+// resume of such a checkpoint with today's default is refused as another architecture).
+TEST(Model, ConfigWithoutProjGainsIsTheEarlierLayout) {
+  ModelConfig c = tiny(ValueMode::kBaseline);
+  c.block = BlockShapeKind::kSas;
+  c.n_kv_head = c.n_head;
+  ASSERT_TRUE(c.finalize().ok());
+  nlohmann::json j = c.to_json();
+  EXPECT_EQ(j["proj_gains"], false);
+  auto now = ModelConfig::from_json(j);
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_FALSE(now->proj_gains);
+  j.erase("proj_gains");
+  auto before = ModelConfig::from_json(j);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_TRUE(before->proj_gains);
+  ModelConfig pre = tiny(ValueMode::kBaseline);
+  nlohmann::json jp = pre.to_json();
+  jp.erase("proj_gains");
+  auto p = ModelConfig::from_json(jp);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->proj_gains);
+}
+
+// Value-SkipInit with the official code's inits (exp_scripts/baseline_comparison.sh: W_Q = 0,
+// val_init_type=orth for W_V and W_O, skipless.yaml's MLP gain 0.1), QK-norm off by default.
+TEST(Model, VSkipInitStartsAsPublished) {
+  ModelConfig c = tiny(ValueMode::kBaseline);  // GQA: W_V is 64 x 32
+  c.block = BlockShapeKind::kVSkipInit;
+  ASSERT_TRUE(c.finalize().ok());
+  EXPECT_FALSE(c.use_qk_norm());
+  auto m = build(c);
+  // Orthonormal columns (W^T W = I) of an R x K matrix with R >= K, or rows when R < K.
+  auto check_orthogonal = [](const Tensor& w, int64_t R, int64_t K) {
+    const bool cols = R >= K;
+    const int64_t nv = cols ? K : R, len = cols ? R : K;
+    for (int64_t a = 0; a < nv; ++a)
+      for (int64_t b = 0; b <= a; ++b) {
+        double dot = 0.0;
+        for (int64_t t = 0; t < len; ++t)
+          dot += cols ? double(w.f32()[t * K + a]) * w.f32()[t * K + b]
+                      : double(w.f32()[a * K + t]) * w.f32()[b * K + t];
+        ASSERT_NEAR(dot, a == b ? 1.0 : 0.0, 1e-5) << a << "," << b;
+      }
+  };
+  for (int i = 0; i < c.n_layer; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    Tensor wq = m->store.param(b + "attn.wq");
+    for (int64_t j = 0; j < wq.numel(); ++j) ASSERT_EQ(wq.f32()[j], 0.0f);
+    check_orthogonal(m->store.param(b + "attn.wv"), c.n_embd, c.kv_dim());
+    check_orthogonal(m->store.param(b + "attn.wo"), c.q_dim(), c.n_embd);
+    EXPECT_FLOAT_EQ(m->store.param(b + "mlp_gain").f32()[0], 0.1f);
+    EXPECT_FLOAT_EQ(m->store.param(b + "attn.alpha").f32()[0], 1.0f);
+    EXPECT_FLOAT_EQ(m->store.param(b + "attn.beta").f32()[0], 0.0f);
+  }
+  // The aligned value tables read the same W_V the layer starts with.
+  const std::vector<float> wv = initial_value_projection(c, 2, 5);
+  Tensor w2 = m->store.param("blocks.2.attn.wv");
+  ASSERT_EQ(static_cast<int64_t>(wv.size()), w2.numel());
+  for (int64_t j = 0; j < w2.numel(); ++j) ASSERT_EQ(wv[j], w2.f32()[j]);
+  // A tall and a wide draw are (semi-)orthogonal too.
+  for (auto [R, K] : {std::pair<int64_t, int64_t>{48, 16}, {16, 48}}) {
+    const std::vector<float> g = orthogonal_init(3, "x", R, K);
+    Tensor t = Tensor::zeros({R, K});
+    std::copy(g.begin(), g.end(), t.f32());
+    check_orthogonal(t, R, K);
+  }
 }
 
 TEST(Model, LossAtInitIsNearLogVocab) {

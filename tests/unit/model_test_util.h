@@ -53,6 +53,11 @@ inline std::vector<Variant> block_variants() {
          c.value_mode = ValueMode::kNeutreno;
        }},
       {"sas", simplified(BlockShapeKind::kSas)},
+      {"sas_p_proj_gains",
+       [=](ModelConfig& c) {
+         simplified(BlockShapeKind::kSasP)(c);
+         c.proj_gains = true;
+       }},
       {"sas_p_espa",
        [=](ModelConfig& c) {
          simplified(BlockShapeKind::kSasP)(c);
@@ -66,6 +71,7 @@ inline std::vector<Variant> block_variants() {
          c.reparam_seed = 9;
        },
        1.0 / 40},
+      {"relu_mlp", [](ModelConfig& c) { c.mlp_act = "relu"; }},
       {"dense_bov",
        [](ModelConfig& c) {
          c.dense = true;

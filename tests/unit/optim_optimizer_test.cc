@@ -122,6 +122,42 @@ TEST(Optimizer, StepDispatchesGroupsAndReportsStats) {
   EXPECT_NEAR(s.param("blocks.0.value.gain").f32()[0], expect, 1e-6);
 }
 
+// --optimizer adamw: AdamW (adamw.matrix) updates the block matrices too, with AdamW's states,
+// and no parameter is Muon's; decay applies per group (0 on the scalar group here).
+TEST(Optimizer, AdamWForEveryParameter) {
+  ParamStore s = make_store();
+  fill(s, 7, false);
+  std::vector<float> before(s.param_data(), s.param_data() + s.total_numel());
+  OptimizerConfig cfg = OptimizerConfig::defaults(16);
+  cfg.adamw_matrices = true;
+  for (AdamWHyper* h : {&cfg.adamw.embedding, &cfg.adamw.lm_head, &cfg.adamw.value_table,
+                        &cfg.adamw.matrix})
+    *h = {1e-3, 0.9, 0.999, 0.1, 1e-8};
+  for (AdamWHyper* h : {&cfg.adamw.scalar, &cfg.adamw.gain}) *h = {1e-3, 0.9, 0.999, 0.0, 1e-8};
+  cfg.schedule.warmup_steps = 0;
+  EXPECT_EQ(cfg.to_json()["optimizer"], "adamw");
+  ProcessGrid grid(self_communicator(), GridShape{});
+  DistributedOptimizer opt(&s, cfg, grid);
+  fill(s, 8, true);
+  StepStats st = opt.step(0, 100);
+  EXPECT_DOUBLE_EQ(st.matrix_lr, 1e-3);
+  for (int i = 0; i < s.size(); ++i) {
+    const ParamInfo& info = s.info(i);
+    SCOPED_TRACE(info.name);
+    ASSERT_EQ(opt.state_kinds(info.name), adamw_state_kinds());
+    // First step: p = p (1 - lr wd) - lr g / (|g| + eps) (bias-corrected m / sqrt(v) = sign g).
+    const double wd = info.group == ParamGroup::kScalar ? 0.0 : 0.1;
+    for (int64_t k = 0; k < info.numel(); k += 7) {
+      const double p0 = before[info.offset + k], g = s.grad(i).f32()[k];
+      const double want = p0 * (1 - 1e-3 * wd) - 1e-3 * g / (std::fabs(g) + 1e-8);
+      ASSERT_NEAR(s.param(i).f32()[k], want, 1e-6) << k;
+    }
+  }
+  // The same store under the default (Muon) optimizer keeps Muon's state for matrices.
+  DistributedOptimizer muon(&s, OptimizerConfig::defaults(16), grid);
+  EXPECT_EQ(muon.state_kinds("blocks.0.mlp.fc"), muon_state_kinds());
+}
+
 TEST(Optimizer, ClippingAndExternalNorm) {
   ParamStore s = make_store();
   fill(s, 7, false);

@@ -54,4 +54,42 @@ void relu2_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool ac
   cpu::relu2_backward<float>(xp, dyp, dxp, n, accumulate);
 }
 
+void relu(const Tensor& x, const Tensor& y) {
+  VT_CHECK(y.numel() == x.numel());
+  auto d = on("relu", {&x, &y});
+  const int64_t n = x.numel();
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    on_acts(s, [&](auto xp, auto yp) { cuda::relu_forward(xp, yp, n, s); }, in(x), out(y));
+    return;
+  }
+#endif
+  host::In xp(x);
+  host::Out yp(y);
+  cpu::relu_forward<float>(xp, yp, n);
+}
+
+void relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, bool accumulate) {
+  VT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel());
+  auto d = on("relu_backward", {&x, &dy, &dx});
+  const int64_t n = x.numel();
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    on_acts(
+        s, [&](auto xp, auto dyp, auto dxp) { cuda::relu_backward(xp, dyp, dxp, n, accumulate, s); },
+        in(x), in(dy), acc(dx, accumulate));
+    return;
+  }
+#endif
+  host::In xp(x), dyp(dy);
+  host::F32 dxp(dx, accumulate, true);
+  cpu::relu_backward<float>(xp, dyp, dxp, n, accumulate);
+}
+
 }  // namespace vt::ops

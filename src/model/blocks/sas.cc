@@ -1,7 +1,8 @@
 // Block shape `sas` (simplified attention sub-block, He & Hofmann 2024; docs/model.md "Block
 // shapes"): the attention sub-block has no skip and uses shaped attention
 // alpha*I + beta*A - gamma*C per head with W_Q = 0 (so A = C and the block starts as the
-// identity) and identity (or reparameterized) W_V, W_O; the MLP keeps a gained skip:
+// identity) and, as the official code, plain identity W_O and W_V except layer 0's
+// reparameterized W_V (simplified.h: --proj-gains, --reparam-init); the MLP keeps a gained skip:
 //   x = g_attn * shaped_attn(norm(x));  x = s_mlp * x + g_mlp * mlp(norm(x))
 // g_attn = 1, s_mlp = 1 (blocks.i.mlp_skip), g_mlp = 0.1. --norm none drops both pre-norms in
 // layers >= 1.
@@ -19,7 +20,8 @@ class Sas final : public BlockShape {
  public:
   const char* name() const override { return "sas"; }
   const char* help() const override {
-    return "simplified attention block: shaped attention, W_Q = 0, identity W_V / W_O";
+    return "simplified attention block: shaped attention, W_Q = 0, identity W_V / W_O (layer "
+           "0's W_V reparameterized)";
   }
   std::vector<ModelOption> options() const override { return simplified::options(); }
   absl::Status validate(const ModelConfig& cfg) const override {

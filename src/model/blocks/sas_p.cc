@@ -1,6 +1,6 @@
 // Block shape `sas-p` (simplified parallel block, He & Hofmann 2024; docs/model.md "Block
 // shapes"): parallel and skipless, the attention side of `sas` (shaped attention, W_Q = 0,
-// identity or reparameterized W_V / W_O) next to the MLP, one norm feeding both:
+// identity W_O and W_V but layer 0's reparameterized W_V) next to the MLP, one norm feeding both:
 //   x = g_attn * shaped_attn(norm(x)) + g_mlp * mlp(norm(x)),  g_attn = 1, g_mlp = 0.1.
 // --norm none drops the norm in layers >= 1.
 #include "core/ops.h"

@@ -1,8 +1,6 @@
 // Shared parts of sas and sas-p (see simplified.h).
 #include "model/blocks/simplified.h"
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
 #include "model/block_shape.h"
 #include "model/config.h"
@@ -21,6 +19,15 @@ std::vector<ModelOption> options() {
        [](const Flags& f, ModelConfig& cfg) {
          if (f.has("reparam-init")) cfg.reparam_init = f.get_string("reparam-init");
        }},
+      {choice_flag("proj-gains", "off", {"on", "off"},
+                   "on: trainable gains on the identity W_V, W_O of layers >= 1 and layer 0's W_O "
+                   "reparameterized (vtrain's earlier layout, ours; off: the official code's plain "
+                   "identities) (sas, sas-p)"),
+       [](const Flags& f, ModelConfig& cfg) { cfg.proj_gains = f.get_string("proj-gains") == "on"; }},
+      {choice_flag("spa-schedule", "ours", {"ours", "simplest"},
+                   "the E-SPA/U-SPA depth schedule: ours (rho_l = 0.8 (l+1)/L) or simplest "
+                   "(SimplEsT-ViT's constant-diagonal rule, gamma_L = 0.005; espa only) (sas, sas-p)"),
+       [](const Flags& f, ModelConfig& cfg) { cfg.spa_schedule = f.get_string("spa-schedule"); }},
       {no_default(choice_flag("attn-bias", "", {"espa", "uspa"},
                               "E-SPA / U-SPA attention-logit biases (sas, sas-p)")),
        [](const Flags& f, ModelConfig& cfg) {
@@ -35,6 +42,20 @@ absl::Status validate(const ModelConfig& cfg, const char* shape) {
         "--block ", shape, " uses identity value and output projections, which need as many KV "
         "heads as heads (Hkv*hd = d); got --kv-heads ", cfg.n_kv_head, " with --heads ",
         cfg.n_head, ": drop --kv-heads or choose --block prenorm|parallel|vskipinit"));
+  if (cfg.attn_bias == "uspa")
+    for (int i = 0; i < cfg.n_layer; ++i)
+      if (cfg.layer_window(i) < cfg.seq_len)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--attn-bias uspa with sliding windows: U-SPA's target kernel correlates every pair "
+            "of positions, so a windowed layer (layer ", i, " of --window-pattern ",
+            cfg.window_pattern, " sees ", cfg.layer_window(i), " of ", cfg.seq_len,
+            " positions) drops up to ~80% of each row of its attention matrix and does not "
+            "propagate the kernel; use --window-pattern L (full context) or --attn-bias espa"));
+  if (cfg.proj_gains && !cfg.reparam_init.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--proj-gains on and --reparam-init ", cfg.reparam_init, " both set the projections of "
+        "--block ", shape, ": --reparam-init already reparameterizes every layer's W_V and W_O "
+        "with trainable gains; give one of them"));
   return absl::OkStatus();
 }
 
@@ -56,10 +77,12 @@ Projection reparam(ParamRegistrar& r, const std::string& p, const std::string& w
   return pr;
 }
 
+// The identity; with a trainable gain s (init 1) only under --proj-gains on.
 Projection identity(ParamRegistrar& r, const std::string& p, const std::string& what, int layer) {
   Projection pr;
   pr.kind = Projection::Kind::kIdentity;
-  pr.skip = r.gain(p + what + "_skip", 1, InitRule::constant(1.0), layer);
+  if (r.config().proj_gains)
+    pr.skip = r.gain(p + what + "_skip", 1, InitRule::constant(1.0), layer);
   return pr;
 }
 
@@ -70,9 +93,16 @@ void register_attention_side(ParamRegistrar& r, int layer, LayerParams& lp) {
   const std::string b = "blocks." + std::to_string(layer) + ".";
   const std::string p = b + "attn.";
   block_params::register_qk(r, layer, lp, true);
-  const bool rep = layer == 0 || !cfg.reparam_init.empty();
-  if (cfg.layer_has_wv(layer)) lp.v = rep ? reparam(r, p, "v", layer, true) : identity(r, p, "v", layer);
-  lp.o = rep ? reparam(r, p, "o", layer, false) : identity(r, p, "o", layer);
+  // The official code (model_utils.py myGPT2Attention with config/model/skipless.yaml):
+  // layer 0's W_V is s I + r dW (first_layer_value_resid_gain), every other W_V and every W_O
+  // the plain identity. --reparam-init reparameterizes every layer's W_V and W_O (ours);
+  // --proj-gains on adds gains to the identities and reparameterizes layer 0's W_O (ours).
+  const bool all = !cfg.reparam_init.empty();
+  const bool rep_v = layer == 0 || all;
+  const bool rep_o = all || (layer == 0 && cfg.proj_gains);
+  if (cfg.layer_has_wv(layer))
+    lp.v = rep_v ? reparam(r, p, "v", layer, true) : identity(r, p, "v", layer);
+  lp.o = rep_o ? reparam(r, p, "o", layer, false) : identity(r, p, "o", layer);
   // W_proj starts random, as in the official code (N(0, 0.02) there): with W_proj = 0 the
   // skipless block would start as a pure rescaling of its normalized input, and the gains in
   // front of the next norm would have exactly zero gradient (AdamW would step them on noise).
@@ -92,27 +122,9 @@ std::vector<float> projection_base(const ModelConfig& cfg, int layer, bool out) 
     for (int64_t i = 0; i < C; ++i) w[i * C + i] = 1.0f;
     return w;
   }
-  // Orthogonal: Gram-Schmidt (twice, for accuracy) on the rows of a Gaussian matrix, in double.
   const std::string name =
       "blocks." + std::to_string(layer) + (out ? ".attn.wo_base" : ".attn.wv_base");
-  const std::vector<float> g = normal_init(cfg.reparam_seed, name, C * C, 1.0);
-  std::vector<double> q(g.begin(), g.end());
-  for (int64_t i = 0; i < C; ++i) {
-    double* qi = q.data() + i * C;
-    for (int pass = 0; pass < 2; ++pass)
-      for (int64_t j = 0; j < i; ++j) {
-        const double* qj = q.data() + j * C;
-        double dot = 0.0;
-        for (int64_t c = 0; c < C; ++c) dot += qi[c] * qj[c];
-        for (int64_t c = 0; c < C; ++c) qi[c] -= dot * qj[c];
-      }
-    double norm = 0.0;
-    for (int64_t c = 0; c < C; ++c) norm += qi[c] * qi[c];
-    norm = std::sqrt(norm);
-    for (int64_t c = 0; c < C; ++c) qi[c] /= norm;
-  }
-  for (int64_t i = 0; i < C * C; ++i) w[i] = static_cast<float>(q[i]);
-  return w;
+  return orthogonal_init(cfg.reparam_seed, name, C, C);
 }
 
 }  // namespace vt::simplified

@@ -14,10 +14,11 @@ namespace simplified {
 
 // Identity projections need Hkv*hd = d; --norm none, --reparam-init, --attn-bias are theirs.
 absl::Status validate(const ModelConfig& cfg, const char* shape);
-// The flags of the simplified shapes: --norm, --reparam-init, --attn-bias.
+// The flags of the simplified shapes: --norm, --reparam-init, --proj-gains, --attn-bias.
 std::vector<ModelOption> options();
-// W_Q (zero) and W_K; W_V / W_O: the identity times a gain (s_V, s_O) in layers >= 1, the
-// reparameterization s*W0 + r*dW in layer 0 (every layer with --reparam-init); the per-head
+// W_Q (zero) and W_K; W_V / W_O: the plain identity, except layer 0's W_V, reparameterized
+// s*W0 + r*dW (every layer's W_V and W_O with --reparam-init; with --proj-gains on, gains s_V,
+// s_O on the identities and layer 0's W_O reparameterized too); the per-head
 // shaped-attention gains alpha, beta, gamma (1, 1, 1; 0, 1, 0 with --attn-bias); W_fc and a
 // random W_proj;
 // the block gain g_attn (1) and g_mlp (0.1).
