@@ -83,7 +83,8 @@ int ModelConfig::layer_window(int layer) const {
   if (layer == n_layer - 1) return seq_len;
   char c = window_pattern[layer % window_pattern.size()];
   if (c == 'L') return seq_len;
-  return std::min(effective_short_window(), seq_len);
+  const int extra = window_keys == "w+1" ? 1 : 0;  // nanochat's (W, 0) window: W + 1 keys
+  return std::min(effective_short_window() + extra, seq_len);
 }
 
 bool ModelConfig::is_target(int layer) const { return target_index(layer) >= 0; }
@@ -128,6 +129,8 @@ nlohmann::json ModelConfig::to_json() const {
   j["bov_add_fixed"] = bov_add_fixed;
   j["value_embed_gate_channels"] = value_embed_gate_channels;
   j["value_embed_gate_scale"] = value_embed_gate_scale;
+  j["window_keys"] = window_keys;
+  j["smear_gate"] = smear_gate;
   return j;
 }
 
@@ -254,6 +257,8 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const nlohmann::json& j) {
   in.boolean("bov_add_fixed", c.bov_add_fixed, false);
   in.number("value_embed_gate_channels", c.value_embed_gate_channels, true);
   in.number("value_embed_gate_scale", c.value_embed_gate_scale, true);
+  in.text("window_keys", c.window_keys, true, 8);  // absent in older checkpoints: "w", off
+  in.boolean("smear_gate", c.smear_gate, true);
   VT_RETURN_IF_ERROR(in.status());
   VT_ASSIGN_OR_RETURN(c.block, parse_block_shape(block));
   VT_ASSIGN_OR_RETURN(c.value_mode, parse_value_mode(value_mode));

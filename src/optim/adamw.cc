@@ -27,6 +27,7 @@ const AdamWHyper& AdamWConfig::for_group(ParamGroup g) const {
     case ParamGroup::kValueTable: return value_table;
     case ParamGroup::kScalar: return scalar;
     case ParamGroup::kGain: return gain;
+    case ParamGroup::kSmear: return smear;
     case ParamGroup::kMatrix: break;
   }
   VT_CHECK_MSG(false, "AdamW has no hyperparameters for group " << param_group_name(g));

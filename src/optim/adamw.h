@@ -37,6 +37,9 @@ struct AdamWConfig {
   // The block shapes' gains (docs/model.md "Optimizer groups": at the scalar group's 0.5 the
   // skipless shapes stall for tens of steps at 8 layers; docs/results.md).
   AdamWHyper gain{0.01, 0.8, 0.95, 0.0};
+  // The smear gate (--smear-gate on): nanochat's own group, lr 0.2 not scaled with the width
+  // (gpt_base.py setup_optimizer).
+  AdamWHyper smear{0.2, 0.8, 0.95, 0.0};
 
   // The defaults of docs/model.md "Optimizer groups": embedding, lm_head and value-table lrs scaled
   // by (d_model / 768)^-0.5, scalars not scaled.

@@ -14,6 +14,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"lr_scale", lr_scale},       {"warmup_steps", warmup_steps},
           {"warmdown_frac", warmdown_frac}, {"max_grad_norm", max_grad_norm},
           {"polar_express", polar_express}, {"device", device},
+          {"muon_wd", muon_wd}, {"muon_wd_style", muon_wd_style}, {"muon_wd_scale", muon_wd_scale},
+          {"muon_momentum", muon_momentum},
           {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute},
           {"table_offload", table_offload},
           {"muon_ns_dtype", muon_ns_dtype}, {"core_every", core_every}, {"core_dir", core_dir}};

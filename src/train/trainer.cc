@@ -242,7 +242,9 @@ void Trainer::note_changed_options(const CheckpointMeta& meta) const {
   // but said, so a changed flag is never a silent surprise in the curves.
   static const char* const kWatched[] = {"global_batch", "seed", "matrix_lr", "scalar_lr",
                                          "gain_lr", "lr_scale", "warmup_steps", "warmdown_frac",
-                                         "max_grad_norm", "polar_express"};
+                                         "max_grad_norm", "polar_express",
+                                         "muon_wd", "muon_wd_style", "muon_wd_scale",
+                                         "muon_momentum"};
   if (!rank0_ || !meta.extra.is_object()) return;
   const nlohmann::json now = o_.to_json();
   std::string changed;

@@ -27,6 +27,9 @@ VARIANTS = {
     "vskipinit_dense": ["--block", "vskipinit", "--dense"],
     "parallel_dense_period": ["--value", "resformer-learnable", "--block", "parallel", "--dense",
                               "--dense-period", "2", "--dense-dilation", "2"],
+    # The BoV paper's recipe: the smear gate (first stage, replicated over tp), windows of W + 1
+    # keys, nanochat's cautious Muon decay and momentum schedule.
+    "bov_recipe": ["--value", "bov", "--recipe", "bov"],
 }
 # DenseFormer starts at a symmetry point: with W_O = W_proj = 0 (or a norm right after an
 # average) the loss is invariant to the scale of each average, so some weights have exactly zero
