@@ -736,3 +736,36 @@ def test_compare_rejects_all_zero_reference_gradient(tmp_path):
     rep = cc.compare(path)
     assert not rep.ok
     assert any("identically zero" in e and "value.table" in e for e in rep.errors), str(rep)
+
+
+def test_nanochat_rope_sense_is_a_reparameterization(monkeypatch):
+    """docs/model.md "Base transformer": nanochat rotates the other way (y1 = x1 cos + x2 sin,
+    y2 = -x1 sin + x2 cos); negating the second half of every head's W_Q and W_K columns maps
+    one model onto the other exactly (QK-norm and the dot product do not see the sign)."""
+    cfg = small_config("baseline", smear_gate=True, window_keys="w+1", n_embd=32, head_dim=16)
+    p, x, y = setup(cfg, seed=21)
+    ours = rm.forward_logits(p, x, cfg)
+    hd, half = 16, 8
+
+    def nanochat_rope(z, base):
+        T = z.shape[1]
+        j = np.arange(half, dtype=np.float64)
+        ang = np.arange(T, dtype=np.float64)[:, None] * np.power(float(base), -2.0 * j / hd)[None, :]
+        cos = jnp.asarray(np.cos(ang))[None, :, None, :]
+        sin = jnp.asarray(np.sin(ang))[None, :, None, :]
+        z1, z2 = z[..., :half], z[..., half:]
+        return jnp.concatenate([z1 * cos + z2 * sin, -z1 * sin + z2 * cos], axis=-1)
+
+    pm = dict(p)
+    for name in p:
+        if name.endswith("attn.wq") or name.endswith("attn.wk"):
+            w = np.array(p[name], np.float64)
+            for h in range(w.shape[1] // hd):
+                w[:, h * hd + half:(h + 1) * hd] *= -1
+            pm[name] = w
+    monkeypatch.setattr(rm, "rope", nanochat_rope)
+    theirs = rm.forward_logits(pm, x, cfg)
+    np.testing.assert_allclose(np.asarray(theirs), np.asarray(ours), rtol=0, atol=1e-10)
+    # and without the sign flips the two senses are different models
+    other = rm.forward_logits(p, x, cfg)
+    assert float(np.max(np.abs(np.asarray(other) - np.asarray(ours)))) > 1e-4
