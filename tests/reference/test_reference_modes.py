@@ -60,6 +60,8 @@ CASES = [(m, []) for m in rm.VALUE_MODES] + [
     ("baseline", ["--smear-gate", "on"]),
     ("x0v", ["--smear-gate", "on", "--window-keys", "w+1", "--dense"]),
     ("bov", ["--smear-gate", "on", "--block", "parallel"]),
+    # the shaped attention's running mean over W + 1 keys
+    ("baseline", ["--block", "sas", "--kv-heads", "4", "--window-keys", "w+1"]),
 ]
 
 
