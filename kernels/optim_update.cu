@@ -24,10 +24,13 @@ __global__ void muon_momentum_kernel(const float* g, float* buf, float* u, int64
   }
 }
 
-__global__ void muon_apply_kernel(float* p, const float* x, int64_t n, float decay, float step) {
+__global__ void muon_apply_kernel(float* p, const float* x, int64_t n, float decay, float step,
+                                  bool cautious) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    p[i] = p[i] * decay - step * x[i];
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float pi = p[i], xi = x[i];
+    p[i] = (!cautious || xi * pi >= 0.0f ? pi * decay : pi) - step * xi;
+  }
 }
 
 }  // namespace
@@ -42,11 +45,12 @@ void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momen
 }
 
 void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
-                cudaStream_t stream) {
+                bool cautious, cudaStream_t stream) {
   if (n == 0) return;
   const float decay = static_cast<float>(1.0 - lr * weight_decay);
   const float step = static_cast<float>(lr * scale);
-  VT_LAUNCH(muon_apply_kernel, grid_for(n, kThreads), kThreads, 0, stream, p, x, n, decay, step);
+  VT_LAUNCH(muon_apply_kernel, grid_for(n, kThreads), kThreads, 0, stream, p, x, n, decay, step,
+            cautious);
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -12,8 +12,8 @@ namespace vt::cuda {
 // buf = m*buf + (1-m)*g; u = (1-m)*g + m*buf (the new buf). u may alias g.
 void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momentum,
                    cudaStream_t stream);
-// p = p*(1 - lr*wd) - lr*scale*x.
+// p = p*(1 - lr*wd) - lr*scale*x; cautious: the decay only where x*p >= 0.
 void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
-                cudaStream_t stream);
+                bool cautious, cudaStream_t stream);
 
 }  // namespace vt::cuda

@@ -42,6 +42,8 @@ static const CommandSpec& export_command() {
         bool_flag("no-perturb", "keep the weights at their init"),
         num_flag("perturb-scale", 1.0, 0, 100, "multiplies the perturbation amplitudes"),
         choice_flag("block", "prenorm", block_names(), ""),
+        choice_flag("window-keys", "w", {"w", "w+1"}, ""),
+        choice_flag("smear-gate", "off", {"on", "off"}, ""),
     };
     // The value modes' and block shapes' own options and the shared ones (model_options.h).
     for (const ModelOption& o : shared_value_options()) c.flags.push_back(o.flag);
@@ -77,6 +79,8 @@ static absl::Status run(int argc, char** argv) {
   cfg.short_window = window;
   cfg.window_pattern = flags.get_string("window-pattern");
   cfg.value_layers = flags.get_string("value-layers");
+  cfg.window_keys = flags.get_string("window-keys");
+  cfg.smear_gate = flags.get_string("smear-gate") == "on";
   VT_ASSIGN_OR_RETURN(cfg.block, parse_block_shape(flags.get_string("block")));
   cfg.reparam_seed = static_cast<uint64_t>(seed);
   VT_RETURN_IF_ERROR(apply_model_options(flags, cfg));
@@ -94,7 +98,8 @@ static absl::Status run(int argc, char** argv) {
     Rng rng(seed ^ 0xabcdefULL);
     for (int i = 0; i < store.size(); ++i) {
       Tensor p = store.param(i);
-      const bool is_scalar = store.info(i).group == ParamGroup::kScalar;
+      const bool is_scalar = store.info(i).group == ParamGroup::kScalar ||
+                             store.info(i).group == ParamGroup::kSmear;
       const double amp = (is_scalar ? 0.2 : 0.05) * perturb_scale;
       for (int64_t j = 0; j < p.numel(); ++j) p.f32()[j] += static_cast<float>(rng.normal(0, amp));
     }

@@ -8,11 +8,12 @@
 //   /step_<k>/grads/<name>       f32, the gradients given at step k (before any clipping)
 //   /step_<k>/params/<name>      f32, the parameters after step k
 //   /stats/<field>               f64 (steps,): lr_multiplier, matrix_lr, momentum, grad_norm,
-//                                clip_scale
+//                                clip_scale, muon_weight_decay
 //   /final_state/<name>/<kind>   f32, optimizer states after the last step
 // Usage: optim_case --out FILE [--ns standard|polar_express] [--steps 5] [--total-steps N]
 //        [--step-offset K] [--seed S] [--d-model D] [--warmup W] [--max-grad-norm X]
 //        [--muon-wd X] [--aspect fan_out_over_fan_in|rows_over_cols]
+//        [--muon-wd-style decoupled|nanochat] [--muon-momentum warmup|nanochat]
 #include <hdf5.h>
 
 #include <cstdio>
@@ -45,6 +46,8 @@ struct Args {
   int64_t warmup = 2;
   double max_grad_norm = 0.0;
   double muon_wd = 0.0;
+  std::string muon_wd_style = "decoupled";
+  std::string muon_momentum = "warmup";
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -52,7 +55,8 @@ struct Args {
   std::fprintf(stderr,
                "usage: optim_case --out FILE [--ns standard|polar_express] [--steps N] "
                "[--total-steps N] [--step-offset K] [--seed S] [--d-model D] [--warmup W] "
-               "[--max-grad-norm X] [--muon-wd X] [--aspect fan_out_over_fan_in|rows_over_cols]\n");
+               "[--max-grad-norm X] [--muon-wd X] [--aspect fan_out_over_fan_in|rows_over_cols] "
+               "[--muon-wd-style decoupled|nanochat] [--muon-momentum warmup|nanochat]\n");
   std::exit(2);
 }
 
@@ -73,11 +77,15 @@ Args parse(int argc, char** argv) {
     else if (k == "--warmup") a.warmup = std::stoll(v);
     else if (k == "--max-grad-norm") a.max_grad_norm = std::stod(v);
     else if (k == "--muon-wd") a.muon_wd = std::stod(v);
+    else if (k == "--muon-wd-style") a.muon_wd_style = v;
+    else if (k == "--muon-momentum") a.muon_momentum = v;
     else usage("unknown flag " + k);
   }
   if (a.out.empty()) usage("--out is required");
   if (a.ns != "standard" && a.ns != "polar_express") usage("--ns must be standard or polar_express");
   if (a.aspect != "fan_out_over_fan_in" && a.aspect != "rows_over_cols") usage("bad --aspect");
+  if (a.muon_wd_style != "decoupled" && a.muon_wd_style != "nanochat") usage("bad --muon-wd-style");
+  if (a.muon_momentum != "warmup" && a.muon_momentum != "nanochat") usage("bad --muon-momentum");
   if (a.steps < 1 || a.d_model < 16) usage("need --steps >= 1 and --d-model >= 16");
   if (a.total_steps < 0) a.total_steps = a.steps + a.step_offset;
   return a;
@@ -147,6 +155,8 @@ void build_store(ParamStore& s, int64_t d) {
   s.add("value_plus.logits", {5}, ParamGroup::kScalar);
   s.add("blocks.1.attn.alpha", {4}, ParamGroup::kGain);
   s.add("blocks.1.mlp_gain", {1}, ParamGroup::kGain);
+  s.add("smear.gate_w", {24, 1}, ParamGroup::kSmear);
+  s.add("smear.lambda", {1}, ParamGroup::kSmear);
   s.add("lm_head", {d, vp}, ParamGroup::kLmHead);
   s.finalize();
 }
@@ -176,6 +186,9 @@ int main(int argc, char** argv) {
   cfg.muon.aspect = a.aspect == "rows_over_cols" ? vt::optim::MuonAspect::kRowsOverCols
                                                  : vt::optim::MuonAspect::kFanOutOverFanIn;
   cfg.muon.weight_decay = a.muon_wd;
+  if (a.muon_wd_style == "nanochat") cfg.muon.wd_style = vt::optim::MuonWdStyle::kNanochat;
+  if (a.muon_momentum == "nanochat")
+    cfg.schedule.momentum_schedule = vt::optim::MomentumSchedule::kNanochat;
   cfg.schedule.warmup_steps = a.warmup;
   cfg.max_grad_norm = a.max_grad_norm;
   vt::ProcessGrid grid(vt::self_communicator(), vt::GridShape{});
@@ -212,6 +225,7 @@ int main(int argc, char** argv) {
     stats["momentum"].push_back(st.momentum);
     stats["grad_norm"].push_back(st.grad_norm);
     stats["clip_scale"].push_back(st.clip_scale);
+    stats["muon_weight_decay"].push_back(st.muon_weight_decay);
     for (int i = 0; i < store.size(); ++i)
       write_f32(file, step + "/params/" + store.info(i).name, store.param(i));
   }

@@ -63,6 +63,12 @@ std::vector<FlagSpec> model_flag_specs() {
       no_default(config_field_flag("seq_len", 0, "tokens per row T")),
       no_default(config_field_flag("short_window", 0, "tokens an S layer of the window pattern sees")),
       text_flag("window-pattern", "", "the preset's unless given; e.g. SSSL, tiled over the layers (the last layer is L)"),
+      choice_flag("window-keys", "w", {"w", "w+1"},
+                  "keys a query of an S layer sees: w (ours) or w+1 (nanochat's flash-attention "
+                  "window (w, 0); docs/model.md)"),
+      choice_flag("smear-gate", "off", {"on", "off"},
+                  "nanochat's smear gate: each position adds a gated share of the previous "
+                  "position's embedding (docs/model.md)"),
       flag_heading("values"),
       text_flag("value", "baseline",
                 absl::StrCat("the value path (modes below): ", absl::StrJoin(value_mode_names(), " "))),
@@ -103,6 +109,8 @@ absl::StatusOr<ModelConfig> model_config_from_flags(const Flags& f) {
   set_int("seq-len", m.seq_len);
   set_int("window", m.short_window);
   if (f.has("window-pattern")) m.window_pattern = f.get_string("window-pattern");
+  m.window_keys = f.get_string("window-keys");
+  m.smear_gate = f.get_string("smear-gate") == "on";
   VT_ASSIGN_OR_RETURN(m.value_mode, parse_value_mode(f.get_string("value")));
   m.value_layers = f.get_string("value-layers");
   VT_ASSIGN_OR_RETURN(m.block, parse_block_shape(f.get_string("block")));

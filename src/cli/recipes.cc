@@ -26,6 +26,18 @@ const std::vector<Recipe>& recipes() {
         {"final-lr-frac", "0"},
         {"max-grad-norm", "1"},
         {"mlp-act", "relu"}}},
+      {"bov",
+       "the Bank of Values paper's training: nanochat's window of w+1 keys, smear gate, Muon "
+       "cautious weight decay 0.28 scaled as base_train scales it, momentum 0.85 -> 0.97 -> 0.90 "
+       "(choose --value yourself; NorMuon is not implemented, docs/model.md)",
+       "RiddleHe/nanochat research/bank_of_values: nanochat/model/gpt_base.py, "
+       "scripts/base_train.py, nanochat/optim.py",
+       {{"window-keys", "w+1"},
+        {"smear-gate", "on"},
+        {"muon-wd", "0.28"},
+        {"muon-wd-style", "nanochat"},
+        {"muon-wd-scale", "nanochat"},
+        {"muon-momentum", "nanochat"}}},
   };
   return table;
 }

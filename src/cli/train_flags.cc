@@ -12,6 +12,7 @@
 #include "data/mixture.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_files.h"
+#include "model/flops.h"
 #include "model/value_path.h"
 #include "parallel/process_grid.h"
 
@@ -74,6 +75,16 @@ const CommandSpec& train_command() {
                             "--optimizer adamw: decoupled weight decay of all but the gains and "
                             "scalars (default 0.1)")),
         bool_flag("polar-express", "Polar Express coefficients for Newton-Schulz"),
+        num_flag("muon-wd", 0, 0, 1e3, "Muon's weight decay (decoupled, times the lr)"),
+        choice_flag("muon-wd-style", "decoupled", {"decoupled", "nanochat"},
+                    "nanochat: cautious decay (only where update and weight agree in sign), "
+                    "times Muon's aspect scale, on a cosine to 0 over the run (docs/model.md)"),
+        choice_flag("muon-wd-scale", "none", {"none", "nanochat"},
+                    "nanochat: --muon-wd x sqrt(global batch / 2^19) x (d12's scaling params / "
+                    "this model's), as nanochat's base_train scales its 0.28"),
+        choice_flag("muon-momentum", "warmup", {"warmup", "nanochat"},
+                    "warmup: 0.85 -> 0.95 over 300 steps; nanochat: 0.85 -> 0.97 over 400 steps, "
+                    "then down to 0.90 across the lr warmdown"),
         flag_heading("non-finite values"),
         choice_flag("on-nonfinite", "stop", {"stop", "skip-step"},
                     "a non-finite loss or gradient norm: stop naming where it appeared, or discard "
@@ -211,7 +222,8 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.max_grad_norm = f.get_double("max-grad-norm");
   o.optimizer = f.get_string("optimizer");
   if (o.optimizer == "adamw") {
-    for (const char* muon_only : {"matrix-lr", "scalar-lr", "gain-lr", "muon-ns-dtype"})
+    for (const char* muon_only : {"matrix-lr", "scalar-lr", "gain-lr", "muon-ns-dtype", "muon-wd",
+                                  "muon-wd-style", "muon-wd-scale", "muon-momentum"})
       if (f.has(muon_only))
         return absl::InvalidArgumentError(absl::StrCat(
             "--", muon_only, " applies to --optimizer muon; --optimizer adamw trains every "
@@ -235,6 +247,18 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.straggler_min_s = f.get_double("straggler-min-s");
   o.sample_every = f.get_int("sample-every");
   o.polar_express = f.get_bool("polar-express");
+  o.muon_wd = f.get_double("muon-wd");
+  o.muon_wd_style = f.get_string("muon-wd-style");
+  o.muon_wd_scale = f.get_string("muon-wd-scale");
+  o.muon_momentum = f.get_string("muon-momentum");
+  for (const char* flag : {"muon-wd-style", "muon-wd-scale"})
+    if (o.muon_wd == 0 && f.get_string(flag) == "nanochat")
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, " nanochat shapes Muon's weight decay, and --muon-wd is 0 (give the "
+          "decay, e.g. --muon-wd 0.28 as nanochat does)"));
+  if (o.muon_wd_scale == "nanochat") {
+    if (auto s = nanochat_wd_scale(o.model, 524288); !s.ok()) return s.status();
+  }
   o.recompute = f.get_bool("recompute");
   o.table_offload = f.get_bool("table-offload");
   if (o.table_offload && !o.model.value().has_table())

@@ -14,6 +14,7 @@ const char* param_group_name(ParamGroup g) {
     case ParamGroup::kLmHead: return "lm_head";
     case ParamGroup::kValueTable: return "value_table";
     case ParamGroup::kScalar: return "scalar";
+    case ParamGroup::kSmear: return "smear";
     case ParamGroup::kGain: return "gain";
   }
   return "?";

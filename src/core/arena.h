@@ -21,6 +21,7 @@ enum class ParamGroup : uint8_t {
   kValueTable,  // bov / bov-add / value-embed tables: AdamW
   kScalar,      // lambdas, gates, logits: AdamW
   kGain,        // block-shape gains (shaped attention, sub-layer and projection gains): AdamW
+  kSmear,       // the smear gate's weight and lambda (model/smear_gate.h): AdamW, nanochat's group
 };
 const char* param_group_name(ParamGroup g);
 

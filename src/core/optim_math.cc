@@ -41,9 +41,18 @@ void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momen
   }
 }
 
-void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale) {
+void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
+                bool cautious) {
   const float decay = static_cast<float>(1.0 - lr * weight_decay);
   const float step = static_cast<float>(lr * scale);
+  if (cautious) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      const float pi = p[i], xi = x[i];
+      p[i] = (xi * pi >= 0.0f ? pi * decay : pi) - step * xi;
+    }
+    return;
+  }
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay - step * x[i];
 }

@@ -22,8 +22,10 @@ namespace cpu {
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStepArgs& a);
 // buf = m*buf + (1-m)*g; u = (1-m)*g + m*buf (new buf). u may alias g.
 void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momentum);
-// p = p*(1 - lr*wd) - lr*scale*x.
-void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale);
+// p = p*(1 - lr*wd) - lr*scale*x; cautious (nanochat's cautious weight decay): the decay only
+// where x*p >= 0 (x and the old p agree in sign, or one is 0), p - lr*scale*x elsewhere.
+void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
+                bool cautious = false);
 
 }  // namespace cpu
 }  // namespace vt

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/smear_gate.h"
 #include "model/value_path.h"
 
 namespace vt {
@@ -70,6 +71,7 @@ struct Activations {
   Tensor input_ids, target_ids;          // the same on the model's device (i32)
   Tensor table_ids;                      // inputs as compact ids into the pass's TableRows
   Tensor emb_raw, emb_rstd;              // wte rows before norm, norm's rstd (first stage)
+  smear::Acts smear;                     // --smear-gate on (first stage)
   std::vector<BlockActs> blocks;         // indexed by layer - chunk_begin(chunk)
   Tensor head_x, head_rstd, head_n;      // final residual, its norm (last stage)
   Tensor logits, lse;                    // (N, Vp_local), (N)

@@ -84,7 +84,8 @@ int ModelConfig::layer_window(int layer) const {
   if (layer == n_layer - 1) return seq_len;
   char c = window_pattern[layer % window_pattern.size()];
   if (c == 'L') return seq_len;
-  return std::min(effective_short_window(), seq_len);
+  const int extra = window_keys == "w+1" ? 1 : 0;  // nanochat's (W, 0) window: W + 1 keys
+  return std::min(effective_short_window() + extra, seq_len);
 }
 
 bool ModelConfig::is_target(int layer) const { return target_index(layer) >= 0; }
@@ -136,6 +137,8 @@ nlohmann::json ModelConfig::to_json() const {
   j["plus_scale"] = plus_scale;
   j["value_embed_gate_channels"] = value_embed_gate_channels;
   j["value_embed_gate_scale"] = value_embed_gate_scale;
+  j["window_keys"] = window_keys;
+  j["smear_gate"] = smear_gate;
   return j;
 }
 
@@ -269,6 +272,8 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const nlohmann::json& j) {
   in.text("plus_scale", c.plus_scale, true, 16);
   in.number("value_embed_gate_channels", c.value_embed_gate_channels, true);
   in.number("value_embed_gate_scale", c.value_embed_gate_scale, true);
+  in.text("window_keys", c.window_keys, true, 8);  // absent in older checkpoints: "w", off
+  in.boolean("smear_gate", c.smear_gate, true);
   VT_RETURN_IF_ERROR(in.status());
   VT_ASSIGN_OR_RETURN(c.block, parse_block_shape(block));
   // A config written before --proj-gains existed (no "proj_gains") describes sas/sas-p with

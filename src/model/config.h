@@ -58,6 +58,11 @@ struct ModelConfig {
   std::string plus_scale;
   int value_embed_gate_channels = 12;
   double value_embed_gate_scale = 3.0;
+  // nanochat compatibility (docs/model.md, "Base transformer"): an S layer's query sees W keys
+  // ("w", ours) or W + 1 ("w+1", nanochat's flash-attention window (W, 0)); the smear gate
+  // (nanochat's research/bank_of_values gpt_base.py) mixes the previous token's embedding in.
+  std::string window_keys = "w";
+  bool smear_gate = false;
 
   // Derived (filled by finalize()).
   int vocab_padded = 0;
@@ -66,7 +71,8 @@ struct ModelConfig {
   int mlp_hidden() const { return mlp_ratio * n_embd; }
   int q_dim() const { return n_head * head_dim; }
   int kv_dim() const { return n_kv_head * head_dim; }
-  // Window (in tokens) of layer i: T for 'L' layers, the short window for 'S' layers.
+  // Keys a query of layer i sees: T for 'L' layers, the short window for 'S' layers (plus one
+  // under window_keys "w+1"), at most T.
   int layer_window(int layer) const;
   bool is_target(int layer) const;
   // Position of `layer` in target_layers, or -1.

@@ -137,6 +137,11 @@ absl::Status ModelConfig::finalize() {
     return bad(absl::StrCat("--window-pattern '", window_pattern,
                             "' must be a non-empty string of S and L"));
   if (short_window < 0) return bad(absl::StrCat("--window must be >= 0 (got ", short_window, ")"));
+  if (smear_gate && n_embd < 24)
+    return bad(absl::StrCat("--smear-gate on reads the first 24 channels; --dim ", n_embd,
+                            " is too small"));
+  if (window_keys != "w" && window_keys != "w+1")
+    return bad(absl::StrCat("--window-keys '", window_keys, "' must be w or w+1"));
   if (mlp_ratio < 1) return bad("mlp ratio must be >= 1");
   for (const DeclaredOption& d : value_mode_options())  // a mode's options belong to that mode
     if (d.option.set_in && d.option.set_in(*this) &&

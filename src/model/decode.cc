@@ -12,6 +12,7 @@
 #include "model/dense.h"
 #include "model/layer_attention.h"
 #include "model/projection.h"
+#include "model/smear_gate.h"
 
 namespace vt {
 
@@ -232,6 +233,12 @@ std::vector<float> Decoder::step(int32_t token) {
   const float* wte = store.param("wte").f32();
   ops::rmsnorm(Tensor::view(const_cast<float*>(wte) + static_cast<int64_t>(token) * C, {1, C}),
                x, rstd, 1.0f, cfg_.norm_eps);
+  if (model_.smear_params().on()) {
+    // The smear gate reads the previous position's normalized embedding (before its smearing).
+    std::vector<float> here(x.f32(), x.f32() + C);
+    if (t > 0) smear::decode_step(store, model_.smear_params(), x.f32(), prev_emb_.data(), C);
+    prev_emb_ = std::move(here);
+  }
   x0_ = x.clone();
   ctx_values_.assign(cfg_.n_layer, Tensor());
   const BlockShape& shape = model_.block_shape();

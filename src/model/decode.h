@@ -48,6 +48,7 @@ class Decoder {
   std::vector<double> value_coef_;              // the value mode's per-pass coefficients
   std::vector<Tensor> ctx_values_;              // this token's kept context values (V1, ...)
   Tensor x0_;                                   // this token's normalized embedding
+  std::vector<float> prev_emb_;                 // the previous token's (smear gate), pre-smear
   std::vector<Tensor> bias_;                     // per layer: the --attn-bias bias (T, T)
   int64_t bias_T_ = 0;
   int32_t token_ = 0;

@@ -11,6 +11,7 @@
 #include "model/block_shape.h"
 #include "model/dense.h"
 #include "model/param_registrar.h"
+#include "model/smear_gate.h"
 #include "parallel/tensor_parallel.h"
 
 namespace vt {
@@ -144,6 +145,8 @@ void GPT::register_params(ParamStore& store) {
   if (is_first_stage())
     wte_ = r.add("wte", {cfg_.vocab_padded, C}, ParamGroup::kEmbedding, 0, wte_init(),
                  {});
+  smear_ = smear::Params{};
+  if (is_first_stage() && cfg_.smear_gate) smear_ = smear::register_params(r);
   // Value-mode parameters shared by the target layers of several stages live on every stage
   // (replicated over the pipeline: ParamMeta::pp_replicated; the trainer sums their gradients
   // over the pipeline group). Then each layer: the shape's parameters, then the value mode's,
@@ -220,6 +223,9 @@ Bundle GPT::embed_forward(Activations& acts, const PassHooks& hooks) const {
   Bundle b;
   b.x = act({acts.B, cfg_.seq_len, C});
   ops::rmsnorm(acts.emb_raw, b.x, acts.emb_rstd, 1.0f, cfg_.norm_eps);
+  // The smear gate mixes each position with the previous one of its row; what follows (x0, the
+  // DenseFormer x_0) reads the smeared embedding, the first block's input, as in nanochat.
+  if (smear_.on()) b.x = smear::forward(*store_, smear_, acts.B, cfg_.seq_len, b.x, acts.smear);
   if (hooks.block_output) hooks.block_output(-1, b.x);
   if (cfg_.value().reads_x0()) b.x0 = b.x.clone();
   b.values.resize(cfg_.n_layer);
@@ -376,6 +382,7 @@ void GPT::embed_backward(Bundle& grad, Activations& acts) const {
   Tensor d = grad.x;
   if (grad.x0.defined()) ops::axpy(d, grad.x0);
   if (!grad.dense.empty() && grad.dense[0].defined()) ops::axpy(d, grad.dense[0]);  // x_0
+  if (smear_.on()) d = smear::backward(*store_, smear_, acts.B, cfg_.seq_len, acts.smear, d);
   Tensor demb = act(acts.emb_raw.shape());
   ops::rmsnorm_backward(acts.emb_raw, acts.emb_rstd, d, demb, 1.0f, false);
   ops::embedding_backward(demb, acts.input_ids, vocab_offset_, G(wte_));

@@ -129,6 +129,7 @@ class GPT {
   DType act_dtype() const { return store_->compute_dtype(); }
   const LayerParams& layer_params(int layer) const { return layers_.at(local(layer)); }
   const ValueSharedParams& value_shared() const { return value_shared_; }
+  const smear::Params& smear_params() const { return smear_; }
   // What the value mode reads about target layer `layer` for N rows of token ids `ids`
   // (`table_ids`: the same as compact ids into the prepared TableRows, when there are any).
   ValueLayerCtx value_ctx(int layer, int64_t N, const Tensor& ids, const std::vector<double>* coef,
@@ -194,6 +195,7 @@ class GPT {
   ParamStore* store_ = nullptr;
   std::vector<InitRule> init_rules_;  // per store index
   int wte_ = -1, lm_head_ = -1;
+  smear::Params smear_;  // --smear-gate on, first stage
   ValueSharedParams value_shared_;
   std::vector<int> host_tables_;  // store indices of host-kept value tables (after finalize)
   TableRows table_rows_;

@@ -27,6 +27,7 @@ const AdamWHyper& AdamWConfig::for_group(ParamGroup g) const {
     case ParamGroup::kValueTable: return value_table;
     case ParamGroup::kScalar: return scalar;
     case ParamGroup::kGain: return gain;
+    case ParamGroup::kSmear: return smear;
     case ParamGroup::kMatrix:
       if (matrix.lr > 0.0) return matrix;
       break;

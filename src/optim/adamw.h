@@ -40,6 +40,9 @@ struct AdamWConfig {
   // The block matrices, under --optimizer adamw only (OptimizerConfig::adamw_matrices); lr 0
   // (unused) otherwise.
   AdamWHyper matrix{0.0, 0.9, 0.999, 0.0};
+  // The smear gate (--smear-gate on): nanochat's own group, lr 0.2 not scaled with the width
+  // (gpt_base.py setup_optimizer).
+  AdamWHyper smear{0.2, 0.8, 0.95, 0.0};
 
   // The defaults of docs/model.md "Optimizer groups": embedding, lm_head and value-table lrs scaled
   // by (d_model / 768)^-0.5, scalars not scaled.

@@ -126,7 +126,10 @@ StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps, do
   StepStats s;
   s.step = step_index;
   s.lr_multiplier = lr_multiplier(config_.schedule, step_index, total_steps);
-  s.momentum = muon_momentum(config_.schedule, step_index);
+  s.momentum = muon_momentum(config_.schedule, step_index, total_steps);
+  s.muon_weight_decay =
+      muon_weight_decay(config_.muon.weight_decay, config_.muon.wd_style == MuonWdStyle::kNanochat,
+                        step_index, total_steps);
   s.matrix_lr =
       (config_.adamw_matrices ? config_.adamw.matrix.lr : config_.muon.lr) * s.lr_multiplier;
   s.grad_norm = grad_norm;
@@ -143,7 +146,7 @@ StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps, do
     adamw_update(true, s.lr_multiplier);
   adamw_update(false, s.lr_multiplier);
   adamw_gather(false);
-  muon_step(s.lr_multiplier, s.momentum);
+  muon_step(s.lr_multiplier, s.momentum, s.muon_weight_decay);
   if (host_update.joinable()) host_update.join();
   adamw_gather(true);
   store_->refresh_compute_copy();
@@ -202,7 +205,7 @@ const Tensor& DistributedOptimizer::state_tensor(const AdamPlan& a, const std::s
   return a.host ? exp_avg_sq_host_ : exp_avg_sq_;
 }
 
-void DistributedOptimizer::muon_step(double lr_multiplier, double momentum) {
+void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, double weight_decay) {
   const double lr = config_.muon.lr * lr_multiplier;
   const Tensor params = store_->params_tensor(), grads = store_->grads_tensor();
   const Device dev = store_->device();
@@ -276,7 +279,9 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum) {
       ops::copy_2d(mine, 0, lc, x, info.split.offset, m.cols, m.rows, lc);
     }
     const double scale = muon_scale(m.rows, m.cols, config_.muon.aspect);
-    ops::muon_apply(params.flat(info.offset, n), mine, lr, config_.muon.weight_decay, scale);
+    const bool nanochat = config_.muon.wd_style == MuonWdStyle::kNanochat;
+    ops::muon_apply(params.flat(info.offset, n), mine, lr,
+                    nanochat ? weight_decay * scale : weight_decay, scale, nanochat);
     ortho[k] = Tensor();
   }
 }

@@ -118,7 +118,7 @@ class DistributedOptimizer {
   void adamw_update(bool host, double lr_multiplier);
   void adamw_gather(bool host);
   const Tensor& state_tensor(const AdamPlan& a, const std::string& kind) const;
-  void muon_step(double lr_multiplier, double momentum);
+  void muon_step(double lr_multiplier, double momentum, double weight_decay);
   const AdamPlan& adam_plan(int param, const std::string& who) const;
   const MatrixPlan& matrix_plan(int param, const std::string& who) const;
 

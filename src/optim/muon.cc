@@ -219,8 +219,9 @@ void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momen
   cpu::muon_momentum(g, buf, u, n, momentum);
 }
 
-void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale) {
-  cpu::muon_apply(p, x, n, lr, weight_decay, scale);
+void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
+                bool cautious) {
+  cpu::muon_apply(p, x, n, lr, weight_decay, scale, cautious);
 }
 
 const std::vector<std::string>& muon_state_kinds() {

@@ -10,6 +10,11 @@
 //   U   = (1 - m) * G + m * buf                       Nesterov
 //   X   = newton_schulz(U)                            ~ the polar factor of U (below)
 //   P   = P * (1 - lr * wd) - lr * scale * X          decoupled decay on the old P
+// MuonWdStyle::kNanochat is nanochat's cautious decay (nanochat/optim.py, muon_step_fused): the
+// decay multiplies lr * scale (nanochat's lr carries the aspect scale), follows a cosine to 0
+// over the run (schedule.h muon_weight_decay), and applies only where the update and the old
+// weight agree in sign:
+//   P   = (X * P >= 0 ? P * (1 - lr * scale * wd_s) : P) - lr * scale * X
 // with scale = max(1, fan_out / fan_in)^0.5. vtrain stores weights (in, out) (y = x W), so by
 // default fan_out / fan_in = cols / rows; this is the max(1, rows/cols)^0.5 of Keller Jordan's
 // Muon and nanochat written for their (out, in) storage (e.g. W_fc d x 4d gets 2, W_proj 4d x d
@@ -83,9 +88,13 @@ enum class MuonAspect {
   kRowsOverCols,     // scale = max(1, rows/cols)^0.5 on the stored shape
 };
 
+// How Muon's weight decay is applied (see the top of this file).
+enum class MuonWdStyle { kDecoupled, kNanochat };
+
 struct MuonConfig {
   double lr = 0.02;            // peak matrix lr (docs/model.md "Optimizer groups")
   double weight_decay = 0.0;
+  MuonWdStyle wd_style = MuonWdStyle::kDecoupled;
   int ns_steps = 5;
   NsKind ns = NsKind::kStandard;
   MuonAspect aspect = MuonAspect::kFanOutOverFanIn;
@@ -99,8 +108,9 @@ double muon_scale(int64_t rows, int64_t cols, MuonAspect aspect);
 // runs too).
 // buf = m*buf + (1-m)*g; u = (1-m)*g + m*buf (new buf). u may alias g.
 void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momentum);
-// p = p*(1 - lr*wd) - lr*scale*x.
-void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale);
+// p = p*(1 - lr*wd) - lr*scale*x; cautious: the decay only where x*p >= 0.
+void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
+                bool cautious = false);
 
 // Muon's parameters: the block matrices (ParamGroup::kMatrix).
 inline bool muon_handles(ParamGroup g) { return g == ParamGroup::kMatrix; }

@@ -24,10 +24,12 @@ nlohmann::json OptimizerConfig::to_json() const {
                 {"value_table", hyper_json(adamw.value_table)},
                 {"scalar", hyper_json(adamw.scalar)},
                 {"gain", hyper_json(adamw.gain)},
-                {"matrix", hyper_json(adamw.matrix)}};
+                {"matrix", hyper_json(adamw.matrix)},
+                {"smear", hyper_json(adamw.smear)}};
   j["optimizer"] = adamw_matrices ? "adamw" : "muon";
   j["muon"] = {{"lr", muon.lr},
                {"weight_decay", muon.weight_decay},
+               {"wd_style", muon.wd_style == MuonWdStyle::kNanochat ? "nanochat" : "decoupled"},
                {"ns_steps", muon.ns_steps},
                {"ns", ns_kind_name(muon.ns)},
                {"aspect", muon.aspect == MuonAspect::kFanOutOverFanIn ? "fan_out_over_fan_in"
@@ -37,7 +39,10 @@ nlohmann::json OptimizerConfig::to_json() const {
                    {"final_lr_frac", schedule.final_lr_frac},
                    {"momentum_start", schedule.momentum_start},
                    {"momentum_end", schedule.momentum_end},
-                   {"momentum_steps", schedule.momentum_steps}};
+                   {"momentum_steps", schedule.momentum_steps},
+                   {"momentum_schedule", schedule.momentum_schedule == MomentumSchedule::kNanochat
+                                             ? "nanochat"
+                                             : "warmup"}};
   j["max_grad_norm"] = max_grad_norm;
   return j;
 }

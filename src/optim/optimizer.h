@@ -37,6 +37,7 @@ struct StepStats {
   double lr_multiplier = 0.0;   // schedule multiplier applied to every group's peak lr
   double matrix_lr = 0.0;       // the block matrices' lr used (Muon's, or AdamW's under adamw)
   double momentum = 0.0;        // Muon momentum used
+  double muon_weight_decay = 0.0;  // Muon weight decay coefficient used (before lr, scale)
   double grad_norm = 0.0;       // global grad norm before clipping
   double clip_scale = 1.0;      // factor applied to the grads (1 when not clipped)
 };

@@ -32,12 +32,30 @@ double lr_multiplier(const ScheduleConfig& c, int64_t step, int64_t total_steps)
   return std::min(warm, down);
 }
 
-double muon_momentum(const ScheduleConfig& c, int64_t step) {
+double muon_momentum(const ScheduleConfig& c, int64_t step, int64_t total_steps) {
+  if (c.momentum_schedule == MomentumSchedule::kNanochat) {
+    if (step < 400) return 0.85 + 0.12 * static_cast<double>(step) / 400.0;
+    const int64_t d = total_steps > 0 ? warmdown_steps(c, total_steps) : 0;
+    const int64_t start = total_steps - d;
+    if (d > 0 && step >= start) {
+      const double p = static_cast<double>(step - start) / static_cast<double>(d);
+      return 0.97 * (1.0 - p) + 0.90 * p;
+    }
+    return 0.97;
+  }
   double frac = 1.0;
   if (c.momentum_steps > 0) {
     frac = std::min(static_cast<double>(step) / static_cast<double>(c.momentum_steps), 1.0);
   }
   return (1.0 - frac) * c.momentum_start + frac * c.momentum_end;
+}
+
+double muon_weight_decay(double wd, bool cosine, int64_t step, int64_t total_steps) {
+  if (!cosine) return wd;
+  VT_CHECK_MSG(total_steps > 0, "total_steps must be positive, got " << total_steps);
+  constexpr double kPi = 3.14159265358979323846;
+  return wd * 0.5 *
+         (1.0 + std::cos(kPi * static_cast<double>(step) / static_cast<double>(total_steps)));
 }
 
 }  // namespace vt::optim

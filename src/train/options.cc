@@ -21,6 +21,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"final_lr_frac", final_lr_frac}, {"optimizer", optimizer},
           {"adamw_lr", adamw_lr},       {"weight_decay", weight_decay},
           {"polar_express", polar_express}, {"device", device},
+          {"muon_wd", muon_wd}, {"muon_wd_style", muon_wd_style}, {"muon_wd_scale", muon_wd_scale},
+          {"muon_momentum", muon_momentum},
           {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute},
           {"table_offload", table_offload},
           {"muon_ns_dtype", muon_ns_dtype}, {"core_every", core_every}, {"core_dir", core_dir}};

@@ -55,6 +55,10 @@ struct TrainOptions {
   double adamw_lr = 1e-3;
   double weight_decay = 0.1;
   bool polar_express = false;
+  double muon_wd = 0.0;                       // Muon weight decay (docs/model.md)
+  std::string muon_wd_style = "decoupled";    // decoupled | nanochat (cautious, cosine)
+  std::string muon_wd_scale = "none";         // none | nanochat (base_train's batch/horizon scaling)
+  std::string muon_momentum = "warmup";       // warmup | nanochat
   int64_t log_every = 1;
   int64_t health_every = 50;     // per-rank health report every N steps (train/rank_health.h)
   double straggler_margin = 0.2, straggler_min_s = 0.02;

@@ -194,7 +194,7 @@ void build_optimizer(const TrainOptions& o, Run& r) {
   oc.adamw.scalar.lr = o.scalar_lr;
   oc.adamw.gain.lr = o.gain_lr;
   for (optim::AdamWHyper* h : {&oc.adamw.embedding, &oc.adamw.lm_head, &oc.adamw.value_table,
-                               &oc.adamw.scalar, &oc.adamw.gain})
+                               &oc.adamw.scalar, &oc.adamw.gain, &oc.adamw.smear})
     h->lr *= o.lr_scale;
   if (o.optimizer == "adamw") {
     // One AdamW for every parameter (the official SAS code's: HF AdamW, betas (0.9, 0.999),
@@ -211,6 +211,16 @@ void build_optimizer(const TrainOptions& o, Run& r) {
   oc.schedule.final_lr_frac = o.final_lr_frac;
   oc.max_grad_norm = o.max_grad_norm;
   if (o.polar_express) oc.muon.ns = optim::NsKind::kPolarExpress;
+  oc.muon.weight_decay = o.muon_wd;
+  if (o.muon_wd_scale == "nanochat") {
+    // parse_train_options and check_batch have vetted the config and the batch.
+    auto scale = nanochat_wd_scale(o.model, o.global_batch);
+    VT_CHECK_MSG(scale.ok(), scale.status().message());
+    oc.muon.weight_decay *= *scale;
+  }
+  if (o.muon_wd_style == "nanochat") oc.muon.wd_style = optim::MuonWdStyle::kNanochat;
+  if (o.muon_momentum == "nanochat")
+    oc.schedule.momentum_schedule = optim::MomentumSchedule::kNanochat;
   oc.muon.ns_dtype = o.muon_ns_dtype == "bf16" ? DType::kBF16 : DType::kF32;
   r.opt = std::make_unique<optim::DistributedOptimizer>(&r.store, oc, *r.grid);
   r.dp_sync = std::make_unique<optim::OverlappedGradSync>(&r.store, r.grid->dp());

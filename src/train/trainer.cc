@@ -150,6 +150,16 @@ void Trainer::print_banner() const {
   if (o_.recipe != "vtrain" || !o_.recipe_flags.empty())
     std::printf("recipe: %s%s%s\n", o_.recipe.c_str(), o_.recipe_flags.empty() ? "" : " set ",
                 absl::StrJoin(o_.recipe_flags, " ").c_str());
+  if (o_.muon_wd > 0 || o_.muon_momentum != "warmup") {
+    // The decay Muon starts with (after --muon-wd-scale), so nanochat's scaling can be read off.
+    const optim::MuonConfig& mc = run_->opt->config().muon;
+    std::printf("muon: weight decay %.6g (--muon-wd %g%s, %s) | momentum %s\n", mc.weight_decay,
+                o_.muon_wd, o_.muon_wd_scale == "nanochat" ? " x nanochat's batch/horizon scale" : "",
+                o_.muon_wd_style == "nanochat" ? "cautious, cosine to 0, times the aspect scale"
+                                               : "decoupled",
+                o_.muon_momentum == "nanochat" ? "0.85 -> 0.97 over 400 steps, to 0.90 in warmdown"
+                                               : "0.85 -> 0.95 over 300 steps");
+  }
   std::string layers;
   for (const auto& [b, e] : run_->chunks) absl::StrAppend(&layers, layers.empty() ? "" : ", ", b, "..", e - 1);
   std::printf("layout: %d ranks = dp %d x tp %d x pp %d%s | this stage: layers %s, %.2fM params\n",
@@ -252,7 +262,9 @@ void Trainer::note_changed_options(const CheckpointMeta& meta) const {
   static const char* const kWatched[] = {"global_batch", "seed", "matrix_lr", "scalar_lr",
                                          "gain_lr", "lr_scale", "warmup_steps", "warmdown_frac",
                                          "max_grad_norm", "polar_express", "final_lr_frac",
-                                         "adamw_lr", "weight_decay"};
+                                         "adamw_lr", "weight_decay",
+                                         "muon_wd", "muon_wd_style", "muon_wd_scale",
+                                         "muon_momentum"};
   if (!rank0_ || !meta.extra.is_object()) return;
   const nlohmann::json now = o_.to_json();
   std::string changed;

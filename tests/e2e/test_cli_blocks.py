@@ -81,6 +81,9 @@ REFUSALS = [
     (["--weight-decay", "0.1"], r"--weight-decay applies to --optimizer adamw"),
     (["--recipe", "official", "--warmup", "5"], r"--warmup and --warmup-frac both set the warmup"),
     (["--recipe", "official", "--gain-lr", "0.1"], r"--gain-lr applies to --optimizer muon"),
+    (["--recipe", "official", "--muon-wd", "0.1"], r"--muon-wd applies to --optimizer muon"),
+    (["--optimizer", "adamw", "--muon-momentum", "nanochat"],
+     r"--muon-momentum applies to --optimizer muon"),
 ]
 
 

@@ -89,6 +89,34 @@ def test_generate_and_kv_cache(trained, datadir, tmp_path):
     assert "kv-cache: %d bytes/token" % std in r.stderr
 
 
+def test_bov_recipe_trains_saves_evaluates_and_generates(datadir, tmp_path):
+    """--recipe bov (window of W + 1 keys, smear gate, nanochat's Muon decay and momentum): the
+    banner shows the decay after nanochat's scaling, written out here from docs/model.md
+    (0.28 sqrt(B / 2^19) P(d12) / P, P = 12 L d^2 block matrices + d Vp), the loss falls, and the
+    checkpoint keeps the new config fields for eval and generate (the decoder's smear gate)."""
+    ck = tmp_path / "ckpt"
+    r = run("train", "--data", datadir, *TINY, "--recipe", "bov", "--value", "baseline",
+            "--micro-batch", "4", "--steps", "40", "--eval-tokens", "4096", "--ckpt-dir", ck,
+            "--metrics", tmp_path / "m.jsonl", "--seed", "3")
+    assert "recipe: bov set --window-keys w+1 --smear-gate on --muon-wd 0.28" in r.stdout
+    V = int(re.search(r"vocab (\d+)", r.stdout).group(1))
+    Vp = (V + 63) // 64 * 64
+    p_model = 12 * 2 * 64 ** 2 + 64 * Vp
+    p_d12 = 12 * 12 * 768 ** 2 + 768 * Vp
+    want = 0.28 * np.sqrt(4 * 64 / 2 ** 19) * p_d12 / p_model
+    got = float(re.search(r"muon: weight decay ([0-9.e+-]+) ", r.stdout).group(1))
+    assert got == pytest.approx(want, rel=1e-5), (got, want)
+    rows = [json.loads(l) for l in open(tmp_path / "m.jsonl") if '"loss"' in l]
+    assert np.mean([x["loss"] for x in rows[-5:]]) < rows[0]["loss"] - 1.0
+    ckpt = ck / (ck / "latest").read_text().strip()
+    evals = [json.loads(l) for l in open(tmp_path / "m.jsonl") if "val_bpb" in l]
+    e = run("eval", "--ckpt", ckpt, "--data", datadir, "--tokens", "4096")
+    assert float(re.search(r"val bpb ([0-9.]+)", e.stdout).group(1)) == pytest.approx(
+        evals[-1]["val_bpb"], abs=1e-3)
+    g = run("generate", "--ckpt", ckpt, "--prompt", "And God said", "--max-tokens", "10")
+    assert g.stdout.startswith("And God said")
+
+
 def expect_error(args, pattern):
     r = run(*args, ok=False)
     assert r.returncode != 0 and r.returncode < 128, (r.returncode, r.stderr)

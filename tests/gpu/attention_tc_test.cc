@@ -273,6 +273,8 @@ TEST(GpuAttentionTc, MatchesCpuAndReferenceKernel) {
       // kernels' "does this tile need a mask" tests would be off by one (both caught here).
       {mk(1, 150, 2, 1, 32, 63), 1.0f},
       {mk(1, 200, 2, 2, 128, 127), 1.0f},
+      // --window-keys w+1 (nanochat's (W, 0) window): W + 1 = 64k + 1 keys, one past a tile.
+      {mk(1, 200, 2, 1, 64, 129), 1.0f},
   };
   uint32_t seed = 1;
   for (const Case& c : cases) {

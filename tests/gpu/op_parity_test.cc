@@ -670,6 +670,10 @@ void MuonUpdatesMatchCpu() {
   ops::muon_apply(p.c, x.c, 0.02, 0.01, 1.7);
   ops::muon_apply(p.g, x.g, 0.02, 0.01, 1.7);
   EXPECT_TRUE(close(p, 1e-6, 1e-7));
+  // nanochat's cautious decay (a large decay, so a wrong mask is far outside the tolerance)
+  ops::muon_apply(p.c, x.c, 0.02, 5.0, 1.7, true);
+  ops::muon_apply(p.g, x.g, 0.02, 5.0, 1.7, true);
+  EXPECT_TRUE(close(p, 1e-6, 1e-7));
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -84,6 +84,16 @@ def test_f32_gpu_path_gives_the_cpu_losses(mode, datadir, tmp_path):
     np.testing.assert_allclose(gpu, cpu, rtol=1e-5 if EMULATED else 1e-4)
 
 
+def test_f32_gpu_path_bov_recipe_gives_the_cpu_losses(datadir, tmp_path):
+    """--recipe bov on the device: the smear gate (GEMMs and gate kernels), windows of W + 1 keys
+    in the attention kernels, nanochat's cautious Muon decay (kernels/optim_update.cu) and
+    momentum schedule."""
+    args = TINY + ["--value", "baseline", "--recipe", "bov", "--steps", "4"]
+    cpu, _ = train(datadir, tmp_path / "cpu", args + ["--device", "cpu"])
+    gpu, _ = train(datadir, tmp_path / "gpu", args + ["--device", "cuda"] + F32_NS)
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-5 if EMULATED else 1e-4)
+
+
 @pytest.mark.parametrize("mode", ["baseline", "bov"])
 def test_tiny_bf16_loss_falls(mode, datadir, tmp_path):
     losses, rows = train(datadir, tmp_path, TINY + ["--value", mode, "--steps", FALL_STEPS,

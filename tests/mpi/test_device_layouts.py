@@ -40,9 +40,12 @@ def datadir(tmp_path_factory):
 
 
 # A simplified block with the U-SPA bias, NeuTRENO and DenseFormer (Hkv = H for sas-p).
+# And the BoV paper's recipe (smear gate, windows of W + 1 keys, nanochat's Muon decay and
+# momentum) under bov.
 VARIANTS = {"sas-p_uspa_neutreno_dense": ["--value", "neutreno", "--block", "sas-p", "--kv-heads",
                                           "4", "--attn-bias", "uspa", "--window-pattern", "L",
-                                          "--dense"]}
+                                          "--dense"],
+            "bov_recipe": ["--value", "bov", "--recipe", "bov"]}
 
 
 def train(datadir, out, mode, dp, tp, pp, device, steps=4, extra=()):
@@ -77,7 +80,7 @@ def params_of(path):
 
 
 @pytest.mark.parametrize("mode", ["baseline", "bov", "resformer-dense", "value-embed",
-                                  "sas-p_uspa_neutreno_dense"])
+                                  "sas-p_uspa_neutreno_dense", "bov_recipe"])
 def test_emulated_device_equals_cpu_on_every_layout(mode, datadir, tmp_path):
     failures = []
     for dp, tp, pp in LAYOUTS:

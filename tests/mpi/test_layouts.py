@@ -28,6 +28,13 @@ VARIANTS = {
     "vskipinit_dense": ["--block", "vskipinit", "--dense"],
     "parallel_dense_period": ["--value", "resformer-learnable", "--block", "parallel", "--dense",
                               "--dense-period", "2", "--dense-dilation", "2"],
+    # The BoV paper's recipe: the smear gate (first stage, replicated over tp), windows of W + 1
+    # keys, nanochat's scaled Muon decay (cosine) and momentum schedule. The decay is the
+    # decoupled one here: nanochat's cautious mask (x p >= 0) is a step function of the update,
+    # so rounding-level differences between layouts flip it at elements where x or p is near 0
+    # and move them by the whole decay (seen: 3e-4 relative with tp 2); the mask itself is
+    # checked by the optimizer's unit test and the op parity row.
+    "bov_recipe": ["--value", "bov", "--recipe", "bov", "--muon-wd-style", "decoupled"],
 }
 # DenseFormer starts at a symmetry point: with W_O = W_proj = 0 (or a norm right after an
 # average) the loss is invariant to the scale of each average, so some weights have exactly zero

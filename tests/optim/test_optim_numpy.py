@@ -28,6 +28,7 @@ ADAMW = {  # group: (lr, beta1, beta2, wd, lr scaled by (d/768)^-0.5)
     "value_table": (0.15, 0.8, 0.995, 0.01, True),
     "scalar": (0.5, 0.8, 0.95, 0.0, False),
     "gain": (0.01, 0.8, 0.95, 0.0, False),
+    "smear": (0.2, 0.8, 0.95, 0.0, False),  # the smear gate: nanochat's own group
 }
 ADAM_EPS = 1e-10
 MATRIX_LR = 0.02
@@ -54,6 +55,8 @@ def group_of(name):
     """The optimizer group by parameter name (docs/model.md)."""
     if name == "wte":
         return "embedding"
+    if name.startswith("smear."):
+        return "smear"
     if name == "lm_head":
         return "lm_head"
     if name.endswith(".value.table"):
@@ -75,9 +78,23 @@ def lr_multiplier(step, total, warmup):
     return min(warm, down)
 
 
-def muon_momentum(step):
+def muon_momentum(step, schedule="warmup", total=0):
+    if schedule == "nanochat":  # nanochat's base_train get_muon_momentum, docs/model.md
+        if step < 400:
+            return 0.85 + 0.12 * step / 400
+        d = math.floor(WARMDOWN_FRAC * total + 0.5)
+        start = total - d
+        if d > 0 and step >= start:
+            p = (step - start) / d
+            return 0.97 * (1 - p) + 0.90 * p
+        return 0.97
     frac = min(step / MOM_STEPS, 1.0)
     return (1 - frac) * MOM_START + frac * MOM_END
+
+
+def muon_weight_decay(wd, style, step, total):
+    """Constant, or nanochat's cosine to 0 (get_weight_decay)."""
+    return wd * 0.5 * (1 + math.cos(math.pi * step / total)) if style == "nanochat" else wd
 
 
 def newton_schulz(g, ns, steps=5):
@@ -92,7 +109,8 @@ def newton_schulz(g, ns, steps=5):
 
 
 class Reference:
-    def __init__(self, params, d_model, ns, muon_wd, aspect, max_grad_norm, warmup, total):
+    def __init__(self, params, d_model, ns, muon_wd, aspect, max_grad_norm, warmup, total,
+                 wd_style="decoupled", momentum="warmup"):
         self.p = {k: v.astype(np.float64) for k, v in params.items()}
         self.state = {}
         for k, v in self.p.items():
@@ -102,12 +120,14 @@ class Reference:
                 self.state[k] = {"exp_avg": np.zeros_like(v), "exp_avg_sq": np.zeros_like(v)}
         self.d_model, self.ns, self.muon_wd, self.aspect = d_model, ns, muon_wd, aspect
         self.max_grad_norm, self.warmup, self.total = max_grad_norm, warmup, total
+        self.wd_style, self.momentum = wd_style, momentum
         self.t = 0
 
     def step(self, step, grads):
         self.t += 1
         mult = lr_multiplier(step, self.total, self.warmup)
-        mom = muon_momentum(step)
+        mom = muon_momentum(step, self.momentum, self.total)
+        wd_s = muon_weight_decay(self.muon_wd, self.wd_style, step, self.total)
         norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values()))
         clip = 1.0
         if self.max_grad_norm > 0 and norm > self.max_grad_norm:
@@ -124,7 +144,11 @@ class Reference:
                 rows, cols = p.shape
                 ratio = cols / rows if self.aspect == "fan_out_over_fan_in" else rows / cols
                 scale = math.sqrt(max(1.0, ratio))
-                self.p[name] = p * (1 - lr * self.muon_wd) - lr * scale * x
+                if self.wd_style == "nanochat":  # cautious, times the aspect scale
+                    keep = x * p >= 0
+                    self.p[name] = np.where(keep, p * (1 - lr * scale * wd_s), p) - lr * scale * x
+                else:
+                    self.p[name] = p * (1 - lr * wd_s) - lr * scale * x
             else:
                 base, b1, b2, wd, scaled = ADAMW[grp]
                 lr = base * (self.d_model / 768) ** -0.5 if scaled else base
@@ -136,7 +160,7 @@ class Reference:
                 vhat = v / (1 - b2**self.t)
                 self.p[name] = p * (1 - lr * wd) - lr * mhat / (np.sqrt(vhat) + ADAM_EPS)
         return dict(lr_multiplier=mult, momentum=mom, matrix_lr=MATRIX_LR * mult,
-                    grad_norm=norm, clip_scale=clip)
+                    grad_norm=norm, clip_scale=clip, muon_weight_decay=wd_s)
 
 
 def run_case(tmp_path, **kw):
@@ -165,6 +189,11 @@ CASES = {
                                   step_offset=150, total_steps=400, d_model=96, seed=7),
     "polar_wd_rows_over_cols": dict(ns="polar_express", muon_wd=0.05, aspect="rows_over_cols",
                                     d_model=32, seed=99, steps=6, warmup=3),
+    # nanochat's Muon (the BoV recipe): momentum ramp end at 400 and the warmdown ramp (start
+    # 175 of 500), cautious decay on a cosine; a large decay, so a wrong mask shows.
+    "nanochat_wd_momentum": dict(ns="standard", muon_wd=2.0, muon_wd_style="nanochat",
+                                 muon_momentum="nanochat", step_offset=397, total_steps=500,
+                                 steps=5, seed=11),
 }
 
 
@@ -191,10 +220,13 @@ def test_optimizer_matches_numpy(tmp_path, case):
     assert (s["warmdown_frac"], s["final_lr_frac"]) == (WARMDOWN_FRAC, FINAL_LR_FRAC)
     assert (s["momentum_start"], s["momentum_end"], s["momentum_steps"]) == (
         MOM_START, MOM_END, MOM_STEPS)
+    wd_style = kw.get("muon_wd_style", "decoupled")
+    momentum = kw.get("muon_momentum", "warmup")
+    assert s["momentum_schedule"] == momentum and cfg["muon"]["wd_style"] == wd_style
 
     before = read_group(f["params_before"])
     groups = {group_of(k) for k in before}
-    assert groups == {"matrix", "embedding", "lm_head", "value_table", "scalar", "gain"}
+    assert groups == {"matrix", "embedding", "lm_head", "value_table", "scalar", "gain", "smear"}
     for k in before:
         assert f["params_before"][k].attrs["group"] == group_of(k), k
     shapes = [v.shape for k, v in before.items() if group_of(k) == "matrix"]
@@ -202,14 +234,14 @@ def test_optimizer_matches_numpy(tmp_path, case):
     assert any(r == c_ for r, c_ in shapes)
 
     ref = Reference(before, d_model, ns, kw.get("muon_wd", 0.0), aspect,
-                    kw.get("max_grad_norm", 0.0), warmup, total)
+                    kw.get("max_grad_norm", 0.0), warmup, total, wd_style, momentum)
     prev_cpp = {k: v.astype(np.float64) for k, v in before.items()}
     prev_ref = {k: v.copy() for k, v in ref.p.items()}
     clipped = False
     for k in range(steps):
         grads = read_group(f[f"step_{k}/grads"])
         st = ref.step(offset + k, grads)
-        for field in ("lr_multiplier", "momentum", "matrix_lr"):
+        for field in ("lr_multiplier", "momentum", "matrix_lr", "muon_weight_decay"):
             assert f["stats"][field][k] == pytest.approx(st[field], rel=1e-12, abs=1e-15), field
         assert f["stats/grad_norm"][k] == pytest.approx(st["grad_norm"], rel=1e-12)
         assert f["stats/clip_scale"][k] == pytest.approx(st["clip_scale"], rel=1e-12)

@@ -43,7 +43,7 @@ def random_params(config: dict, seed: int = 0) -> dict[str, np.ndarray]:
         elif last in ("wo", "proj"):
             si = math.sqrt(3.0 / shape[0])
             a = rng.uniform(-si, si, shape) * 0.5
-        elif last in ("lambda1", "lambda2"):
+        elif last in ("lambda1", "lambda2", "lambda"):  # "lambda": the smear gate's
             a = 0.5 + 0.2 * rng.normal(size=shape)
         elif last == "logits":
             a = rng.normal(0.0, 0.3, shape)

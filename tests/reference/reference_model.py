@@ -177,10 +177,15 @@ def short_window_of(config: dict, T: int) -> int:
 
 
 def window_sizes(config: dict, T: int) -> list[int]:
-    """Attention window W of each layer: query t sees key s iff 0 <= t - s < W."""
+    """Attention window W of each layer: query t sees key s iff 0 <= t - s < W. Under
+    window_keys "w+1" (nanochat's flash-attention window (W, 0): t - s <= W) an S layer sees
+    one key more."""
     L = int(config["n_layer"])
     pattern = config.get("window_pattern") or "SSSL"
-    sw = short_window_of(config, T)
+    keys = config.get("window_keys", "w")
+    if keys not in ("w", "w+1"):
+        raise ValueError(f"bad window_keys {keys!r}")
+    sw = short_window_of(config, T) + (1 if keys == "w+1" else 0)
     out = []
     for i in range(L):
         c = "L" if i == L - 1 else pattern[i % len(pattern)]
@@ -271,6 +276,9 @@ def expected_param_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     dims = Dims(config, d, H, Hkv, hd, Vp, kvw, int(config.get("value_embed_gate_channels", 12)))
 
     shapes: dict[str, tuple[int, ...]] = {"wte": (Vp, d), "lm_head": (d, Vp)}
+    if config.get("smear_gate", False):
+        shapes["smear.gate_w"] = (SMEAR_CHANNELS, 1)
+        shapes["smear.lambda"] = (1,)
     block = config.get("block", "prenorm")
     if block not in BLOCK_SHAPES:
         raise ValueError(f"unknown block shape {block!r}")
@@ -291,6 +299,18 @@ def expected_param_shapes(config: dict) -> dict[str, tuple[int, ...]]:
             shapes.update({p + "value." + k: v for k, v in path.layer_params(dims, i).items()})
     shapes.update(path.shared_params(dims, targets))
     return shapes
+
+
+SMEAR_CHANNELS = 24
+
+
+def smear(x, p):
+    """The smear gate on the normalized embedding x (B, T, d): position t >= 1 of each row adds
+    lambda * sigmoid(x[t, :24] . w) * x[t-1]; position 0 is unchanged."""
+    w = p["smear.gate_w"][:, 0]
+    lam = p["smear.lambda"][0]
+    gate = lam * jax.nn.sigmoid(x[:, 1:, :SMEAR_CHANNELS] @ w)  # (B, T-1)
+    return jnp.concatenate([x[:, :1], x[:, 1:] + gate[..., None] * x[:, :-1]], axis=1)
 
 
 def expected_param_names(config: dict) -> set[str]:
@@ -735,6 +755,8 @@ def forward_logits(params, inputs, config, v1_override=None, fixed=None):
     windows = window_sizes(config, T)
 
     x0 = rms_norm(p["wte"][inputs], eps)  # (B, T, d)
+    if config.get("smear_gate", False):
+        x0 = smear(x0, p)  # x0 (and DenseFormer's x_0) is the first block's input
     x = x0
     xs = [x0]  # DenseFormer: x_0 and the block outputs
     v1 = None  # layer 0's context value, as read by later layers

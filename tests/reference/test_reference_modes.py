@@ -75,6 +75,14 @@ CASES = [(m, []) for m in rm.VALUE_MODES] + [
     ("resformer-plus", ["--block", "sas", "--kv-heads", "4"]),
     ("resformer-dense", ["--block", "sas-p", "--kv-heads", "4", "--dense"]),
     ("value-embed", ["--block", "vskipinit"]),
+    # nanochat compatibility (the BoV paper's baseline): windows of W + 1 keys, the smear gate,
+    # and both under a value mode that reads x0 (the smeared embedding) with DenseFormer's x_0.
+    ("baseline", ["--window-keys", "w+1"]),
+    ("baseline", ["--smear-gate", "on"]),
+    ("x0v", ["--smear-gate", "on", "--window-keys", "w+1", "--dense"]),
+    ("bov", ["--smear-gate", "on", "--block", "parallel"]),
+    # the shaped attention's running mean over W + 1 keys
+    ("baseline", ["--block", "sas", "--kv-heads", "4", "--window-keys", "w+1"]),
 ]
 
 
@@ -162,6 +170,10 @@ def test_vtrain_matches_reference(case, tmp_path):
     want_qk = (extra[extra.index("--qk-norm") + 1] == "on" if "--qk-norm" in extra
                else cfg.get("block") not in rm.ZERO_WQ)
     assert bool(cfg.get("qk_norm")) == want_qk, f"config qk_norm = {cfg.get('qk_norm')}"
+    want_keys = extra[extra.index("--window-keys") + 1] if "--window-keys" in extra else "w"
+    assert cfg.get("window_keys", "w") == want_keys, f"config window_keys = {cfg.get('window_keys')!r}"
+    want_smear = "--smear-gate" in extra and extra[extra.index("--smear-gate") + 1] == "on"
+    assert bool(cfg.get("smear_gate")) == want_smear, f"config smear_gate = {cfg.get('smear_gate')!r}"
     # ... and exercise the features the tiny config is meant to cover.
     if cfg.get("block") in rm.SIMPLIFIED:
         assert cfg["n_kv_head"] == cfg["n_head"], "sas/sas-p run without GQA"

@@ -66,6 +66,9 @@ FD_CASES = [(m, {}) for m in rm.VALUE_MODES] + [
                   "reparam_init": "id"}),
     ("baseline", {"block": "sas-p", "n_kv_head": 2, "qk_norm": False, "attn_bias": "uspa"}),
     ("bov", {"dense": True, "dense_dilation": 2, "dense_period": 2}),
+    # nanochat compatibility: the smear gate (reads 24 channels: d 32) and windows of W + 1 keys.
+    ("x0v", {"smear_gate": True, "window_keys": "w+1", "n_embd": 32, "head_dim": 16,
+             "dense": True}),
 ]
 
 
@@ -511,6 +514,32 @@ def test_window_sizes_and_mask():
     for t in range(6):
         for s in range(6):
             assert m[t, s] == (s <= t and t - s < 3)
+    # window_keys w+1: nanochat's flash-attention window (W, 0), i.e. 0 <= t - s <= W, on S
+    # layers only (L layers see all T keys either way).
+    cfg3 = rm.default_config("baseline", window_keys="w+1")
+    assert rm.window_sizes(cfg3, 32) == [9, 9, 9, 32, 9, 32]
+    m = rm.window_mask(12, rm.window_sizes(cfg3, 12)[0])
+    for t in range(12):
+        for s in range(12):
+            assert m[t, s] == (s <= t and t - s <= 8)
+
+
+def test_smear_gate():
+    """The smear gate leaves position 0 of every row alone, is the identity at lambda = 0 (its
+    init), and otherwise adds lambda sigmoid(x[t, :24] w) x[t-1]."""
+    cfg = small_config("baseline", smear_gate=True, n_embd=32, head_dim=16)
+    p = mc.random_params(cfg, 3)
+    x = np.random.default_rng(4).normal(size=(2, 5, 32))
+    y = np.asarray(rm.smear(jnp.asarray(x), p))
+    np.testing.assert_allclose(y[:, 0], x[:, 0], rtol=0, atol=0)
+    w, lam = p["smear.gate_w"][:, 0].astype(np.float64), float(p["smear.lambda"][0])
+    for b in range(2):
+        for t in range(1, 5):
+            g = lam / (1 + math.exp(-float(x[b, t, :24] @ w)))
+            np.testing.assert_allclose(y[b, t], x[b, t] + g * x[b, t - 1], rtol=1e-12)
+    p0 = dict(p)
+    p0["smear.lambda"] = np.zeros(1, np.float32)
+    np.testing.assert_allclose(np.asarray(rm.smear(jnp.asarray(x), p0)), x, rtol=0, atol=0)
 
 
 def test_rope_formula_and_relative_positions():
@@ -741,3 +770,36 @@ def test_compare_rejects_all_zero_reference_gradient(tmp_path):
     rep = cc.compare(path)
     assert not rep.ok
     assert any("identically zero" in e and "value.table" in e for e in rep.errors), str(rep)
+
+
+def test_nanochat_rope_sense_is_a_reparameterization(monkeypatch):
+    """docs/model.md "Base transformer": nanochat rotates the other way (y1 = x1 cos + x2 sin,
+    y2 = -x1 sin + x2 cos); negating the second half of every head's W_Q and W_K columns maps
+    one model onto the other exactly (QK-norm and the dot product do not see the sign)."""
+    cfg = small_config("baseline", smear_gate=True, window_keys="w+1", n_embd=32, head_dim=16)
+    p, x, y = setup(cfg, seed=21)
+    ours = rm.forward_logits(p, x, cfg)
+    hd, half = 16, 8
+
+    def nanochat_rope(z, base):
+        T = z.shape[1]
+        j = np.arange(half, dtype=np.float64)
+        ang = np.arange(T, dtype=np.float64)[:, None] * np.power(float(base), -2.0 * j / hd)[None, :]
+        cos = jnp.asarray(np.cos(ang))[None, :, None, :]
+        sin = jnp.asarray(np.sin(ang))[None, :, None, :]
+        z1, z2 = z[..., :half], z[..., half:]
+        return jnp.concatenate([z1 * cos + z2 * sin, -z1 * sin + z2 * cos], axis=-1)
+
+    pm = dict(p)
+    for name in p:
+        if name.endswith("attn.wq") or name.endswith("attn.wk"):
+            w = np.array(p[name], np.float64)
+            for h in range(w.shape[1] // hd):
+                w[:, h * hd + half:(h + 1) * hd] *= -1
+            pm[name] = w
+    monkeypatch.setattr(rm, "rope", nanochat_rope)
+    theirs = rm.forward_logits(pm, x, cfg)
+    np.testing.assert_allclose(np.asarray(theirs), np.asarray(ours), rtol=0, atol=1e-10)
+    # and without the sign flips the two senses are different models
+    other = rm.forward_logits(p, x, cfg)
+    assert float(np.max(np.abs(np.asarray(other) - np.asarray(ours)))) > 1e-4

@@ -70,6 +70,17 @@ TEST(ModelConfig, WindowsFollowThePattern) {
   EXPECT_EQ(c.layer_window(3), 2048);
   EXPECT_EQ(c.layer_window(4), 512);
   EXPECT_EQ(c.layer_window(5), 2048);
+  // --window-keys w+1: nanochat's (W, 0) window, one key more on S layers only, never past T.
+  c.window_keys = "w+1";
+  ASSERT_TRUE(c.finalize().ok());
+  EXPECT_EQ(c.layer_window(0), 513);
+  EXPECT_EQ(c.layer_window(3), 2048);
+  EXPECT_EQ(c.layer_window(5), 2048);
+  c.short_window = 2048;
+  ASSERT_TRUE(c.finalize().ok());
+  EXPECT_EQ(c.layer_window(0), 2048);
+  c.window_keys = "w+2";
+  EXPECT_NE(c.finalize().message().find("--window-keys 'w+2' must be w or w+1"), std::string::npos);
 }
 
 TEST(ModelConfig, TargetSpecs) {
@@ -123,6 +134,24 @@ TEST(ModelConfig, JsonRoundTrip) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->to_json(), c.to_json());
   EXPECT_EQ(back->target_layers, (std::vector<int>{3, 5}));
+  // The nanochat fields round-trip; a config written before them (a checkpoint) reads as the
+  // defaults.
+  c.window_keys = "w+1";
+  c.smear_gate = true;
+  ASSERT_TRUE(c.finalize().ok());
+  auto with = ModelConfig::from_json(c.to_json());
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_EQ(with->window_keys, "w+1");
+  EXPECT_TRUE(with->smear_gate);
+  nlohmann::json old = c.to_json();
+  old.erase("window_keys");
+  old.erase("smear_gate");
+  auto before = ModelConfig::from_json(old);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->window_keys, "w");
+  EXPECT_FALSE(before->smear_gate);
+  old["window_keys"] = "w+3";
+  EXPECT_FALSE(ModelConfig::from_json(old).ok());
 }
 
 // The value-mode options round-trip; a resformer-plus config written before --plus-init and

@@ -332,6 +332,23 @@ TEST(Model, VSkipInitStartsAsPublished) {
   }
 }
 
+// nanochat's weight-decay scaling from its scaling-parameter count (12 L d^2 block matrices plus
+// the padded lm_head, written out here): 1 for d12 at nanochat's reference batch of 2^19 tokens.
+TEST(Model, NanochatWeightDecayScale) {
+  auto d12 = preset_config("d12"), d24 = preset_config("d24");
+  ASSERT_TRUE(d12.ok() && d24.ok());
+  ASSERT_TRUE(d12->finalize().ok() && d24->finalize().ok());
+  auto s12 = nanochat_wd_scale(*d12, 524288);
+  ASSERT_TRUE(s12.ok());
+  EXPECT_NEAR(*s12, 1.0, 1e-12);
+  const double p12 = 12.0 * 12 * 768 * 768 + 32768.0 * 768;
+  const double p24 = 12.0 * 24 * 1536 * 1536 + 32768.0 * 1536;
+  auto s24 = nanochat_wd_scale(*d24, 1048576);
+  ASSERT_TRUE(s24.ok());
+  EXPECT_NEAR(*s24, std::sqrt(2.0) * p12 / p24, 1e-12);
+  EXPECT_NEAR(0.28 * *s24, 0.0598, 1e-4);  // the decay nanochat's d24 run trains with
+}
+
 TEST(Model, LossAtInitIsNearLogVocab) {
   auto m = build(tiny(ValueMode::kBaseline));
   const double l = mean_loss(*m->model, 2, 32, 9, 251);

@@ -79,6 +79,14 @@ inline std::vector<Variant> block_variants() {
          c.dense_period = 2;
          c.value_mode = ValueMode::kBov;
        }},
+      // nanochat compatibility (the BoV paper's baseline): the smear gate and S windows of
+      // W + 1 keys, under x0v (which reads the smeared embedding).
+      {"nanochat_smear_x0v",
+       [](ModelConfig& c) {
+         c.smear_gate = true;
+         c.window_keys = "w+1";
+         c.value_mode = ValueMode::kX0v;
+       }},
   };
 }
 

@@ -231,6 +231,47 @@ TEST(Muon, StepsMatchTheComposedFormula) {
   EXPECT_EQ(opt.step_count(), 2);
 }
 
+// nanochat's cautious weight decay: the decay of lr * scale * wd_s (wd_s the cosine-scheduled
+// coefficient) lands only where the orthogonalized update and the old weight agree in sign.
+TEST(Muon, NanochatCautiousDecay) {
+  ParamStore store;
+  store.add("fc", {6, 10}, ParamGroup::kMatrix);  // wide: aspect scale sqrt(10/6)
+  store.finalize();
+  OptimizerConfig cfg = OptimizerConfig::defaults(768);
+  cfg.muon.weight_decay = 0.28;
+  cfg.muon.wd_style = MuonWdStyle::kNanochat;
+  cfg.schedule.warmup_steps = 0;
+  cfg.schedule.momentum_schedule = MomentumSchedule::kNanochat;
+  ProcessGrid grid(self_communicator(), GridShape{});
+  DistributedOptimizer opt(&store, cfg, grid);
+  auto init = randn(60, 300);
+  std::copy(init.begin(), init.end(), store.param(0).f32());
+  auto g = randn(60, 301);
+  std::copy(g.begin(), g.end(), store.grad(0).f32());
+  const int64_t step = 25, total = 100;  // before the warmdown (starts at 35): lr multiplier 1
+  const double m = 0.85 + 0.12 * 25 / 400;
+  std::vector<float> u(60), x(60);
+  for (int k = 0; k < 60; ++k) {
+    const double b = (1 - m) * g[k];
+    u[k] = static_cast<float>((1 - m) * g[k] + m * b);
+  }
+  newton_schulz(u.data(), 6, 10, x.data(), 5, NsCoefficients::standard());
+  const double scale = std::sqrt(10.0 / 6.0), lr = 0.02;
+  const double wd = 0.28 * 0.5 * (1 + std::cos(3.14159265358979323846 * 25 / 100));
+  const StepStats st = opt.step(step, total);
+  EXPECT_NEAR(st.momentum, m, 1e-15);
+  EXPECT_NEAR(st.muon_weight_decay, wd, 1e-15);
+  int decayed = 0;
+  for (int k = 0; k < 60; ++k) {
+    const bool agree = static_cast<double>(x[k]) * init[k] >= 0;
+    decayed += agree;
+    const double want = (agree ? init[k] * (1 - lr * scale * wd) : init[k]) - lr * scale * x[k];
+    EXPECT_NEAR(store.param(0).f32()[k], want, 1e-6) << k;
+  }
+  EXPECT_GT(decayed, 10);  // both branches are exercised
+  EXPECT_LT(decayed, 50);
+}
+
 // Newton-Schulz in bf16 (the GPU default): bf16 storage of X, A, B with fp32 GEMM accumulation.
 // Each stored value carries 2^-9 relative rounding; five iterations of the quintic keep the
 // result within a few percent of fp32 (nanochat's setting; 1.4e-2 measured here), and the output

@@ -1,5 +1,8 @@
-// Schedule values at the key steps: warmup, constant, warmdown to final_lr_frac, momentum ramp.
+// Schedule values at the key steps: warmup, constant, warmdown to final_lr_frac, momentum ramp
+// (vtrain's and nanochat's), and the Muon weight-decay coefficient (constant or cosine).
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "optim/schedule.h"
 
@@ -87,6 +90,34 @@ TEST(Schedule, MuonMomentum) {
   EXPECT_NEAR(muon_momentum(c, 30), 0.86, 1e-15);
   EXPECT_NEAR(muon_momentum(c, 300), 0.95, 1e-15);
   EXPECT_NEAR(muon_momentum(c, 100000), 0.95, 1e-15);
+}
+
+// nanochat's scripts/base_train.py get_muon_momentum, evaluated by hand: N = 2000 steps,
+// warmdown round(0.65 * 2000) = 1300 steps starting at step 700.
+TEST(Schedule, NanochatMuonMomentum) {
+  ScheduleConfig c;
+  c.momentum_schedule = MomentumSchedule::kNanochat;
+  EXPECT_DOUBLE_EQ(muon_momentum(c, 0, 2000), 0.85);
+  EXPECT_NEAR(muon_momentum(c, 200, 2000), 0.91, 1e-15);   // halfway up: (0.85 + 0.97) / 2
+  EXPECT_NEAR(muon_momentum(c, 399, 2000), 0.85 + 0.12 * 399 / 400, 1e-15);
+  EXPECT_DOUBLE_EQ(muon_momentum(c, 400, 2000), 0.97);
+  EXPECT_DOUBLE_EQ(muon_momentum(c, 699, 2000), 0.97);
+  EXPECT_DOUBLE_EQ(muon_momentum(c, 700, 2000), 0.97);     // warmdown starts: progress 0
+  EXPECT_NEAR(muon_momentum(c, 1350, 2000), 0.935, 1e-15); // half the warmdown
+  EXPECT_NEAR(muon_momentum(c, 2000, 2000), 0.90, 1e-15);
+  // A run shorter than the ramp: the ramp wins (nanochat tests it first).
+  EXPECT_NEAR(muon_momentum(c, 300, 350), 0.94, 1e-15);
+  // No warmdown: 0.97 after the ramp.
+  c.warmdown_frac = 0;
+  EXPECT_DOUBLE_EQ(muon_momentum(c, 1999, 2000), 0.97);
+}
+
+TEST(Schedule, MuonWeightDecay) {
+  EXPECT_DOUBLE_EQ(muon_weight_decay(0.28, false, 700, 1000), 0.28);
+  EXPECT_DOUBLE_EQ(muon_weight_decay(0.28, true, 0, 1000), 0.28);
+  EXPECT_NEAR(muon_weight_decay(0.28, true, 500, 1000), 0.14, 1e-15);
+  EXPECT_NEAR(muon_weight_decay(0.28, true, 250, 1000), 0.14 * (1 + std::sqrt(0.5)), 1e-15);
+  EXPECT_NEAR(muon_weight_decay(0.28, true, 1000, 1000), 0.0, 1e-15);
 }
 
 }  // namespace

@@ -55,7 +55,8 @@ void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double m
   cpu::muon_momentum(f32(g), f32(buf), f32(u), g.numel(), momentum);
 }
 
-void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale) {
+void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale,
+                bool cautious) {
   need_f32("muon_apply", p, "p");
   need_f32("muon_apply", x, "x");
   VT_CHECK(p.numel() == x.numel());
@@ -64,11 +65,11 @@ void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay
 #if VTRAIN_HAS_CUDA
   if (CudaRuntime* rt = d.cuda()) {
     rt->on_device();
-    cuda::muon_apply(f32(p), f32(x), p.numel(), lr, weight_decay, scale, rt->stream());
+    cuda::muon_apply(f32(p), f32(x), p.numel(), lr, weight_decay, scale, cautious, rt->stream());
     return;
   }
 #endif
-  cpu::muon_apply(f32(p), f32(x), p.numel(), lr, weight_decay, scale);
+  cpu::muon_apply(f32(p), f32(x), p.numel(), lr, weight_decay, scale, cautious);
 }
 
 }  // namespace vt::ops

@@ -12,7 +12,8 @@ void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tenso
                   const AdamWStepArgs& a);
 // buf = m*buf + (1-m)*g; u = (1-m)*g + m*buf (new buf). u may alias g.
 void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double momentum);
-// p = p*(1 - lr*wd) - lr*scale*x.
-void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale);
+// p = p*(1 - lr*wd) - lr*scale*x; cautious: the decay only where x*p >= 0 (core/optim_math.h).
+void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale,
+                bool cautious = false);
 
 }  // namespace vt::ops
