@@ -204,7 +204,8 @@ void build_optimizer(const TrainOptions& o, Run& r) {
     for (optim::AdamWHyper* h : {&oc.adamw.embedding, &oc.adamw.lm_head, &oc.adamw.value_table,
                                  &oc.adamw.matrix})
       *h = {lr, 0.9, 0.999, o.weight_decay, 1e-8};
-    for (optim::AdamWHyper* h : {&oc.adamw.scalar, &oc.adamw.gain}) *h = {lr, 0.9, 0.999, 0.0, 1e-8};
+    for (optim::AdamWHyper* h : {&oc.adamw.scalar, &oc.adamw.gain, &oc.adamw.smear})
+      *h = {lr, 0.9, 0.999, 0.0, 1e-8};
   }
   oc.schedule.warmup_steps = o.warmup_steps;
   oc.schedule.warmdown_frac = o.warmdown_frac;
