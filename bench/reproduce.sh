@@ -104,12 +104,13 @@ if want 7; then
   section "7. The PyTorch peer (bench/check_torch_model.py)"
   TORCH_PY=${TORCH_PYTHON:-.venv-torch/bin/python}
   if ! "$TORCH_PY" -c "import torch, numpy, h5py" >/dev/null 2>&1 && [ -z "${TORCH_PYTHON:-}" ]; then
-    python3 -m venv .venv-torch && .venv-torch/bin/pip install -q torch numpy h5py
+    python3 -m venv .venv-torch && .venv-torch/bin/pip install -q torch numpy h5py safetensors
   fi
   say "- torch $("$TORCH_PY" -c 'import torch; print(torch.__version__)')"
   record "$TORCH_PY" bench/check_torch_model.py --vtrain build/vtrain
   record "$TORCH_PY" bench/check_torch_model.py --vtrain build/vtrain --jax-python none \
     --vtrain-extra-args '--device emulated --act-dtype f32'
+  record bash bench/check_export_torch.sh "$TORCH_PY" build/vtrain  # vtrain export's torch module
 fi
 say ""
 say "- load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -809,3 +809,67 @@ def num_params(model: nn.Module) -> int:
 
 def iter_names(model: nn.Module) -> Iterable[str]:
     return (n for n, _ in model.named_parameters())
+
+
+# ------------------------------------------------------------------------------ exported models
+
+# What this module computes beyond the fields of Config: the value each config key of a vtrain
+# export must hold here (absent keys are the defaults of an older config). A model trained with
+# anything else is refused by name, never computed differently.
+EXPORT_PLAIN = {"block": "prenorm", "norm_none": False, "attn_bias": "", "dense": False,
+                "qk_norm": True, "reparam_init": "", "mlp_act": "relu2", "window_keys": "w",
+                "smear_gate": False, "value_coef_fixed": False, "proj_gains": False}
+
+
+def load_export(directory: str, attn_impl: str = "math", dtype=None, device=None) -> "GPT":
+    """The model of a `vtrain export` directory (config.json, model.safetensors), in eval mode.
+    Value modes of VALUE_MODES on pre-norm blocks; resformer-plus with --plus-scale fixed."""
+    import os
+
+    from safetensors.numpy import load_file
+
+    with open(os.path.join(directory, "config.json")) as f:
+        j = json.load(f)
+    if j.get("model_type") != "vtrain":
+        raise ValueError(f"{directory}/config.json is not a vtrain export (model_type "
+                         f"{j.get('model_type')!r})")
+    odd = {k: j[k] for k, v in EXPORT_PLAIN.items() if k in j and j[k] != v and
+           not (k == "reparam_init" and j[k] in ("", "none"))}
+    if j.get("value_mode") == "resformer-plus" and j.get("plus_scale", "fixed") != "fixed":
+        odd["plus_scale"] = j["plus_scale"]
+    if odd or j.get("value_mode") not in VALUE_MODES:
+        raise ValueError(f"this PyTorch module does not implement {odd or j.get('value_mode')} "
+                         f"(it covers {', '.join(VALUE_MODES)} on pre-norm blocks); the JAX "
+                         f"reference (tests/reference/reference_model.py) covers every option")
+    model = GPT(Config.from_vtrain_json(j), attn_impl=attn_impl, device=device,
+                dtype=dtype or torch.float32)
+    weights = load_file(os.path.join(directory, "model.safetensors"))
+    params = dict(model.named_parameters())
+    if set(weights) != set(params):
+        raise ValueError(f"model.safetensors and this module's parameters differ: only in the file "
+                         f"{sorted(set(weights) - set(params))}, only here "
+                         f"{sorted(set(params) - set(weights))}")
+    with torch.no_grad():
+        for n, p in params.items():
+            if tuple(weights[n].shape) != tuple(p.shape):
+                raise ValueError(f"{n}: file shape {weights[n].shape}, module {tuple(p.shape)}")
+            p.copy_(torch.from_numpy(weights[n]).to(p.dtype))
+    return model.eval()
+
+
+if __name__ == "__main__":
+    # python modeling_vtrain.py EXPORT_DIR: checks this module against export_check.safetensors.
+    import os
+    import sys
+
+    from safetensors.numpy import load_file
+
+    d = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    m = load_export(d, dtype=torch.float64)
+    check = load_file(os.path.join(d, "export_check.safetensors"))
+    with torch.no_grad():
+        got = m(torch.from_numpy(check["inputs"]).long())[0].numpy()
+    want = check["logits"]
+    err = float(abs(got - want).max() / max(1e-30, abs(want).max()))
+    print(f"max |logits - vtrain's| / max |vtrain's| = {err:.3e} over {want.shape[0]} positions")
+    sys.exit(0 if err < 1e-4 else 1)

@@ -5,6 +5,9 @@
 //   DIR/config.json             the model config (tests/reference/FORMAT.md keys) with
 //                               "model_type": "vtrain" and where it came from
 //   DIR/tokenizer.json          the checkpoint's tokenizer
+//   DIR/modeling_vtrain.py      a PyTorch module of the model (bench/torch_model.py, embedded at
+//                               build time): load_export(DIR); `python modeling_vtrain.py DIR`
+//                               checks it against export_check.safetensors
 //   DIR/export_check.safetensors  "inputs" (1, N) int32 (<|bos|> and N-1 seeded ids) and
 //                               "logits" (N, V) fp32: vtrain's soft-capped logits for them, for
 //                               any loader to check itself against
@@ -23,6 +26,7 @@
 #include "core/dtype.h"
 #include "core/flags.h"
 #include "core/rng.h"
+#include "generated/torch_model_py.h"  // kTorchModelPy: bench/torch_model.py
 #include "model/decode.h"
 #include "model/projection.h"
 
@@ -124,6 +128,7 @@ absl::Status write_export(const Flags& f, const std::string& ckpt, const fs::pat
   cfg["vtrain_step"] = m->meta.step;
   cfg["vtrain_tokens"] = m->meta.tokens;
   std::ofstream(dir / "config.json") << cfg.dump(1) << "\n";
+  std::ofstream(dir / "modeling_vtrain.py") << kTorchModelPy;
   VT_RETURN_IF_ERROR(tok->save((dir / "tokenizer.json").string()));
 
   const int64_t V = static_cast<int64_t>(logits.size()) / N;
@@ -159,7 +164,7 @@ absl::Status run_export(const Flags& f) {
     return st;
   }
   std::printf("exported %s to %s: model.safetensors (%s), config.json, tokenizer.json, "
-              "export_check.safetensors\n",
+              "modeling_vtrain.py, export_check.safetensors\n",
               ckpt.c_str(), out.string().c_str(), f.get_string("dtype").c_str());
   return absl::OkStatus();
 }

@@ -2,7 +2,7 @@
 value mode and block shape below is trained a few steps, exported, and its model.safetensors and
 config.json (read with the `safetensors` package) fed to reference_model.forward_logits; the
 logits must equal the ones vtrain wrote into export_check.safetensors to 1e-4 (relative to the
-largest logit). A bf16 export holds the fp32 weights rounded to nearest even. A checkpoint that
+largest logit), and modeling_vtrain.py is bench/torch_model.py byte for byte. A bf16 export holds the fp32 weights rounded to nearest even. A checkpoint that
 does not verify, and an --out that exists, are refused with nothing written."""
 from __future__ import annotations
 
@@ -69,7 +69,13 @@ def test_exported_weights_give_vtrains_logits(case, data, tmp_path):
     r = vt("export", "--ckpt", ckpt, "--out", out)
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(p.name for p in out.iterdir()) == [
-        "config.json", "export_check.safetensors", "model.safetensors", "tokenizer.json"]
+        "config.json", "export_check.safetensors", "model.safetensors", "modeling_vtrain.py",
+        "tokenizer.json"]
+    # The PyTorch module is bench/torch_model.py as built in (bench/reproduce.sh part 7 runs it
+    # against export_check.safetensors where torch is installed).
+    root = os.path.dirname(os.path.dirname(HERE))
+    assert (out / "modeling_vtrain.py").read_bytes() == open(
+        os.path.join(root, "bench", "torch_model.py"), "rb").read()
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "vtrain" and config["vtrain_step"] == 3
     weights = st.load_file(str(out / "model.safetensors"))
