@@ -91,7 +91,7 @@ __device__ double suffix_at(int64_t x, int64_t Tn, const double (*sums)[kLanes],
 }
 
 template <class T>
-__global__ void __launch_bounds__(kLanes * kMaxChunks) mix_fwd_kernel(const T* __restrict__ soft, const T* __restrict__ v,
+__global__ void __launch_bounds__(kLanes * kMaxChunks, 1) mix_fwd_kernel(const T* __restrict__ soft, const T* __restrict__ v,
                                const T* __restrict__ v1, const float* __restrict__ alpha,
                                const float* __restrict__ beta, const float* __restrict__ gamma,
                                float lam, T* __restrict__ out, int64_t B, int64_t Tn, int H,
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kLanes * kMaxChunks) mix_fwd_kernel(const T* _
 
 // ws: per (column, chunk) the gain-gradient partials, group * 3 doubles each.
 template <class T>
-__global__ void __launch_bounds__(kLanes * kMaxChunks) mix_bwd_kernel(const T* __restrict__ dout, const T* __restrict__ soft,
+__global__ void __launch_bounds__(kLanes * kMaxChunks, 1) mix_bwd_kernel(const T* __restrict__ dout, const T* __restrict__ soft,
                                const T* __restrict__ v, const float* __restrict__ alpha,
                                const float* __restrict__ beta, const float* __restrict__ gamma,
                                float lam, T* __restrict__ dsoft, T* __restrict__ dv,
