@@ -311,10 +311,12 @@ def static_report_rows():
 
 
 def profiled_op_names():
-    # The op families' dispatch (src/core/ops/*.cc; ops.cc keeps copy_2d).
+    # The op families' dispatch (src/core/ops/*.cc; ops.cc keeps copy_2d): on("name", ...), or
+    # the name given to a family's shared dispatch (activation.cc's act_forward/act_backward).
     ops = set()
     for f in [ROOT / "src/core/ops.cc", *sorted((ROOT / "src/core/ops").glob("*.cc"))]:
-        ops.update(re.findall(r'\bon\("([A-Za-z0-9_]+)"', f.read_text()))
+        ops.update(re.findall(r'\b(?:on|act_forward<\w+>|act_backward<\w+>)\("([A-Za-z0-9_]+)"',
+                              f.read_text()))
     assert {"gemm", "attention", "rmsnorm"} <= ops, ops
     for f in (ROOT / "src").rglob("*.cc"):
         for line in f.read_text().splitlines():
