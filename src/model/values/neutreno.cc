@@ -7,11 +7,12 @@
 #include "core/ops.h"
 #include "model/config.h"
 #include "model/value_path.h"
+#include "model/values/plain_value.h"
 
 namespace vt {
 namespace {
 
-class Neutreno final : public ValuePath {
+class Neutreno final : public PlainValue {
  public:
   const char* name() const override { return "neutreno"; }
   const char* help() const override {
@@ -28,14 +29,6 @@ class Neutreno final : public ValuePath {
   bool reads_v1() const override { return true; }
   float attention_output_v1_coef(const ModelConfig& cfg) const override {
     return static_cast<float>(cfg.neutreno_lambda);
-  }
-  void forward(const ValueLayerCtx&, const ValueSources& src, ValueState&,
-               const Tensor& v) const override {
-    ops::copy(v, src.ctx);
-  }
-  void backward(const ValueLayerCtx&, const ValueSources&, const ValueState&, const Tensor& dv,
-                ValueGrads& g) const override {
-    ops::copy(g.dctx, dv);
   }
 };
 

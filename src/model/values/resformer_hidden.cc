@@ -7,11 +7,12 @@
 #include "core/ops.h"
 #include "model/config.h"
 #include "model/value_path.h"
+#include "model/values/plain_value.h"
 
 namespace vt {
 namespace {
 
-class ResformerHidden final : public ValuePath {
+class ResformerHidden final : public PlainValue {
  public:
   const char* name() const override { return "resformer-hidden"; }
   const char* help() const override {
@@ -21,14 +22,6 @@ class ResformerHidden final : public ValuePath {
   // nothing there (up to rounding); layers >= 1 are the ones it affects.
   DefaultTargets default_targets() const override { return DefaultTargets::kAll; }
   float attention_input_x0_coef() const override { return 0.5f; }
-  void forward(const ValueLayerCtx&, const ValueSources& src, ValueState&,
-               const Tensor& v) const override {
-    ops::copy(v, src.ctx);
-  }
-  void backward(const ValueLayerCtx&, const ValueSources&, const ValueState&, const Tensor& dv,
-                ValueGrads& g) const override {
-    ops::copy(g.dctx, dv);
-  }
 };
 
 }  // namespace
