@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+from tensorboard.backend.event_processing import event_accumulator as ea  # scripts/requirements.txt
 
 BUILD = os.environ.get("VTRAIN_BUILD", "build")
 VTRAIN = os.path.join(BUILD, "vtrain")
