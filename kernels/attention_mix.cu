@@ -10,6 +10,8 @@
 // partials (to the workspace, per column and chunk), then a walk from the chunk's end adds the
 // transpose of the running mean, dv[s] += D(s) - D(s + W) with D the suffix sum of
 // u[t] = -sum_h gamma[h] dout[t,h] / count(t) (recomputed from dout, no storage).
+// With a centring term given by the caller (E-SPA/U-SPA, MixSpa) no window sums are walked: its
+// gradient is written per element for the caller, and the rowscale D[t] scales the mixed terms.
 // A reduce kernel, one thread per head, sums the workspace in a fixed order into dalpha/dbeta/
 // dgamma: deterministic.
 #include "kernels/attention_mix.cuh"
@@ -53,15 +55,17 @@ __device__ double v_at(const T* v, int64_t b, int64_t t, int64_t Tn, int Hkv, in
   return double(to_f(v[((b * Tn + t) * Hkv + g) * hd + c]));
 }
 
-// u(t) = -sum_h gamma[h] dout[t, h] / count(t): the backward's input to the transposed window sum.
+// u(t) = -D[t] sum_h gamma[h] dout[t, h] / count(t): the backward's input to the transposed
+// window sum (D the rowscale, 1 when null).
 template <class T>
-__device__ double u_at(const T* dout, const float* gamma, int64_t b, int64_t t, int64_t Tn, int H,
-                       int g, int group, int hd, int c, int64_t W) {
+__device__ double u_at(const T* dout, const float* gamma, const float* rowscale, int64_t b,
+                       int64_t t, int64_t Tn, int H, int g, int group, int hd, int c, int64_t W) {
   double acc = 0.0;
   for (int k = 0; k < group; ++k) {
     const int h = g * group + k;
     acc -= double(gamma[h]) * double(to_f(dout[((b * Tn + t) * H + h) * hd + c]));
   }
+  if (rowscale) acc *= double(rowscale[t]);
   return acc / double(t + 1 < W ? t + 1 : W);
 }
 
@@ -94,9 +98,11 @@ template <class T>
 __global__ void __launch_bounds__(kLanes * kMaxChunks, 1) mix_fwd_kernel(const T* __restrict__ soft, const T* __restrict__ v,
                                const T* __restrict__ v1, const float* __restrict__ alpha,
                                const float* __restrict__ beta, const float* __restrict__ gamma,
-                               float lam, T* __restrict__ out, int64_t B, int64_t Tn, int H,
-                               int Hkv, int hd, int64_t W) {
+                               float lam, const float* __restrict__ rowscale,
+                               const T* __restrict__ centre, T* __restrict__ out, int64_t B,
+                               int64_t Tn, int H, int Hkv, int hd, int64_t W) {
   __shared__ double vsum[kMaxChunks][kLanes];
+  const bool running = gamma != nullptr && centre == nullptr;  // (uniform across the block)
   const int lane = threadIdx.x, y = threadIdx.y;
   const int64_t col = int64_t(blockIdx.x) * kLanes + lane;
   const bool active = col < B * Hkv * hd;
@@ -106,7 +112,7 @@ __global__ void __launch_bounds__(kLanes * kMaxChunks, 1) mix_fwd_kernel(const T
   const Chunking ch = chunking(Tn);
   const int64_t t0 = y * ch.len, t1 = t0 + ch.len < Tn ? t0 + ch.len : Tn;
   auto vf = [&](int64_t t) { return v_at(v, b, t, Tn, Hkv, g, hd, c); };
-  if (gamma) {
+  if (running) {
     double s = 0.0;
     if (active)
       for (int64_t t = t0; t < t1; ++t) s += vf(t);
@@ -115,26 +121,29 @@ __global__ void __launch_bounds__(kLanes * kMaxChunks, 1) mix_fwd_kernel(const T
   }
   if (!active || t0 >= Tn) return;  // (a chunk past the end: T not a multiple of its length)
   double lead = 0.0, trail = 0.0;  // C(t - 1), C(t - 1 - W) before each step
-  if (gamma) {
+  if (running) {
     lead = prefix_at(t0 - 1, vsum, lane, ch, vf);
     trail = prefix_at(t0 - 1 - W, vsum, lane, ch, vf);
   }
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t voff = ((b * Tn + t) * Hkv + g) * hd + c;
     const float vt = to_f(v[voff]);
-    if (gamma) {
+    if (running) {
       lead += double(vt);
       if (t >= W) trail += vf(t - W);
     }
-    const double sum = lead - trail;
-    const double inv = 1.0 / double(t + 1 < W ? t + 1 : W);
+    const double M = !gamma ? 0.0
+                     : centre ? double(to_f(centre[voff]))
+                              : (lead - trail) / double(t + 1 < W ? t + 1 : W);
+    const double D = rowscale ? double(rowscale[t]) : 1.0;
     const float v1t = lam != 0.0f ? to_f(v1[voff]) : 0.0f;
     for (int k = 0; k < group; ++k) {
       const int h = g * group + k;
       const int64_t off = ((b * Tn + t) * H + h) * hd + c;
       const double be = beta ? beta[h] : 1.0, al = alpha ? alpha[h] : 0.0;
-      double o = be * double(to_f(soft[off])) + (al - double(lam)) * double(vt);
-      if (gamma) o -= double(gamma[h]) * sum * inv;
+      double mixed = be * double(to_f(soft[off]));
+      if (gamma) mixed -= double(gamma[h]) * M;
+      double o = D * mixed + (al - double(lam)) * double(vt);
       if (lam != 0.0f) o += double(lam) * double(v1t);
       store_f(&out[off], float(o));
     }
@@ -146,11 +155,14 @@ template <class T>
 __global__ void __launch_bounds__(kLanes * kMaxChunks, 1) mix_bwd_kernel(const T* __restrict__ dout, const T* __restrict__ soft,
                                const T* __restrict__ v, const float* __restrict__ alpha,
                                const float* __restrict__ beta, const float* __restrict__ gamma,
-                               float lam, T* __restrict__ dsoft, T* __restrict__ dv,
-                               T* __restrict__ dv1, double* __restrict__ ws, int64_t B,
-                               int64_t Tn, int H, int Hkv, int hd, int64_t W) {
+                               float lam, const float* __restrict__ rowscale,
+                               const T* __restrict__ centre, T* __restrict__ dsoft,
+                               T* __restrict__ dv, T* __restrict__ dv1, T* __restrict__ dcentre,
+                               double* __restrict__ ws, int64_t B, int64_t Tn, int H, int Hkv,
+                               int hd, int64_t W) {
   __shared__ double vsum[kMaxChunks][kLanes];
   __shared__ double usum[kMaxChunks][kLanes];
+  const bool running = gamma != nullptr && centre == nullptr;  // (uniform across the block)
   const int lane = threadIdx.x, y = threadIdx.y;
   const int64_t col = int64_t(blockIdx.x) * kLanes + lane;
   const bool active = col < B * Hkv * hd;
@@ -160,8 +172,10 @@ __global__ void __launch_bounds__(kLanes * kMaxChunks, 1) mix_bwd_kernel(const T
   const Chunking ch = chunking(Tn);
   const int64_t t0 = y * ch.len, t1 = t0 + ch.len < Tn ? t0 + ch.len : Tn;
   auto vf = [&](int64_t t) { return v_at(v, b, t, Tn, Hkv, g, hd, c); };
-  auto uf = [&](int64_t t) { return u_at(dout, gamma, b, t, Tn, H, g, group, hd, c, W); };
-  if (gamma) {
+  auto uf = [&](int64_t t) {
+    return u_at(dout, gamma, rowscale, b, t, Tn, H, g, group, hd, c, W);
+  };
+  if (running) {
     double sv = 0.0, su = 0.0;
     if (active)
       for (int64_t t = t0; t < t1; ++t) sv += vf(t), su += uf(t);
@@ -178,36 +192,42 @@ __global__ void __launch_bounds__(kLanes * kMaxChunks, 1) mix_bwd_kernel(const T
     return;
   }
   double lead = 0.0, trail = 0.0;
-  if (gamma) {
+  if (running) {
     lead = prefix_at(t0 - 1, vsum, lane, ch, vf);
     trail = prefix_at(t0 - 1 - W, vsum, lane, ch, vf);
   }
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t voff = ((b * Tn + t) * Hkv + g) * hd + c;
     const float vt = to_f(v[voff]);
-    if (gamma) {
+    if (running) {
       lead += double(vt);
       if (t >= W) trail += vf(t - W);
     }
-    const double sum = lead - trail;
-    const double inv = 1.0 / double(t + 1 < W ? t + 1 : W);
-    double direct = 0.0, total = 0.0;
+    const double M = !gamma ? 0.0
+                     : centre ? double(to_f(centre[voff]))
+                              : (lead - trail) / double(t + 1 < W ? t + 1 : W);
+    const double D = rowscale ? double(rowscale[t]) : 1.0;
+    double direct = 0.0, total = 0.0, ug = 0.0;
     for (int k = 0; k < group; ++k) {
       const int h = g * group + k;
       const int64_t off = ((b * Tn + t) * H + h) * hd + c;
       const double d = double(to_f(dout[off]));
       const double be = beta ? beta[h] : 1.0, al = alpha ? alpha[h] : 0.0;
-      store_f(&dsoft[off], float(be * d));
+      store_f(&dsoft[off], float(D * be * d));
       direct += (al - double(lam)) * d;
       total += d;
       part[k * 3 + 0] += d * double(vt);
-      part[k * 3 + 1] += d * double(to_f(soft[off]));
-      if (gamma) part[k * 3 + 2] -= d * sum * inv;
+      part[k * 3 + 1] += d * D * double(to_f(soft[off]));
+      if (gamma) {
+        part[k * 3 + 2] -= d * D * M;
+        ug -= double(gamma[h]) * d;
+      }
     }
+    if (dcentre) store_f(&dcentre[voff], float(D * ug));
     store_f(&dv[voff], float(double(to_f(dv[voff])) + direct));
     if (dv1) store_f(&dv1[voff], float(double(lam) * total));
   }
-  if (gamma) {
+  if (running) {
     // dv[s] += sum_{t=s}^{s+W-1} u(t) = D(s) - D(s + W), walked from the chunk's end.
     double r_lead = suffix_at(t1, Tn, usum, lane, ch, uf);
     double r_trail = suffix_at(t1 + W, Tn, usum, lane, ch, uf);
@@ -260,12 +280,14 @@ dim3 threads_for(const AttnShape& s) { return dim3(kLanes, unsigned(chunking(s.T
 
 template <class T>
 void forward_impl(const T* soft, const T* v, const T* v1, const float* alpha, const float* beta,
-                  const float* gamma, float lam, T* out, const AttnShape& s, cudaStream_t stream) {
+                  const float* gamma, float lam, T* out, const AttnShape& s,
+                  const MixSpa<T>& spa, cudaStream_t stream) {
   check_shape(s);
   VT_CUDA_REQUIRE(lam == 0.0f || v1 != nullptr, "the NeuTRENO term needs v1");
   const int64_t W = s.window < s.T ? s.window : s.T;
   VT_LAUNCH(mix_fwd_kernel<T>, blocks_for(s), threads_for(s), 0, stream, soft, v, v1, alpha, beta,
-            gamma, lam, out, s.B, s.T, int(s.H), int(s.Hkv), int(s.hd), W);
+            gamma, lam, spa.rowscale, spa.centre, out, s.B, s.T, int(s.H), int(s.Hkv), int(s.hd),
+            W);
   VT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -273,13 +295,16 @@ template <class T>
 void backward_impl(const T* dout, const T* soft, const T* v, const float* alpha,
                    const float* beta, const float* gamma, float lam, T* dsoft, T* dv,
                    float* dalpha, float* dbeta, float* dgamma, T* dv1, const AttnShape& s,
-                   void* workspace, cudaStream_t stream) {
+                   const MixSpa<T>& spa, void* workspace, cudaStream_t stream) {
   check_shape(s);
+  VT_CUDA_REQUIRE((spa.centre == nullptr) == (spa.dcentre == nullptr),
+                  "a given centring term needs its gradient output, and only then");
   VT_CUDA_REQUIRE(workspace != nullptr, "shaped attention backward needs a workspace");
   const int64_t W = s.window < s.T ? s.window : s.T;
   double* ws = static_cast<double*>(workspace);
   VT_LAUNCH(mix_bwd_kernel<T>, blocks_for(s), threads_for(s), 0, stream, dout, soft, v, alpha, beta,
-            gamma, lam, dsoft, dv, dv1, ws, s.B, s.T, int(s.H), int(s.Hkv), int(s.hd), W);
+            gamma, lam, spa.rowscale, spa.centre, dsoft, dv, dv1, spa.dcentre, ws, s.B, s.T,
+            int(s.H), int(s.Hkv), int(s.hd), W);
   VT_CUDA_CHECK(cudaGetLastError());
   if (dalpha || dbeta || dgamma) {
     VT_LAUNCH(mix_reduce_kernel, unsigned((s.H + 63) / 64), 64, 0, stream, ws, dalpha, dbeta,
@@ -298,31 +323,34 @@ size_t attention_mix_workspace_bytes(const AttnShape& s) {
 
 void attention_mix_forward(const float* soft, const float* v, const float* v1,
                            const float* alpha, const float* beta, const float* gamma, float lam,
-                           float* out, const AttnShape& s, cudaStream_t stream) {
-  forward_impl(soft, v, v1, alpha, beta, gamma, lam, out, s, stream);
+                           float* out, const AttnShape& s, const MixSpa<float>& spa,
+                           cudaStream_t stream) {
+  forward_impl(soft, v, v1, alpha, beta, gamma, lam, out, s, spa, stream);
 }
 void attention_mix_forward(const __nv_bfloat16* soft, const __nv_bfloat16* v,
                            const __nv_bfloat16* v1, const float* alpha, const float* beta,
                            const float* gamma, float lam, __nv_bfloat16* out, const AttnShape& s,
-                           cudaStream_t stream) {
-  forward_impl(soft, v, v1, alpha, beta, gamma, lam, out, s, stream);
+                           const MixSpa<__nv_bfloat16>& spa, cudaStream_t stream) {
+  forward_impl(soft, v, v1, alpha, beta, gamma, lam, out, s, spa, stream);
 }
 
 void attention_mix_backward(const float* dout, const float* soft, const float* v,
                             const float* alpha, const float* beta, const float* gamma, float lam,
                             float* dsoft, float* dv, float* dalpha, float* dbeta, float* dgamma,
-                            float* dv1, const AttnShape& s, void* workspace, cudaStream_t stream) {
+                            float* dv1, const AttnShape& s, const MixSpa<float>& spa,
+                            void* workspace, cudaStream_t stream) {
   backward_impl(dout, soft, v, alpha, beta, gamma, lam, dsoft, dv, dalpha, dbeta, dgamma, dv1, s,
-                workspace, stream);
+                spa, workspace, stream);
 }
 void attention_mix_backward(const __nv_bfloat16* dout, const __nv_bfloat16* soft,
                             const __nv_bfloat16* v, const float* alpha, const float* beta,
                             const float* gamma, float lam, __nv_bfloat16* dsoft,
                             __nv_bfloat16* dv, float* dalpha, float* dbeta, float* dgamma,
-                            __nv_bfloat16* dv1, const AttnShape& s, void* workspace,
+                            __nv_bfloat16* dv1, const AttnShape& s,
+                            const MixSpa<__nv_bfloat16>& spa, void* workspace,
                             cudaStream_t stream) {
   backward_impl(dout, soft, v, alpha, beta, gamma, lam, dsoft, dv, dalpha, dbeta, dgamma, dv1, s,
-                workspace, stream);
+                spa, workspace, stream);
 }
 
 }  // namespace vt::cuda

@@ -59,25 +59,39 @@ void attention_backward(const T* q, const T* k, const T* v, const T* out, const 
                         const T* dout, T* dq, T* dk, T* dv, const AttnShape& s, T scale,
                         const T* bias = nullptr);
 
+// The E-SPA/U-SPA parts of the mix (--attn-bias; docs/model.md "Block shapes"): rowscale
+// (f32 (T,), null = 1) is D[t], the row sum of the target attention matrix A_l, multiplying the
+// softmax and centring terms (the location-dependent rescaling); centre (like v, null = the
+// running mean) is the centring term C v computed by the caller (the zero-query attention under
+// the bias); dcentre (like v, written =, non-null exactly when centre is) receives its gradient.
+template <class T>
+struct MixSpa {
+  const float* rowscale = nullptr;
+  const T* centre = nullptr;
+  T* dcentre = nullptr;
+};
+
 // The shaped-attention and NeuTRENO terms added to softmax attention (docs/model.md, "Block
 // shapes" and "Value paths"): for query head h of KV group g = h / (H / Hkv) at position t,
-//   out = beta[h] * soft + alpha[h] * v[t,g] - gamma[h] * M[t,g] + lam * (v1[t,g] - v[t,g])
-// where soft (B,T,H,hd) is softmax attention's output and M[t] the mean of v over the keys t
-// sees (s in [max(0, t - W + 1), t]): the running mean (C v) of the "uniform causal" matrix,
-// computed by running sums (O(T) per channel, never a T x T matrix). A null alpha/gamma means
-// 0, a null beta 1; v1 is read only when lam != 0.
+//   out = D[t] (beta[h] * soft - gamma[h] * M[t,g]) + alpha[h] * v[t,g] + lam * (v1[t,g] - v[t,g])
+// where soft (B,T,H,hd) is softmax attention's output, D = spa.rowscale (1 when null) and M[t]
+// spa.centre[t] or, when that is null, the mean of v over the keys t sees (s in
+// [max(0, t - W + 1), t]): the running mean (C v) of the "uniform causal" matrix, computed by
+// running sums (O(T) per channel, never a T x T matrix). A null alpha/gamma means 0, a null
+// beta 1; v1 is read only when lam != 0.
 template <class T>
 void attention_mix_forward(const T* soft, const T* v, const T* v1, const float* alpha,
                            const float* beta, const float* gamma, float lam, T* out,
-                           const AttnShape& s);
-// Backward: dsoft = beta * dout (=); dv += the identity, running-mean and NeuTRENO terms;
+                           const AttnShape& s, const MixSpa<T>& spa = {});
+// Backward: dsoft = D beta * dout (=); dv += the identity, running-mean and NeuTRENO terms;
 // dalpha/dbeta/dgamma (H) += their gradients (when non-null); dv1 = lam * sum_h dout (= , when
-// non-null). Deterministic whatever the thread count.
+// non-null); with spa.centre, spa.dcentre = -D sum_h gamma[h] dout (=) instead of the running
+// mean's term in dv. Deterministic whatever the thread count.
 template <class T>
 void attention_mix_backward(const T* dout, const T* soft, const T* v, const T* v1,
                             const float* alpha, const float* beta, const float* gamma, float lam,
                             T* dsoft, T* dv, float* dalpha, float* dbeta, float* dgamma, T* dv1,
-                            const AttnShape& s);
+                            const AttnShape& s, const MixSpa<T>& spa = {});
 
 // y = relu(x)^2 elementwise; dx = 2 * relu(x) * dy.
 template <class T>

@@ -1,6 +1,7 @@
 // E-SPA / U-SPA attention biases (see attn_bias.h).
 #include "model/attn_bias.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -86,6 +87,19 @@ std::vector<float> spa_bias(const ModelConfig& cfg, int layer, int T) {
           a > 0.0 ? static_cast<float>(std::log(a)) : -std::numeric_limits<float>::infinity();
     }
   return B;
+}
+
+std::vector<float> spa_rowscale(const ModelConfig& cfg, int layer, int T) {
+  const std::vector<double> A =
+      spa_attention_matrix(cfg.attn_bias, layer, cfg.n_layer, T, cfg.spa_schedule);
+  const int W = std::min(cfg.layer_window(layer), T);
+  std::vector<float> D(T, 0.0f);
+  for (int i = 0; i < T; ++i) {
+    double sum = 0.0;
+    for (int j = std::max(0, i - W + 1); j <= i; ++j) sum += A[static_cast<size_t>(i) * T + j];
+    D[i] = static_cast<float>(sum);
+  }
+  return D;
 }
 
 }  // namespace vt

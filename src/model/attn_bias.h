@@ -7,10 +7,11 @@
 //   espa: Sigma_l[i][j] = exp(-gamma_l |i - j|) with exp(-gamma_l) = rho_l
 // and the depth schedule rho_l = kSpaRhoMax * (l + 1) / L, which is ours: the paper's own
 // schedule could not be read (docs/model.md records what was and was not checked); or, with
-// --spa-schedule simplest, SimplEsT-ViT's E-SPA schedule (spa_rho). No
-// location-dependent rescaling (the paper's, per its abstract): the next RMSNorm undoes the
-// per-position scale. Both Cholesky factors and the products are formed in closed form, O(T^2)
-// per layer.
+// --spa-schedule simplest, SimplEsT-ViT's E-SPA schedule (spa_rho). With --spa-rescale on, the
+// location-dependent rescaling (the paper's, per its abstract; SimplEsT-ViT's `d`): position t's
+// output is multiplied by D_l[t], the sum of A_l's row t over the keys the layer's window shows,
+// so that the layer applies A_l itself. Both Cholesky factors and the products are formed in
+// closed form, O(T^2) per layer.
 #pragma once
 #include <vector>
 
@@ -33,5 +34,8 @@ std::vector<double> spa_attention_matrix(const std::string& kind, int layer, int
                                          const std::string& schedule = "ours");
 // B_l = log A_l on the causal triangle (-inf where A_l is 0), 0 above it; f32.
 std::vector<float> spa_bias(const ModelConfig& cfg, int layer, int T);
+// D_l[t] = sum of A_l[t][s] over the keys s in [max(0, t - W + 1), t] of the layer's window W
+// (T,); f32 (summed in double).
+std::vector<float> spa_rowscale(const ModelConfig& cfg, int layer, int T);
 
 }  // namespace vt

@@ -119,6 +119,8 @@ nlohmann::json ModelConfig::to_json() const {
   j["reparam_seed"] = reparam_seed;
   j["attn_bias"] = attn_bias;
   j["spa_schedule"] = spa_schedule;
+  j["spa_rescale"] = spa_rescale;
+  j["spa_centre"] = spa_centre;
   j["proj_gains"] = proj_gains;
   j["mlp_act"] = mlp_act;
   j["dense"] = dense;
@@ -255,6 +257,8 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const nlohmann::json& j) {
   in.seed("reparam_seed", c.reparam_seed);
   in.text("attn_bias", c.attn_bias, true);
   in.text("spa_schedule", c.spa_schedule, true);  // absent: "ours", the only one before
+  in.text("spa_rescale", c.spa_rescale, true, 8);
+  in.text("spa_centre", c.spa_centre, true, 8);
   in.boolean("proj_gains", c.proj_gains, true);
   in.text("mlp_act", c.mlp_act, true);
   in.boolean("dense", c.dense, true);
@@ -281,6 +285,12 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const nlohmann::json& j) {
   if (!j.contains("proj_gains"))
     c.proj_gains = c.block == BlockShapeKind::kSas || c.block == BlockShapeKind::kSasP;
   VT_ASSIGN_OR_RETURN(c.value_mode, parse_value_mode(value_mode));
+  // An --attn-bias config written before --spa-rescale / --spa-centre existed describes what
+  // vtrain trained then: no rescaling, the uniform causal centring matrix.
+  if (!c.attn_bias.empty()) {
+    if (!j.contains("spa_rescale")) c.spa_rescale = "off";
+    if (!j.contains("spa_centre")) c.spa_centre = "uniform";
+  }
   // A resformer-plus config written before --plus-init / --plus-scale existed (no such fields)
   // describes the model vtrain trained then: BlaGPT's logits and the fixed scale L.
   if (c.value_mode == ValueMode::kResformerPlus) {

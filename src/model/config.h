@@ -37,6 +37,11 @@ struct ModelConfig {
   uint64_t reparam_seed = 0;       // the run seed the orthogonal W0 is drawn from
   std::string attn_bias;           // --attn-bias: "", "espa" or "uspa"
   std::string spa_schedule = "ours";  // --spa-schedule: ours or simplest (E-SPA only)
+  // With --attn-bias: --spa-rescale on|off (the location-dependent rescaling D_l) and
+  // --spa-centre bias|uniform (shaped attention's centring matrix: softmax(B_l), or the uniform
+  // causal one); "" without --attn-bias, and until finalize() fills the defaults (on, bias).
+  std::string spa_rescale;
+  std::string spa_centre;
   bool proj_gains = false;         // --proj-gains on: vtrain's earlier sas/sas-p projections (ours)
   std::string mlp_act = "relu2";   // --mlp-act: relu2 (max(x,0)^2) or relu
   // DenseFormer (docs/model.md, "DenseFormer").

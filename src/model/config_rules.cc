@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -169,6 +170,19 @@ absl::Status ModelConfig::finalize() {
                             "applies only to --attn-bias espa (got ",
                             attn_bias.empty() ? std::string("no --attn-bias") : "--attn-bias " + attn_bias,
                             ")"));
+  if (attn_bias.empty()) {
+    for (const auto& [flag, value] : {std::pair{"spa-rescale", spa_rescale}, {"spa-centre", spa_centre}})
+      if (!value.empty())
+        return bad(absl::StrCat("--", flag, " ", value, " shapes the E-SPA/U-SPA attention of "
+                                "--attn-bias espa|uspa; it does not apply without --attn-bias"));
+  } else {
+    if (spa_rescale.empty()) spa_rescale = "on";
+    if (spa_centre.empty()) spa_centre = "bias";
+    if (spa_rescale != "on" && spa_rescale != "off")
+      return bad(absl::StrCat("--spa-rescale '", spa_rescale, "' must be on or off"));
+    if (spa_centre != "bias" && spa_centre != "uniform")
+      return bad(absl::StrCat("--spa-centre '", spa_centre, "' must be bias or uniform"));
+  }
   if (mlp_act != "relu2" && mlp_act != "relu")
     return bad(absl::StrCat("--mlp-act '", mlp_act, "' must be relu2 or relu"));
   VT_RETURN_IF_ERROR(block_shape(block).validate(*this));

@@ -121,7 +121,8 @@ Tensor DecodeKit::attention(const Tensor& n_block, BlockActs&) const {
   std::vector<float> vwin(S * K);  // the window's value rows, this token's last
   for (int s = s0; s <= t; ++s) d_.value_row(i, s, vwin.data() + (s - s0) * K);
   const ops::AttnExtras ex =
-      layer_attention_extras(cfg, st, lp, i, d_.bias_[i], d_.ctx_values_, v.shape());
+      layer_attention_extras(cfg, st, lp, i, d_.bias_[i], d_.rowscale_[i], d_.ctx_values_,
+                             v.shape());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float* bias =
       ex.bias.defined() ? ex.bias.f32() + static_cast<int64_t>(t) * d_.bias_T_ : nullptr;
@@ -160,10 +161,29 @@ Tensor DecodeKit::attention(const Tensor& n_block, BlockActs&) const {
     auto gain = [](const Tensor& g) { return g.defined() ? g.f32() : nullptr; };
     cpu::AttnShape shape;
     shape.T = S, shape.H = H, shape.Hkv = Hkv, shape.hd = hd, shape.window = S;
+    // E-SPA/U-SPA: this row's rowscale, and the centring term softmax(bias row) v per KV head
+    // (the zero-query attention the training op computes), in the window's last row.
+    std::vector<float> rowscale(ex.mix.rowscale.defined() ? S : 0, 1.0f);
+    if (!rowscale.empty()) rowscale.back() = ex.mix.rowscale.f32()[t];
+    std::vector<float> centre(ex.mix.centre_on_bias ? S * K : 0, 0.0f);
+    if (!centre.empty()) {
+      float mx = -1e30f;
+      for (int s = s0; s <= t; ++s) mx = std::max(mx, bias[s]);
+      double sum = 0;
+      for (int s = s0; s <= t; ++s) sum += (p[s - s0] = std::exp(bias[s] - mx));
+      float* cr = centre.data() + (S - 1) * K;
+      for (int s = 0; s < S; ++s) {
+        const float w = static_cast<float>(p[s] / sum);
+        for (int64_t e = 0; e < K; ++e) cr[e] += w * vwin[s * K + e];
+      }
+    }
+    cpu::MixSpa<float> spa;
+    spa.rowscale = rowscale.empty() ? nullptr : rowscale.data();
+    spa.centre = centre.empty() ? nullptr : centre.data();
     cpu::attention_mix_forward<float>(soft.data(), vwin.data(),
                                       v1win.empty() ? nullptr : v1win.data(), gain(ex.mix.alpha),
                                       gain(ex.mix.beta), gain(ex.mix.gamma), ex.mix.lam,
-                                      out.data(), shape);
+                                      out.data(), shape, spa);
     std::copy(out.end() - qd, out.end(), y.f32());
   }
   Tensor o = zeros({1, cfg.n_embd});
@@ -184,7 +204,11 @@ Decoder::Decoder(const GPT& model, int max_len)
   keeps_ids_ = cfg_.value().cache_keeps_ids() && !cfg_.target_layers.empty();
   bias_.resize(cfg_.n_layer);
   bias_T_ = cfg_.seq_len;
-  for (int i = 0; i < cfg_.n_layer; ++i) bias_[i] = model_.attention_bias(i);
+  rowscale_.resize(cfg_.n_layer);
+  for (int i = 0; i < cfg_.n_layer; ++i) {
+    bias_[i] = model_.attention_bias(i);
+    rowscale_[i] = model_.attention_rowscale(i);
+  }
   if (!cfg_.target_layers.empty())
     cfg_.value().begin_pass(cfg_, *model_.store(), model_.value_shared(), value_coef_);
 }

@@ -50,6 +50,7 @@ class Decoder {
   Tensor x0_;                                   // this token's normalized embedding
   std::vector<float> prev_emb_;                 // the previous token's (smear gate), pre-smear
   std::vector<Tensor> bias_;                     // per layer: the --attn-bias bias (T, T)
+  std::vector<Tensor> rowscale_;                 // per layer: its rowscale (T,) (--spa-rescale on)
   int64_t bias_T_ = 0;
   int32_t token_ = 0;
 };

@@ -50,6 +50,7 @@ GPT GPT::with_seq_len(int T) const {
   g.cfg_.short_window = cfg_.effective_short_window();
   g.cfg_.seq_len = T;
   g.attn_bias_.clear();  // the biases depend on T (the W0 slices do not)
+  g.attn_rowscale_.clear();
   g.fixed_ready_ = false;
   return g;
 }
@@ -80,6 +81,7 @@ void GPT::ensure_fixed() const {
     }
   }
   attn_bias_.assign(layers_.size(), Tensor());
+  attn_rowscale_.assign(layers_.size(), Tensor());
   if (!cfg_.attn_bias.empty()) {
     const int T = cfg_.seq_len;
     for (int i = 0; i < cfg_.n_layer; ++i) {
@@ -88,6 +90,12 @@ void GPT::ensure_fixed() const {
       Tensor t = Tensor::zeros({T, T}, DType::kF32, device());
       t.copy_from(Tensor::view(b.data(), {T, T}));
       attn_bias_[local(i)] = t;
+      if (cfg_.spa_rescale == "on") {
+        std::vector<float> d = spa_rowscale(cfg_, i, T);
+        Tensor r = Tensor::zeros({T}, DType::kF32, device());
+        r.copy_from(Tensor::view(d.data(), {T}));
+        attn_rowscale_[local(i)] = r;
+      }
     }
   }
   fixed_ready_ = true;
@@ -98,6 +106,11 @@ bool GPT::keeps_value(int layer) const { return cfg_.value().keeps_value(cfg_, l
 const Tensor& GPT::attention_bias(int layer) const {
   ensure_fixed();
   return attn_bias_.at(local(layer));
+}
+
+const Tensor& GPT::attention_rowscale(int layer) const {
+  ensure_fixed();
+  return attn_rowscale_.at(local(layer));
 }
 
 ValueLayerCtx GPT::value_ctx(int layer, int64_t N, const Tensor& ids,

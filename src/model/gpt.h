@@ -154,6 +154,8 @@ class GPT {
   // Layer `layer`'s fixed attention bias (T, T) for --attn-bias (undefined without), and the
   // fixed W0 slices of reparameterized projections: built on first use on the model's device.
   const Tensor& attention_bias(int layer) const;
+  // Its location-dependent rescaling D_l (T,) for --spa-rescale on (undefined otherwise).
+  const Tensor& attention_rowscale(int layer) const;
   // Which DenseFormer inputs x_j cross the boundary in front of layer `boundary`.
   bool keeps_dense(int j, int boundary) const;
 
@@ -200,6 +202,7 @@ class GPT {
   std::vector<int> host_tables_;  // store indices of host-kept value tables (after finalize)
   TableRows table_rows_;
   mutable std::vector<LayerParams> layers_;  // mutable: Projection::base is filled lazily
+  mutable std::vector<Tensor> attn_rowscale_;  // per held layer (undefined without --spa-rescale on)
   mutable std::vector<Tensor> attn_bias_;     // per held layer, as layers_ (undefined without --attn-bias)
   mutable bool fixed_ready_ = false;
   bool recompute_ = false;

@@ -14,11 +14,13 @@ namespace vt {
 
 struct ModelConfig;
 
-// Layer `layer`'s extras: `bias` (T, T) or undefined; the gains read from `store` by `lp`; the
-// value mode's lam and, when it is not 0, V1 = values[0] viewed as `v_shape` (the shape of the
-// layer's v). `soft` is left to the caller.
+// Layer `layer`'s extras: `bias` (T, T) or undefined, with its `rowscale` (T,) (undefined
+// without --spa-rescale on) and the centring matrix --spa-centre chooses; the gains read from
+// `store` by `lp`; the value mode's lam and, when it is not 0, V1 = values[0] viewed as
+// `v_shape` (the shape of the layer's v). `soft` is left to the caller.
 ops::AttnExtras layer_attention_extras(const ModelConfig& cfg, const ParamStore& store,
                                        const LayerParams& lp, int layer, const Tensor& bias,
-                                       const std::vector<Tensor>& values, const Shape& v_shape);
+                                       const Tensor& rowscale, const std::vector<Tensor>& values,
+                                       const Shape& v_shape);
 
 }  // namespace vt

@@ -73,6 +73,7 @@ ValueSources TrainKit::value_sources(const Tensor& n, const BlockActs& a, bool f
 ops::AttnExtras TrainKit::extras(BlockActs& a, bool forward) const {
   ops::AttnExtras ex =
       layer_attention_extras(m_.cfg_, *m_.store_, params(), layer_, m_.attention_bias(layer_),
+                             m_.attention_rowscale(layer_),
                              forward ? bundle_->values : acts_.values, a.v.shape());
   if (ex.mix.active()) {
     if (forward) a.y_soft = act(a.y.shape());

@@ -1,7 +1,8 @@
 // GPU attention additions of the block shapes and NeuTRENO against the CPU reference kernels:
 // the fixed logit bias inside kernels/attention.cu (forward and both backward kernels) and the
-// shaped / NeuTRENO mix of kernels/attention_mix.cu (out = beta*soft + alpha*v - gamma*C v +
-// lam*(v1 - v) by running window sums), forward and backward, fp32 and bf16, and determinism.
+// shaped / NeuTRENO mix of kernels/attention_mix.cu (out = D (beta*soft - gamma*C v) + alpha*v +
+// lam*(v1 - v) by running window sums, or with a given centring term and the E-SPA/U-SPA rowscale
+// D), forward and backward, fp32 and bf16, and determinism.
 // Small shapes (the CUDA emulation runs every test in both thread orders). Skips without a
 // device.
 //
@@ -36,7 +37,13 @@ struct Case {
   AttnShape s;
   bool bias, shaped;
   float lam;
+  bool spa = false;  // a rowscale D and a given centring term (vt::cpu::MixSpa)
 };
+
+Case spa(Case c) {
+  c.spa = true;
+  return c;
+}
 
 std::vector<Case> cases() {
   auto mk = [](int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, int64_t W, bool bias,
@@ -51,6 +58,8 @@ std::vector<Case> cases() {
       mk(1, 37, 4, 1, 8, 9, false, true, 0.0f),    // shaped only, window < T, MQA
       mk(1, 33, 2, 2, 8, 33, true, false, 0.0f),   // bias only, T past one tile
       mk(2, 20, 4, 2, 8, 5, false, false, 0.7f),   // NeuTRENO only, small window
+      spa(mk(2, 40, 4, 2, 16, 12, true, true, 0.4f)),  // E-SPA/U-SPA terms, everything else
+      spa(mk(1, 33, 4, 4, 8, 33, true, true, 0.0f)),   // E-SPA/U-SPA terms, full causal
   };
 }
 
@@ -83,7 +92,7 @@ void expect_rel_norm(const std::vector<float>& got, const std::vector<float>& re
 }
 
 struct Inputs {
-  std::vector<float> q, k, v, v1, dout, bias, alpha, beta, gamma;
+  std::vector<float> q, k, v, v1, dout, bias, alpha, beta, gamma, rowscale, centre;
 };
 
 Inputs inputs(const Case& c, uint64_t seed, bool bf16) {
@@ -102,6 +111,11 @@ Inputs inputs(const Case& c, uint64_t seed, bool bf16) {
       for (int64_t j = 0; j < t; ++j)
         if ((t * 7 + j * 3) % 11 == 0) in.bias[t * s.T + j] = -std::numeric_limits<float>::infinity();
   }
+  if (c.spa) {
+    in.rowscale = randn(size_t(s.T), seed + 9, 0.5f);
+    for (float& x : in.rowscale) x = 1.0f + std::fabs(x);
+    in.centre = r(nk, seed + 10, 1.0f);
+  }
   if (c.shaped) {
     in.alpha = randn(s.H, seed + 6, 0.7f);
     in.beta = randn(s.H, seed + 7, 0.7f);
@@ -113,7 +127,7 @@ Inputs inputs(const Case& c, uint64_t seed, bool bf16) {
 const float* ptr(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
 
 struct Out {
-  std::vector<float> out, dq, dk, dv, dv1, dalpha, dbeta, dgamma;
+  std::vector<float> out, dq, dk, dv, dv1, dalpha, dbeta, dgamma, dcentre;
 };
 
 Out cpu(const Case& c, const Inputs& in) {
@@ -124,8 +138,13 @@ Out cpu(const Case& c, const Inputs& in) {
   o.out.resize(in.q.size());
   vt::cpu::attention_forward<float>(in.q.data(), in.k.data(), in.v.data(), soft.data(), lse.data(),
                                     s, scale, ptr(in.bias));
+  vt::cpu::MixSpa<float> spa;
+  o.dcentre.assign(in.centre.size(), 0.0f);
+  spa.rowscale = ptr(in.rowscale);
+  spa.centre = ptr(in.centre);
+  spa.dcentre = o.dcentre.empty() ? nullptr : o.dcentre.data();
   vt::cpu::attention_mix_forward<float>(soft.data(), in.v.data(), in.v1.data(), ptr(in.alpha),
-                                        ptr(in.beta), ptr(in.gamma), c.lam, o.out.data(), s);
+                                        ptr(in.beta), ptr(in.gamma), c.lam, o.out.data(), s, spa);
   o.dq.resize(in.q.size()), o.dk.resize(in.k.size()), o.dv.resize(in.v.size());
   o.dv1.resize(in.v.size());
   o.dalpha.assign(s.H, 0.0f), o.dbeta.assign(s.H, 0.0f), o.dgamma.assign(s.H, 0.0f);
@@ -133,7 +152,7 @@ Out cpu(const Case& c, const Inputs& in) {
   vt::cpu::attention_mix_backward<float>(in.dout.data(), soft.data(), in.v.data(), nullptr,
                                          ptr(in.alpha), ptr(in.beta), ptr(in.gamma), c.lam,
                                          dsoft.data(), dvm.data(), o.dalpha.data(),
-                                         o.dbeta.data(), o.dgamma.data(), o.dv1.data(), s);
+                                         o.dbeta.data(), o.dgamma.data(), o.dv1.data(), s, spa);
   vt::cpu::attention_backward<float>(in.q.data(), in.k.data(), in.v.data(), soft.data(),
                                      lse.data(), dsoft.data(), o.dq.data(), o.dk.data(),
                                      o.dv.data(), s, scale, ptr(in.bias));
@@ -170,13 +189,22 @@ Out gpu(const Case& c, const Inputs& in) {
     dga = std::make_unique<DeviceBuffer<float>>(zero);
   }
   auto p = [](const std::unique_ptr<DeviceBuffer<float>>& b) { return b ? b->p : nullptr; };
+  std::unique_ptr<DeviceBuffer<float>> rowscale;
+  std::unique_ptr<DeviceBuffer<E>> centre, dcentre;
+  vt::cuda::MixSpa<E> spa;
+  if (c.spa) {
+    rowscale = std::make_unique<DeviceBuffer<float>>(in.rowscale);
+    centre = std::make_unique<DeviceBuffer<E>>(up(in.centre));
+    dcentre = std::make_unique<DeviceBuffer<E>>(nk);
+    spa.rowscale = rowscale->p, spa.centre = centre->p, spa.dcentre = dcentre->p;
+  }
   DeviceBuffer<char> ws(std::max(vt::cuda::attention_backward_workspace_bytes(s),
                                  vt::cuda::attention_mix_workspace_bytes(s)));
   vt::cuda::attention_forward(q.p, k.p, v.p, soft.p, lse.p, s, scale, nullptr, p(bias));
   vt::cuda::attention_mix_forward(soft.p, v.p, c.lam != 0.0f ? v1.p : nullptr, p(al), p(be),
-                                  p(ga), c.lam, out.p, s, nullptr);
+                                  p(ga), c.lam, out.p, s, spa, nullptr);
   vt::cuda::attention_mix_backward(dout.p, soft.p, v.p, p(al), p(be), p(ga), c.lam, dsoft.p,
-                                   dvm.p, p(dal), p(dbe), p(dga), gv1.p, s, ws.p, nullptr);
+                                   dvm.p, p(dal), p(dbe), p(dga), gv1.p, s, spa, ws.p, nullptr);
   vt::cuda::attention_backward(q.p, k.p, v.p, soft.p, lse.p, dsoft.p, gq.p, gk.p, gv.p, s, scale,
                                ws.p, nullptr, p(bias));
   VT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -186,6 +214,7 @@ Out gpu(const Case& c, const Inputs& in) {
   const auto dm = down(dvm.get());
   for (size_t i = 0; i < o.dv.size(); ++i) o.dv[i] += dm[i];
   o.dv1 = down(gv1.get());
+  if (dcentre) o.dcentre = down(dcentre->get());
   if (dal) o.dalpha = dal->get(), o.dbeta = dbe->get(), o.dgamma = dga->get();
   else o.dalpha = o.dbeta = o.dgamma = std::vector<float>(s.H, 0.0f);
   return o;
@@ -196,7 +225,8 @@ TEST(GpuAttentionMix, Fp32MatchesCpu) {
   uint64_t seed = 11;
   for (const Case& c : cases()) {
     SCOPED_TRACE(testing::Message() << "T=" << c.s.T << " W=" << c.s.window << " bias=" << c.bias
-                                    << " shaped=" << c.shaped << " lam=" << c.lam);
+                                    << " shaped=" << c.shaped << " lam=" << c.lam
+                                    << " spa=" << c.spa);
     const Inputs in = inputs(c, seed, false);
     seed += 10;
     const Out ref = cpu(c, in), got = gpu<float>(c, in);
@@ -205,6 +235,7 @@ TEST(GpuAttentionMix, Fp32MatchesCpu) {
     expect_close(got.dk, ref.dk, 1e-4, "dk");
     expect_close(got.dv, ref.dv, 1e-4, "dv");
     if (c.lam != 0.0f) expect_close(got.dv1, ref.dv1, 1e-5, "dv1");
+    if (c.spa) expect_close(got.dcentre, ref.dcentre, 1e-5, "dcentre");
     if (c.shaped) {
       expect_close(got.dalpha, ref.dalpha, 1e-4, "dalpha");
       expect_close(got.dbeta, ref.dbeta, 1e-4, "dbeta");
@@ -226,6 +257,7 @@ TEST(GpuAttentionMix, Bf16MatchesCpuOnRoundedInputs) {
     expect_rel_norm(got.dk, ref.dk, 3e-2, "dk");
     expect_rel_norm(got.dv, ref.dv, 3e-2, "dv");
     if (c.shaped) expect_rel_norm(got.dgamma, ref.dgamma, 3e-2, "dgamma");
+    if (c.spa) expect_rel_norm(got.dcentre, ref.dcentre, 1e-2, "dcentre");
   }
 }
 

@@ -235,15 +235,19 @@ def spa_kernel(kind: str, rho: float, T: int) -> np.ndarray:
     raise ValueError(f"unknown attention bias {kind!r}")
 
 
-def spa_bias(config: dict, layer: int, T: int) -> np.ndarray:
-    """B_l = log(L_l L_{l-1}^{-1}) on the causal triangle (-inf where not positive), from a
-    generic Cholesky of the target kernels."""
+def spa_matrix(config: dict, layer: int, T: int) -> np.ndarray:
+    """A_l = L_l L_{l-1}^{-1} (T x T), from a generic Cholesky of the target kernels."""
     kind = config["attn_bias"]
     L = int(config["n_layer"])
     sched = config.get("spa_schedule", "ours")
     Lc = np.linalg.cholesky(spa_kernel(kind, spa_rho(layer, L, sched), T))
     Lp = np.linalg.cholesky(spa_kernel(kind, spa_rho(layer - 1, L, sched), T))
-    A = np.linalg.solve(Lp.T, Lc.T).T  # A Lp = Lc
+    return np.linalg.solve(Lp.T, Lc.T).T  # A Lp = Lc
+
+
+def spa_bias(config: dict, layer: int, T: int) -> np.ndarray:
+    """B_l = log A_l on the causal triangle (-inf where not positive)."""
+    A = spa_matrix(config, layer, T)
     with np.errstate(divide="ignore"):
         B = np.where(A > 0, np.log(np.where(A > 0, A, 1.0)), -np.inf)
     return np.tril(B)
@@ -349,27 +353,42 @@ def window_mask(T: int, W: int):
 
 def attention_matrices(q, k, config, W, layer, gains):
     """Per-head attention matrices (B, H, T, T): softmax(q.k/sqrt(hd) + bias) under the causal
-    window mask, then alpha*I + beta*A - gamma*C (shaped attention; gains absent: A itself)."""
+    window mask, then alpha*I + D (beta*A - gamma*C) (shaped attention; gains absent: D A).
+    With a bias: D (spa_rescale on) is the diagonal of A_l's row sums over the visible keys, else
+    1; C (spa_centre bias) is the softmax of the bias alone under the mask, else the uniform
+    matrix."""
     T, hd = q.shape[1], q.shape[3]
     scores = jnp.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)
-    if config.get("attn_bias"):
-        scores = scores + jnp.asarray(spa_bias(config, layer, T))[None, None]
     mask = window_mask(T, W)
+    bias = spa_bias(config, layer, T) if config.get("attn_bias") else None
+    if bias is not None:
+        scores = scores + jnp.asarray(bias)[None, None]
     scores = jnp.where(jnp.asarray(mask)[None, None], scores, -jnp.inf)
     A = jax.nn.softmax(scores, axis=-1)
+    D = np.ones(T)
+    if bias is not None and config.get("spa_rescale") == "on":
+        D = np.where(mask, spa_matrix(config, layer, T), 0.0).sum(axis=1)
+    D = jnp.asarray(D)[None, None, :, None]
     alpha, beta, gamma = gains
     if alpha is None and beta is None and gamma is None:
-        return A
+        return D * A
     # C: what softmax gives when every logit is 0 under the same mask (uniform over the visible
-    # keys), the "uniform causal" matrix under full context.
-    C = mask / mask.sum(axis=1, keepdims=True)
+    # keys), the "uniform causal" matrix under full context; with the bias as the centre, the
+    # softmax of the bias alone (the attention at q = 0).
+    if bias is not None and config.get("spa_centre") == "bias":
+        Bm = np.where(mask, bias, -np.inf)
+        Bm = Bm - Bm.max(axis=1, keepdims=True)
+        C = np.where(mask, np.exp(Bm), 0.0)
+        C = C / C.sum(axis=1, keepdims=True)
+    else:
+        C = mask / mask.sum(axis=1, keepdims=True)
     I = np.eye(T)
-    M = 0.0
-    if alpha is not None:
-        M = M + alpha[None, :, None, None] * jnp.asarray(I)[None, None]
-    M = M + (beta[None, :, None, None] if beta is not None else 1.0) * A
+    M = (beta[None, :, None, None] if beta is not None else 1.0) * A
     if gamma is not None:
         M = M - gamma[None, :, None, None] * jnp.asarray(C)[None, None]
+    M = D * M
+    if alpha is not None:
+        M = M + alpha[None, :, None, None] * jnp.asarray(I)[None, None]
     return M
 
 

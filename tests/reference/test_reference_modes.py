@@ -56,6 +56,14 @@ CASES = [(m, []) for m in rm.VALUE_MODES] + [
                   "--window-pattern", "L"]),
     ("baseline", ["--block", "sas", "--kv-heads", "4", "--attn-bias", "espa",
                   "--spa-schedule", "simplest"]),
+    # The E-SPA/U-SPA rescaling and centring matrix as flags (defaults on, bias: the cases
+    # above), the earlier vtrain's (off, uniform), and the rescaling where no norm undoes it.
+    ("baseline", ["--block", "sas", "--kv-heads", "4", "--attn-bias", "espa",
+                  "--spa-rescale", "off", "--spa-centre", "uniform"]),
+    ("baseline", ["--block", "sas-p", "--kv-heads", "4", "--attn-bias", "uspa",
+                  "--window-pattern", "L", "--spa-rescale", "on", "--spa-centre", "uniform"]),
+    ("baseline", ["--block", "sas", "--kv-heads", "4", "--attn-bias", "espa", "--norm", "none",
+                  "--perturb-scale", "0.3"]),
     ("baseline", ["--block", "sas", "--kv-heads", "4", "--qk-norm", "on"]),
     # vtrain's earlier projections (gains on the identities, layer 0's W_O reparameterized).
     ("baseline", ["--block", "sas", "--kv-heads", "4", "--proj-gains", "on"]),
@@ -186,6 +194,10 @@ def test_vtrain_matches_reference(case, tmp_path):
     want_sched = (extra[extra.index("--spa-schedule") + 1] if "--spa-schedule" in extra
                   else "ours")
     assert cfg.get("spa_schedule") == want_sched, f"config spa_schedule = {cfg.get('spa_schedule')!r}"
+    for flag, key, default in (("--spa-rescale", "spa_rescale", "on"),
+                               ("--spa-centre", "spa_centre", "bias")):
+        want = (extra[extra.index(flag) + 1] if flag in extra else default) if "--attn-bias" in extra else ""
+        assert cfg.get(key) == want, f"config {key} = {cfg.get(key)!r}, asked {want!r}"
     assert rep.ok, "\n" + str(rep)
 
 

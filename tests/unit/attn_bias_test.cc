@@ -1,9 +1,11 @@
 // E-SPA / U-SPA attention biases (src/model/attn_bias.cc) against docs/model.md "Block shapes":
 // the depth schedule and a few entries of A_l worked out by hand from the documented formulas,
 // then the construction's defining property A_l Sigma_{l-1} A_l^T = Sigma_l with the kernels
-// written out here, B_l = log A_l, and the bias of a shorter sequence being the leading block.
+// written out here, B_l = log A_l, the bias of a shorter sequence being the leading block, and the
+// rowscale D_l (--spa-rescale) turning softmax(B_l) back into A_l under each window.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -140,6 +142,35 @@ TEST(SpaAttnBias, BiasIsLogAAndAShorterSequenceGetsTheLeadingBlock) {
         }
     }
   }
+}
+
+// The location-dependent rescaling: D_l[t] is A_l's row t summed over the keys the layer's window
+// shows, so that D_l[t] softmax(B_l)[t] is A_l[t] itself on those keys (the layer applies A_l).
+TEST(SpaAttnBias, RowscaleTimesSoftmaxOfTheBiasIsA) {
+  for (const std::string kind : {"espa", "uspa"})
+    for (const char* pattern : {"L", "SL"}) {
+      ModelConfig c;
+      c.n_layer = 3;
+      c.seq_len = 12;
+      c.window_pattern = pattern;
+      c.short_window = 5;
+      c.attn_bias = kind;
+      const int T = c.seq_len;
+      for (int l = 0; l < c.n_layer; ++l) {
+        const std::vector<double> A = spa_attention_matrix(kind, l, c.n_layer, T);
+        const std::vector<float> B = spa_bias(c, l, T), D = spa_rowscale(c, l, T);
+        const int W = c.layer_window(l);
+        for (int i = 0; i < T; ++i) {
+          const int j0 = std::max(0, i - W + 1);
+          double z = 0.0, row = 0.0;
+          for (int j = j0; j <= i; ++j) z += std::exp(double(B[i * T + j])), row += A[i * T + j];
+          EXPECT_NEAR(D[i], row, 1e-6 * row) << kind << " " << pattern << " layer " << l;
+          for (int j = j0; j <= i; ++j)
+            EXPECT_NEAR(D[i] * std::exp(double(B[i * T + j])) / z, A[i * T + j], 1e-5)
+                << kind << " " << pattern << " layer " << l << " [" << i << "][" << j << "]";
+        }
+      }
+    }
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The CPU attention additions of the block shapes and NeuTRENO (docs/model.md): a fixed logit
 // bias inside the softmax kernel, and the shaped-attention / NeuTRENO mix
-//   out = beta*softmax_out + alpha*v - gamma*C v + lam*(v1 - v)
-// beside it (running window sums). Checked in float64 against a naive attention written here
+//   out = D (beta*softmax_out - gamma*C v) + alpha*v + lam*(v1 - v)
+// beside it (running window sums), with the E-SPA/U-SPA rowscale D and the centring term on the
+// bias (C = softmax(bias), computed as a zero-query attention, MixSpa). Checked in float64 against a naive attention written here
 // with the bias added to explicit scores and every term as an explicit T x T matrix (I, C);
 // gradients of q, k, v, v1 and the per-head gains against central finite differences of the
 // naive forward; float against double; bitwise determinism across thread counts.
@@ -29,14 +30,18 @@ struct MixCase {
   double scale = 0;
   Vec q, k, v, v1, bias, alpha, beta, gamma;
   double lam = 0;
+  Vec rowscale;              // D[t] (empty: 1)
+  bool centre_bias = false;  // C = softmax(bias) under the window, not uniform
   std::string name() const {
     return "B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " H" + std::to_string(s.H) +
-           " Hkv" + std::to_string(s.Hkv) + " W" + std::to_string(s.window);
+           " Hkv" + std::to_string(s.Hkv) + " W" + std::to_string(s.window) +
+           (rowscale.empty() ? "" : " D") + (centre_bias ? " Cb" : "");
   }
 };
 
 MixCase make_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, int64_t W,
-                  uint64_t seed, bool bias, bool shaped, double lam) {
+                  uint64_t seed, bool bias, bool shaped, double lam, bool rowscale = false,
+                  bool centre_bias = false) {
   MixCase c;
   c.s.B = B, c.s.T = T, c.s.H = H, c.s.Hkv = Hkv, c.s.hd = hd, c.s.window = W;
   c.scale = 1.0 / std::sqrt(double(hd));
@@ -61,11 +66,17 @@ MixCase make_case(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, int6
   for (Vec* gv : {&c.alpha, &c.beta, &c.gamma})
     for (double& x : *gv) x = static_cast<float>(x);
   c.lam = static_cast<float>(lam);
+  if (rowscale) {
+    c.rowscale = randn(T, seed + 8, 0.5);
+    for (double& x : c.rowscale) x = static_cast<float>(1.0 + std::abs(x));  // D > 0, as row sums
+  }
+  c.centre_bias = centre_bias;
   return c;
 }
 
-// Naive: explicit scores (+ bias), masked softmax A, then (alpha I + beta A - gamma C) v per
-// head plus lam (v1 - v), with C[t][s] = 1/count(t) over the visible keys.
+// Naive: explicit scores (+ bias), masked softmax A, then (alpha I + D (beta A - gamma C)) v per
+// head plus lam (v1 - v), with C[t][s] = 1/count(t) over the visible keys, or (centre_bias) the
+// softmax of the bias alone over them.
 Vec naive(const MixCase& c) {
   const AttnShape& s = c.s;
   const int64_t group = s.H / s.Hkv;
@@ -89,13 +100,22 @@ Vec naive(const MixCase& c) {
           sc[j] = c.scale * d + (c.bias.empty() ? 0.0 : c.bias[t * s.T + j]);
           mx = std::max(mx, sc[j]);
         }
-        double sum = 0;
+        double sum = 0, bmx = -INFINITY, bsum = 0;
         for (int64_t j = 0; j < s.T; ++j)
-          if (vis(j)) sum += std::exp(sc[j] - mx);
+          if (vis(j)) {
+            sum += std::exp(sc[j] - mx);
+            if (c.centre_bias) bmx = std::max(bmx, c.bias[t * s.T + j]);
+          }
+        if (c.centre_bias)
+          for (int64_t j = 0; j < s.T; ++j)
+            if (vis(j)) bsum += std::exp(c.bias[t * s.T + j] - bmx);
+        const double D = c.rowscale.empty() ? 1.0 : c.rowscale[t];
         for (int64_t j = 0; j < s.T; ++j) {
           M[j] = 0;
           if (!vis(j)) continue;
-          M[j] = be * std::exp(sc[j] - mx) / sum - ga / count + (j == t ? al : 0.0);
+          const double C =
+              c.centre_bias ? std::exp(c.bias[t * s.T + j] - bmx) / bsum : 1.0 / count;
+          M[j] = D * (be * std::exp(sc[j] - mx) / sum - ga * C) + (j == t ? al : 0.0);
         }
         for (int64_t j = 0; j < s.T; ++j)
           for (int64_t e = 0; e < s.hd; ++e)
@@ -113,19 +133,40 @@ const double* or_null(const Vec& v) { return v.empty() ? nullptr : v.data(); }
 std::vector<float> f32(const Vec& v) { return cast<float>(v); }
 const float* or_null(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
 
+// The centring term on the bias as the ops compose it: attention of zero queries, one per KV
+// head (centre and its lse0 like v and (B, Hkv, T)).
+template <class T>
+void zero_query_centre(const MixCase& c, const std::vector<T>& k, const std::vector<T>& v,
+                       const std::vector<T>& bias, std::vector<T>& centre, std::vector<T>& lse0) {
+  AttnShape s0 = c.s;
+  s0.H = c.s.Hkv;
+  const std::vector<T> q0(v.size(), T(0));
+  centre.assign(v.size(), T(0));
+  lse0.assign(c.s.B * c.s.Hkv * c.s.T, T(0));
+  attention_forward<T>(q0.data(), k.data(), v.data(), centre.data(), lse0.data(), s0, T(c.scale),
+                       bias.data());
+}
+
 // The kernels: softmax attention (with the bias) into soft, the mix into out.
 template <class T>
 void kernel_forward(const MixCase& c, const std::vector<T>& q, const std::vector<T>& k,
                     const std::vector<T>& v, const std::vector<T>& v1, const std::vector<T>& bias,
-                    std::vector<T>& soft, std::vector<T>& lse, std::vector<T>& out) {
+                    std::vector<T>& soft, std::vector<T>& lse, std::vector<T>& out,
+                    std::vector<T>* centre_out = nullptr) {
   soft.assign(q.size(), T(0));
   lse.assign(c.s.B * c.s.H * c.s.T, T(0));
   out.assign(q.size(), T(0));
   attention_forward<T>(q.data(), k.data(), v.data(), soft.data(), lse.data(), c.s, T(c.scale),
                        bias.empty() ? nullptr : bias.data());
-  const auto al = f32(c.alpha), be = f32(c.beta), ga = f32(c.gamma);
+  const auto al = f32(c.alpha), be = f32(c.beta), ga = f32(c.gamma), rs = f32(c.rowscale);
+  std::vector<T> centre, lse0;
+  if (c.centre_bias) zero_query_centre<T>(c, k, v, bias, centre, lse0);
+  MixSpa<T> spa;
+  spa.rowscale = or_null(rs);
+  spa.centre = centre.empty() ? nullptr : centre.data();
   attention_mix_forward<T>(soft.data(), v.data(), v1.data(), or_null(al), or_null(be),
-                           or_null(ga), float(c.lam), out.data(), c.s);
+                           or_null(ga), float(c.lam), out.data(), c.s, spa);
+  if (centre_out) *centre_out = centre;
 }
 
 const std::vector<MixCase> cases() {
@@ -135,6 +176,10 @@ const std::vector<MixCase> cases() {
       make_case(2, 37, 4, 1, 8, 5, 3, false, false, 0.7),   // NeuTRENO only, tiny window
       make_case(1, 150, 2, 1, 8, 150, 4, true, false, 0.0), // bias only, T > block
       make_case(1, 150, 4, 2, 8, 20, 5, true, true, 0.3),   // everything, window crosses blocks
+      // E-SPA/U-SPA: the rowscale with either centring matrix.
+      make_case(2, 37, 4, 2, 8, 8, 6, true, true, 0.4, true, true),
+      make_case(1, 37, 4, 4, 8, 37, 7, true, true, 0.0, true, false),
+      make_case(1, 150, 4, 2, 8, 20, 8, true, true, 0.0, false, true),
   };
 }
 
@@ -159,17 +204,34 @@ template <class T>
 MixGrads kernel_backward(const MixCase& c, const Vec& w, bool* dv1_written = nullptr) {
   auto cv = [](const Vec& x) { return std::vector<T>(x.begin(), x.end()); };
   const auto q = cv(c.q), k = cv(c.k), v = cv(c.v), v1 = cv(c.v1), bias = cv(c.bias), wt = cv(w);
-  std::vector<T> soft, lse, out;
+  std::vector<T> soft, lse, out, centre, lse0;
   kernel_forward<T>(c, q, k, v, v1, bias, soft, lse, out);
+  if (c.centre_bias) zero_query_centre<T>(c, k, v, bias, centre, lse0);
   std::vector<T> dsoft(q.size()), dvm(v.size(), T(0)), dv1(v.size(), T(-7));
+  std::vector<T> dcentre(c.centre_bias ? v.size() : 0, T(-5));  // written (=), not added to
   MixGrads g;
   g.dalpha.assign(c.s.H, 0.5f);  // accumulated into: start from a known offset
   g.dbeta.assign(c.s.H, 0.5f);
   g.dgamma.assign(c.s.H, 0.5f);
-  const auto al = f32(c.alpha), be = f32(c.beta), ga = f32(c.gamma);
+  const auto al = f32(c.alpha), be = f32(c.beta), ga = f32(c.gamma), rs = f32(c.rowscale);
+  MixSpa<T> spa;
+  spa.rowscale = or_null(rs);
+  spa.centre = centre.empty() ? nullptr : centre.data();
+  spa.dcentre = dcentre.empty() ? nullptr : dcentre.data();
   attention_mix_backward<T>(wt.data(), soft.data(), v.data(), v1.data(), or_null(al), or_null(be),
                             or_null(ga), float(c.lam), dsoft.data(), dvm.data(),
-                            g.dalpha.data(), g.dbeta.data(), g.dgamma.data(), dv1.data(), c.s);
+                            g.dalpha.data(), g.dbeta.data(), g.dgamma.data(), dv1.data(), c.s,
+                            spa);
+  if (c.centre_bias) {  // carried back through the zero-query attention: only its dv is kept
+    AttnShape s0 = c.s;
+    s0.H = c.s.Hkv;
+    const std::vector<T> q0(v.size(), T(0));
+    std::vector<T> dq0(v.size()), dk0(k.size()), dv0(v.size());
+    attention_backward<T>(q0.data(), k.data(), v.data(), centre.data(), lse0.data(),
+                          dcentre.data(), dq0.data(), dk0.data(), dv0.data(), s0, T(c.scale),
+                          bias.data());
+    for (size_t i = 0; i < dv0.size(); ++i) dvm[i] += dv0[i];
+  }
   for (auto* d : {&g.dalpha, &g.dbeta, &g.dgamma})
     for (float& x : *d) x -= 0.5f;
   std::vector<T> dq(q.size()), dk(k.size()), dv(v.size());
@@ -205,23 +267,36 @@ TEST(KernelAttentionMix, BackwardMatchesFiniteDifferences) {
   }
 }
 
+TEST(KernelAttentionMix, CentreOnBiasWithoutBiasTermsIsTheUniformMean) {
+  // With a zero bias the zero-query attention is the uniform mean over the window: both
+  // centring paths must then give the same mix.
+  MixCase c = make_case(2, 37, 4, 2, 8, 8, 9, true, true, 0.0, true, false);
+  c.bias.assign(c.bias.size(), 0.0);
+  Vec soft, lse, uniform, on_bias;
+  kernel_forward<double>(c, c.q, c.k, c.v, c.v1, c.bias, soft, lse, uniform);
+  c.centre_bias = true;
+  kernel_forward<double>(c, c.q, c.k, c.v, c.v1, c.bias, soft, lse, on_bias);
+  expect_close(on_bias, uniform, 1e-12, "centre on a zero bias vs the running mean");
+}
+
 TEST(KernelAttentionMix, FloatAgreesWithDoubleAndIsDeterministic) {
-  const MixCase c = cases()[4];
-  const Vec w = randn(c.q.size(), 66);
-  const MixGrads gd = kernel_backward<double>(c, w);
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const MixGrads g1 = kernel_backward<float>(c, w);
-  omp_set_num_threads(3);
-  const MixGrads g3 = kernel_backward<float>(c, w);
-  omp_set_num_threads(saved);
-  expect_close(g1.dq, gd.dq, 5e-5, "float dq");
-  expect_close(g1.dk, gd.dk, 5e-5, "float dk");
-  expect_close(g1.dv, gd.dv, 5e-5, "float dv");
-  expect_close(g1.dv1, gd.dv1, 5e-5, "float dv1");
-  EXPECT_TRUE(g1.dq == g3.dq && g1.dk == g3.dk && g1.dv == g3.dv && g1.dv1 == g3.dv1 &&
-              g1.dalpha == g3.dalpha && g1.dbeta == g3.dbeta && g1.dgamma == g3.dgamma)
-      << "results depend on the thread count";
+  for (const MixCase& c : {cases()[4], cases()[5]}) {
+    const Vec w = randn(c.q.size(), 66);
+    const MixGrads gd = kernel_backward<double>(c, w);
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const MixGrads g1 = kernel_backward<float>(c, w);
+    omp_set_num_threads(3);
+    const MixGrads g3 = kernel_backward<float>(c, w);
+    omp_set_num_threads(saved);
+    expect_close(g1.dq, gd.dq, 5e-5, "float dq");
+    expect_close(g1.dk, gd.dk, 5e-5, "float dk");
+    expect_close(g1.dv, gd.dv, 5e-5, "float dv");
+    expect_close(g1.dv1, gd.dv1, 5e-5, "float dv1");
+    EXPECT_TRUE(g1.dq == g3.dq && g1.dk == g3.dk && g1.dv == g3.dv && g1.dv1 == g3.dv1 &&
+                g1.dalpha == g3.dalpha && g1.dbeta == g3.dbeta && g1.dgamma == g3.dgamma)
+        << "results depend on the thread count";
+  }
 }
 
 }  // namespace

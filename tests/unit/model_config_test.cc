@@ -185,6 +185,39 @@ TEST(ModelConfig, ValueOptionsInJson) {
             std::string::npos);
 }
 
+// --spa-rescale / --spa-centre: on and bias by default with --attn-bias, "" without (and refused
+// there); an --attn-bias config written before they existed reads as what vtrain trained then
+// (no rescaling, the uniform centring matrix).
+TEST(ModelConfig, SpaRescaleAndCentreInJson) {
+  ModelConfig c = small(ValueMode::kBaseline);
+  c.block = BlockShapeKind::kSas;
+  c.n_kv_head = c.n_head;
+  c.attn_bias = "espa";
+  ASSERT_TRUE(c.finalize().ok());
+  EXPECT_EQ(c.spa_rescale, "on");
+  EXPECT_EQ(c.spa_centre, "bias");
+  nlohmann::json j = c.to_json();
+  auto back = ModelConfig::from_json(j);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->to_json(), j);
+  j.erase("spa_rescale");
+  j.erase("spa_centre");
+  auto old = ModelConfig::from_json(j);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->spa_rescale, "off");
+  EXPECT_EQ(old->spa_centre, "uniform");
+  j["spa_centre"] = "mean";
+  EXPECT_NE(ModelConfig::from_json(j).status().message().find("--spa-centre 'mean'"),
+            std::string::npos);
+  ModelConfig plain = small(ValueMode::kBaseline);
+  ASSERT_TRUE(plain.finalize().ok());
+  EXPECT_EQ(plain.spa_rescale, "");
+  plain.spa_rescale = "on";
+  const std::string e = std::string(plain.finalize().message());
+  EXPECT_NE(e.find("--spa-rescale"), std::string::npos) << e;
+  EXPECT_NE(e.find("--attn-bias"), std::string::npos) << e;
+}
+
 // One table of ranges: every model flag with a range takes it from config_field_ranges().
 TEST(ModelConfig, FlagsAndConfigsShareTheDeclaredRanges) {
   int matched = 0;

@@ -85,7 +85,8 @@ TEST(ModelFlags, OptionsDeclaredByTheirModesAndShapes) {
   for (const char* name : {"plus-init", "plus-scale"})
     EXPECT_EQ(owners(value_mode_options(), name), std::vector<std::string>{"resformer-plus"})
         << name;
-  for (const char* name : {"norm", "reparam-init", "proj-gains", "spa-schedule", "attn-bias"})
+  for (const char* name : {"norm", "reparam-init", "proj-gains", "spa-schedule", "spa-rescale",
+                           "spa-centre", "attn-bias"})
     EXPECT_EQ(owners(block_shape_options(), name), (std::vector<std::string>{"sas", "sas-p"}))
         << name;
 }
@@ -163,6 +164,26 @@ TEST(ModelFlags, ProjGainsIsASimplifiedShapeOption) {
   EXPECT_NE(both.find("--reparam-init"), std::string::npos) << both;
   EXPECT_NE(error_of({"--block", "sas", "--proj-gains", "maybe"}).find("proj-gains"),
             std::string::npos);
+}
+
+TEST(ModelFlags, SpaRescaleAndCentreNeedAnAttnBias) {
+  auto def = config_of({"--block", "sas", "--attn-bias", "espa"});
+  ASSERT_TRUE(def.ok()) << def.status();
+  ASSERT_TRUE(def->finalize().ok());
+  EXPECT_EQ(def->spa_rescale, "on");
+  EXPECT_EQ(def->spa_centre, "bias");
+  auto old = config_of({"--block", "sas-p", "--attn-bias", "uspa", "--window-pattern", "L",
+                        "--spa-rescale", "off", "--spa-centre", "uniform"});
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_TRUE(old->finalize().ok());
+  EXPECT_EQ(old->spa_rescale, "off");
+  EXPECT_EQ(old->spa_centre, "uniform");
+  for (const char* flag : {"--spa-rescale", "--spa-centre"}) {
+    const std::string e =
+        finalize_error({"--block", "sas", flag, std::string(flag) == "--spa-rescale" ? "on" : "bias"});
+    EXPECT_NE(e.find(flag), std::string::npos) << e;
+    EXPECT_NE(e.find("--attn-bias"), std::string::npos) << e;
+  }
 }
 
 TEST(ModelFlags, AModeOptionWithAnotherModeIsRefused) {

@@ -4,6 +4,7 @@
 #include "core/ops/attention.h"
 
 #include <memory>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/ops/dispatch.h"
@@ -48,6 +49,14 @@ void check_extras(const Tensor& q, const Tensor& v, const AttnExtras& ex) {
     }
   VT_CHECK_MSG(m.lam == 0.0f || (m.v1.defined() && m.v1.numel() == v.numel()),
                "the NeuTRENO term needs v1 shaped like v");
+  if (m.rowscale.defined()) {
+    need_f32("attention", m.rowscale, "the E-SPA/U-SPA rowscale");
+    VT_CHECK_MSG(m.rowscale.numel() == q.dim(1),
+                 "the attention rowscale has " << m.rowscale.numel() << " elements, expected T = "
+                                               << q.dim(1));
+  }
+  VT_CHECK_MSG(!m.centre_on_bias || (ex.bias.defined() && m.gamma.defined()),
+               "a centring term on the bias needs the attention bias and the gamma gains");
   VT_CHECK_MSG(ex.soft.defined() && ex.soft.numel() == q.numel(),
                "a mixed attention needs `soft` shaped like its output");
 }
@@ -138,8 +147,9 @@ void backward(const Dispatch& d, const Tensor& q, const Tensor& k, const Tensor&
 }
 
 // out (B,T,H,hd) = the mix of softmax attention's output `soft` with v (B,T,Hkv,hd).
+// centre: undefined (the running mean) or like v (E-SPA/U-SPA, AttnMix::centre_on_bias).
 void mix_forward(const Dispatch& d, const Tensor& soft, const Tensor& v, const AttnMix& m,
-                 int64_t window, const Tensor& out) {
+                 const Tensor& centre, int64_t window, const Tensor& out) {
 #if VTRAIN_HAS_CUDA
   if (CudaRuntime* rt = d.cuda()) {
     using namespace cuda_acts;
@@ -148,31 +158,40 @@ void mix_forward(const Dispatch& d, const Tensor& soft, const Tensor& v, const A
     if (soft.numel() == 0) return;
     const cuda::AttnShape s = attention_shape(soft, v, window);
     const float *al = maybe_f32(m.alpha), *be = maybe_f32(m.beta), *ga = maybe_f32(m.gamma);
-    // v1 joins the dtype dispatch (it is like v); without NeuTRENO v stands in for it, unread.
+    // v1 and centre join the dtype dispatch (they are like v); v stands in for an absent one,
+    // unread.
     const Tensor& v1 = m.lam != 0.0f ? m.v1 : v;
+    const Tensor& cen = centre.defined() ? centre : v;
     on_acts(
         st,
-        [&](auto sp, auto vp, auto v1p, auto op) {
+        [&](auto sp, auto vp, auto v1p, auto cp, auto op) {
+          cuda::MixSpa<std::remove_pointer_t<decltype(op)>> spa;
+          spa.rowscale = maybe_f32(m.rowscale);
+          spa.centre = centre.defined() ? cp : nullptr;
           cuda::attention_mix_forward(sp, vp, m.lam != 0.0f ? v1p : nullptr, al, be, ga, m.lam,
-                                      op, s, st);
+                                      op, s, spa, st);
         },
-        in(soft), in(v), in(v1), Act{out, false, true});
+        in(soft), in(v), in(v1), in(cen), Act{out, false, true});
     return;
   }
 #endif
   host::In sp(soft), vp(v);
   host::Out op(out);
-  std::unique_ptr<host::In> v1p;
+  std::unique_ptr<host::In> v1p, cp;
   if (m.lam != 0.0f) v1p = std::make_unique<host::In>(m.v1);
+  if (centre.defined()) cp = std::make_unique<host::In>(centre);
+  cpu::MixSpa<float> spa;
+  spa.rowscale = host::maybe_f32(m.rowscale);
+  spa.centre = cp ? cp->p() : nullptr;
   cpu::attention_mix_forward<float>(sp, vp, v1p ? v1p->p() : nullptr, host::maybe_f32(m.alpha),
                                     host::maybe_f32(m.beta), host::maybe_f32(m.gamma), m.lam, op,
-                                    attention_shape(soft, v, window));
+                                    attention_shape(soft, v, window), spa);
 }
 
-// Writes dsoft, adds into dv (+=) and fills g.
+// Writes dsoft, adds into dv (+=) and fills g; with a centre (like v), writes dcentre (like v).
 void mix_backward(const Dispatch& d, const Tensor& dout, const Tensor& soft, const Tensor& v,
-                  const AttnMix& m, int64_t window, const Tensor& dsoft, const Tensor& dv,
-                  const AttnMixGrads& g) {
+                  const AttnMix& m, const Tensor& centre, int64_t window, const Tensor& dsoft,
+                  const Tensor& dv, const Tensor& dcentre, const AttnMixGrads& g) {
 #if VTRAIN_HAS_CUDA
   if (CudaRuntime* rt = d.cuda()) {
     using namespace cuda_acts;
@@ -186,28 +205,64 @@ void mix_backward(const Dispatch& d, const Tensor& dout, const Tensor& soft, con
     std::lock_guard<std::mutex> lock(rt->scratch_mutex());
     void* ws = rt->attention_workspace(cuda::attention_mix_workspace_bytes(s));
     const bool has_dv1 = g.dv1.defined();
-    // Without a dv1 output, dsoft stands in for it in the dtype dispatch (unwritten).
+    // Without a dv1 output, dsoft stands in for it in the dtype dispatch (unwritten); so do v
+    // and dsoft for an absent centre and its gradient.
     const Tensor& dv1 = has_dv1 ? g.dv1 : dsoft;
+    const bool has_centre = centre.defined();
+    const Tensor& cen = has_centre ? centre : v;
+    const Tensor& dcen = has_centre ? dcentre : dsoft;
     on_acts(
         st,
-        [&](auto dop, auto sp, auto vp, auto dsp, auto dvp, auto dv1p) {
+        [&](auto dop, auto sp, auto vp, auto cp, auto dsp, auto dvp, auto dv1p, auto dcp) {
+          cuda::MixSpa<std::remove_pointer_t<decltype(dsp)>> spa;
+          spa.rowscale = maybe_f32(m.rowscale);
+          spa.centre = has_centre ? cp : nullptr;
+          spa.dcentre = has_centre ? dcp : nullptr;
           cuda::attention_mix_backward(dop, sp, vp, al, be, ga, m.lam, dsp, dvp, dal, dbe, dga,
-                                       has_dv1 ? dv1p : nullptr, s, ws, st);
+                                       has_dv1 ? dv1p : nullptr, s, spa, ws, st);
         },
-        in(dout), in(soft), in(v), out(dsoft), inout(dv), Act{dv1, false, has_dv1});
+        in(dout), in(soft), in(v), in(cen), out(dsoft), inout(dv), Act{dv1, false, has_dv1},
+        Act{dcen, false, has_centre});
     return;
   }
 #endif
   host::In dop(dout), sp(soft), vp(v);
   host::Out dsp(dsoft);
   host::InOut dvp(dv);
-  std::unique_ptr<host::Out> dv1p;
+  std::unique_ptr<host::Out> dv1p, dcp;
+  std::unique_ptr<host::In> cp;
   if (g.dv1.defined()) dv1p = std::make_unique<host::Out>(g.dv1);
+  if (centre.defined()) {
+    cp = std::make_unique<host::In>(centre);
+    dcp = std::make_unique<host::Out>(dcentre);
+  }
+  cpu::MixSpa<float> spa;
+  spa.rowscale = host::maybe_f32(m.rowscale);
+  spa.centre = cp ? cp->p() : nullptr;
+  spa.dcentre = dcp ? dcp->p() : nullptr;
   auto mut = [](const Tensor& t) { return t.defined() ? host::f32_of(t) : nullptr; };
   cpu::attention_mix_backward<float>(dop, sp, vp, nullptr, host::maybe_f32(m.alpha),
                                      host::maybe_f32(m.beta), host::maybe_f32(m.gamma), m.lam, dsp,
                                      dvp, mut(g.dalpha), mut(g.dbeta), mut(g.dgamma),
-                                     dv1p ? dv1p->p() : nullptr, attention_shape(soft, v, window));
+                                     dv1p ? dv1p->p() : nullptr, attention_shape(soft, v, window),
+                                     spa);
+}
+
+// The centring term of AttnMix::centre_on_bias: softmax(bias) v under the window, computed as the
+// attention of zero queries q0 (one per KV head) over k, v with the call's bias, and its lse (for
+// the backward); all undefined without centre_on_bias.
+struct ZeroQueryCentre {
+  Tensor q0, lse0, centre;
+};
+ZeroQueryCentre centre_on_bias(const Dispatch& d, const Tensor& k, const Tensor& v,
+                               int64_t window, float scale, const AttnExtras& ex) {
+  ZeroQueryCentre z;
+  if (!ex.mix.centre_on_bias) return z;
+  z.q0 = Tensor::zeros(v.shape(), v.dtype(), v.device());
+  z.lse0 = Tensor::zeros({v.dim(0), v.dim(2), v.dim(1)}, DType::kF32, v.device());
+  z.centre = Tensor::zeros(v.shape(), v.dtype(), v.device());
+  forward(d, z.q0, k, v, z.centre, z.lse0, window, scale, ex.bias);
+  return z;
 }
 
 }  // namespace
@@ -234,7 +289,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   }
   auto d = on("attention", {&q, &k, &v, &out, &lse, &ex.soft});
   forward(d, q, k, v, ex.soft, lse, window, scale, ex.bias);
-  mix_forward(d, ex.soft, v, ex.mix, window, out);
+  const ZeroQueryCentre z = centre_on_bias(d, k, v, window, scale, ex);
+  mix_forward(d, ex.soft, v, ex.mix, z.centre, window, out);
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -252,8 +308,21 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   auto d = on("attention_backward", {&q, &k, &v, &ex.soft, &lse, &dout, &dq, &dk, &dv});
   Tensor dsoft = Tensor::zeros(ex.soft.shape(), ex.soft.dtype(), ex.soft.device());
   Tensor dv_mix = Tensor::zeros(v.shape(), v.dtype(), v.device());
-  mix_backward(d, dout, ex.soft, v, ex.mix, window, dsoft, dv_mix, g);
+  // The centring term on the bias is recomputed (one more forward) rather than kept.
+  const ZeroQueryCentre z = centre_on_bias(d, k, v, window, scale, ex);
+  Tensor dcentre;
+  if (z.centre.defined()) dcentre = Tensor::zeros(v.shape(), v.dtype(), v.device());
+  mix_backward(d, dout, ex.soft, v, ex.mix, z.centre, window, dsoft, dv_mix, dcentre, g);
   backward(d, q, k, v, ex.soft, lse, dsoft, dq, dk, dv, window, scale, ex.bias);
+  if (z.centre.defined()) {
+    // Through the zero-query attention: its dk is 0 (the scores do not depend on k when q = 0)
+    // and its dq has no path to a parameter; only dv is kept.
+    Tensor dq0 = Tensor::zeros(v.shape(), v.dtype(), v.device());
+    Tensor dk0 = Tensor::zeros(k.shape(), k.dtype(), k.device());
+    Tensor dv0 = Tensor::zeros(v.shape(), v.dtype(), v.device());
+    backward(d, z.q0, k, v, z.centre, z.lse0, dcentre, dq0, dk0, dv0, window, scale, ex.bias);
+    axpy_on(d.backend(), dv_mix, dv0, 1.0f);
+  }
   axpy_on(d.backend(), dv, dv_mix, 1.0f);
 }
 

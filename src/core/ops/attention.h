@@ -15,11 +15,22 @@ namespace vt {
 // The shaped-attention and NeuTRENO terms of one attention call (semantics: cpu_kernels.h,
 // attention_mix_forward): per local query head alpha, beta, gamma (f32 (H,); undefined means
 // alpha = 0, beta = 1, gamma = 0) and lam * (v1 - v) with v1 like v.
+//
+// E-SPA/U-SPA (--attn-bias, docs/model.md "Block shapes"): `rowscale` (f32 (T,), undefined: 1)
+// is the location-dependent rescaling D[t] that multiplies the softmax and centring terms, and
+// `centre_on_bias` makes the centring term the zero-query attention of the same call,
+// softmax(bias) v under its window, instead of the uniform running mean (they agree without a
+// bias); it needs the call's bias and gamma.
 struct AttnMix {
   Tensor alpha, beta, gamma;
   float lam = 0.0f;
   Tensor v1;
-  bool active() const { return alpha.defined() || beta.defined() || gamma.defined() || lam != 0.0f; }
+  Tensor rowscale;
+  bool centre_on_bias = false;
+  bool active() const {
+    return alpha.defined() || beta.defined() || gamma.defined() || lam != 0.0f ||
+           rowscale.defined();
+  }
 };
 // Gradients of the mix's own inputs: d alpha/beta/gamma (f32 (H,), accumulated +=, may be
 // undefined) and d v1 (written =, may be undefined).

@@ -28,6 +28,20 @@ std::vector<ModelOption> options() {
                    "the E-SPA/U-SPA depth schedule: ours (rho_l = 0.8 (l+1)/L) or simplest "
                    "(SimplEsT-ViT's constant-diagonal rule, gamma_L = 0.005; espa only) (sas, sas-p)"),
        [](const Flags& f, ModelConfig& cfg) { cfg.spa_schedule = f.get_string("spa-schedule"); }},
+      {no_default(choice_flag("spa-rescale", "on", {"on", "off"},
+                              "with --attn-bias: multiply each position's attention output by "
+                              "the row sum of A_l (the location-dependent rescaling; off: ours, "
+                              "the earlier vtrain) (sas, sas-p)")),
+       [](const Flags& f, ModelConfig& cfg) {
+         if (f.has("spa-rescale")) cfg.spa_rescale = f.get_string("spa-rescale");
+       }},
+      {no_default(choice_flag("spa-centre", "bias", {"bias", "uniform"},
+                              "with --attn-bias: shaped attention's centring matrix, softmax(B_l) "
+                              "(the zero-query attention) or the uniform causal one (ours, the "
+                              "earlier vtrain) (sas, sas-p)")),
+       [](const Flags& f, ModelConfig& cfg) {
+         if (f.has("spa-centre")) cfg.spa_centre = f.get_string("spa-centre");
+       }},
       {no_default(choice_flag("attn-bias", "", {"espa", "uspa"},
                               "E-SPA / U-SPA attention-logit biases (sas, sas-p)")),
        [](const Flags& f, ModelConfig& cfg) {
