@@ -48,8 +48,8 @@ PEAK_FIELDS = ("device_peak_bytes", "gpu_peak_bytes", "peak_device_bytes", "devi
 
 
 def _join_flag_values(argv, flags):
-    """`--vtrain-extra-args '--recompute'`: argparse would take the value for a flag of its own,
-    so the value is glued on as `--vtrain-extra-args=--recompute`."""
+    """`--vtrain-extra-args '--recompute block'`: argparse would take the value for a flag of its own,
+    so the value is glued on as `--vtrain-extra-args='--recompute block'`."""
     out, i = [], 0
     while i < len(argv):
         if argv[i] in flags and i + 1 < len(argv):
@@ -84,7 +84,7 @@ def parse_args(argv):
                    help="value of vtrain's --device ('none': pass no --device flag) (cuda)")
     p.add_argument("--vtrain-extra-args", default="",
                    help="extra `vtrain train` arguments, one shell-quoted string "
-                        "(e.g. '--recompute')")
+                        "(e.g. '--recompute block')")
     p.add_argument("--vtrain-env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment of the vtrain runs (repeatable)")
     p.add_argument("--torch-device", default="cuda", help="device of the PyTorch side (cuda)")

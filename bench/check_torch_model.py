@@ -77,8 +77,8 @@ UPDATE_RTOL_VT = 1e-3
 
 
 def _join_flag_values(argv, flags):
-    """`--vtrain-extra-args '--recompute'`: argparse would take the value for a flag of its own,
-    so the value is glued on as `--vtrain-extra-args=--recompute`."""
+    """`--vtrain-extra-args '--recompute block'`: argparse would take the value for a flag of its own,
+    so the value is glued on as `--vtrain-extra-args='--recompute block'`."""
     out, i = [], 0
     while i < len(argv):
         if argv[i] in flags and i + 1 < len(argv):

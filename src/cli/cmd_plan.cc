@@ -74,8 +74,10 @@ const CommandSpec& plan_command() {
              num_flag("workspace-gib", 2, 0, 1e6,
                       "allowance per GPU for CUDA context, workspaces, NCCL buffers, slack"),
              choice_flag("act-dtype", "bf16", {"bf16", "f32"}, "activations"),
-             choice_flag("recompute", "both", {"both", "on", "off"},
-                         "layouts with --recompute, without, or both (with --layout: both = off)"),
+             choice_flag("recompute", "both", {"both", "on", "off", "all", "attn", "mlp", "block"},
+                         "which --recompute modes to weigh: both (off and block), on (block), "
+                         "off, all (off, mlp, attn, block) or one mode (with --layout: both and "
+                         "all = off, on = block)"),
              int_flag("min-micro-batch", 1, 1, 1 << 24,
                       "leave out smaller micro-batches"),
              flag_heading("output"),
@@ -240,8 +242,9 @@ absl::StatusOr<plan::PlanInput> plan_input(const Flags& f) {
 absl::StatusOr<std::string> one_layout(plan::PlanInput in, const Flags& f) {
   VT_ASSIGN_OR_RETURN(plan::Layout l, parse_layout(f.get_string("layout"),
                                                    static_cast<int>(f.get_int("micro-batch"))));
-  if (in.recompute == "both") in.recompute = "off";
-  l.recompute = in.recompute == "on";
+  if (in.recompute == "both" || in.recompute == "all") in.recompute = "off";
+  if (in.recompute == "on") in.recompute = "block";
+  VT_ASSIGN_OR_RETURN(l.recompute, parse_recompute(in.recompute));
   const int world = l.tp * l.pp * l.dp;
   if (f.has("gpus") && in.gpus != world)
     return absl::InvalidArgumentError(absl::StrCat("--layout ", f.get_string("layout"), " is ",

@@ -135,7 +135,9 @@ const CommandSpec& train_command() {
         choice_flag("device-comm", "auto", {"auto", "nccl", "mpi"},
                     "how device tensors cross ranks (mpi stages through host memory)"),
         choice_flag("muon-ns-dtype", "", {"f32", "bf16"}, "Newton-Schulz dtype (default bf16 on cuda)"),
-        bool_flag("recompute", "save only each block's input and rerun its forward in backward"),
+        choice_flag("recompute", "off", recompute_names(),
+                    "what backward reruns instead of keeping it: attn (the attention core), mlp "
+                    "(the MLP activation), block (all but each block's input)"),
         bool_flag("table-offload",
                   "keep the value tables (bov, bov-add, value-embed) and their AdamW states in "
                   "host memory; only the rows a step reads go to the device"),
@@ -259,7 +261,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   if (o.muon_wd_scale == "nanochat") {
     if (auto s = nanochat_wd_scale(o.model, 524288); !s.ok()) return s.status();
   }
-  o.recompute = f.get_bool("recompute");
+  VT_ASSIGN_OR_RETURN(o.recompute, parse_recompute(f.get_string("recompute")));
   o.table_offload = f.get_bool("table-offload");
   if (o.table_offload && !o.model.value().has_table())
     return absl::InvalidArgumentError(absl::StrCat(

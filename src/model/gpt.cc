@@ -263,14 +263,32 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts, const PassHooks& hoo
     if (hooks.block_output) hooks.block_output(i, bundle.x);
     if (hooks.block_state) hooks.block_state(i, a, bundle, acts);
     if (cfg_.dense) dense_forward(i, bundle);
-    if (recompute_) {
-      Tensor x_in = a.x_in;
-      a = BlockActs{};
-      a.x_in = x_in;
-    }
+    drop_recomputed(a);
   }
   acts.values = bundle.values;
   acts.dense = bundle.dense;
+}
+
+// What --recompute drops of a block's saved state once its forward (and the hooks) ran; the
+// backward reruns it (whole blocks here, the attention core and MLP activation in TrainKit).
+void GPT::drop_recomputed(BlockActs& a) const {
+  switch (recompute_) {
+    case Recompute::kOff:
+      return;
+    case Recompute::kBlock: {
+      Tensor x_in = a.x_in;
+      a = BlockActs{};
+      a.x_in = x_in;
+      return;
+    }
+    case Recompute::kAttn:
+      a.y = a.y_soft = a.lse = Tensor();
+      if (cfg_.use_qk_norm()) a.qn = a.kn = a.rstd_q = a.rstd_k = Tensor();
+      return;
+    case Recompute::kMlp:
+      a.act = Tensor();
+      return;
+  }
 }
 
 void GPT::dense_forward(int i, Bundle& bundle) const {
@@ -321,7 +339,7 @@ void GPT::blocks_backward(Bundle& grad, Activations& acts, const PassHooks& hook
   const int begin = chunk_begin(acts.chunk), end = chunk_end(acts.chunk);
   for (int i = end - 1; i >= begin; --i) {
     if (cfg_.dense) dense_backward(i, grad, acts);
-    if (recompute_) {
+    if (recompute_ == Recompute::kBlock) {
       // Rerun this block's forward from its saved input. Earlier layers' values and x0 come from
       // the saved forward state; what the rerun writes into its scratch bundle is dropped.
       Bundle scratch;

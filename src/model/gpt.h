@@ -23,6 +23,7 @@
 #include "core/tensor.h"
 #include "model/activations.h"
 #include "model/config.h"
+#include "model/recompute.h"
 #include "model/init.h"
 #include "model/table_rows.h"
 #include "model/value_path.h"
@@ -115,11 +116,10 @@ class GPT {
   double forward_backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale,
                           bool backward = true);
 
-  // Activation recomputation per block: forward keeps only each block's input; backward reruns
-  // the block's forward (including its tensor-parallel communication) right before its
-  // backward. Same results as without (the rerun is deterministic).
-  void set_recompute(bool on) { recompute_ = on; }
-  bool recompute() const { return recompute_; }
+  // Activation recomputation (model/recompute.h): what each block's forward drops and its
+  // backward reruns. Same results as without (the reruns are deterministic).
+  void set_recompute(Recompute r) { recompute_ = r; }
+  Recompute recompute() const { return recompute_; }
 
   // Which earlier layers' context values must be kept for later layers (the value mode says).
   bool keeps_value(int layer) const;
@@ -168,6 +168,7 @@ class GPT {
   // DenseFormer's average after block i (dense.h): forward replaces bundle.x (x_{i+1}) by y_i;
   // backward turns grad.x (d y_i) into d x_{i+1}.
   void dense_forward(int i, Bundle& bundle) const;
+  void drop_recomputed(BlockActs& a) const;
   void dense_backward(int i, Bundle& grad, const Activations& acts) const;
   // Builds the fixed tensors (W0 slices, attention biases) once the store is finalized.
   void ensure_fixed() const;
@@ -205,7 +206,7 @@ class GPT {
   mutable std::vector<Tensor> attn_rowscale_;  // per held layer (undefined without --spa-rescale on)
   mutable std::vector<Tensor> attn_bias_;     // per held layer, as layers_ (undefined without --attn-bias)
   mutable bool fixed_ready_ = false;
-  bool recompute_ = false;
+  Recompute recompute_ = Recompute::kOff;
 };
 
 }  // namespace vt

@@ -76,7 +76,7 @@ ops::AttnExtras TrainKit::extras(BlockActs& a, bool forward) const {
                              m_.attention_rowscale(layer_),
                              forward ? bundle_->values : acts_.values, a.v.shape());
   if (ex.mix.active()) {
-    if (forward) a.y_soft = act(a.y.shape());
+    if (!a.y_soft.defined()) a.y_soft = act(a.y.shape());  // a forward, or its rerun
     ex.soft = a.y_soft;
   }
   return ex;
@@ -88,7 +88,6 @@ Tensor TrainKit::attention(const Tensor& n_block, BlockActs& a) const {
   const int B = acts_.B, T = cfg.seq_len, hd = cfg.head_dim;
   const int H = m_.heads_, Hkv = m_.kv_heads_;
   const int64_t N = rows(), C = cfg.n_embd, qd = int64_t{H} * hd, kvd = int64_t{Hkv} * hd;
-  const float eps = cfg.norm_eps;
   // A mode mixing x0 into the attention input (resformer-hidden): q, k, v read the mix.
   const float hx = cfg.is_target(layer_) ? cfg.value().attention_input_x0_coef() : 0.0f;
   Tensor n = n_block;
@@ -119,33 +118,40 @@ Tensor TrainKit::attention(const Tensor& n_block, BlockActs& a) const {
     vp.forward(value_ctx(), value_sources(n, a, true), a.value, a.v.reshaped({N, kvd}));
   }
 
-  // RoPE, QK-norm, attention.
-  const double base = cfg.rope_base;
-  const float qk_scale = cfg.qk_norm_scale;
+  // RoPE, then the attention core (QK-norm, attention).
   a.q_r = act(q.shape());
   a.k_r = act(k.shape());
-  ops::rope(q, a.q_r, base);
-  ops::rope(k, a.k_r, base);
-  if (cfg.use_qk_norm()) {
-    a.qn = act(q.shape());
-    a.kn = act(k.shape());
-    a.rstd_q = f32({N * H});
-    a.rstd_k = f32({N * Hkv});
-    ops::rmsnorm(a.q_r, a.qn, a.rstd_q, qk_scale, eps);
-    ops::rmsnorm(a.k_r, a.kn, a.rstd_k, qk_scale, eps);
-  } else {
-    a.qn = a.q_r;
-    a.kn = a.k_r;
-  }
-  a.y = act(q.shape());
-  a.lse = f32({B, H, T});
-  const ops::AttnExtras ex = extras(a, true);
-  ops::attention(a.qn, a.kn, a.v, a.y, a.lse, cfg.layer_window(layer_),
-                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), ex);
+  ops::rope(q, a.q_r, cfg.rope_base);
+  ops::rope(k, a.k_r, cfg.rope_base);
+  rerun_attention_core(a, true);
   Tensor o = act({N, C});
   projection::forward_out(m_, lp.o, a.y.reshaped({N, qd}), o);
   tp::reduce_outputs(m_.par_.tp_comm(), o);
   return o;
+}
+
+// QK-norm and attention from the saved q, k (after RoPE) and v: in forward, and again in
+// backward when --recompute attn dropped their outputs (`forward`: where the extras read V1).
+void TrainKit::rerun_attention_core(BlockActs& a, bool forward) const {
+  const ModelConfig& cfg = m_.cfg_;
+  const int B = acts_.B, T = cfg.seq_len, hd = cfg.head_dim, H = m_.heads_, Hkv = m_.kv_heads_;
+  const int64_t N = rows();
+  if (cfg.use_qk_norm()) {
+    a.qn = act(a.q_r.shape());
+    a.kn = act(a.k_r.shape());
+    a.rstd_q = f32({N * H});
+    a.rstd_k = f32({N * Hkv});
+    ops::rmsnorm(a.q_r, a.qn, a.rstd_q, cfg.qk_norm_scale, cfg.norm_eps);
+    ops::rmsnorm(a.k_r, a.kn, a.rstd_k, cfg.qk_norm_scale, cfg.norm_eps);
+  } else {
+    a.qn = a.q_r;
+    a.kn = a.k_r;
+  }
+  a.y = act(a.q_r.shape());
+  a.lse = f32({B, H, T});
+  const ops::AttnExtras ex = extras(a, forward);
+  ops::attention(a.qn, a.kn, a.v, a.y, a.lse, cfg.layer_window(layer_),
+                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), ex);
 }
 
 Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
@@ -154,6 +160,8 @@ Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
   const int hd = cfg.head_dim, H = m_.heads_, Hkv = m_.kv_heads_;
   const int64_t N = rows(), C = cfg.n_embd, qd = int64_t{H} * hd, kvd = int64_t{Hkv} * hd;
   Communicator* tp_comm = m_.par_.tp_comm();
+
+  if (!a.y.defined()) rerun_attention_core(a, false);  // --recompute attn dropped it
 
   // Output projection and attention.
   Tensor dy = act(a.y.shape());
@@ -235,17 +243,22 @@ Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
   return dn;
 }
 
+Tensor TrainKit::activation(const Tensor& h) const {
+  Tensor y = act(h.shape());
+  if (m_.cfg_.mlp_act == "relu")
+    ops::relu(h, y);
+  else
+    ops::relu2(h, y);
+  return y;
+}
+
 Tensor TrainKit::mlp(const Tensor& n, BlockActs& a) const {
   const LayerParams& lp = params();
   const int64_t N = rows(), C = m_.cfg_.n_embd;
   a.mlp_in = n;
   a.h = act({N, m_.hidden_});
   ops::matmul(n, m_.W(lp.fc), a.h);
-  a.act = act({N, m_.hidden_});
-  if (m_.cfg_.mlp_act == "relu")
-    ops::relu(a.h, a.act);
-  else
-    ops::relu2(a.h, a.act);
+  a.act = activation(a.h);
   Tensor out = act({N, C});
   ops::matmul(a.act, m_.W(lp.proj), out);
   tp::reduce_outputs(m_.par_.tp_comm(), out);
@@ -255,6 +268,7 @@ Tensor TrainKit::mlp(const Tensor& n, BlockActs& a) const {
 Tensor TrainKit::mlp_backward(const Tensor& dm, BlockActs& a) const {
   const LayerParams& lp = params();
   const int64_t N = rows(), C = m_.cfg_.n_embd;
+  if (!a.act.defined()) a.act = activation(a.h);  // --recompute mlp dropped it
   Tensor dact = act({N, m_.hidden_});
   ops::matmul_dw(a.act, dm, m_.G(lp.proj));
   ops::matmul_dx(dm, m_.W(lp.proj), dact, false);

@@ -34,6 +34,8 @@ class TrainKit final : public BlockKit {
   ValueLayerCtx value_ctx() const;
   ops::AttnExtras extras(BlockActs& a, bool forward) const;
   ValueSources value_sources(const Tensor& n, const BlockActs& a, bool forward) const;
+  void rerun_attention_core(BlockActs& a, bool forward) const;
+  Tensor activation(const Tensor& h) const;  // relu^2 or relu (--mlp-act)
   Tensor act(Shape s) const { return m_.act(std::move(s)); }
   Tensor f32(Shape s) const { return m_.f32(std::move(s)); }
   int64_t rows() const { return static_cast<int64_t>(acts_.B) * m_.cfg_.seq_len; }

@@ -2,8 +2,10 @@
 #include "plan/memory_estimate.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_format.h"
+#include "model/dense.h"
 #include "model/block_shape_kind.h"
 #include "model/value_path.h"
 
@@ -23,7 +25,8 @@ std::string MemoryEstimate::to_string() const {
 
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
-                               int B, DType act_dtype, bool recompute, int vpp, int micro_batches) {
+                               int B, DType act_dtype, Recompute recompute, int vpp,
+                               int micro_batches) {
   MemoryEstimate m;
   double matrix = 0, other = 0, host = 0, host_width = 0;
   for (const ParamInfo& p : store.infos()) {
@@ -50,9 +53,9 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   m.compute_copy = act_dtype == DType::kBF16 ? 2 * n : 0;  // the bf16 weight copy
   m.optimizer = 4 * matrix + 8 * other / shape.dp;
   // Saved per token and layer (BlockActs): x_in, n1, x_mid, n2 (C each); q after RoPE and after
-  // QK-norm, the attention output (3 q-widths); k twice, the context value, the mixed value and
-  // table rows (up to 5 kv-widths); the MLP pre-activation and relu^2 (2 hidden); f32 norms' rstd
-  // and lse (about 2 + 2 * heads floats).
+  // QK-norm (one tensor without QK-norm), the attention output (2-3 q-widths); k likewise, the
+  // context value, the mixed value and table rows (up to 5 kv-widths); the MLP pre-activation and
+  // relu^2 (2 hidden); f32 norms' rstd and lse (about 2 + 2 * heads floats).
   const double tp = shape.tp;
   const double C = cfg.n_embd, qd = cfg.q_dim() / tp, kvd = cfg.kv_dim() / tp,
                hidden = cfg.mlp_hidden() / tp, heads = cfg.n_head / tp;
@@ -63,9 +66,10 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   const bool mixed = cfg.block != BlockShapeKind::kPrenorm && cfg.block != BlockShapeKind::kParallel;
   const bool mix = mixed || cfg.value().attention_output_v1_coef(cfg) != 0.0f;
   const double gained = cfg.block == BlockShapeKind::kSas ? 3 : cfg.block == BlockShapeKind::kSasP ? 2 : 0;
+  const double qk = cfg.use_qk_norm() ? 2 : 1;
   const double per_token_layer =
-      es * (4 * C + (mix ? 4 : 3) * qd + (cfg.value().has_table() ? 5 : 4) * kvd + 2 * hidden +
-            gained * C) +
+      es * (4 * C + (qk + (mix ? 2 : 1)) * qd + (qk + (cfg.value().has_table() ? 3 : 2)) * kvd +
+            2 * hidden + gained * C) +
       4 * (2 + 2 * heads);
   const double tokens = static_cast<double>(B) * cfg.seq_len;
   // Host-kept tables: the rows the step's micro-batches read and their gradient, on the device.
@@ -80,10 +84,31 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   // With recomputation a block keeps only its input (C values per token); one block's full
   // activations exist at a time, during its backward.
   // DenseFormer keeps each block's output for the averages (also under recomputation).
-  const double dense_kept = cfg.dense ? layers * es * C : 0.0;
-  const double kept = (recompute ? layers * es * C : layers * per_token_layer) + dense_kept;
-  m.activations = in_flight * tokens * (kept + es * 3 * C);
-  if (recompute) m.recompute_transient = tokens * per_token_layer;
+  // (Those a later average reads: with --dense-dilation / --dense-period not every one.)
+  std::set<int> dense_read;
+  if (cfg.dense)
+    for (int i = 0; i < cfg.n_layer; ++i)
+      for (int j : dense::inputs(cfg, i)) dense_read.insert(j);
+  const double dense_kept = es * C * static_cast<double>(dense_read.size()) *
+                            std::min(1.0, static_cast<double>(layers) / cfg.n_layer);
+  // --recompute attn drops the attention core's outputs (softmax attention's output, the mixed one,
+  // the QK-normed q and k, lse: model/recompute.h), --recompute mlp the MLP activation; each
+  // block's backward rebuilds them, one block at a time.
+  const double attn_core =
+      es * ((mix ? 2 : 1) * qd + (cfg.use_qk_norm() ? qd + kvd : 0)) + 4 * heads;
+  const double dropped = recompute == Recompute::kBlock ? per_token_layer - es * C
+                         : recompute == Recompute::kAttn ? attn_core
+                         : recompute == Recompute::kMlp  ? es * hidden
+                                                         : 0.0;
+  const double kept = layers * (per_token_layer - dropped) + dense_kept;
+  // The bundle: the residual stream, x0 when the mode reads it, the context values later layers
+  // read (V1, ...); on the first stage the embedding's saved rows and rstd and the token ids.
+  double kept_values = 0;
+  for (int i = 0; i < cfg.n_layer; ++i) kept_values += cfg.value().keeps_value(cfg, i) ? 1 : 0;
+  const double bundle = es * (C + (cfg.value().reads_x0() ? C : 0) + kept_values * kvd) +
+                        (coords.pp == 0 ? es * C + 4 + 8 : 0);
+  m.activations = in_flight * tokens * (kept + bundle);
+  m.recompute_transient = tokens * dropped;
   m.backward_transient = tokens * per_token_layer;
   if (coords.pp == shape.pp - 1) {
     const double vocab_local = static_cast<double>(cfg.vocab_padded) / tp;

@@ -11,6 +11,7 @@
 #include "core/arena.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/recompute.h"
 #include "parallel/process_grid.h"
 
 namespace vt {
@@ -18,7 +19,7 @@ namespace vt {
 struct MemoryEstimate {
   double params = 0, grads = 0, compute_copy = 0, optimizer = 0, logits = 0;
   double activations = 0;          // kept from forward to backward
-  double recompute_transient = 0;  // one block's activations rebuilt in backward (--recompute)
+  double recompute_transient = 0;  // what one block's backward rebuilds (--recompute)
   double backward_transient = 0;   // one block's activation gradients, alive during its backward
   // --table-offload: the value tables, their gradients and AdamW states in host memory (not in
   // total()), and the rows a step reads with their gradient on the device.
@@ -35,7 +36,8 @@ struct MemoryEstimate {
 // `store` is this rank's finalized store; B the micro-batch rows.
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
-                               int B, DType act_dtype, bool recompute = false, int vpp = 1,
+                               int B, DType act_dtype, Recompute recompute = Recompute::kOff,
+                               int vpp = 1,
                                int micro_batches = 1);
 
 }  // namespace vt

@@ -58,11 +58,42 @@ ParamStore stage_store(const ModelConfig& cfg, int tp, int pp, int stage, bool t
   return store;
 }
 
-// The planner's order of fitting layouts: fewest days; ties: no recomputation, larger
+// --recompute of `vtrain plan` as the modes to enumerate (plan.h PlanInput::recompute).
+absl::StatusOr<std::vector<Recompute>> recompute_modes(const std::string& choice) {
+  if (choice == "both") return std::vector<Recompute>{Recompute::kOff, Recompute::kBlock};
+  if (choice == "on") return std::vector<Recompute>{Recompute::kBlock};
+  if (choice == "all")
+    return std::vector<Recompute>{Recompute::kOff, Recompute::kMlp, Recompute::kAttn,
+                                  Recompute::kBlock};
+  auto r = parse_recompute(choice);
+  if (!r.ok())
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--recompute '", choice, "' is not a choice: both, on, off, all, attn, mlp or block"));
+  return std::vector<Recompute>{*r};
+}
+
+// ", recompute MODE" for messages ("" without).
+std::string recompute_note(Recompute r) {
+  return r == Recompute::kOff ? "" : absl::StrCat(", recompute ", recompute_name(r));
+}
+
+// Recomputation modes from the least rerun work to the most.
+int rerun_rank(Recompute r) {
+  switch (r) {
+    case Recompute::kOff: return 0;
+    case Recompute::kMlp: return 1;
+    case Recompute::kAttn: return 2;
+    case Recompute::kBlock: return 3;
+  }
+  return 4;
+}
+
+// The planner's order of fitting layouts: fewest days; ties: less recomputation, larger
 // micro-batches, less memory.
 bool by_days(const LayoutPlan& a, const LayoutPlan& b) {
   if (a.days != b.days) return a.days < b.days;
-  if (a.layout.recompute != b.layout.recompute) return !a.layout.recompute;
+  if (a.layout.recompute != b.layout.recompute)
+    return rerun_rank(a.layout.recompute) < rerun_rank(b.layout.recompute);
   if (a.layout.micro_batch != b.layout.micro_batch)
     return a.layout.micro_batch > b.layout.micro_batch;
   return a.per_gpu() < b.per_gpu();
@@ -127,12 +158,27 @@ static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimat
   const double fpt = flops_per_token(in.cfg);
   const double tokens_per_micro = static_cast<double>(l.micro_batch) * in.cfg.seq_len;
   p.gemm_eff = in.gemm_curve.at(tokens_per_micro);
+  // The rerun's compute as a factor of the step's, and its extra kernel launches per layer pass.
+  double rerun = 1.0, rerun_kernels = 0.0;
+  switch (l.recompute) {
+    case Recompute::kOff: break;
+    case Recompute::kBlock:
+      rerun = in.recompute_cost;
+      rerun_kernels = kKernelsPerLayerPass / 3.0;  // a forward: a third of a layer's launches
+      break;
+    case Recompute::kAttn:  // QK-norm (2 kernels) and the attention forward (1)
+      rerun = 1.0 + (fpt - 6.0 * static_cast<double>(matmul_params(in.cfg))) / (3.0 * fpt);
+      rerun_kernels = 3.0;
+      break;
+    case Recompute::kMlp:  // relu^2 of h: one elementwise kernel
+      rerun_kernels = 1.0;
+      break;
+  }
   p.compute_s = static_cast<double>(in.global_batch) * fpt /
-                (gpus * in.gpu.peak_tflops * 1e12 * in.mfu * p.gemm_eff) *
-                (l.recompute ? in.recompute_cost : 1.0);
+                (gpus * in.gpu.peak_tflops * 1e12 * in.mfu * p.gemm_eff) * rerun;
   const int layers = stage_layers(in.cfg.n_layer, l.pp, 0).second;  // the largest stage
-  p.launch_s = in.launch_us * 1e-6 * kKernelsPerLayerPass * layers * p.micro_batches *
-               (l.recompute ? 4.0 / 3.0 : 1.0);
+  p.launch_s = in.launch_us * 1e-6 * (kKernelsPerLayerPass + rerun_kernels) * layers *
+               p.micro_batches;
   // Stages are tp x dp ranks apart (pp is the outermost axis): neighbours share a node only
   // while a stage's ranks do not fill it.
   const bool stages_share_node = l.tp * l.dp < in.gpus_per_node;
@@ -144,13 +190,16 @@ static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimat
   p.allreduce_gbps =
       l.tp * l.dp <= in.gpus_per_node ? in.intra_node_gbps : in.inter_node_gbps;
   p.allreduce_s = 2.0 * (l.dp - 1) / l.dp * max_grads / (p.allreduce_gbps * 1e9);
-  // Backward of the last micro-batch: 2 of the 3 passes' FLOPs (3 of 4 with recomputation).
-  const double window_s = p.compute_s / p.micro_batches * (l.recompute ? 0.75 : 2.0 / 3.0);
+  // Backward of the last micro-batch: 2 of the 3 passes' FLOPs, plus the rerun (3 of 4 with
+  // --recompute block).
+  const double extra = 3.0 * (rerun - 1.0);
+  const double window_s = p.compute_s / p.micro_batches * (2.0 + extra) / (3.0 + extra);
   p.allreduce_exposed_s =
       exposed_grad_sum_s(p.allreduce_s, layer_share, layers, window_s, in.overlap_grad_sync);
   if (l.tp > 1) {
     const double tokens = static_cast<double>(rows_per_dp) * in.cfg.seq_len;
-    p.tp_comm_s = layers * (l.recompute ? 6.0 : 4.0) * 2.0 * (l.tp - 1) / l.tp * tokens *
+    // Two all-reduces per layer each way; a rerun block forward repeats its two.
+    p.tp_comm_s = layers * (l.recompute == Recompute::kBlock ? 6.0 : 4.0) * 2.0 * (l.tp - 1) / l.tp * tokens *
                   in.cfg.n_embd * es / (in.intra_node_gbps * 1e9);
   }
   p.step_s = (p.compute_s + p.tp_comm_s + p.launch_s + p.send_s) * p.bubble + p.allreduce_exposed_s;
@@ -202,9 +251,7 @@ absl::StatusOr<std::vector<Layout>> enumerate_layouts(const PlanInput& in) {
         "--gpus ", in.gpus, " is not a whole number of nodes of --gpus-per-node ",
         in.gpus_per_node, "; give a multiple of ", in.gpus_per_node));
   const int64_t rows = in.global_batch / c.seq_len;
-  std::vector<bool> recomputes;
-  if (in.recompute != "on") recomputes.push_back(false);
-  if (in.recompute != "off") recomputes.push_back(true);
+  VT_ASSIGN_OR_RETURN(const std::vector<Recompute> recomputes, recompute_modes(in.recompute));
   std::vector<Layout> out;
   std::vector<std::string> why;  // (tp, pp) pairs that leave no dp
   for (int tp : divisors(std::min(in.gpus_per_node, in.gpus))) {
@@ -218,7 +265,7 @@ absl::StatusOr<std::vector<Layout>> enumerate_layouts(const PlanInput& in) {
       for (int64_t b = 1; b <= per_dp; b *= 2) {
         if (per_dp % b != 0) break;  // powers of two: once one does not divide, none larger does
         if (b < in.min_micro_batch) continue;
-        for (bool r : recomputes) {
+        for (Recompute r : recomputes) {
           Layout l{tp, pp, dp, static_cast<int>(b), r};
           l.vpp = layout_vpp(in, l);
           out.push_back(l);
@@ -290,24 +337,29 @@ absl::StatusOr<Plan> make_plan(const PlanInput& in) {
       "no layout of %d %s GPUs fits: the smallest need is %.1f GiB per GPU (tp %d pp %d dp %d "
       "micro-batch %d%s, with the %.1f GiB allowance) against %.1f GiB (%.0f%% of %.1f GiB)",
       in.gpus, in.gpu.name, least->per_gpu() / kGiB, least->layout.tp, least->layout.pp,
-      least->layout.dp, least->layout.micro_batch, least->layout.recompute ? ", recompute" : "",
+      least->layout.dp, least->layout.micro_batch, recompute_note(least->layout.recompute),
       in.workspace_gib, cap / kGiB, 100 * (1 - in.headroom), in.gpu.memory_gib);
-  if (in.recompute == "off") {
+  if (in.recompute != "all" && in.recompute != "on" && in.recompute != "block") {
     PlanInput r = in;
-    r.recompute = "on";
-    auto need = smallest_layout(r);
-    if (need.ok() && need->fits) absl::StrAppend(&msg, "; --recompute on would fit");
+    for (const char* mode : {"mlp", "attn", "block"}) {
+      r.recompute = mode;
+      auto need = smallest_layout(r);
+      if (need.ok() && need->fits) {
+        absl::StrAppend(&msg, "; --recompute ", mode, " would fit");
+        break;
+      }
+    }
   }
   std::string more;
   for (int k = 2; k <= 64 && more.empty(); k *= 2) {
     PlanInput r = in;
     r.gpus = in.gpus * k;
-    if (in.recompute == "off") r.recompute = "both";
+    if (in.recompute != "all") r.recompute = "all";
     auto need = smallest_layout(r);
     if (need.ok() && need->fits)
       more = absl::StrFormat("; --gpus %d would fit (%.1f GiB per GPU at tp %d pp %d dp %d%s)",
                              r.gpus, need->per_gpu() / kGiB, need->layout.tp, need->layout.pp,
-                             need->layout.dp, need->layout.recompute ? ", recompute" : "");
+                             need->layout.dp, recompute_note(need->layout.recompute));
   }
   if (more.empty()) more = "; no count up to 64x as many GPUs fits either: use a smaller model or a larger GPU";
   absl::StrAppend(&msg, more);
@@ -360,8 +412,9 @@ std::vector<LayoutPlan> suggest_layouts(const PlanInput& in, const Layout& curre
       if (same(o.layout, p->layout)) return;
     out.push_back(*p);
   };
-  // The nearest: the same tp and pp, the largest micro-batch, without recomputation, then with.
-  for (bool r : {false, true}) {
+  // The nearest: the same tp and pp, the largest micro-batch, without recomputation, then with
+  // each mode from the least rerun work.
+  for (Recompute r : {Recompute::kOff, Recompute::kMlp, Recompute::kAttn, Recompute::kBlock}) {
     const LayoutPlan* best = nullptr;
     for (const LayoutPlan& p : fit)
       if (p.layout.tp == current.tp && p.layout.pp == current.pp && p.layout.recompute == r &&
@@ -369,7 +422,7 @@ std::vector<LayoutPlan> suggest_layouts(const PlanInput& in, const Layout& curre
         best = &p;
     add(best);
   }
-  // Then the planner's order (fewest days; ties: no recomputation, larger micro-batches).
+  // Then the planner's order (fewest days; ties: less recomputation, larger micro-batches).
   std::stable_sort(fit.begin(), fit.end(), by_days);
   for (const LayoutPlan& p : fit) add(&p);
   return out;

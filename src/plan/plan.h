@@ -44,7 +44,9 @@ struct PlanInput {
   double headroom = 0.1;        // fraction of GPU memory left unused
   double workspace_gib = 2;     // CUDA context, cuBLASLt workspaces, NCCL buffers, allocator slack
   DType act_dtype = DType::kBF16;
-  std::string recompute = "both";  // both | on | off
+  // Which --recompute modes to enumerate: both (off and block), on (block), off, all (off, mlp,
+  // attn, block), or one mode (attn, mlp, block).
+  std::string recompute = "both";
   int min_micro_batch = 1;         // smaller micro-batches are left out
   // Interleaved 1F1B (--vpp): model chunks per pipeline rank for the layouts that allow it
   // (pp > 1, vpp dividing the layers per stage, micro-batches a multiple of pp); the others
@@ -53,8 +55,10 @@ struct PlanInput {
   // --table-offload: the value tables (bov, bov-add, value-embed) with their gradients and
   // AdamW states in host memory; the device holds a step's rows (plan/memory_estimate.h).
   bool table_offload = false;
-  // Recomputation reruns each block's forward in backward: the step's compute grows by this
-  // factor (one more forward of ~2 of the 6 FLOPs per parameter and token).
+  // --recompute block reruns each block's forward in backward: the step's compute grows by this
+  // factor (one more forward of ~2 of the 6 FLOPs per parameter and token). attn reruns the
+  // attention core's forward (a third of its FLOPs, model/flops.h); mlp one elementwise pass
+  // (no FLOPs counted; its kernel launch is).
   double recompute_cost = 4.0 / 3.0;
   // GEMM efficiency against tokens per GEMM (plan/step_time.h; --gemm-curve replaces it).
   GemmCurve gemm_curve = default_gemm_curve();
@@ -64,7 +68,7 @@ struct PlanInput {
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1, micro_batch = 1;
-  bool recompute = false;
+  Recompute recompute = Recompute::kOff;
   int vpp = 1;  // model chunks per pipeline rank (interleaved 1F1B when > 1)
 };
 

@@ -66,7 +66,7 @@ std::string row(const LayoutPlan& l) {
   return absl::StrFormat(
       "%4d %4d %5d %4d %5d  %-9s %8.1f %7.3f %5.2f %8.3f %8.3f %8.3f %9.3f %8.3f %11.0f %8.2f %11.0f\n",
       l.layout.tp, l.layout.pp, l.layout.dp, l.layout.micro_batch, l.micro_batches,
-      l.layout.recompute ? "on" : "off", l.per_gpu() / kGiB, l.bubble, l.gemm_eff, l.launch_s,
+      recompute_name(l.layout.recompute), l.per_gpu() / kGiB, l.bubble, l.gemm_eff, l.launch_s,
       l.tp_comm_s, l.send_s, l.allreduce_exposed_s, l.step_s, l.tok_per_s, l.days, l.gpu_hours);
 }
 
@@ -93,7 +93,7 @@ std::string format_breakdown(const LayoutPlan& l) {
       "memory per GPU of tp %d pp %d dp %d micro-batch %d recompute %s (pipeline stage %d, the "
       "largest):\n",
       l.layout.tp, l.layout.pp, l.layout.dp, l.layout.micro_batch,
-      l.layout.recompute ? "on" : "off", l.stage);
+      recompute_name(l.layout.recompute), l.stage);
   auto line = [&](const char* what, double bytes) {
     absl::StrAppendFormat(&s, "  %-58s %8.2f GiB\n", what, bytes / kGiB);
   };
@@ -102,7 +102,7 @@ std::string format_breakdown(const LayoutPlan& l) {
   line("bf16 weight copy", m.compute_copy);
   line("optimizer (Muon momentum; AdamW moments / dp)", m.optimizer);
   line("activations kept for backward", m.activations);
-  line("recomputed block (--recompute)", m.recompute_transient);
+  line("rebuilt in one block's backward (--recompute)", m.recompute_transient);
   line("backward temporaries (one block)", m.backward_transient);
   line("logits and their gradient (last stage; freed before the", m.logits);
   absl::StrAppendFormat(&s, "    blocks' backward: this or the two above count, the larger)\n");
@@ -116,7 +116,7 @@ std::string format_breakdown(const LayoutPlan& l) {
 
 std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts) {
   std::string s = header(in, p);
-  std::set<std::tuple<int, int, int, bool>> seen;
+  std::set<std::tuple<int, int, int, Recompute>> seen;
   std::vector<const LayoutPlan*> shown;
   for (const LayoutPlan& l : p.fitting) {
     if (!seen.insert({l.layout.tp, l.layout.pp, l.layout.dp, l.layout.recompute}).second) continue;
@@ -165,7 +165,10 @@ std::string format_stage_memory(const PlanInput& in, const Layout& l) {
   for (int i = 0; i < static_cast<int>(stages.size()); ++i) {
     const auto [begin, end] = stage_layers(in.cfg.n_layer, l.pp, i);
     absl::StrAppendFormat(&s, "tp %d pp %d dp %d micro-batch %d%s%s stage %d (layers %d..%d): %s\n",
-                          l.tp, l.pp, l.dp, l.micro_batch, l.recompute ? " recompute" : "",
+                          l.tp, l.pp, l.dp, l.micro_batch,
+                          l.recompute == Recompute::kOff
+                              ? std::string()
+                              : absl::StrCat(" recompute ", recompute_name(l.recompute)),
                           l.vpp > 1 ? absl::StrCat(" vpp ", l.vpp) : "", i, begin, end - 1,
                           stages[i].to_string());
   }
@@ -179,7 +182,7 @@ std::string stage_memory_json(const PlanInput& in, const Layout& l) {
     const MemoryEstimate& m = stages[i];
     const auto [begin, end] = stage_layers(in.cfg.n_layer, l.pp, i);
     nlohmann::json j = {{"tp", l.tp}, {"pp", l.pp}, {"vpp", l.vpp}, {"dp", l.dp},
-                        {"micro_batch", l.micro_batch}, {"recompute", l.recompute},
+                        {"micro_batch", l.micro_batch}, {"recompute", recompute_name(l.recompute)},
                         {"stage", i}, {"layer_begin", begin}, {"layer_end", end},
                         {"params_bytes", m.params}, {"grads_bytes", m.grads},
                         {"bf16_copy_bytes", m.compute_copy}, {"optimizer_bytes", m.optimizer},
@@ -195,7 +198,7 @@ std::string stage_memory_json(const PlanInput& in, const Layout& l) {
 std::string layout_json(const LayoutPlan& l) {
   const MemoryEstimate& m = l.mem;
   nlohmann::json j = {{"tp", l.layout.tp}, {"pp", l.layout.pp}, {"vpp", l.layout.vpp}, {"dp", l.layout.dp},
-                      {"micro_batch", l.layout.micro_batch}, {"recompute", l.layout.recompute},
+                      {"micro_batch", l.layout.micro_batch}, {"recompute", recompute_name(l.layout.recompute)},
                       {"micro_batches", l.micro_batches}, {"stage", l.stage},
                       {"params_bytes", m.params}, {"grads_bytes", m.grads},
                       {"bf16_copy_bytes", m.compute_copy}, {"optimizer_bytes", m.optimizer},

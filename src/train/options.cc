@@ -23,7 +23,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"polar_express", polar_express}, {"device", device},
           {"muon_wd", muon_wd}, {"muon_wd_style", muon_wd_style}, {"muon_wd_scale", muon_wd_scale},
           {"muon_momentum", muon_momentum},
-          {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute},
+          {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute_name(recompute)},
           {"table_offload", table_offload},
           {"muon_ns_dtype", muon_ns_dtype}, {"core_every", core_every}, {"core_dir", core_dir}};
 }

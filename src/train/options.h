@@ -9,6 +9,7 @@
 #include "core/flags.h"
 #include "data/mixture.h"
 #include "model/config.h"
+#include "model/recompute.h"
 #include "nlohmann/json.hpp"
 
 namespace vt {
@@ -74,7 +75,7 @@ struct TrainOptions {
   std::string act_dtype = "default";
   std::string device_comm = "auto";
   bool table_offload = false;  // value tables and their AdamW states in host memory
-  bool recompute = false;  // rerun each block's forward in backward instead of saving it
+  Recompute recompute = Recompute::kOff;  // --recompute: what backward reruns (model/recompute.h)
   bool profile = false;    // per-op host time per step, printed at the end (core/op_profile.h)
   bool overlap_grad_sync = true;
   std::string muon_ns_dtype = "default";  // f32 | bf16 (default: bf16 on cuda, else f32)

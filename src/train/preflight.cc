@@ -32,7 +32,7 @@ float host_key() {
 // The flags that give layout `l` to `vtrain train` on the same ranks (the global batch kept).
 std::string layout_flags(const plan::Layout& l, const TrainOptions& o) {
   std::string s = absl::StrCat("--tp ", l.tp, " --pp ", l.pp, " --micro-batch ", l.micro_batch);
-  if (l.recompute) absl::StrAppend(&s, " --recompute");
+  if (l.recompute != Recompute::kOff) absl::StrAppend(&s, " --recompute ", recompute_name(l.recompute));
   if (l.vpp > 1) absl::StrAppend(&s, " --vpp ", l.vpp);
   else if (o.vpp > 1) absl::StrAppend(&s, " --vpp 1");
   if (static_cast<int64_t>(l.micro_batch) * l.dp * o.model.seq_len != o.global_batch)
@@ -79,6 +79,7 @@ std::string refusal_detail(const std::vector<float>& parts, const std::vector<fl
   in.act_dtype = act_dtype;
   in.vpp = o.vpp;
   in.table_offload = o.table_offload;
+  in.recompute = "all";  // the selective modes too
   const std::vector<plan::LayoutPlan> fit = plan::suggest_layouts(in, cur, 3);
   if (fit.empty()) {
     auto least = plan::smallest_layout(in);
@@ -169,7 +170,8 @@ absl::Status check_memory_fits(const MemoryEstimate& estimate, const TrainOption
         absl::StrFormat("%.2f", (per_device ? mine : mine + estimate.host_tables) / kGiB), " GiB",
         sharing > 1 ? absl::StrFormat(", %.2f GiB for the %d ranks on its host", need / kGiB, sharing) : "",
         ", but ", pool, "; lower --micro-batch or --seq-len, spread the model over more ranks "
-        "(--tp, --pp), use --recompute, or pass --skip-memory-check to start anyway",
+        "(--tp, --pp), use --recompute mlp|attn|block, or pass --skip-memory-check to start "
+        "anyway",
         refusal_detail(parts, stages, cap, o, shape, act_dtype, n)));
   }
   if (o.skip_memory_check && !st.ok()) {

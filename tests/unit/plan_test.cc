@@ -35,7 +35,8 @@ PlanInput small_input() {
   return in;
 }
 
-const LayoutPlan& find(const Plan& p, int tp, int pp, int dp, int mb, bool r) {
+const LayoutPlan& find(const Plan& p, int tp, int pp, int dp, int mb,
+                       Recompute r = Recompute::kOff) {
   for (const LayoutPlan& l : p.layouts)
     if (l.layout.tp == tp && l.layout.pp == pp && l.layout.dp == dp &&
         l.layout.micro_batch == mb && l.layout.recompute == r)
@@ -94,6 +95,41 @@ PlanInput plain_cost(PlanInput in) {
   return in;
 }
 
+// --recompute all weighs the selective modes too: attn reruns the attention core's forward (a
+// third of the attention FLOPs, no communication) and 3 kernels per layer, mlp one elementwise
+// kernel (no FLOPs counted); each keeps less than off and more than block.
+TEST(Plan, SelectiveRecomputeCostsItsRerun) {
+  PlanInput in = plain_cost(small_input());
+  in.recompute = "all";
+  in.launch_us = 4;
+  auto ls = enumerate_layouts(in);
+  ASSERT_TRUE(ls.ok()) << ls.status();
+  EXPECT_EQ(ls->size(), 108u);  // EnumeratesTheLayoutsByHand's 27, four times
+  auto p = make_plan(in);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const LayoutPlan& off = find(*p, 2, 4, 1, 4);
+  const LayoutPlan& attn = find(*p, 2, 4, 1, 4, Recompute::kAttn);
+  const LayoutPlan& mlp = find(*p, 2, 4, 1, 4, Recompute::kMlp);
+  const LayoutPlan& block = find(*p, 2, 4, 1, 4, Recompute::kBlock);
+  const double fpt = flops_per_token(in.cfg), mp = static_cast<double>(matmul_params(in.cfg));
+  EXPECT_NEAR(attn.compute_s / off.compute_s, 1 + (fpt - 6 * mp) / (3 * fpt), 1e-12);
+  EXPECT_DOUBLE_EQ(mlp.compute_s, off.compute_s);
+  // 1 layer per stage x 8 micro-batches x 4 us per launch.
+  EXPECT_NEAR(attn.launch_s - off.launch_s, 3 * 1 * 8 * 4e-6, 1e-15);
+  EXPECT_NEAR(mlp.launch_s - off.launch_s, 1 * 1 * 8 * 4e-6, 1e-15);
+  EXPECT_DOUBLE_EQ(attn.tp_comm_s, off.tp_comm_s);
+  EXPECT_DOUBLE_EQ(mlp.tp_comm_s, off.tp_comm_s);
+  EXPECT_GT(block.tp_comm_s, off.tp_comm_s);
+  for (const LayoutPlan* l : {&attn, &mlp}) {
+    EXPECT_LT(l->mem.activations, off.mem.activations);
+    EXPECT_GT(l->mem.activations, block.mem.activations);
+    EXPECT_GT(l->mem.recompute_transient, 0.0);
+  }
+  in.recompute = "sometimes";
+  const absl::Status bad = enumerate_layouts(in).status();
+  EXPECT_NE(bad.message().find("--recompute 'sometimes'"), std::string::npos) << bad;
+}
+
 TEST(Plan, BubbleStepTimeAndDaysFollowTheFormula) {
   PlanInput in = plain_cost(small_input());
   auto p = make_plan(in);
@@ -102,7 +138,7 @@ TEST(Plan, BubbleStepTimeAndDaysFollowTheFormula) {
   // tp 2, pp 4, dp 1, micro-batch 4: 32 rows / 4 = 8 micro-batches, bubble 1 + 3/8; no
   // data-parallel all-reduce; tensor parallel: 1 layer per stage x 4 all-reduces x 2 (2-1)/2 x
   // 8192 tokens x 128 x 2 bytes (bf16) at 400 GB/s.
-  const LayoutPlan& a = find(*p, 2, 4, 1, 4, false);
+  const LayoutPlan& a = find(*p, 2, 4, 1, 4);
   EXPECT_EQ(a.micro_batches, 8);
   EXPECT_DOUBLE_EQ(a.bubble, 1.375);
   EXPECT_DOUBLE_EQ(a.allreduce_s, 0.0);
@@ -119,12 +155,12 @@ TEST(Plan, BubbleStepTimeAndDaysFollowTheFormula) {
   EXPECT_NEAR(a.days, 1e9 / tok_s / 86400, 1e-9 * a.days);
   EXPECT_NEAR(a.gpu_hours, 1e9 / tok_s / 3600 * 8, 1e-9 * a.gpu_hours);
   // Recomputation costs a third more compute and reruns the forward's two all-reduces.
-  const LayoutPlan& ar = find(*p, 2, 4, 1, 4, true);
+  const LayoutPlan& ar = find(*p, 2, 4, 1, 4, Recompute::kBlock);
   EXPECT_NEAR(ar.step_s, (compute * 4 / 3 + tp_s * 6 / 4 + send_s) * 1.375, 1e-12 * compute);
 
   // tp 1, pp 1, dp 8, micro-batch 2: 4 rows / 2 = 2 micro-batches, bubble 1; the all-reduce moves
   // 2 (8-1)/8 x the fp32 gradients of the whole model at 400 GB/s (8 GPUs in one node).
-  const LayoutPlan& b = find(*p, 1, 1, 8, 2, false);
+  const LayoutPlan& b = find(*p, 1, 1, 8, 2);
   EXPECT_EQ(b.micro_batches, 2);
   EXPECT_DOUBLE_EQ(b.bubble, 1.0);
   EXPECT_DOUBLE_EQ(b.tp_comm_s, 0.0);
@@ -138,7 +174,7 @@ TEST(Plan, BubbleStepTimeAndDaysFollowTheFormula) {
   // Across nodes (2 GPUs per node: tp 1 x dp 8 spans 4 nodes) at 50 GB/s.
   PlanInput multi = in;
   multi.gpus_per_node = 2;
-  const LayoutPlan c = plan_layout(multi, Layout{1, 1, 8, 2, false});
+  const LayoutPlan c = plan_layout(multi, Layout{1, 1, 8, 2, Recompute::kOff});
   EXPECT_NEAR(c.allreduce_s, 2.0 * 7 / 8 * grads / 50e9, 1e-15);
   // Fastest first.
   for (size_t i = 1; i < p->fitting.size(); ++i)
@@ -155,8 +191,8 @@ TEST(Plan, GemmCurveLowersSmallMicroBatchesOnly) {
   // The tiny model's T = 256: micro-batch 1 is 256 tokens per GEMM, micro-batch 8 is 2048.
   PlanInput in = small_input();
   in.launch_us = 0;
-  const LayoutPlan small = plan_layout(in, Layout{1, 1, 8, 1, false});
-  const LayoutPlan large = plan_layout(in, Layout{1, 1, 4, 8, false});
+  const LayoutPlan small = plan_layout(in, Layout{1, 1, 8, 1, Recompute::kOff});
+  const LayoutPlan large = plan_layout(in, Layout{1, 1, 4, 8, Recompute::kOff});
   EXPECT_NEAR(small.gemm_eff, c.at(256), 1e-12);
   EXPECT_NEAR(large.gemm_eff, 1.0, 1e-12);
   const double fpt = flops_per_token(in.cfg);
@@ -167,9 +203,9 @@ TEST(Plan, KernelLaunchesCostPerLayerAndMicroBatch) {
   PlanInput in = plain_cost(small_input());
   in.launch_us = 5;
   // tp 1 pp 2 dp 4 micro-batch 2: 8 rows per dp rank -> 4 micro-batches; 2 layers per stage.
-  const LayoutPlan l = plan_layout(in, Layout{1, 2, 4, 2, false});
+  const LayoutPlan l = plan_layout(in, Layout{1, 2, 4, 2, Recompute::kOff});
   EXPECT_NEAR(l.launch_s, 5e-6 * kKernelsPerLayerPass * 2 * 4, 1e-15);
-  const LayoutPlan r = plan_layout(in, Layout{1, 2, 4, 2, true});
+  const LayoutPlan r = plan_layout(in, Layout{1, 2, 4, 2, Recompute::kBlock});
   EXPECT_NEAR(r.launch_s, 5e-6 * kKernelsPerLayerPass * 2 * 4 * 4 / 3, 1e-15);
   const double base = (l.compute_s + l.tp_comm_s + l.send_s) * l.bubble + l.allreduce_exposed_s;
   EXPECT_NEAR(l.step_s, base + l.launch_s * l.bubble, 1e-12);
@@ -184,9 +220,9 @@ TEST(Plan, BackwardHidesTheLayersGradientSums) {
   // In a layout: dp 8, one micro-batch per step, so the window is the whole step's backward.
   PlanInput in = small_input();
   in.launch_us = 0;
-  const LayoutPlan over = plan_layout(in, Layout{1, 1, 8, 4, false});
+  const LayoutPlan over = plan_layout(in, Layout{1, 1, 8, 4, Recompute::kOff});
   in.overlap_grad_sync = false;
-  const LayoutPlan after = plan_layout(in, Layout{1, 1, 8, 4, false});
+  const LayoutPlan after = plan_layout(in, Layout{1, 1, 8, 4, Recompute::kOff});
   EXPECT_EQ(over.micro_batches, 1);
   EXPECT_NEAR(after.allreduce_exposed_s, after.allreduce_s, 1e-15);
   EXPECT_LT(over.allreduce_exposed_s, after.allreduce_s);
@@ -223,7 +259,7 @@ TEST(Plan, GemmCurveFileIsReadAndCheckedByName) {
 
 TEST(Plan, MemoryIsTheLargestStagePlusTheAllowance) {
   PlanInput in = small_input();
-  const Layout l{1, 2, 4, 8, false};
+  const Layout l{1, 2, 4, 8, Recompute::kOff};
   const std::vector<MemoryEstimate> st = stage_memory(in, l);
   ASSERT_EQ(st.size(), 2u);
   const LayoutPlan p = plan_layout(in, l);
@@ -311,20 +347,20 @@ TEST(Plan, InterleavedBubbleWhereTheLayoutAllowsIt) {
   auto p = make_plan(in);
   ASSERT_TRUE(p.ok()) << p.status();
   // tp 1, pp 2, dp 4, micro-batch 2: 8 rows per dp rank / 2 = 4 micro-batches: 1 + 1/(2 x 4).
-  const LayoutPlan& a = find(*p, 1, 2, 4, 2, false);
+  const LayoutPlan& a = find(*p, 1, 2, 4, 2);
   EXPECT_EQ(a.layout.vpp, 2);
   EXPECT_EQ(a.micro_batches, 4);
   EXPECT_DOUBLE_EQ(a.bubble, 1.125);
   // micro-batch 8: one micro-batch, not a multiple of pp: plain, bubble 1 + 1/1.
-  const LayoutPlan& b = find(*p, 1, 2, 4, 8, false);
+  const LayoutPlan& b = find(*p, 1, 2, 4, 8);
   EXPECT_EQ(b.layout.vpp, 1);
   EXPECT_DOUBLE_EQ(b.bubble, 2.0);
-  const LayoutPlan& c = find(*p, 2, 4, 1, 4, false);
+  const LayoutPlan& c = find(*p, 2, 4, 1, 4);
   EXPECT_EQ(c.layout.vpp, 1);
   EXPECT_DOUBLE_EQ(c.bubble, 1.375);
   // The interleaved layout keeps more (smaller) passes in flight: stage 0 of pp 2 holds
   // (2-0-1) 2 + (2-1) 2 + 1 = 5 chunk passes = 2.5 stage passes against plain 1F1B's 2.
-  Layout l{1, 2, 4, 2, false};
+  Layout l{1, 2, 4, 2, Recompute::kOff};
   const double plain = stage_memory(in, l)[0].activations;
   l.vpp = 2;
   EXPECT_NEAR(stage_memory(in, l)[0].activations / plain, 2.5 / 2.0, 1e-12);
@@ -337,8 +373,8 @@ TEST(Plan, SuggestedLayoutsFitNearestFirst) {
   in.workspace_gib = 0;
   in.headroom = 0;
   // Exactly the need of tp 1 pp 1 dp 8 micro-batch 2: micro-batch 4 (more activations) is over.
-  const Layout refused{1, 1, 8, 4, false};
-  const double cap = plan_layout(in, Layout{1, 1, 8, 2, false}).per_gpu();
+  const Layout refused{1, 1, 8, 4, Recompute::kOff};
+  const double cap = plan_layout(in, Layout{1, 1, 8, 2, Recompute::kOff}).per_gpu();
   in.gpu = GpuSpec{"custom", cap / kGiB, 100};
   ASSERT_FALSE(plan_layout(in, refused).fits);
   const std::vector<LayoutPlan> s = suggest_layouts(in, refused, 3);
@@ -347,8 +383,8 @@ TEST(Plan, SuggestedLayoutsFitNearestFirst) {
   EXPECT_EQ(s[0].layout.tp, 1);
   EXPECT_EQ(s[0].layout.pp, 1);
   EXPECT_EQ(s[0].layout.micro_batch, 2);
-  EXPECT_FALSE(s[0].layout.recompute);
-  std::set<std::tuple<int, int, int, int, bool>> seen;
+  EXPECT_EQ(s[0].layout.recompute, Recompute::kOff);
+  std::set<std::tuple<int, int, int, int, Recompute>> seen;
   for (const LayoutPlan& l : s) {
     EXPECT_TRUE(l.fits);
     EXPECT_LE(l.per_gpu(), cap);
@@ -372,19 +408,19 @@ TEST(Plan, SuggestedLayoutsFitNearestFirst) {
 
 TEST(Plan, CheckLayoutNamesWhatToChange) {
   PlanInput in = small_input();  // 4 heads, 2 KV heads, 4 layers, 32 rows of 256
-  EXPECT_TRUE(check_layout(in, Layout{2, 2, 2, 16, false}).ok());
+  EXPECT_TRUE(check_layout(in, Layout{2, 2, 2, 16, Recompute::kOff}).ok());
   auto msg = [&](const Layout& l) { return std::string(check_layout(in, l).message()); };
-  EXPECT_NE(msg(Layout{4, 1, 2, 1, false}).find("tp 4 must divide --heads 4 and --kv-heads 2"),
+  EXPECT_NE(msg(Layout{4, 1, 2, 1, Recompute::kOff}).find("tp 4 must divide --heads 4 and --kv-heads 2"),
             std::string::npos);
-  EXPECT_NE(msg(Layout{1, 3, 1, 1, false}).find("pp 3 must divide --layers 4"), std::string::npos);
-  EXPECT_NE(msg(Layout{1, 1, 8, 3, false}).find("24 rows does not divide the 32 rows"),
+  EXPECT_NE(msg(Layout{1, 3, 1, 1, Recompute::kOff}).find("pp 3 must divide --layers 4"), std::string::npos);
+  EXPECT_NE(msg(Layout{1, 1, 8, 3, Recompute::kOff}).find("24 rows does not divide the 32 rows"),
             std::string::npos);
   in.gpus_per_node = 1;
-  EXPECT_NE(msg(Layout{2, 1, 1, 1, false}).find("more than --gpus-per-node 1"), std::string::npos);
+  EXPECT_NE(msg(Layout{2, 1, 1, 1, Recompute::kOff}).find("more than --gpus-per-node 1"), std::string::npos);
   // Any micro-batch dividing the rows, not only the powers of two the enumeration tries.
   in = small_input();
   in.global_batch = 24 * 256;
-  EXPECT_TRUE(check_layout(in, Layout{1, 1, 1, 3, false}).ok());
+  EXPECT_TRUE(check_layout(in, Layout{1, 1, 1, 3, Recompute::kOff}).ok());
 }
 
 }  // namespace
