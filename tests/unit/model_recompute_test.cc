@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "../support/step_runner.h"
+#include "model/recompute.h"
 #include "model_test_util.h"
 
 namespace vt {
