@@ -103,6 +103,11 @@ def parse_args(argv: list[str]):
                    help="vtrain binary ($VTRAIN_BUILD/vtrain, else <repo>/build/vtrain)")
     p.add_argument("--no-ckpt", action="store_true",
                    help="do not keep a final checkpoint per mode in OUT/ckpt/MODE")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: rebuild the table and plot from the runs OUT already holds "
+                        "(the same arms, seeds, depths and steps as the run that made it; a run "
+                        "whose metrics stop short of --steps, or that never started, is left "
+                        "out and named)")
     p.add_argument("--keep-going", action="store_true",
                    help="when a run fails, finish the others and report it in the table "
                         "(exit status stays non-zero)")
@@ -600,6 +605,27 @@ def plot(rows: list[dict], path: Path, title: str, ref_name: str | None = None,
 
 # ----------------------------------------------------------------------------- driver
 
+def adopt_finished(runs: list[Run], args) -> list[Run]:
+    """--report-only: a run whose metrics file reached --steps with an evaluation after its last
+    step counts as finished (exit status 0, its parameter count from its log); the others are
+    left out of the table and named. Returns no failures: nothing ran."""
+    missing = []
+    for r in runs:
+        train, evals = read_metrics(r.metrics)
+        if train and train[-1]["step"] >= args.steps and evals and evals[-1].get("step") == train[-1]["step"]:
+            r.returncode = 0
+            if r.log.exists():
+                for line in r.log.read_text(errors="replace").splitlines():
+                    if m := PARAMS_RE.search(line):
+                        r.params_m = float(m.group(1))
+                        break
+        else:
+            missing.append(r.mode)
+    print(f"ablate: --report-only: {len(runs) - len(missing)} of {len(runs)} runs finished"
+          + (f"; left out (unfinished or never started): {', '.join(missing)}" if missing else ""),
+          flush=True)
+    return []
+
 def run_all(runs: list[Run], args) -> list[Run]:
     """Runs up to --jobs at a time; returns the failed runs (stops at the first unless
     --keep-going). Prints one progress line per run: live on a terminal, every 10% otherwise."""
@@ -674,12 +700,15 @@ def main(argv: list[str]) -> int:
           + (f", {args.threads} thread(s) per run" if args.threads else "")
           + (f"\n  extra: {shlex.join(args.extra)}" if args.extra else ""), flush=True)
     t0 = time.time()
-    try:
-        failed = run_all(runs, args)
-    except KeyboardInterrupt:
-        for r in runs:
-            r.kill()
-        raise
+    if args.report_only:
+        failed = adopt_finished(runs, args)
+    else:
+        try:
+            failed = run_all(runs, args)
+        except KeyboardInterrupt:
+            for r in runs:
+                r.kill()
+            raise
     if failed and not args.keep_going:
         raise AblateError(f"stopped: run '{failed[0].mode}' failed (see above); no table written")
     (out / "runs.json").write_text(json.dumps(

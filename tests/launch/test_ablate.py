@@ -116,6 +116,33 @@ def test_blocks_over_seeds_and_depths(data_dir, tmp_path):
     assert (out / "ablate.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_report_only_rebuilds_the_table_of_an_interrupted_ablation(data_dir, tmp_path):
+    # Two seeds of two arms trained; then the table is rebuilt from the directory alone after one
+    # run's metrics are cut short (as an interrupted ablation leaves them) and its seed-2 partner
+    # never ran: the finished runs give the same rows, the others are named and left out.
+    out = tmp_path / "ablate"
+    args = ["--data", data_dir, "--modes", "baseline,resformer-identity", "--seeds", "1,2",
+            "--steps", 4, "--eval-every", 2, "--out", out, "--no-ckpt", "--", *TINY]
+    r = run_ablate(*args, timeout=240)
+    assert r.returncode == 0, f"ablate.py failed:\n{r.stdout}\n{r.stderr}"
+    full = (out / "ablate.md").read_text()
+    cut = out / "resformer-identity_s2.jsonl"
+    lines = cut.read_text().splitlines(keepends=True)
+    cut.write_text("".join(l for l in lines if '"step": 4' not in l and '"step":4' not in l))
+    (out / "ablate.md").unlink()
+    r = run_ablate("--report-only", *args)
+    assert r.returncode == 0, f"ablate.py --report-only failed:\n{r.stdout}\n{r.stderr}"
+    assert "3 of 4 runs finished" in r.stdout and "resformer-identity_s2" in r.stdout, r.stdout
+    md = (out / "ablate.md").read_text()
+    rows = {l.split("|")[1].strip(): l for l in md.splitlines() if l.startswith("| ") and
+            not l.startswith("| run")}
+    full_rows = {l.split("|")[1].strip(): l for l in full.splitlines() if l.startswith("| ") and
+                 not l.startswith("| run")}
+    # baseline: both seeds in both tables; its bpb column is the same.
+    assert rows["baseline"].split("|")[5] == full_rows["baseline"].split("|")[5], (md, full)
+    assert "(1)" in rows["resformer-identity"], md  # one paired seed left
+
+
 def test_failed_run_is_reported_with_its_error(data_dir, tmp_path):
     r = run_ablate("--data", data_dir, "--modes", "baseline,no-such-mode", "--steps", 2,
                    "--out", tmp_path / "bad", "--", *TINY)
