@@ -74,6 +74,7 @@ OP_TO_ROWS: dict[str, tuple[str, ...]] = {
                            "attention backward dK dV"),
     "rmsnorm": ("rmsnorm forward (x, q, k)",),
     "rmsnorm_backward": ("rmsnorm backward (x, q, k)",),
+    "add_rmsnorm": ("residual add + rmsnorm forward (fused)",),
     "rope": ("rope forward + backward",),
     "rope_backward": ("rope forward + backward",),
     "relu2": ("relu^2 forward + backward",),
@@ -81,7 +82,7 @@ OP_TO_ROWS: dict[str, tuple[str, ...]] = {
     "relu": ("relu^2 forward + backward",),  # --mlp-act relu: the same place in the step
     "relu_backward": ("relu^2 forward + backward",),
     "axpy": ("residual adds (axpy)", "backward adds and value gradient"),
-    "tensor_copy": ("copies (x saved twice, value copy)",),
+    "tensor_copy": ("copies (block input x, value copy)",),
     "embedding": ("embedding gather + scatter-add",),
     "embedding_backward": ("embedding gather + scatter-add",),
     "xent_partial": ("cross entropy forward + backward",),
