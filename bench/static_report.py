@@ -205,8 +205,9 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
     add("residual adds (axpy)", "axpy_kernel<bf16>", L * 2 * N * C, L * 3 * e * N * C, calls=L)
     add("copies (block input x, value copy)", "cudaMemcpyAsync", 0,
         L * (2 * e * N * C + 2 * e * N * kvd), calls=2 * L)
-    add("backward adds and value gradient", "axpy_kernel<bf16>", L * 2 * N * (C + kvd),
-        L * 3 * e * N * (C + kvd), calls=2 * L)
+    # No backward adds: the residual gradient is added inside rmsnorm_backward (accumulate), and
+    # the baseline's attention and MLP backward accumulate their input gradients in the GEMMs
+    # (`vtrain train --profile`: axpy runs L times per step, all of them the forward MLP add).
     # Embedding, final norm, cross entropy.
     add("embedding gather + scatter-add", "gather_kernel<bf16>", N * C,
         F32 * N * C + e * N * C + e * N * C + F32 * 2 * N * C, calls=2)
