@@ -187,8 +187,14 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
 
     # Memory-bound kernels of the blocks (bf16 activations; rstd and statistics fp32).
     e = BF16
-    add("rmsnorm forward (x, q, k)", "rmsnorm_forward_kernel<bf16>", L * 3 * N * (2 * C + qd + kvd),
-        L * (e * 2 * (2 * N * C + N * qd + N * kvd) + F32 * N * (2 + H + Hkv)), calls=4 * L)
+    # The prenorm block's attention residual add and the MLP's norm are one kernel
+    # (ops::add_rmsnorm): x and the attention output read once; x, the norm's saved copy of x
+    # and n written once (before: axpy 3 passes, the copy 2, rmsnorm 2). The block's input norm
+    # and the MLP residual add stay unfused (the add ends the block, the norm starts the next).
+    add("residual add + rmsnorm forward (fused)", "add_rmsnorm_forward_kernel<bf16>",
+        L * 4 * N * C, L * (e * 5 * N * C + F32 * N), calls=L)
+    add("rmsnorm forward (x, q, k)", "rmsnorm_forward_kernel<bf16>", L * 3 * N * (C + qd + kvd),
+        L * (e * 2 * (N * C + N * qd + N * kvd) + F32 * N * (1 + H + Hkv)), calls=3 * L)
     add("rmsnorm backward (x, q, k)", "rmsnorm_backward_kernel<bf16>",
         L * 6 * N * (2 * C + qd + kvd),
         L * (e * (4 * 2 * N * C + 3 * (N * qd + N * kvd)) + F32 * N * (2 + H + Hkv)), calls=4 * L)
@@ -196,12 +202,12 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
         L * 2 * (e * 2 * (N * qd + N * kvd) + 8 * T * hd // 2), calls=4 * L)
     add("relu^2 forward + backward", "relu2_forward_kernel<bf16>", L * 3 * N * F,
         L * e * (2 * N * F + 3 * N * F), calls=2 * L)
-    add("residual adds (axpy)", "axpy_kernel<bf16>", L * 2 * 2 * N * C, L * 2 * 3 * e * N * C,
-        calls=2 * L)
-    add("copies (x saved twice, value copy)", "cudaMemcpyAsync", 0,
-        L * (2 * 2 * e * N * C + 2 * e * N * kvd), calls=3 * L)
-    add("backward adds and value gradient", "axpy_kernel<bf16>", L * 2 * N * (C + kvd),
-        L * 3 * e * N * (C + kvd), calls=2 * L)
+    add("residual adds (axpy)", "axpy_kernel<bf16>", L * 2 * N * C, L * 3 * e * N * C, calls=L)
+    add("copies (block input x, value copy)", "cudaMemcpyAsync", 0,
+        L * (2 * e * N * C + 2 * e * N * kvd), calls=2 * L)
+    # No backward adds: the residual gradient is added inside rmsnorm_backward (accumulate), and
+    # the baseline's attention and MLP backward accumulate their input gradients in the GEMMs
+    # (`vtrain train --profile`: axpy runs L times per step, all of them the forward MLP add).
     # Embedding, final norm, cross entropy.
     add("embedding gather + scatter-add", "gather_kernel<bf16>", N * C,
         F32 * N * C + e * N * C + e * N * C + F32 * 2 * N * C, calls=2)

@@ -61,10 +61,10 @@ CALIBRATION_NOTE = ("read by `vtrain plan --calibrate FILE` (the --preset entry'
 # Right: the row names of bench/static_report.py, the add("...") calls of step_rows and the
 #   Row("...") entries of optimizer_rows. Several ops may sum into one row. An op whose time
 #   covers several rows (gemm: every GEMM of the step and Muon's; attention_backward: its three
-#   kernels; axpy: the forward residual adds and the backward adds) cannot be split by the
-#   profile: those rows are measured together, under the key "ROW & ROW & ..." (the static
-#   report shows no single row for it; row names contain "+" but no "&"). () = an op the static
-#   report models no row for; it goes under "(unmapped) <op>" like an op missing from this table.
+#   kernels) cannot be split by the profile: those rows are measured together, under the key
+#   "ROW & ROW & ..." (the static report shows no single row for it; row names contain "+" but no
+#   "&"). () = an op the static report models no row for; it goes under "(unmapped) <op>" like an
+#   op missing from this table.
 # tests/launch/test_window_results.py checks both sides against those files.
 OP_TO_ROWS: dict[str, tuple[str, ...]] = {
     "gemm": ("GEMM forward (x W)", "GEMM backward dx (dy W^T)", "GEMM backward dW (x^T dy, fp32)",
@@ -74,14 +74,15 @@ OP_TO_ROWS: dict[str, tuple[str, ...]] = {
                            "attention backward dK dV"),
     "rmsnorm": ("rmsnorm forward (x, q, k)",),
     "rmsnorm_backward": ("rmsnorm backward (x, q, k)",),
+    "add_rmsnorm": ("residual add + rmsnorm forward (fused)",),
     "rope": ("rope forward + backward",),
     "rope_backward": ("rope forward + backward",),
     "relu2": ("relu^2 forward + backward",),
     "relu2_backward": ("relu^2 forward + backward",),
     "relu": ("relu^2 forward + backward",),  # --mlp-act relu: the same place in the step
     "relu_backward": ("relu^2 forward + backward",),
-    "axpy": ("residual adds (axpy)", "backward adds and value gradient"),
-    "tensor_copy": ("copies (x saved twice, value copy)",),
+    "axpy": ("residual adds (axpy)",),
+    "tensor_copy": ("copies (block input x, value copy)",),
     "embedding": ("embedding gather + scatter-add",),
     "embedding_backward": ("embedding gather + scatter-add",),
     "xent_partial": ("cross entropy forward + backward",),

@@ -15,6 +15,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/check.h"
 
 namespace vt::cpu {
@@ -80,9 +81,27 @@ void rmsnorm_forward(const T* x, T* y, T* rstd, int64_t rows, int64_t C, T scale
   }
 }
 
+// a + b as a bf16 tensor stores it (round_bf16) or exactly.
+template <class T>
+inline T rounded_sum(T a, T b, bool round_bf16) {
+  const T s = a + b;
+  return round_bf16 ? T(round_to_bf16(float(s))) : s;
+}
+
 template <class T>
 void rmsnorm_backward(const T* x, const T* rstd, const T* dy, T* dx, int64_t rows, int64_t C,
-                      T scale, bool accumulate) {
+                      T scale, bool accumulate, const T* dy2, bool round_bf16) {
+  if (dy2 != nullptr) {
+    // g = dy + dy2, formed per row into a row buffer (never a tensor), then as below.
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *dyr = dy + r * C, *dy2r = dy2 + r * C;
+      std::vector<T> g(static_cast<size_t>(C));
+      for (int64_t c = 0; c < C; ++c) g[c] = rounded_sum(dyr[c], dy2r[c], round_bf16);
+      rmsnorm_backward<T>(x + r * C, rstd + r, g.data(), dx + r * C, 1, C, scale, accumulate);
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (rows * C >= kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * C;
@@ -99,6 +118,19 @@ void rmsnorm_backward(const T* x, const T* rstd, const T* dy, T* dx, int64_t row
     } else {
       for (int64_t c = 0; c < C; ++c) dxr[c] = a * (dyr[c] - xr[c] * b);
     }
+  }
+}
+
+template <class T>
+void add_rmsnorm_forward(T* x, const T* delta, T* keep, T* y, T* rstd, int64_t rows, int64_t C,
+                         T scale, double eps, bool round_bf16) {
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    T* xr = x + r * C;
+    const T* dr = delta + r * C;
+    for (int64_t c = 0; c < C; ++c) xr[c] = rounded_sum(xr[c], dr[c], round_bf16);
+    if (keep != nullptr) std::memcpy(keep + r * C, xr, sizeof(T) * size_t(C));
+    rmsnorm_forward<T>(xr, y + r * C, rstd + r, 1, C, scale, eps);
   }
 }
 
@@ -395,7 +427,10 @@ void xent_backward<float>(const float* logits, int64_t N, int64_t ld, int64_t n_
   template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*,   \
                         int64_t, T, T*, int64_t);                                                \
   template void rmsnorm_forward<T>(const T*, T*, T*, int64_t, int64_t, T, double);               \
-  template void rmsnorm_backward<T>(const T*, const T*, const T*, T*, int64_t, int64_t, T, bool); \
+  template void rmsnorm_backward<T>(const T*, const T*, const T*, T*, int64_t, int64_t, T, bool,  \
+                                    const T*, bool);                                             \
+  template void add_rmsnorm_forward<T>(T*, const T*, T*, T*, T*, int64_t, int64_t, T, double,    \
+                                       bool);                                                    \
   template void rope_forward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, double,        \
                                 int64_t);                                                        \
   template void rope_backward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, double,       \

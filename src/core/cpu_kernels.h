@@ -20,10 +20,19 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
 // y may alias x. rstd has `rows` entries (saved for backward).
 template <class T>
 void rmsnorm_forward(const T* x, T* y, T* rstd, int64_t rows, int64_t C, T scale, double eps);
-// dx = scale * rstd * (dy - x * rstd^2 * mean_c(dy * x)).
+// dx = scale * rstd * (dy - x * rstd^2 * mean_c(dy * x)). With dy2, the upstream gradient is
+// g = dy + dy2 (two branches reading one norm), formed per element and rounded to bf16 first when
+// round_bf16 (what an axpy into a bf16 dy followed by this kernel reads), never stored.
 template <class T>
 void rmsnorm_backward(const T* x, const T* rstd, const T* dy, T* dx, int64_t rows, int64_t C,
-                      T scale, bool accumulate);
+                      T scale, bool accumulate, const T* dy2 = nullptr, bool round_bf16 = false);
+// The residual add fused with the RMSNorm that reads it: per row, x += delta (in place; the sum
+// rounded to bf16 when round_bf16, as a bf16 stream stores it), keep (when not null) = the new
+// x, then rstd and y = scale * x * rstd of the new x as rmsnorm_forward computes them. y must
+// not alias x, delta or keep.
+template <class T>
+void add_rmsnorm_forward(T* x, const T* delta, T* keep, T* y, T* rstd, int64_t rows, int64_t C,
+                         T scale, double eps, bool round_bf16);
 
 // Rotary embedding over the whole head dim, rotate-half pairing (j with j + hd/2), positions
 // t = 0..T-1 (plus pos_offset), inv_freq_j = base^(-2j/hd) for j < hd/2:

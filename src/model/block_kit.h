@@ -30,10 +30,18 @@ class BlockKit {
   virtual void scale(const Tensor& y, int gain) const = 0;
   // A copy of x.
   virtual Tensor clone(const Tensor& x) const = 0;
+  // The residual add and the norm that reads the stream next: x += delta, then the norm of the
+  // new x as norm(clone(x), s) returns it (s keeps its own copy of the input, so x may change
+  // afterwards). One fused op (ops::add_rmsnorm) when s.on, the add and a copy otherwise.
+  virtual Tensor add_norm(const Tensor& x, const Tensor& delta, NormActs& s) const = 0;
 
   // Backward (training only). norm_backward adds (+=) into dx; attention/mlp backward return
   // d n (N, C) and accumulate their parameters' gradients; gain_grad: d g += sum(dy * y).
   virtual void norm_backward(const NormActs& s, const Tensor& dn, const Tensor& dx) const = 0;
+  // norm_backward of dn + dn2 (one norm read by two branches). With s.on the sum is formed
+  // inside the norm's backward and dn is left unchanged; without a norm dn takes the sum.
+  virtual void norm_backward_sum(const NormActs& s, const Tensor& dn, const Tensor& dn2,
+                                 const Tensor& dx) const = 0;
   virtual Tensor attention_backward(const Tensor& dout, BlockActs& a) const = 0;
   virtual Tensor mlp_backward(const Tensor& dm, BlockActs& a) const = 0;
   virtual void gain_grad(int gain, const Tensor& dy, const Tensor& y) const = 0;

@@ -52,8 +52,21 @@ class DecodeKit final : public BlockKit {
     ops::scale_copy_coef(y, y, d_.model_.store()->param(gain));
   }
   Tensor clone(const Tensor& x) const override { return x.clone(); }
+  Tensor add_norm(const Tensor& x, const Tensor& delta, NormActs& s) const override {
+    if (!s.on) {
+      ops::axpy(x, delta);
+      return x.clone();
+    }
+    Tensor n = zeros({1, d_.cfg_.n_embd}), rstd = zeros({1});
+    ops::add_rmsnorm(x, delta, Tensor(), n, rstd, 1.0f, d_.cfg_.norm_eps);
+    return n;
+  }
 
   void norm_backward(const NormActs&, const Tensor&, const Tensor&) const override { no_bwd(); }
+  void norm_backward_sum(const NormActs&, const Tensor&, const Tensor&,
+                         const Tensor&) const override {
+    no_bwd();
+  }
   Tensor attention_backward(const Tensor&, BlockActs&) const override { return no_bwd(); }
   Tensor mlp_backward(const Tensor&, BlockActs&) const override { return no_bwd(); }
   void gain_grad(int, const Tensor&, const Tensor&) const override { no_bwd(); }

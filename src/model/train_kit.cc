@@ -36,12 +36,35 @@ Tensor TrainKit::norm(const Tensor& x, NormActs& s) const {
   return s.n;
 }
 
+Tensor TrainKit::add_norm(const Tensor& x, const Tensor& delta, NormActs& s) const {
+  if (!s.on) {  // no norm to fuse with: the add, and the copy the stream's reader keeps
+    ops::axpy(x, delta);
+    return norm(x.clone(), s);
+  }
+  const int64_t N = rows(), C = m_.cfg_.n_embd;
+  s.x = act(x.shape());
+  s.n = act({N, C});
+  s.rstd = f32({N});
+  ops::add_rmsnorm(x, delta, s.x, s.n, s.rstd, 1.0f, m_.cfg_.norm_eps);
+  return s.n;
+}
+
 void TrainKit::norm_backward(const NormActs& s, const Tensor& dn, const Tensor& dx) const {
   if (!s.on) {
     ops::axpy(dx, dn);
     return;
   }
   ops::rmsnorm_backward(s.x, s.rstd, dn, dx, 1.0f, true);
+}
+
+void TrainKit::norm_backward_sum(const NormActs& s, const Tensor& dn, const Tensor& dn2,
+                                 const Tensor& dx) const {
+  if (!s.on) {
+    ops::axpy(dn, dn2);
+    ops::axpy(dx, dn);
+    return;
+  }
+  ops::rmsnorm_backward(s.x, s.rstd, dn, dx, 1.0f, true, dn2);
 }
 
 void TrainKit::scale(const Tensor& y, int gain) const {

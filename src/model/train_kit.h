@@ -24,8 +24,11 @@ class TrainKit final : public BlockKit {
   Tensor mlp(const Tensor& n, BlockActs& a) const override;
   void scale(const Tensor& y, int gain) const override;
   Tensor clone(const Tensor& x) const override { return x.clone(); }
+  Tensor add_norm(const Tensor& x, const Tensor& delta, NormActs& s) const override;
 
   void norm_backward(const NormActs& s, const Tensor& dn, const Tensor& dx) const override;
+  void norm_backward_sum(const NormActs& s, const Tensor& dn, const Tensor& dn2,
+                         const Tensor& dx) const override;
   Tensor attention_backward(const Tensor& dout, BlockActs& a) const override;
   Tensor mlp_backward(const Tensor& dm, BlockActs& a) const override;
   void gain_grad(int gain, const Tensor& dy, const Tensor& y) const override;

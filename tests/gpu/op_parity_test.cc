@@ -280,6 +280,64 @@ void RmsNormMatchesCpu() {
   }
 }
 
+// The residual add fused with RMSNorm (kernels/rmsnorm.cu add_rmsnorm_forward_kernel): the sum
+// x + delta is one fp32 addition rounded once to x's dtype on both sides, so x and keep match
+// exactly; y and rstd are the norm's, at RmsNormMatchesCpu's tolerances. Then against the
+// unfused ops on the GPU itself (axpy, a copy, rmsnorm): bit for bit, the same arithmetic.
+void AddRmsNormMatchesCpu() {
+  const int64_t R = 19, C = 200;
+  uint64_t seed = 85;
+  for (DType dt : {kF32, kBF16}) {
+    for (bool keeps : {true, false}) {
+      SCOPED_TRACE(testing::Message() << name_of(dt) << (keeps ? " keep" : " no keep"));
+      const std::vector<float> xv = randn(R * C, seed++, 2.0f), dv = randn(R * C, seed++);
+      Pair x = pair(xv, {R, C}, dt), delta = pair(dv, {R, C}, dt);
+      Pair keep = keeps ? zeros({R, C}, dt) : Pair{};
+      Pair y = zeros({R, C}, dt), rstd = zeros({R});
+      ops::add_rmsnorm(x.c, delta.c, keep.c, y.c, rstd.c, 1.0f, 1e-6);
+      ops::add_rmsnorm(x.g, delta.g, keep.g, y.g, rstd.g, 1.0f, 1e-6);
+      EXPECT_TRUE(same(x));
+      if (keeps) EXPECT_TRUE(same(keep));
+      EXPECT_TRUE(close(rstd, 2e-5, 0.0));
+      EXPECT_TRUE(close(y, rtol_for(dt, 2e-5), 1e-6));
+      // The GPU's unfused ops from the same inputs.
+      Tensor x2 = pair(xv, {R, C}, dt).g, y2 = zeros({R, C}, dt).g, r2 = zeros({R}).g;
+      ops::axpy(x2, delta.g);
+      ops::rmsnorm(x2, y2, r2, 1.0f, 1e-6);
+      EXPECT_TRUE(same(Pair{x2, x.g}));
+      EXPECT_TRUE(same(Pair{y2, y.g}));
+      EXPECT_TRUE(same(Pair{r2, rstd.g}));
+    }
+  }
+}
+
+// rmsnorm_backward with a second upstream gradient dy2 (the parallel blocks' two branches): the
+// sum dy + dy2 is rounded once to the dtype on both sides, then RmsNormMatchesCpu's backward
+// tolerances; and on the GPU bit for bit against axpy(dy, dy2) then rmsnorm_backward.
+void RmsNormBackwardSumMatchesCpu() {
+  const int64_t R = 19, C = 200;
+  uint64_t seed = 95;
+  for (DType dt : {kF32, kBF16}) {
+    SCOPED_TRACE(name_of(dt));
+    Pair x = pair(randn(R * C, seed++, 2.0f), {R, C}, dt);
+    Pair y = zeros({R, C}, dt), rstd = zeros({R});
+    ops::rmsnorm(x.c, y.c, rstd.c, 1.0f, 1e-6);
+    const Tensor r = rstd.c.to(kGPU);
+    for (bool acc : {false, true}) {
+      const std::vector<float> dyv = randn(R * C, seed++), dxv = randn(R * C, seed++);
+      Pair dy = pair(dyv, {R, C}, dt), dy2 = pair(randn(R * C, seed++), {R, C}, dt);
+      Pair dx = pair(dxv, {R, C}, dt);
+      ops::rmsnorm_backward(x.c, rstd.c, dy.c, dx.c, 1.0f, acc, dy2.c);
+      ops::rmsnorm_backward(x.g, r, dy.g, dx.g, 1.0f, acc, dy2.g);
+      EXPECT_TRUE(close(dx, rtol_for(dt, 2e-5), 2e-5 * max_abs(vals(dx.c)))) << "acc " << acc;
+      Tensor g = pair(dyv, {R, C}, dt).g, dx2 = pair(dxv, {R, C}, dt).g;
+      ops::axpy(g, dy2.g);
+      ops::rmsnorm_backward(x.g, r, g, dx2, 1.0f, acc);
+      EXPECT_TRUE(same(Pair{dx2, dx.g})) << "acc " << acc;
+    }
+  }
+}
+
 // Angles in fp64 on both sides (the GPU forms base^(-2j/hd) as an exp2, the CPU with pow, so
 // they may differ in the last fp64 bits), cos/sin rounded to fp32, one fp32 rotation: a few fp32
 // ulps; atol 1e-5 * max|x| and rtol 1e-5 leave room.
@@ -695,6 +753,8 @@ const OpRow kOps[] = {
     {"add_scalar", AddScalarMatchesCpuExactly},
     {"transpose", TransposeMatchesCpuExactly},
     {"rmsnorm", RmsNormMatchesCpu},
+    {"add_rmsnorm", AddRmsNormMatchesCpu},
+    {"rmsnorm_backward_sum", RmsNormBackwardSumMatchesCpu},
     {"rope", RopeMatchesCpu},
     {"attention", AttentionMatchesCpu},
     {"relu2", Relu2MatchesCpu},

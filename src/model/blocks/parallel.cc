@@ -28,9 +28,9 @@ class Parallel final : public BlockShape {
     ops::axpy(x, m);
   }
   void backward(const BlockKit& k, Tensor& dx, BlockActs& a) const override {
-    Tensor dn = k.mlp_backward(dx, a);
-    ops::axpy(dn, k.attention_backward(dx, a));
-    k.norm_backward(a.norm1, dn, dx);
+    // The two branches' gradients of the shared norm are summed inside its backward.
+    const Tensor dm = k.mlp_backward(dx, a);
+    k.norm_backward_sum(a.norm1, dm, k.attention_backward(dx, a), dx);
   }
 };
 

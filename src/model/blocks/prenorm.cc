@@ -22,8 +22,8 @@ class Prenorm final : public BlockShape {
   }
   void forward(const BlockKit& k, Tensor& x, BlockActs& a) const override {
     const Tensor n1 = k.norm(a.x_in, a.norm1);
-    ops::axpy(x, k.attention(n1, a));
-    const Tensor n2 = k.norm(k.clone(x), a.norm2);
+    // The attention residual add and the MLP's norm in one fused op (ops::add_rmsnorm).
+    const Tensor n2 = k.add_norm(x, k.attention(n1, a), a.norm2);
     ops::axpy(x, k.mlp(n2, a));
   }
   void backward(const BlockKit& k, Tensor& dx, BlockActs& a) const override {

@@ -53,9 +53,9 @@ class SasP final : public BlockShape {
     k.scale(dm, lp.mlp_gain);
     Tensor dn = k.mlp_backward(dm, a);
     k.scale(dx, lp.attn_gain);  // dx = d o
-    ops::axpy(dn, k.attention_backward(dx, a));
-    Tensor(dx).zero_();  // skipless
-    k.norm_backward(a.norm1, dn, dx);
+    const Tensor da = k.attention_backward(dx, a);
+    Tensor(dx).zero_();                        // skipless
+    k.norm_backward_sum(a.norm1, dn, da, dx);  // the branches' sum formed inside the norm
   }
 };
 
