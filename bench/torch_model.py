@@ -4,7 +4,8 @@
 # flex_attention, batched bf16 Newton-Schulz, fused AdamW), plus the Muon + AdamW optimizers with
 # vtrain's groups, hyperparameters and schedules. Device-agnostic: the same code runs in float64
 # on the CPU (check_torch_model.py compares it with vtrain through checkpoints) and in
-# fp32-params/bf16-compute on a GPU (the speed peer).
+# fp32-params/bf16-compute on a GPU (the speed peer). It is also the model file of `vtrain export`
+# (embedded as modeling_vtrain.py: load_export, and the transformers VtrainForCausalLM).
 """PyTorch value-residual transformer + Muon/AdamW, parameter-compatible with vtrain.
 
 Parameters are named exactly as in vtrain's checkpoints (`wte`, `lm_head`, `blocks.i.attn.wq`,
@@ -24,7 +25,16 @@ Attention implementations (`attn_impl`):
   auto   flex when torch.nn.attention.flex_attention imports, else sdpa.
 
 Value modes: all of docs/model.md "Value paths" (baseline, resformer-*, svformer, v1, x0v, bov,
-bov-add, value-embed), with detach-v1, shared-table and bov-add-fixed.
+bov-add, value-embed, neutreno, resformer-hidden), with detach-v1, shared-table, bov-add-fixed,
+--value-coef and resformer-plus's trainable scale. Block shapes: prenorm, parallel, vskipinit,
+sas, sas-p with --norm none, --reparam-init, --proj-gains, --qk-norm and E-SPA/U-SPA biases
+(--spa-schedule, --spa-rescale, --spa-centre); DenseFormer, --mlp-act relu, --window-keys w+1 and
+the smear gate. Shaped attention and biased logits take an explicit (T x T) path (sdpa with an
+additive mask, or math); plain softmax attention keeps the fast paths above. init_weights and
+the Optimizer cover the pre-norm value modes only (Config.plain()) and refuse the rest by name.
+
+Exports: `load_export(DIR)` (an nn.Module) and, where transformers imports,
+`AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` (VtrainForCausalLM).
 """
 from __future__ import annotations
 
@@ -119,7 +129,8 @@ class Config:
                              ("spa_schedule", ("ours", "simplest", "")),
                              ("spa_rescale", ("", "on", "off")), ("spa_centre", ("", "bias", "uniform")),
                              ("mlp_act", ("relu2", "relu")), ("window_keys", ("w", "w+1")),
-                             ("plus_scale", ("", "learnable", "fixed"))):
+                             ("plus_scale", ("", "learnable", "fixed")),
+                             ("plus_init", ("", "paper", "blagpt"))):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"{key} {getattr(self, key)!r} is not implemented here: choose "
                                  f"{', '.join(repr(a) for a in allowed)}")
@@ -219,8 +230,7 @@ class Config:
         """The configs the GPU peer (init_weights, Optimizer, FLOPs) covers: value modes of
         vtrain's first release on pre-norm blocks with no other option."""
         return (self.block == "prenorm" and self.mlp_act == "relu2" and self.window_keys == "w"
-                and not (self.smear_gate or self.dense or self.value_coef_fixed
-                         or self.plus_scale_learnable)
+                and not (self.smear_gate or self.dense or self.value_coef_fixed)
                 and self.qk_norm and self.value_mode not in ("neutreno", "resformer-hidden"))
 
     def is_target(self, i: int) -> bool:
@@ -385,15 +395,15 @@ def param_group(name: str) -> str:
         return "lm_head"
     if name.endswith("value.table"):
         return "value_table"
-    if name == "value_plus.logits" or name.rsplit(".", 1)[-1] in (
+    if name in ("value_plus.logits", "value_plus.scale") or name.rsplit(".", 1)[-1] in (
             "gain", "lambda1", "lambda2", "dense", "a", "b"):
         return "scalar"
     if name.rsplit(".", 1)[-1] in ("wq", "wk", "wv", "wo", "fc", "proj", "gate_w") and \
             not name.startswith("smear."):
         return "matrix"
     raise ValueError(f"{name}: the optimizer groups here cover the value modes on pre-norm blocks "
-                     f"(Config.plain()); the gains, DenseFormer, the smear gate and "
-                     f"value_plus.scale are vtrain's only")
+                     f"(Config.plain()); the block gains, DenseFormer and the smear gate are "
+                     f"vtrain's only")
 
 
 # ------------------------------------------------------------------------------------ model
@@ -482,8 +492,12 @@ class _VtrainCore:
 
     def _build(self, cfg: Config, attn_impl: str, device, dtype, lazy_tables: bool = False):
         self.cfg = cfg
-        # device None: torch's current default (transformers builds on the meta device).
-        device = torch.device(device) if device is not None else None
+        # device None: the CPU, or under lazy_tables torch's current default device
+        # (transformers builds the model on the meta device, then loads the weights).
+        if device is not None:
+            device = torch.device(device)
+        elif not lazy_tables:
+            device = torch.device("cpu")
         if attn_impl == "auto":
             attn_impl = "flex" if flex_attention_available() else "sdpa"
         if attn_impl not in ("math", "sdpa", "flex"):
@@ -860,7 +874,13 @@ class GPT(_VtrainCore, nn.Module):
                 self.value.table.copy_(xwte @ wv.double())
                 shared_done = True
         if cfg.value_mode == "resformer-plus" and cfg.target_layers:
-            normal(self.value_plus.logits, 0.1)
+            if cfg.plus_init == "paper":  # a_k = ln(i_k) (docs/model.md)
+                self.value_plus.logits.copy_(torch.log(torch.tensor(
+                    [float(i) for i in cfg.target_layers])))
+            else:  # blagpt (and configs written before the option)
+                normal(self.value_plus.logits, 0.1)
+            if cfg.plus_scale_learnable:
+                self.value_plus.scale.fill_(float(cfg.n_layer))
 
     def load_vtrain_checkpoint(self, path: str, optimizer: "Optimizer | None" = None) -> dict:
         """Loads /model/<name> of a vtrain checkpoint (and, given an optimizer, its states and
@@ -1212,6 +1232,7 @@ if _tf is not None:
 
         def __init__(self, **kwargs):
             vt = {k: kwargs.pop(k) for k in list(kwargs) if k in VTRAIN_CONFIG_KEYS}
+            kwargs.setdefault("tie_word_embeddings", False)  # wte and lm_head are separate
             super().__init__(**kwargs)
             for k, v in vt.items():
                 setattr(self, k, v)
