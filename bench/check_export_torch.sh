@@ -79,6 +79,12 @@ for c in "${CASES[@]}"; do
   "$PY" "$W/ex_$name/modeling_vtrain.py" "$W/ex_$name" || rc=1
   EXPORTS+=("$W/ex_$name")
 done
+if [[ -d $W/ck_baseline ]]; then  # a bf16 export, against the fp32 model's logits (bound 1e-2)
+  "$VT" export --ckpt "$W/ck_baseline/$(cat "$W/ck_baseline/latest")" --dtype bf16 \
+    --out "$W/ex_baseline-bf16" > /dev/null
+  echo -n "baseline (export --dtype bf16): "
+  "$PY" "$W/ex_baseline-bf16/modeling_vtrain.py" "$W/ex_baseline-bf16" || rc=1
+fi
 if [[ $HF == 1 ]]; then
   "$PY" "$HERE/check_export_hf.py" "${EXPORTS[@]}" 2> "$W/hf.log" || { rc=1; cat "$W/hf.log"; }
 else

@@ -1193,7 +1193,7 @@ def load_export(directory: str, attn_impl: str = "math", dtype=None, device=None
     projections from the file's fixed.* tensors)."""
     import os
 
-    from safetensors.numpy import load_file
+    from safetensors.torch import load_file  # (numpy has no bfloat16: --dtype bf16 exports)
 
     with open(os.path.join(directory, "config.json")) as f:
         j = json.load(f)
@@ -1210,7 +1210,7 @@ def load_export(directory: str, attn_impl: str = "math", dtype=None, device=None
         for n, p in {**params, **buffers}.items():
             if tuple(weights[n].shape) != tuple(p.shape):
                 raise ValueError(f"{n}: file shape {weights[n].shape}, module {tuple(p.shape)}")
-            p.copy_(torch.from_numpy(weights[n]).to(p.dtype))
+            p.copy_(weights[n].to(p.dtype))
     return model.eval()
 
 
@@ -1304,5 +1304,11 @@ if __name__ == "__main__":
         got = m(torch.from_numpy(check["inputs"]).long())[0].numpy()
     want = check["logits"]
     err = float(abs(got - want).max() / max(1e-30, abs(want).max()))
-    print(f"max |logits - vtrain's| / max |vtrain's| = {err:.3e} over {want.shape[0]} positions")
-    sys.exit(0 if err < 1e-4 else 1)
+    # export_check holds the fp32 model's logits: a --dtype bf16 export differs by its rounding,
+    # so its bound is 1e-2 (ours), the fp32 export's 1e-4.
+    with open(os.path.join(d, "config.json")) as f:
+        bf16 = json.load(f).get("torch_dtype") == "bfloat16"
+    bound = 1e-2 if bf16 else 1e-4
+    print(f"max |logits - vtrain's| / max |vtrain's| = {err:.3e} over {want.shape[0]} positions"
+          + (" (bf16 weights against the fp32 model's logits: bound 1e-2)" if bf16 else ""))
+    sys.exit(0 if err < bound else 1)
