@@ -55,8 +55,8 @@ VALUE_MODES = (
 V1_MODES = frozenset({"resformer-identity", "resformer-constant", "resformer-learnable",
                       "resformer-plus", "resformer-sparse", "resformer-dense", "svformer", "v1",
                       "neutreno"})
-# docs/model.md "Block shapes": the simplified shapes (identity projections, W_Q = 0) and the
-# shapes whose QK-norm is off by default.
+# docs/model.md "Block shapes": every shape, and the simplified ones (identity projections,
+# W_Q = 0 at init; --norm none, --reparam-init, --proj-gains and --attn-bias apply to them only).
 BLOCK_SHAPES = ("prenorm", "parallel", "vskipinit", "sas", "sas-p")
 SIMPLIFIED = frozenset({"sas", "sas-p"})
 SMEAR_CHANNELS = 24
