@@ -156,7 +156,12 @@ def part_a(a, work: Path) -> bool:
             continue
         with h5py.File(path, "r") as f:
             raw = f.attrs["config"]
-            cfg = tm.Config.from_vtrain_json(raw.decode() if isinstance(raw, bytes) else str(raw))
+            j = json.loads(raw.decode() if isinstance(raw, bytes) else str(raw))
+            if "value_plus.scale" in f["params"] and not j.get("plus_scale"):
+                # make_case.py's configs leave plus_scale out, which the JAX reference reads as
+                # learnable (a vtrain checkpoint without it reads as fixed: docs/model.md).
+                j["plus_scale"] = "learnable"
+            cfg = tm.Config.from_vtrain_json(j)
             inp = torch.from_numpy(f["inputs"][...].astype(np.int64))
             tgt = torch.from_numpy(f["targets"][...].astype(np.int64))
             params = {k: f["params"][k][...] for k in f["params"]}

@@ -3,11 +3,14 @@
 //                               and the fixed W0 of reparameterized projections as
 //                               fixed.blocks.I.attn.wv_base / wo_base (untrained buffers)
 //   DIR/config.json             the model config (tests/reference/FORMAT.md keys) with
-//                               "model_type": "vtrain" and where it came from
+//                               "model_type": "vtrain", where it came from, and the
+//                               "architectures" / "auto_map" of transformers' remote code
 //   DIR/tokenizer.json          the checkpoint's tokenizer
 //   DIR/modeling_vtrain.py      a PyTorch module of the model (bench/torch_model.py, embedded at
-//                               build time): load_export(DIR); `python modeling_vtrain.py DIR`
-//                               checks it against export_check.safetensors
+//                               build time): load_export(DIR), or (with transformers)
+//                               AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True);
+//                               `python modeling_vtrain.py DIR` checks it against
+//                               export_check.safetensors
 //   DIR/export_check.safetensors  "inputs" (1, N) int32 (<|bos|> and N-1 seeded ids) and
 //                               "logits" (N, V) fp32: vtrain's soft-capped logits for them, for
 //                               any loader to check itself against
@@ -123,6 +126,9 @@ absl::Status write_export(const Flags& f, const std::string& ckpt, const fs::pat
   nlohmann::json cfg = m->cfg.to_json();
   cfg["model_type"] = "vtrain";
   cfg["architectures"] = {"VtrainForCausalLM"};
+  // transformers' trust_remote_code loading: classes of modeling_vtrain.py (bench/torch_model.py).
+  cfg["auto_map"] = {{"AutoConfig", "modeling_vtrain.VtrainConfig"},
+                     {"AutoModelForCausalLM", "modeling_vtrain.VtrainForCausalLM"}};
   cfg["torch_dtype"] = bf16 ? "bfloat16" : "float32";
   cfg["bos_token_id"] = tok->bos_id();
   cfg["vtrain_step"] = m->meta.step;

@@ -2,7 +2,8 @@
 value mode and block shape below is trained a few steps, exported, and its model.safetensors and
 config.json (read with the `safetensors` package) fed to reference_model.forward_logits; the
 logits must equal the ones vtrain wrote into export_check.safetensors to 1e-4 (relative to the
-largest logit), and modeling_vtrain.py is bench/torch_model.py byte for byte. A bf16 export holds the fp32 weights rounded to nearest even. A checkpoint that
+largest logit), modeling_vtrain.py is bench/torch_model.py byte for byte and config.json names its
+transformers classes (auto_map). A bf16 export holds the fp32 weights rounded to nearest even. A checkpoint that
 does not verify, and an --out that exists, are refused with nothing written."""
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ CASES = {
     "neutreno-sas-p": ["--value", "neutreno", "--block", "sas-p"],
     "x0v-sas-orth": ["--value", "x0v", "--block", "sas", "--norm", "none", "--reparam-init", "orth"],
     "dense-parallel": ["--block", "parallel", "--dense"],
+    "espa-smear-relu-w+1": ["--value", "x0v", "--value-coef", "0.5", "--block", "sas",
+                            "--attn-bias", "espa", "--smear-gate", "on", "--mlp-act", "relu",
+                            "--window-keys", "w+1"],
 }
 
 
@@ -78,6 +82,14 @@ def test_exported_weights_give_vtrains_logits(case, data, tmp_path):
         os.path.join(root, "bench", "torch_model.py"), "rb").read()
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "vtrain" and config["vtrain_step"] == 3
+    # transformers' trust_remote_code entry points: classes that modeling_vtrain.py defines
+    # (bench/check_export_hf.py loads them where transformers is installed).
+    assert config["architectures"] == ["VtrainForCausalLM"]
+    assert config["auto_map"] == {"AutoConfig": "modeling_vtrain.VtrainConfig",
+                                  "AutoModelForCausalLM": "modeling_vtrain.VtrainForCausalLM"}
+    source = (out / "modeling_vtrain.py").read_text()
+    assert "class VtrainConfig(PretrainedConfig):" in source
+    assert "class VtrainForCausalLM(_VtrainCore, PreTrainedModel, GenerationMixin):" in source
     weights = st.load_file(str(out / "model.safetensors"))
     fixed = {k[len("fixed."):]: v for k, v in weights.items() if k.startswith("fixed.")}
     params = {k: v for k, v in weights.items() if not k.startswith("fixed.")}
