@@ -37,6 +37,11 @@ PUBLISHED: dict[str, tuple[str, str]] = {
     "neutreno": ("better", "ResFormer paper's comparison table: NeuTRENO below the baseline"),
     "resformer-hidden": ("worse", "ResFormer paper ablation: hidden residual to H_0 2.781 vs 2.739"),
     "baseline+dense": ("better", "ResFormer paper's comparison table; DenseFormer paper"),
+    "v1+value-layers=all+value-coef=1": (
+        "worse", "Bank of Values paper, Table 1 row 3 (135M): v1 on every layer with coefficient 1 "
+        "0.872 vs baseline 0.854"),
+    "vskipinit": ("worse", "SAS paper (He & Hofmann 2024), Sec. 5 / App. C: Value-SkipInit's "
+                  "per-step training loss falls behind pre-LN, more so with depth"),
 }
 
 
