@@ -1,0 +1,147 @@
+// The Hugging Face tokenizers form of a vtrain tokenizer (see hf_tokenizer.h).
+#include "data/hf_tokenizer.h"
+
+#include <algorithm>
+#include <array>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "core/file_safety.h"
+#include "data/bpe.h"
+
+namespace vt::data {
+namespace {
+
+// GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others (controls, space,
+// 127-160, 173) for code points 256, 257, ... in byte order. Each entry is the UTF-8 of the symbol.
+const std::array<std::string, 256>& byte_symbols() {
+  static const std::array<std::string, 256> table = [] {
+    std::array<std::string, 256> t;
+    auto utf8 = [](uint32_t cp) {
+      std::string s;
+      if (cp < 0x80) {
+        s += static_cast<char>(cp);
+      } else {  // < 0x800 here
+        s += static_cast<char>(0xC0 | (cp >> 6));
+        s += static_cast<char>(0x80 | (cp & 0x3F));
+      }
+      return s;
+    };
+    uint32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+      t[b] = utf8(printable ? static_cast<uint32_t>(b) : next++);
+    }
+    return t;
+  }();
+  return table;
+}
+
+std::string symbols(std::string_view bytes) {
+  std::string s;
+  for (unsigned char c : bytes) s += byte_symbols()[c];
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<nlohmann::json> hf_tokenizer_json(const Tokenizer& tok) {
+  using nlohmann::json;
+  const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok);
+  if (bpe == nullptr && tok.kind() != "bytes")
+    return absl::InvalidArgumentError(absl::StrCat("no Hugging Face form for a '", tok.kind(),
+                                                   "' tokenizer"));
+  json vocab = json::object();
+  for (int32_t id = 0; id < tok.num_regular(); ++id) {
+    if (!tok.token(id).empty()) vocab[symbols(tok.token(id))] = id;  // unused ids stay out
+  }
+  // (result rank, left rank, right rank) of every split of a token into two tokens.
+  std::vector<std::array<int32_t, 3>> splits;
+  if (bpe != nullptr) {
+    for (int32_t id = 0; id < tok.num_regular(); ++id) {
+      const std::string& b = tok.token(id);
+      for (size_t i = 1; i < b.size(); ++i) {
+        const int32_t l = bpe->rank_of(std::string_view(b).substr(0, i));
+        const int32_t r = bpe->rank_of(std::string_view(b).substr(i));
+        if (l >= 0 && r >= 0) splits.push_back({id, l, r});
+      }
+    }
+  }
+  std::sort(splits.begin(), splits.end());
+  json merges = json::array();
+  for (const auto& [res, l, r] : splits)  // "left right": byte symbols never hold a space
+    merges.push_back(absl::StrCat(symbols(tok.token(l)), " ", symbols(tok.token(r))));
+
+  json added = json::array();
+  for (const std::string& name : tok.special_names()) {
+    added.push_back({{"id", tok.special_id(name)}, {"content", name}, {"single_word", false},
+                     {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                     {"special", true}});
+  }
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                           {"trim_offsets", false}, {"use_regex", false}};
+  json pre = byte_level;
+  if (bpe != nullptr) {
+    pre = {{"type", "Sequence"},
+           {"pretokenizers",
+            {{{"type", "Split"}, {"pattern", {{"Regex", bpe->pretokenizer().pattern()}}},
+              {"behavior", "Isolated"}, {"invert", false}},
+             byte_level}}};
+  }
+  json post = nullptr;
+  if (tok.bos_id() >= 0) {
+    auto special = [](const char* name) { return json{{"SpecialToken", {{"id", name}, {"type_id", 0}}}}; };
+    auto seq = [](const char* name) { return json{{"Sequence", {{"id", name}, {"type_id", 0}}}}; };
+    post = {{"type", "TemplateProcessing"},
+            {"single", {special(kBosToken), seq("A")}},
+            {"pair", {special(kBosToken), seq("A"), special(kBosToken), seq("B")}},
+            {"special_tokens",
+             {{kBosToken, {{"id", kBosToken}, {"ids", {tok.bos_id()}}, {"tokens", {kBosToken}}}}}}};
+  }
+  return json{{"version", "1.0"},
+              {"truncation", nullptr},
+              {"padding", nullptr},
+              {"added_tokens", std::move(added)},
+              {"normalizer", nullptr},
+              {"pre_tokenizer", std::move(pre)},
+              {"post_processor", std::move(post)},
+              {"decoder", byte_level},
+              {"model",
+               {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", true},
+                {"vocab", std::move(vocab)},
+                {"merges", std::move(merges)}}}};
+}
+
+nlohmann::json hf_tokenizer_config(const Tokenizer& tok, int64_t model_max_length) {
+  nlohmann::json c = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                      {"model_max_length", model_max_length},
+                      // decode must give back the text: no clean-up of spaces before punctuation
+                      {"clean_up_tokenization_spaces", false},
+                      // a special token's name inside text is text, as vtrain encodes documents
+                      {"split_special_tokens", true}};
+  if (tok.bos_id() >= 0) {
+    c["bos_token"] = kBosToken;
+    c["eos_token"] = kBosToken;  // ours: <|bos|> also ends each document of vtrain's stream
+  }
+  return c;
+}
+
+absl::Status write_hf_tokenizer(const Tokenizer& tok, int64_t model_max_length,
+                                const std::string& dir) {
+  VT_ASSIGN_OR_RETURN(nlohmann::json j, hf_tokenizer_json(tok));
+  VT_RETURN_IF_ERROR(replace_file(dir + "/" + kHfTokenizerFile, j.dump() + "\n",
+                                  "Hugging Face tokenizer file"));
+  return replace_file(dir + "/" + kHfTokenizerConfigFile,
+                      hf_tokenizer_config(tok, model_max_length).dump(1) + "\n",
+                      "tokenizer config file");
+}
+
+}  // namespace vt::data
