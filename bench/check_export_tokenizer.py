@@ -8,7 +8,7 @@ and ones made here with DATA_TOOL (build/data_tool): a bpe:4096 trained on Genes
 tiktoken ranks file holding that bpe's tokens with the multi-byte ranks shuffled (a rank order no
 training produced), and the bytes tokenizer. vtrain's ids come from `data_tool encode-docs`; the
 HF ids from `tokenizers.Tokenizer.from_file` and, where transformers imports,
-`AutoTokenizer.from_pretrained(DIR)`. The texts (about 600 KB): the King James Bible's New
+`AutoTokenizer.from_pretrained(DIR, trust_remote_code=True)`. The texts (about 1.3 MB): the King James Bible's New
 Testament (not trained on) cut into pieces, multilingual and emoji text, digits of many scripts,
 whitespace runs of every kind, contractions, special-token names inside text, and random code
 points from every plane. Exits non-zero on any difference (ids, or decode(ids) != text)."""
@@ -113,7 +113,7 @@ def compare(name, vt_tok, hf_dir, data_tool, docs, work):
                  lambda ids: hf_text.decode(ids, skip_special_tokens=False))]
     try:
         from transformers import AutoTokenizer
-        at = AutoTokenizer.from_pretrained(hf_dir)
+        at = AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=True)  # as lm_eval
         encoders.append((f"AutoTokenizer ({type(at).__name__})",
                          lambda t: at(t, add_special_tokens=False)["input_ids"],
                          lambda ids: at.decode(ids)))
