@@ -116,3 +116,14 @@ def test_hf_tokenizer_gives_vtrains_ids(tokdir, kind):
         other = tokenizers.Tokenizer.from_str(json.dumps(j))
         text = "".join(docs[:40])
         assert other.encode(text, add_special_tokens=False).ids != vtrain_ids(tokdir, kind, text)
+
+
+def test_vtrain_names_a_hugging_face_file(tokdir):
+    """vtrain reads its own format only; given the Hugging Face file it says which file to use."""
+    out = tokdir / "hf_refused"
+    run_tool("hf-tokenizer", "--tokenizer", spec(tokdir, "bpe"), "--out", out)
+    (tokdir / "in.txt").write_text("x")
+    r = run_tool("encode", "--tokenizer", out / "tokenizer.json", "--input", tokdir / "in.txt",
+                 check=False)
+    assert r.returncode != 0 and "Hugging Face tokenizers file" in r.stderr
+    assert "vtrain_tokenizer.json" in r.stderr
