@@ -54,7 +54,11 @@ absl::StatusOr<nlohmann::json> hf_tokenizer_json(const Tokenizer& tok) {
                                                    "' tokenizer"));
   json vocab = json::object();
   for (int32_t id = 0; id < tok.num_regular(); ++id) {
-    if (!tok.token(id).empty()) vocab[symbols(tok.token(id))] = id;  // unused ids stay out
+    // An unused id (a gap in a tiktoken file) still needs a vocabulary entry: tokenizers numbers
+    // the added tokens after the model's vocabulary size, so <|bos|> would move down. Its name
+    // holds a space, which no byte-level word contains (space is the symbol U+0120), so it is
+    // never produced.
+    vocab[tok.token(id).empty() ? absl::StrCat("<|unused ", id, "|>") : symbols(tok.token(id))] = id;
   }
   // (result rank, left rank, right rank) of every split of a token into two tokens.
   std::vector<std::array<int32_t, 3>> splits;

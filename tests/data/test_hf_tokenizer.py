@@ -2,8 +2,8 @@
 as tokenizer.json + tokenizer_config.json; here through `data_tool hf-tokenizer`), loaded with the
 `tokenizers` package, must encode text to exactly the ids of vtrain's own encoder (`data_tool
 encode`) and decode them back, for a trained bpe, a tiktoken ranks file whose multi-byte ranks are
-shuffled (an order no training produced: here the merge derivation and `ignore_merges` matter) and
-the bytes tokenizer. Texts: scripture not trained on, many scripts, digits, whitespace runs of
+shuffled (an order no training produced: here the merge derivation and `ignore_merges` matter)
+and one rank left out (an unused id), and the bytes tokenizer. Texts: scripture not trained on, many scripts, digits, whitespace runs of
 every kind, contractions, special-token names, random code points of every plane."""
 import base64
 import json
@@ -65,7 +65,8 @@ def tokdir(tmp_path_factory):
     random.Random(7).shuffle(multi)
     with open(d / "shuffled.tiktoken", "w") as f:
         for r, t in enumerate(toks[:256] + [toks[i] for i in multi]):
-            f.write(f"{base64.b64encode(t).decode()} {r}\n")
+            if r != 700:  # an unused id: <|bos|> stays at vocab_size - 1
+                f.write(f"{base64.b64encode(t).decode()} {r}\n")
     return d
 
 
