@@ -10,8 +10,9 @@
 // Merges come from the ranks, as transformers' TikTokenConverter derives them: every split of a
 // token into two tokens is a merge, ordered by the result's rank (then the pieces' ranks), so
 // the BPE merges any adjacent pair whose concatenation is a token, lowest rank first: the
-// tiktoken rule vtrain encodes with (bpe.h). The bytes tokenizer is a BPE without merges and
-// without a pre-split.
+// tiktoken rule vtrain encodes with (bpe.h). An unused id (a gap in a ranks file) gets the
+// placeholder "<|unused ID|>", which no byte-level word can spell, so the ids stay vtrain's. The
+// bytes tokenizer is a BPE without merges and without a pre-split.
 #pragma once
 #include <cstdint>
 #include <string>
