@@ -44,6 +44,31 @@ std::string symbols(std::string_view bytes) {
   return s;
 }
 
+// vtrain's pre-split pattern for Oniguruma (tokenizers' Split). The syntax carries over
+// (possessive quantifiers included); one class differs: PCRE2 in UCP mode counts U+180E MONGOLIAN
+// VOWEL SEPARATOR as \s (it is on PCRE2's fixed \h list), Oniguruma's \s (Unicode White_Space)
+// does not. So \s becomes [\s\x{180E}] and \S [^\s\x{180E}], also inside a class (Oniguruma
+// nests classes). Other escapes are copied as they are.
+std::string oniguruma_pattern(std::string_view pcre) {
+  std::string out;
+  for (size_t i = 0; i < pcre.size(); ++i) {
+    if (pcre[i] != '\\' || i + 1 == pcre.size()) {
+      out += pcre[i];
+      continue;
+    }
+    const char e = pcre[++i];
+    if (e == 's') {
+      out += "[\\s\\x{180E}]";
+    } else if (e == 'S') {
+      out += "[^\\s\\x{180E}]";
+    } else {
+      out += '\\';
+      out += e;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<nlohmann::json> hf_tokenizer_json(const Tokenizer& tok) {
@@ -89,7 +114,7 @@ absl::StatusOr<nlohmann::json> hf_tokenizer_json(const Tokenizer& tok) {
   if (bpe != nullptr) {
     pre = {{"type", "Sequence"},
            {"pretokenizers",
-            {{{"type", "Split"}, {"pattern", {{"Regex", bpe->pretokenizer().pattern()}}},
+            {{{"type", "Split"}, {"pattern", {{"Regex", oniguruma_pattern(bpe->pretokenizer().pattern())}}},
               {"behavior", "Isolated"}, {"invert", false}},
              byte_level}}};
   }
