@@ -5,10 +5,12 @@
 #include <array>
 #include <tuple>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/file_safety.h"
 #include "data/bpe.h"
+#include "data/pretokenize.h"
 
 namespace vt::data {
 namespace {
@@ -45,26 +47,46 @@ std::string symbols(std::string_view bytes) {
 }
 
 // vtrain's pre-split pattern for Oniguruma (tokenizers' Split). The syntax carries over
-// (possessive quantifiers included); one class differs: PCRE2 in UCP mode counts U+180E MONGOLIAN
-// VOWEL SEPARATOR as \s (it is on PCRE2's fixed \h list), Oniguruma's \s (Unicode White_Space)
-// does not. So \s becomes [\s\x{180E}] and \S [^\s\x{180E}], also inside a class (Oniguruma
-// nests classes). Other escapes are copied as they are.
-std::string oniguruma_pattern(std::string_view pcre) {
+// (possessive quantifiers included), but the classes do not quite: PCRE2 counts U+180E MONGOLIAN
+// VOWEL SEPARATOR as \s (its fixed \h list), Oniguruma does not; the two libraries' Unicode
+// tables are of different versions (letters of Unicode 16, which PCRE2 10.45 knows, are no \p{L}
+// to tokenizers 0.23's Oniguruma); and \h, \v mean other things in Oniguruma. So each class
+// escape (\p{..}, \P{..}, \s, \S, \d, \D, \w, \W, \h, \H, \v, \V) becomes the explicit code point
+// ranges PCRE2 matches for it (pretokenize.h), nested classes where it stood inside one. Other
+// escapes are copied as they are.
+absl::StatusOr<std::string> oniguruma_pattern(std::string_view pcre) {
+  absl::flat_hash_map<std::string, std::string> classes;
   std::string out;
   for (size_t i = 0; i < pcre.size(); ++i) {
     if (pcre[i] != '\\' || i + 1 == pcre.size()) {
       out += pcre[i];
       continue;
     }
-    const char e = pcre[++i];
-    if (e == 's') {
-      out += "[\\s\\x{180E}]";
-    } else if (e == 'S') {
-      out += "[^\\s\\x{180E}]";
-    } else {
-      out += '\\';
-      out += e;
+    std::string esc(pcre.substr(i, 2));
+    const char e = pcre[i + 1];
+    if ((e == 'p' || e == 'P') && i + 2 < pcre.size() && pcre[i + 2] == '{') {
+      const size_t close = pcre.find('}', i + 3);
+      if (close == std::string_view::npos) return absl::InvalidArgumentError("unclosed \\p{ in the pattern");
+      esc = std::string(pcre.substr(i, close + 1 - i));
+    } else if (std::string_view("sSdDwWhHvV").find(e) == std::string_view::npos) {
+      out += esc;  // any other escape: the same in both engines
+      ++i;
+      continue;
     }
+    i += esc.size() - 1;
+    auto it = classes.find(esc);
+    if (it == classes.end()) {
+      VT_ASSIGN_OR_RETURN(auto ranges, pcre2_class_ranges(esc));
+      std::string c = "[";
+      for (const auto& [lo, hi] : ranges) {
+        absl::StrAppend(&c, "\\x{", absl::Hex(lo), "}");
+        if (hi != lo) absl::StrAppend(&c, "-\\x{", absl::Hex(hi), "}");
+      }
+      if (ranges.empty()) c += "^\\x{0}-\\x{10FFFF}";  // matches nothing
+      c += "]";
+      it = classes.emplace(esc, std::move(c)).first;
+    }
+    out += it->second;
   }
   return out;
 }
@@ -112,9 +134,10 @@ absl::StatusOr<nlohmann::json> hf_tokenizer_json(const Tokenizer& tok) {
                            {"trim_offsets", false}, {"use_regex", false}};
   json pre = byte_level;
   if (bpe != nullptr) {
+    VT_ASSIGN_OR_RETURN(std::string pattern, oniguruma_pattern(bpe->pretokenizer().pattern()));
     pre = {{"type", "Sequence"},
            {"pretokenizers",
-            {{{"type", "Split"}, {"pattern", {{"Regex", oniguruma_pattern(bpe->pretokenizer().pattern())}}},
+            {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}},
               {"behavior", "Isolated"}, {"invert", false}},
              byte_level}}};
   }
