@@ -49,8 +49,9 @@ std::string symbols(std::string_view bytes) {
 // vtrain's pre-split pattern for Oniguruma (tokenizers' Split). The syntax carries over
 // (possessive quantifiers included), but the classes do not quite: PCRE2 counts U+180E MONGOLIAN
 // VOWEL SEPARATOR as \s (its fixed \h list), Oniguruma does not; the two libraries' Unicode
-// tables are of different versions (letters of Unicode 16, which PCRE2 10.45 knows, are no \p{L}
-// to tokenizers 0.23's Oniguruma); and \h, \v mean other things in Oniguruma. So each class
+// tables are of different versions (Debian 12's PCRE2 10.42 has Unicode 14, tokenizers 0.23's
+// Oniguruma Unicode 16: letters and digits added since are \p{L} / \p{N} only to the latter);
+// and \h, \v mean other things in Oniguruma. So each class
 // escape (\p{..}, \P{..}, \s, \S, \d, \D, \w, \W, \h, \H, \v, \V) becomes the explicit code point
 // ranges PCRE2 matches for it (pretokenize.h), nested classes where it stood inside one. Other
 // escapes are copied as they are.
