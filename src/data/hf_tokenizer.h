@@ -2,7 +2,8 @@
 // `tokenizer_config.json`, so that `tokenizers.Tokenizer.from_file` and
 // `AutoTokenizer.from_pretrained(DIR)` encode text to vtrain's ids. `vtrain export` writes both.
 //
-// The tokenizers pipeline: pre-tokenizer Sequence[Split(vtrain's regex, Isolated), ByteLevel
+// The tokenizers pipeline: pre-tokenizer Sequence[Split(vtrain's regex with its classes written
+// out as the code point ranges PCRE2 matches, Isolated), ByteLevel
 // without its own regex] (bytes map to the printable symbols of GPT-2's bytes_to_unicode), model
 // BPE with `ignore_merges` (a chunk that is itself a token is that token, as in tiktoken), decoder
 // ByteLevel, the specials as added tokens, and a TemplateProcessing post-processor that puts
