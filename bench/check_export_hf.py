@@ -2,9 +2,9 @@
 # lm-evaluation-harness's HFLM loads a model (AutoConfig, then AutoModelForCausalLM, both with
 # trust_remote_code) must give vtrain's logits (export_check.safetensors), and generate() must run.
 """python bench/check_export_hf.py EXPORT_DIR...: exits non-zero when the transformers model's logits
-differ from vtrain's by 1e-4 of the largest logit or more, or generation fails. Also reports
-whether tokenizer.json loads in `tokenizers` (vtrain writes its own tokenizer format), and where
-lm_eval imports runs its HFLM on the first directory (check_lm_eval)."""
+differ from vtrain's by 1e-4 of the largest logit or more, or generation fails. Where lm_eval
+imports, runs its HFLM on the first directory with the export's own tokenizer (check_lm_eval) and
+the lm_eval command line on a local three-question task (check_lm_eval_cli)."""
 import os
 import sys
 
@@ -36,59 +36,110 @@ def check(d: str) -> bool:
     return err < 1e-4 and ok_gen
 
 
-def check_lm_eval(d: str) -> bool:
-    """lm-evaluation-harness's HFLM on the export (trust_remote_code) with a stand-in byte-level
-    tokenizer (ids 0..255 are bytes, as in vtrain's bytes and bpe tokenizers; <|bos|> at the
-    model's bos id): its loglikelihood of a continuation must equal the sum of the model's own
-    log-softmax over the same ids, and generate_until must run (batch size 1). The stand-in is
-    not the model's tokenizer: this checks the loading and scoring path, not benchmark scores."""
+TASK = """task: vtrain_local
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{answer}}}}"
+metric_list:
+  - metric: acc
+"""
+QUESTIONS = [
+    ("In the beginning God created the", [" heaven and the earth.", " fish of the sea."]),
+    ("And God said, Let there be", [" light: and there was light.", " darkness upon the deep."]),
+    ("And the evening and the morning were the", [" first day.", " seventh <|bos|> day."]),
+]
+
+
+def check_lm_eval_cli(d: str) -> bool:
+    """The `lm_eval` command as docs/usage.md gives it (the export's own tokenizer,
+    add_bos_token=True) on a local multiple-choice task (no download): every logged
+    loglikelihood must equal the model's own log-softmax summed over the continuation's ids
+    (<|bos|> + context + continuation, cut from the left to seq_len + 1 tokens as lm_eval does)."""
+    import glob
+    import json
+    import subprocess
     import tempfile
 
+    from transformers import AutoTokenizer
+
+    w = tempfile.mkdtemp()
+    with open(os.path.join(w, "data.jsonl"), "w") as f:
+        for q, c in QUESTIONS:
+            f.write(json.dumps({"question": q, "choices": c, "answer": 0}) + "\n")
+    with open(os.path.join(w, "vtrain_local.yaml"), "w") as f:
+        f.write(TASK.format(data=os.path.join(w, "data.jsonl")))
+    lm_eval = os.path.join(os.path.dirname(sys.executable), "lm_eval")
+    r = subprocess.run([lm_eval, "--model", "hf", "--model_args",
+                        f"pretrained={d},trust_remote_code=True,add_bos_token=True,dtype=float32",
+                        "--tasks", "vtrain_local", "--include_path", w, "--batch_size", "1",
+                        "--device", "cpu", "--log_samples", "--output_path", os.path.join(w, "out")],
+                       capture_output=True, text=True, env=dict(os.environ, HF_DATASETS_OFFLINE="1"))
+    if r.returncode != 0:
+        print(f"lm_eval command FAILED: {r.stderr[-2000:]}")
+        return False
+    tok = AutoTokenizer.from_pretrained(d, trust_remote_code=True)
+    model = AutoModelForCausalLM.from_pretrained(d, trust_remote_code=True, dtype=torch.float32)
+    T = model.config.max_position_embeddings
+    worst, n = 0.0, 0
+    for line in open(glob.glob(os.path.join(w, "out", "*", "samples_vtrain_local_*.jsonl"))[0]):
+        s = json.loads(line)
+        for a, resp in zip(s["arguments"].values(), s["resps"]):
+            ctx, cont = a["arg_0"], a["arg_1"]
+            whole = tok(ctx + cont)["input_ids"]
+            k0 = len(tok(ctx)["input_ids"])
+            inp = whole[-(T + 1):]
+            off = len(whole) - len(inp)
+            with torch.no_grad():
+                lp = torch.log_softmax(model(input_ids=torch.tensor([inp[:-1]])).logits.double(), -1)[0]
+            own = sum(float(lp[k - 1 - off, whole[k]]) for k in range(k0, len(whole)))
+            worst = max(worst, abs(float(resp[0][0]) - own) / abs(own))
+            n += 1
+    print(f"lm_eval command ({os.path.basename(d)}, a local task, {n} loglikelihoods): vs the "
+          f"model's own log-softmax {worst:.1e} (relative)")
+    return n == 2 * len(QUESTIONS) and worst < 1e-5
+
+
+def check_lm_eval(d: str) -> bool:
+    """lm-evaluation-harness's HFLM on the export (trust_remote_code) with the export's own
+    tokenizer (tokenizer.json + tokenizer_config.json; bench/check_export_tokenizer.py checks its
+    ids against vtrain's) and add_bos_token (vtrain starts every document with <|bos|>): its
+    loglikelihood of a continuation must equal the sum of the model's own log-softmax over the ids
+    HFLM scores (the tokens of context + continuation after the context's), and generate_until
+    must run (batch size 1)."""
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    from transformers import AutoTokenizer
 
-    bos = AutoConfig.from_pretrained(d, trust_remote_code=True).bos_token_id
-    b2u = bytes_to_unicode()
-    vocab = {b2u[b]: b for b in range(256)}
-    vocab["<|bos|>"] = bos
-    tk = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tk.decoder = decoders.ByteLevel()
-    tokdir = tempfile.mkdtemp()
-    PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|bos|>", eos_token="<|bos|>",
-                            pad_token="<|bos|>").save_pretrained(tokdir)
-    lm = HFLM(pretrained=d, tokenizer=tokdir, trust_remote_code=True, batch_size=2,
-              device="cpu", dtype="float32", add_bos_token=True)
+    tok = AutoTokenizer.from_pretrained(d, trust_remote_code=True)
+    lm = HFLM(pretrained=d, trust_remote_code=True, batch_size=2, device="cpu", dtype="float32",
+              add_bos_token=True)
     reqs = [("And God said", " Let there be light"), ("In the beginning", " God created")]
     res = lm.loglikelihood([Instance(request_type="loglikelihood", doc={}, arguments=r, idx=i)
                             for i, r in enumerate(reqs)])
     worst = 0.0
     for (ctx, cont), (ll, _) in zip(reqs, res):
-        c, t = [bos] + list(ctx.encode()), list(cont.encode())
+        whole = tok(ctx + cont)["input_ids"]  # <|bos|> first
+        n = len(tok(ctx)["input_ids"])
+        assert whole[0] == tok.bos_token_id and n < len(whole)
         with torch.no_grad():
-            lp = torch.log_softmax(lm.model(input_ids=torch.tensor([c + t])).logits.double(), -1)[0]
-        own = sum(float(lp[len(c) - 1 + k, tok]) for k, tok in enumerate(t))
+            lp = torch.log_softmax(lm.model(input_ids=torch.tensor([whole])).logits.double(), -1)[0]
+        own = sum(float(lp[k - 1, whole[k]]) for k in range(n, len(whole)))
         worst = max(worst, abs(ll - own) / abs(own))
     lm.batch_size_per_gpu = 1
     gen = lm.generate_until([Instance(request_type="generate_until", doc={}, arguments=(
         "And God said", {"until": ["\n"], "max_gen_toks": 4}), idx=0)])
     import importlib.metadata
-    print(f"lm_eval {importlib.metadata.version('lm_eval')} HFLM ({os.path.basename(d)}, stand-in "
-          f"byte tokenizer): loglikelihood vs the model's own log-softmax {worst:.1e} (relative), "
-          f"generate_until {'ok' if isinstance(gen[0], str) else 'FAILED'}")
+    print(f"lm_eval {importlib.metadata.version('lm_eval')} HFLM ({os.path.basename(d)}, the "
+          f"export's tokenizer, {type(lm.tokenizer).__name__}): loglikelihood vs the model's own "
+          f"log-softmax {worst:.1e} (relative), generate_until "
+          f"{'ok' if isinstance(gen[0], str) else 'FAILED'}")
     return worst < 1e-5 and isinstance(gen[0], str)
-
-
-def tokenizer_loads(d: str) -> str:
-    try:
-        from tokenizers import Tokenizer
-        Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
-        return "loads in tokenizers"
-    except Exception as e:  # noqa: BLE001
-        return f"does not load in tokenizers ({type(e).__name__}: {str(e)[:80]})"
 
 
 if __name__ == "__main__":
@@ -102,12 +153,12 @@ if __name__ == "__main__":
         except Exception as e:  # noqa: BLE001
             print(f"{os.path.basename(d)}: transformers FAILED: {type(e).__name__}: {e}")
             ok = False
-    print(f"transformers {transformers.__version__}; {os.path.basename(dirs[0])}/tokenizer.json "
-          f"{tokenizer_loads(dirs[0])}")
+    print(f"transformers {transformers.__version__}")
     try:
         import lm_eval  # noqa: F401
     except Exception:  # noqa: BLE001
         print("lm_eval does not import: the HFLM check was skipped")
     else:
         ok = check_lm_eval(dirs[0]) and ok
+        ok = check_lm_eval_cli(dirs[0]) and ok
     sys.exit(0 if ok else 1)

@@ -5,8 +5,9 @@
 # case (the largest |logits - vtrain's| over the largest |logit|) and exits non-zero when one
 # differs by 1e-4 or more. Where transformers imports, each export is also loaded the way
 # lm-evaluation-harness loads it (AutoConfig + AutoModelForCausalLM, trust_remote_code:
-# bench/check_export_hf.py): same logits to 1e-4, and generate() runs. Needs a python with torch,
-# numpy and safetensors (bench/reproduce.sh part 7 makes .venv-torch). A few minutes on 1 core.
+# bench/check_export_hf.py): same logits to 1e-4, and generate() runs; and the exported Hugging
+# Face tokenizer gives vtrain's ids (bench/check_export_tokenizer.py, with VTRAIN's data_tool).
+# Needs a python with torch, numpy and safetensors (bench/reproduce.sh part 7 makes .venv-torch). A few minutes on 1 core.
 #   bash bench/check_export_torch.sh PYTHON [VTRAIN] [CASE_REGEX]
 set -euo pipefail
 PY=${1:?usage: check_export_torch.sh PYTHON [VTRAIN] [CASE_REGEX]}
@@ -87,6 +88,8 @@ if [[ -d $W/ck_baseline ]]; then  # a bf16 export, against the fp32 model's logi
 fi
 if [[ $HF == 1 ]]; then
   "$PY" "$HERE/check_export_hf.py" "${EXPORTS[@]}" 2> "$W/hf.log" || { rc=1; cat "$W/hf.log"; }
+  # The exported tokenizer (and bpe, shuffled-rank tiktoken, bytes ones) against vtrain's ids.
+  "$PY" "$HERE/check_export_tokenizer.py" "$(dirname "$VT")/data_tool" "${EXPORTS[0]}" || rc=1
 else
   echo "transformers does not import in $PY: the AutoModelForCausalLM check was skipped"
 fi

@@ -9,6 +9,8 @@
 //   data_tool train-bpe --docs FILE --vocab N --out TOKENIZER.json [--threads N]  (as below, documents)
 // A docs FILE holds documents as (uint32 little-endian byte length, bytes) records.
 //   data_tool decode --tokenizer TOK --ids FILE --out FILE           (raw bytes)
+//   data_tool hf-tokenizer --tokenizer TOK --out DIR [--max-length N]
+//             DIR/tokenizer.json + tokenizer_config.json, as `vtrain export` writes them
 //   data_tool prepare ARGS...                                        (as `vtrain prepare`)
 //   data_tool batches --data DIR [--split train] --rows B --seq T --dp D --steps N
 //             [--shuffle --seed S] [--state-in FILE] [--state-out FILE]  (JSON line per step and rank)
@@ -18,6 +20,7 @@
 #include <chrono>
 #include <cstring>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -29,6 +32,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "data/bpe_trainer.h"
+#include "data/hf_tokenizer.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "data/shards.h"
@@ -277,10 +281,18 @@ int cmd_batches(const Args& a) {
 }
 
 }  // namespace
+int cmd_hf_tokenizer(const Args& a) {
+  auto tok = get_tokenizer(a.get("--tokenizer"));
+  if (!tok.ok()) return fail(tok.status());
+  std::error_code ec;
+  std::filesystem::create_directories(a.get("--out"), ec);
+  absl::Status s = vt::data::write_hf_tokenizer(**tok, a.get_int("--max-length", 1024), a.get("--out"));
+  return s.ok() ? 0 : fail(s);
+}
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: data_tool write-shard|read-shard|train-bpe|encode|decode|prepare|batches ...\n");
+    std::fprintf(stderr, "usage: data_tool write-shard|read-shard|train-bpe|encode|decode|hf-tokenizer|prepare|batches ...\n");
     return 1;
   }
   const std::string cmd = argv[1];
@@ -298,6 +310,7 @@ int main(int argc, char** argv) {
   if (cmd == "encode") return cmd_encode(a);
   if (cmd == "encode-docs") return cmd_encode_docs(a);
   if (cmd == "decode") return cmd_decode(a);
+  if (cmd == "hf-tokenizer") return cmd_hf_tokenizer(a);
   if (cmd == "batches") return cmd_batches(a);
   return fail(absl::InvalidArgumentError("unknown command " + cmd));
 }

@@ -5,7 +5,9 @@
 //   DIR/config.json             the model config (tests/reference/FORMAT.md keys) with
 //                               "model_type": "vtrain", where it came from, and the
 //                               "architectures" / "auto_map" of transformers' remote code
-//   DIR/tokenizer.json          the checkpoint's tokenizer
+//   DIR/vtrain_tokenizer.json   the checkpoint's tokenizer in vtrain's own format (tokenizer.h)
+//   DIR/tokenizer.json,         the same tokenizer for Hugging Face tokenizers / transformers
+//   DIR/tokenizer_config.json   (data/hf_tokenizer.h): same ids, model_max_length = seq_len
 //   DIR/modeling_vtrain.py      a PyTorch module of the model (bench/torch_model.py, embedded at
 //                               build time): load_export(DIR), or (with transformers)
 //                               AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True);
@@ -29,6 +31,7 @@
 #include "core/dtype.h"
 #include "core/flags.h"
 #include "core/rng.h"
+#include "data/hf_tokenizer.h"
 #include "generated/torch_model_py.h"  // kTorchModelPy: bench/torch_model.py
 #include "model/decode.h"
 #include "model/projection.h"
@@ -36,6 +39,9 @@
 namespace vt::cli {
 namespace {
 namespace fs = std::filesystem;
+
+// vtrain's own tokenizer file in an export (tokenizer.json there is the Hugging Face one).
+constexpr const char* kExportVtrainTokenizer = "vtrain_tokenizer.json";
 
 const CommandSpec& export_command() {
   static const CommandSpec spec = [] {
@@ -135,7 +141,8 @@ absl::Status write_export(const Flags& f, const std::string& ckpt, const fs::pat
   cfg["vtrain_tokens"] = m->meta.tokens;
   std::ofstream(dir / "config.json") << cfg.dump(1) << "\n";
   std::ofstream(dir / "modeling_vtrain.py") << kTorchModelPy;
-  VT_RETURN_IF_ERROR(tok->save((dir / "tokenizer.json").string()));
+  VT_RETURN_IF_ERROR(tok->save((dir / kExportVtrainTokenizer).string()));
+  VT_RETURN_IF_ERROR(data::write_hf_tokenizer(*tok, m->cfg.seq_len, dir.string()));
 
   const int64_t V = static_cast<int64_t>(logits.size()) / N;
   return write_safetensors((dir / "export_check.safetensors").string(),
@@ -170,7 +177,7 @@ absl::Status run_export(const Flags& f) {
     return st;
   }
   std::printf("exported %s to %s: model.safetensors (%s), config.json, tokenizer.json, "
-              "modeling_vtrain.py, export_check.safetensors\n",
+              "tokenizer_config.json, vtrain_tokenizer.json, modeling_vtrain.py, export_check.safetensors\n",
               ckpt.c_str(), out.string().c_str(), f.get_string("dtype").c_str());
   return absl::OkStatus();
 }

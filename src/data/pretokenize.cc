@@ -46,6 +46,50 @@ absl::StatusOr<std::shared_ptr<const PreTokenizer>> PreTokenizer::create(std::st
   return std::shared_ptr<const PreTokenizer>(std::move(p));
 }
 
+absl::StatusOr<std::vector<std::pair<uint32_t, uint32_t>>> pcre2_class_ranges(std::string_view cls) {
+  const std::string pattern = "(?:" + std::string(cls) + ")";
+  int err = 0;
+  PCRE2_SIZE err_off = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF | PCRE2_UCP, &err, &err_off, nullptr);
+  if (code == nullptr) {
+    PCRE2_UCHAR buf[256];
+    pcre2_get_error_message(err, buf, sizeof(buf));
+    return absl::InvalidArgumentError(absl::StrFormat("bad character class %s: %s", cls,
+                                                      reinterpret_cast<const char*>(buf)));
+  }
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // without JIT it is only slower
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  std::vector<std::pair<uint32_t, uint32_t>> ranges;
+  unsigned char u[4];
+  for (uint32_t cp = 0; cp <= 0x10FFFF; ++cp) {
+    if (cp >= 0xD800 && cp < 0xE000) continue;
+    size_t n;
+    if (cp < 0x80) {
+      u[0] = static_cast<unsigned char>(cp), n = 1;
+    } else if (cp < 0x800) {
+      u[0] = 0xC0 | (cp >> 6), u[1] = 0x80 | (cp & 0x3F), n = 2;
+    } else if (cp < 0x10000) {
+      u[0] = 0xE0 | (cp >> 12), u[1] = 0x80 | ((cp >> 6) & 0x3F), u[2] = 0x80 | (cp & 0x3F), n = 3;
+    } else {
+      u[0] = 0xF0 | (cp >> 18), u[1] = 0x80 | ((cp >> 12) & 0x3F), u[2] = 0x80 | ((cp >> 6) & 0x3F),
+      u[3] = 0x80 | (cp & 0x3F), n = 4;
+    }
+    const int rc = pcre2_match(code, u, n, 0, PCRE2_ANCHORED | PCRE2_ENDANCHORED, md, nullptr);
+    if (rc <= 0) continue;
+    if (!ranges.empty() && ranges.back().second + 1 == cp) {
+      ranges.back().second = cp;
+    } else if (!ranges.empty() && ranges.back().second == 0xD7FF && cp == 0xE000) {
+      ranges.back().second = cp;  // across the surrogates, which no text holds
+    } else {
+      ranges.push_back({cp, cp});
+    }
+  }
+  pcre2_match_data_free(md);
+  pcre2_code_free(code);
+  return ranges;
+}
+
 void PreTokenizer::split(std::string_view text, const std::function<void(std::string_view)>& emit) const {
   if (text.empty()) return;
   pcre2_code* code = impl_->code;

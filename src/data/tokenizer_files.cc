@@ -94,6 +94,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dat
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return bad("not valid JSON");
   try {  // any field of the wrong JSON type throws: reported as a corrupt file
+    if (j.contains("model") && j.contains("added_tokens") && !j.contains("format"))
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " is a Hugging Face tokenizers file, not vtrain's; `vtrain export` writes vtrain's "
+          "own beside it as vtrain_tokenizer.json"));
     if (j.value("format", "") != "vtrain-tokenizer") return bad("missing \"format\": \"vtrain-tokenizer\"");
     if (j.value("version", 0) != 1) return bad("unsupported version (expected 1)");
     const std::string kind = j.at("kind").get<std::string>();

@@ -3,7 +3,8 @@ value mode and block shape below is trained a few steps, exported, and its model
 config.json (read with the `safetensors` package) fed to reference_model.forward_logits; the
 logits must equal the ones vtrain wrote into export_check.safetensors to 1e-4 (relative to the
 largest logit), modeling_vtrain.py is bench/torch_model.py byte for byte and config.json names its
-transformers classes (auto_map). A bf16 export holds the fp32 weights rounded to nearest even. A checkpoint that
+transformers classes (auto_map); its Hugging Face tokenizer (tokenizer.json, loaded with
+`tokenizers`) gives vtrain's ids for a text. A bf16 export holds the fp32 weights rounded to nearest even. A checkpoint that
 does not verify, and an --out that exists, are refused with nothing written."""
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def test_exported_weights_give_vtrains_logits(case, data, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(p.name for p in out.iterdir()) == [
         "config.json", "export_check.safetensors", "model.safetensors", "modeling_vtrain.py",
-        "tokenizer.json"]
+        "tokenizer.json", "tokenizer_config.json", "vtrain_tokenizer.json"]
     # The PyTorch module is bench/torch_model.py as built in (bench/reproduce.sh part 7 runs it
     # against export_check.safetensors where torch is installed).
     root = os.path.dirname(os.path.dirname(HERE))
@@ -103,7 +104,38 @@ def test_exported_weights_give_vtrains_logits(case, data, tmp_path):
                                        fixed=fixed or rm.default_fixed(config)))[0]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
-    assert (out / "tokenizer.json").read_bytes() == (data / "tokenizer.json").read_bytes()
+    assert (out / "vtrain_tokenizer.json").read_bytes() == (data / "tokenizer.json").read_bytes()
+
+
+def test_export_tokenizer_gives_vtrains_ids(data, tmp_path):
+    """The export's tokenizer.json loads in Hugging Face `tokenizers` and encodes text as vtrain
+    did when it prepared the data: the shard of a document is <|bos|> then the text's ids
+    (tests/data/test_hf_tokenizer.py checks more tokenizers and texts)."""
+    tokenizers = pytest.importorskip("tokenizers")  # scripts/requirements.txt
+    ckpt = trained(data, tmp_path, [])
+    out = tmp_path / "export"
+    assert vt("export", "--ckpt", ckpt, "--out", out).returncode == 0
+    hf = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+    hf.encode_special_tokens = True  # transformers' split_special_tokens (tokenizer_config.json)
+    config = json.loads((out / "config.json").read_text())
+    assert hf.get_vocab_size(with_added_tokens=True) == config["vocab_size"]
+    assert hf.token_to_id("<|bos|>") == config["bos_token_id"]
+    tc = json.loads((out / "tokenizer_config.json").read_text())
+    assert tc["tokenizer_class"] == "PreTrainedTokenizerFast" and tc["bos_token"] == "<|bos|>"
+    assert tc["model_max_length"] == config["seq_len"]
+    # vtrain's ids for a text: its encoder (the one `vtrain prepare` runs) through data_tool.
+    text = ("Und Gott sprach: Es werde Licht!  Καὶ εἶπεν ὁ θεός 1234567 \n\n\t<|bos|> "
+            "naïve 日本語 👍🏽   it's IT'S\r\n")
+    (tmp_path / "t.txt").write_bytes(text.encode())
+    r = subprocess.run([os.path.join(BUILD, "data_tool"), "encode", "--tokenizer",
+                        out / "vtrain_tokenizer.json", "--input", tmp_path / "t.txt"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    want = [int(x) for x in r.stdout.split()]
+    assert len(want) > 40
+    # <|bos|> first (the post-processor, as each document of vtrain's stream), then the text
+    assert hf.encode(text).ids == [config["bos_token_id"]] + want
+    assert hf.decode(want, skip_special_tokens=False) == text
 
 
 def read_raw(path):

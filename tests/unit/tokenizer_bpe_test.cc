@@ -93,6 +93,32 @@ TEST(PreTokenize, NeverDropsBytes) {
   }
 }
 
+// The code point sets another regex engine is given (hf_tokenizer.h): PCRE2's own, as ranges.
+TEST(PreTokenize, ClassRangesArePcre2Sets) {
+  using R = std::vector<std::pair<uint32_t, uint32_t>>;
+  auto has = [](const R& r, uint32_t cp) {
+    for (auto [lo, hi] : r)
+      if (lo <= cp && cp <= hi) return true;
+    return false;
+  };
+  auto space = pcre2_class_ranges("\\s");
+  ASSERT_TRUE(space.ok());
+  for (uint32_t cp : {0x09u, 0x0Au, 0x0Du, 0x20u, 0x85u, 0xA0u, 0x180Eu, 0x2003u, 0x2028u, 0x3000u})
+    EXPECT_TRUE(has(*space, cp)) << std::hex << cp;
+  for (uint32_t cp : {0x41u, 0x30u, 0x200Bu, 0xFEFFu, 0x10FFFFu}) EXPECT_FALSE(has(*space, cp)) << std::hex << cp;
+  auto digits = pcre2_class_ranges("\\p{N}");
+  ASSERT_TRUE(digits.ok());
+  EXPECT_EQ(digits->front(), (std::pair<uint32_t, uint32_t>{0x30, 0x39}));
+  EXPECT_TRUE(has(*digits, 0x0661) && has(*digits, 0x00B2) && !has(*digits, 0x41));
+  auto not_space = pcre2_class_ranges("\\S");  // the complement, surrogates left out
+  ASSERT_TRUE(not_space.ok());
+  uint64_t n = 0;
+  for (const R* r : {&*space, &*not_space})
+    for (auto [lo, hi] : *r) n += hi - lo + 1 - (lo <= 0xD7FF && hi >= 0xE000 ? 0x800 : 0);
+  EXPECT_EQ(n, 0x110000u - 0x800u);
+  EXPECT_FALSE(pcre2_class_ranges("\\p{Nope}").ok());
+}
+
 TEST(Bpe, DeterministicAndTieBreak) {
   BpeTrainOptions o;
   o.vocab_size = 300;
