@@ -22,6 +22,17 @@ unsigned threads_for(int64_t C) {
   return unsigned(t < 32 ? 32 : (t > kMaxThreads ? kMaxThreads : t));
 }
 
+// The tail of both forward kernels: from the row's sum of squares `ss` (summed over the block),
+// its rstd (written by thread 0) and y = x * scale * rstd.
+template <class T>
+__device__ void normalize_row(const T* xr, T* yr, float ss, float* rstd_r, int64_t C, float scale,
+                              float eps) {
+  const float rs = rsqrtf(ss / static_cast<float>(C) + eps);
+  if (threadIdx.x == 0) *rstd_r = rs;
+  const float f = scale * rs;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) yr[c] = from_f32<T>(to_f32(xr[c]) * f);
+}
+
 // Each element is read and written by the same thread, so y may alias x.
 template <class T>
 __global__ void rmsnorm_forward_kernel(const T* x, T* y, float* rstd, int64_t C, float scale,
@@ -34,11 +45,7 @@ __global__ void rmsnorm_forward_kernel(const T* x, T* y, float* rstd, int64_t C,
     const float v = to_f32(xr[c]);
     ss += v * v;
   }
-  ss = block_sum(ss);
-  const float rs = rsqrtf(ss / static_cast<float>(C) + eps);
-  if (threadIdx.x == 0) rstd[r] = rs;
-  const float f = scale * rs;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) yr[c] = from_f32<T>(to_f32(xr[c]) * f);
+  normalize_row(xr, yr, block_sum(ss), rstd + r, C, scale, eps);
 }
 
 // The sum x + y as a T tensor stores it (rounded once to T).
@@ -93,11 +100,7 @@ __global__ void add_rmsnorm_forward_kernel(T* x, const T* delta, T* keep, T* y, 
     const float v = to_f32(s);
     ss += v * v;
   }
-  ss = block_sum(ss);
-  const float rs = rsqrtf(ss / static_cast<float>(C) + eps);
-  if (threadIdx.x == 0) rstd[r] = rs;
-  const float f = scale * rs;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) yr[c] = from_f32<T>(to_f32(xr[c]) * f);
+  normalize_row(xr, yr, block_sum(ss), rstd + r, C, scale, eps);
 }
 
 template <class T>

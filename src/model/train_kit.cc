@@ -146,7 +146,7 @@ Tensor TrainKit::attention(const Tensor& n_block, BlockActs& a) const {
   a.k_r = act(k.shape());
   ops::rope(q, a.q_r, cfg.rope_base);
   ops::rope(k, a.k_r, cfg.rope_base);
-  rerun_attention_core(a, true);
+  attention_core(a, true);
   Tensor o = act({N, C});
   projection::forward_out(m_, lp.o, a.y.reshaped({N, qd}), o);
   tp::reduce_outputs(m_.par_.tp_comm(), o);
@@ -155,7 +155,7 @@ Tensor TrainKit::attention(const Tensor& n_block, BlockActs& a) const {
 
 // QK-norm and attention from the saved q, k (after RoPE) and v: in forward, and again in
 // backward when --recompute attn dropped their outputs (`forward`: where the extras read V1).
-void TrainKit::rerun_attention_core(BlockActs& a, bool forward) const {
+void TrainKit::attention_core(BlockActs& a, bool forward) const {
   const ModelConfig& cfg = m_.cfg_;
   const int B = acts_.B, T = cfg.seq_len, hd = cfg.head_dim, H = m_.heads_, Hkv = m_.kv_heads_;
   const int64_t N = rows();
@@ -184,7 +184,7 @@ Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
   const int64_t N = rows(), C = cfg.n_embd, qd = int64_t{H} * hd, kvd = int64_t{Hkv} * hd;
   Communicator* tp_comm = m_.par_.tp_comm();
 
-  if (!a.y.defined()) rerun_attention_core(a, false);  // --recompute attn dropped it
+  if (!a.y.defined()) attention_core(a, false);  // --recompute attn dropped it
 
   // Output projection and attention.
   Tensor dy = act(a.y.shape());

@@ -37,7 +37,7 @@ class TrainKit final : public BlockKit {
   ValueLayerCtx value_ctx() const;
   ops::AttnExtras extras(BlockActs& a, bool forward) const;
   ValueSources value_sources(const Tensor& n, const BlockActs& a, bool forward) const;
-  void rerun_attention_core(BlockActs& a, bool forward) const;
+  void attention_core(BlockActs& a, bool forward) const;
   Tensor activation(const Tensor& h) const;  // relu^2 or relu (--mlp-act)
   Tensor act(Shape s) const { return m_.act(std::move(s)); }
   Tensor f32(Shape s) const { return m_.f32(std::move(s)); }
