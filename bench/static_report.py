@@ -220,28 +220,98 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
     return [Row(*[a[0], a[1], a[5], a[2], a[3], a[4], a[6], a[7]]) for a in acc.values()]
 
 
-def optimizer_rows(c: dict, accum: int) -> list[Row]:
-    """Once per optimizer step, amortized over `accum` micro-batches: Muon (momentum, 5
-    Newton-Schulz iterations in bf16, apply) on the block matrices, AdamW on embedding and
-    lm_head, the bf16 compute copy of the weights, the gradient zeroing."""
-    C, L, F, Vp, kvd = c["C"], c["L"], c["hidden"], c["Vp"], c["Hkv"] * c["hd"]
-    mats = L * [(C, C), (C, kvd), (C, kvd), (C, C), (C, F), (F, C)]
+def block_matrices(c: dict) -> list[tuple[int, int]]:
+    """The Muon matrices in ParamStore order (src/model/block_shape.cc: per layer wq, wk, wv,
+    wo, fc, proj), as (rows, cols)."""
+    C, L, F, kvd = c["C"], c["L"], c["hidden"], c["Hkv"] * c["hd"]
+    return L * [(C, C), (C, kvd), (C, kvd), (C, C), (C, F), (F, C)]
+
+
+def ns_cost(r: int, k: int) -> tuple[float, float]:
+    """FLOPs and bytes of 5 bf16 Newton-Schulz iterations on an r x k matrix (src/optim/muon.cc
+    newton_schulz_ops: A = X X^T, B = b A + c A A, Y = a X + B X on the small side m)."""
+    m, n = min(r, k), max(r, k)
+    return (5 * (2 * m * m * n + 2 * m * m * m + 2 * m * m * n),
+            5 * BF16 * (3 * m * n + 3 * m * m + 2 * m * n + m * n))
+
+
+def busiest_owner(c: dict, dp: int) -> list[int]:
+    """Indices of the matrices the busiest rank of a dp-way stage owns: matrix k is
+    orthogonalized by stage rank k % dp (src/optim/distributed_optimizer.h, tp 1)."""
+    mats = block_matrices(c)
+    owned = [[k for k in range(len(mats)) if k % dp == r] for r in range(dp)]
+    return max(owned, key=lambda ks: sum(ns_cost(*mats[k])[0] for k in ks))
+
+
+def optimizer_rows(c: dict, accum: int, dp: int = 1) -> list[Row]:
+    """Once per optimizer step, amortized over `accum` micro-batches, on the busiest rank of a
+    dp-way data-parallel group (tp 1): Muon on the block matrices (momentum and 5 Newton-Schulz
+    iterations in bf16 by the matrix's owner only, the apply on every rank), AdamW on the
+    embedding and lm_head (ZeRO-1: 1/dp of each), the bf16 compute copy of the weights and the
+    gradient zeroing (every rank)."""
+    C, Vp = c["C"], c["Vp"]
+    mats = block_matrices(c)
     block_params = sum(r * k for r, k in mats)
+    mine = busiest_owner(c, dp)
+    owned_params = sum(mats[k][0] * mats[k][1] for k in mine)
     other = 2 * Vp * C
-    ns_flops, ns_bytes = 0.0, 0.0
-    for r, k in mats:
-        m, n = min(r, k), max(r, k)
-        ns_flops += 5 * (2 * m * m * n + 2 * m * m * m + 2 * m * m * n)
-        ns_bytes += 5 * BF16 * (3 * m * n + 3 * m * m + 2 * m * n + m * n)
+    ns_flops = sum(ns_cost(*mats[k])[0] for k in mine)
+    ns_bytes = sum(ns_cost(*mats[k])[1] for k in mine)
     a = 1.0 / accum
     return [
-        Row("Muon Newton-Schulz GEMMs (5 steps, bf16)", "cuBLASLt", 3 * 5 * len(mats) * a,
+        Row("Muon Newton-Schulz GEMMs (5 steps, bf16)", "cuBLASLt", 3 * 5 * len(mine) * a,
             ns_flops * a, ns_bytes * a, True),
-        Row("Muon momentum + apply", "muon_momentum_kernel", 2 * len(mats) * a,
-            6 * block_params * a, (16 + 12) * block_params * a, False),
-        Row("AdamW (embedding, lm_head)", "adamw_kernel", a, 12 * other * a, 28 * other * a, False),
+        # momentum: read g, m; write m, u (owned matrices); apply: read p, u; write p (all).
+        Row("Muon momentum + apply", "muon_momentum_kernel", (len(mine) + len(mats)) * a,
+            4 * owned_params * a + 2 * block_params * a,
+            (16 * owned_params + 12 * block_params) * a, False),
+        Row("AdamW (embedding, lm_head)", "adamw_kernel", a, 12 * other / dp * a,
+            28 * other / dp * a, False),
         Row("bf16 copy of the weights, zeroed gradients", "f32_to_bf16_kernel", 2 * a, 0.0,
             (F32 + BF16 + F32) * (block_params + other) * a, False),
+    ]
+
+
+# --- communication of a data-parallel step --------------------------------------------------------
+class Link:
+    """One collective per optimizer step, amortized per micro-step: bytes each rank moves over
+    its link and the part of its time the schedule leaves exposed."""
+    def __init__(self, name, how, nbytes, seconds, exposed):
+        self.name, self.how, self.bytes, self.seconds, self.exposed = (
+            name, how, nbytes, seconds, exposed)
+
+
+def exposed_grad_sum(allreduce_s, layer_share, layers, window_s):
+    """src/plan/step_time.cc exposed_grad_sum_s with overlap: the layers' sums run behind the
+    last micro-batch's backward (at least the last layer's is exposed), the rest after it."""
+    layers_s = allreduce_s * layer_share
+    return max(layers_s - window_s, layers_s / layers) + allreduce_s * (1.0 - layer_share)
+
+
+def comm_links(c: dict, accum: int, dp: int, gbps: float, grad_bytes: int,
+               backward_window_s: float) -> list[Link]:
+    """The collectives of vtrain's data-parallel step (docs/design.md "Parallelism") at tp 1,
+    pp 1 on a link of `gbps` GB/s per GPU (ring algorithms: an all-reduce moves 2 (dp-1)/dp of
+    the data, an all-gather (dp-1)/dp, a broadcast the whole of it through every rank)."""
+    mats = block_matrices(c)
+    block_params = sum(r * k for r, k in mats)
+    other = 2 * c["Vp"] * c["C"]
+    bw = gbps * 1e9
+    a = 1.0 / accum
+    grads = (block_params + other) * grad_bytes
+    ar = 2.0 * (dp - 1) / dp * grads
+    ar_s = ar / bw
+    gather = (dp - 1) / dp * other * F32
+    bcast = block_params * F32
+    return [
+        Link("gradient all-reduce", f"{'fp32' if grad_bytes == F32 else 'bf16'} wire, bucketed, "
+             "behind the last backward", ar * a, ar_s * a,
+             exposed_grad_sum(ar_s, block_params / (block_params + other), c["L"],
+                              backward_window_s) * a),
+        Link("AdamW ZeRO-1 all-gather", "fp32, after the update", gather * a, gather / bw * a,
+             gather / bw * a),
+        Link("Muon broadcast of the orthogonalized matrices", "fp32, after Newton-Schulz",
+             bcast * a, bcast / bw * a, bcast / bw * a),
     ]
 
 
@@ -297,6 +367,20 @@ def table(c: dict, rows: list[Row], res: dict, measured: dict, markdown: bool) -
     return total, "\n".join(out)
 
 
+def comm_table(links: list[Link], markdown: bool) -> str:
+    lines = [["collective (per GPU)", "how", "MB", "time us", "exposed us"]]
+    for l in links:
+        lines.append([l.name, l.how, f"{l.bytes / 1e6:,.1f}", f"{l.seconds * 1e6:,.0f}",
+                      f"{l.exposed * 1e6:,.0f}"])
+    if markdown:
+        out = ["| " + " | ".join(lines[0]) + " |", "|" + "---|" * len(lines[0])]
+        out += ["| " + " | ".join(l) + " |" for l in lines[1:]]
+    else:
+        widths = [max(len(l[i]) for l in lines) for i in range(len(lines[0]))]
+        out = ["  ".join(x.ljust(w) for x, w in zip(l, widths)) for l in lines]
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.environ.get("VTRAIN_BUILD", os.path.join(ROOT, "build")))
@@ -305,14 +389,26 @@ def main() -> int:
                     help="sequences of T tokens per GPU per micro-step, per preset")
     ap.add_argument("--tokens-per-optimizer-step", type=int, default=65536,
                     help="per GPU (nanochat: 524288 tokens over 8 GPUs)")
+    ap.add_argument("--dp", type=int, default=8,
+                    help="data-parallel GPUs (tp 1, pp 1): Muon's Newton-Schulz and AdamW are "
+                         "split over them and the collectives are counted (nanochat: 8)")
+    ap.add_argument("--link-gbps", type=float, default=400.0,
+                    help="GB/s per GPU for the collectives (vtrain plan's --intra-node-gbps)")
+    ap.add_argument("--grad-sync", choices=["fp32", "bf16"], default="fp32",
+                    help="the wire dtype of the gradient all-reduce (vtrain train --grad-sync)")
     ap.add_argument("--measured", help="JSON {row name: seconds per step} from a GPU run")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
+    if args.dp < 1:
+        ap.error(f"--dp {args.dp}: give at least 1")
+    if not args.link_gbps > 0:
+        ap.error(f"--link-gbps {args.link_gbps}: give a positive rate")
     mb = dict(kv.split(":") for kv in args.micro_batch.split(","))
     res = load_resources(args.build)
     if not res:
         print(f"(no ptxas reports under {args.build}: registers and occupancy left out)")
     measured = json.load(open(args.measured)) if args.measured else {}
+    li = "- " if args.markdown else ""
     for name in args.presets.split(","):
         c = preset(name, int(mb.get(name, 8)))
         tokens = c["B"] * c["T"]
@@ -320,10 +416,10 @@ def main() -> int:
         model_flops = model_flops_per_token(c) * tokens
         print(f"\n## {name}: L {c['L']}, d {c['C']}, {c['H']} heads x hd {c['hd']}, T {c['T']}, "
               f"windows {c['windows'][0]}/{c['T']} (SSSL), micro-batch {c['B']} x {c['T']} = "
-              f"{tokens} tokens, optimizer every {accum} micro-batches\n")
+              f"{tokens} tokens, optimizer every {accum} micro-batches, dp {args.dp}\n")
         results = {}
         for ref in (False, True):
-            rows = step_rows(c, ref) + optimizer_rows(c, accum)
+            rows = step_rows(c, ref) + optimizer_rows(c, accum, args.dp)
             total, text = table(c, rows, res, measured if not ref else {}, args.markdown)
             results[ref] = (total, rows)
             if not ref:
@@ -331,15 +427,34 @@ def main() -> int:
         t_tc, rows_tc = results[False]
         t_ref, rows_ref = results[True]
         attn = lambda rows: sum(r.roofline() for r in rows if r.name.startswith("attention"))
-        li = "- " if args.markdown else ""
+        muon = lambda rows: sum(r.roofline() for r in rows if r.name.startswith("Muon"))
+        # The last micro-batch's backward: the rows that are backward work, plus half of the
+        # rows that hold a forward and its backward (the gradient sums run behind it).
+        back = sum(r.roofline() * (0.5 if "forward" in r.name else 1.0) for r in rows_tc
+                   if "backward" in r.name)
+        links = comm_links(c, accum, args.dp, args.link_gbps,
+                           F32 if args.grad_sync == "fp32" else BF16, back) if args.dp > 1 else []
+        exposed = sum(l.exposed for l in links)
+        muon_exposed = muon(rows_tc) + sum(l.exposed for l in links if l.name.startswith("Muon"))
+        step = t_tc + exposed
         print(f"\n{li}model FLOPs per micro-step (docs/model.md): {model_flops / 1e12:.2f} TFLOP; "
               f"executed: {sum(r.flops for r in rows_tc) / 1e12:.2f} TFLOP")
-        print(f"{li}roofline step time: {t_tc * 1e3:.1f} ms -> at best {tokens / t_tc:,.0f} tok/s, "
-              f"MFU {100 * model_flops / (t_tc * PEAK_TC):.0f}% "
-              f"(attention {100 * attn(rows_tc) / t_tc:.0f}% of it)")
-        print(f"{li}with the reference attention (CUDA cores): {t_ref * 1e3:.1f} ms, MFU "
-              f"{100 * model_flops / (t_ref * PEAK_TC):.0f}% (attention "
-              f"{100 * attn(rows_ref) / t_ref:.0f}%)")
+        print(f"{li}roofline of the kernels: {t_tc * 1e3:.1f} ms (attention "
+              f"{100 * attn(rows_tc) / t_tc:.0f}% of it)")
+        if links:
+            print(f"\ncollectives of the dp {args.dp} step at {args.link_gbps:g} GB/s per GPU, "
+                  f"per micro-step (the optimizer's amortized over {accum}):\n")
+            print(comm_table(links, args.markdown))
+            print()
+        print(f"{li}roofline step time at dp {args.dp}: {step * 1e3:.1f} ms (kernels "
+              f"{t_tc * 1e3:.1f} + exposed communication {exposed * 1e3:.1f}) -> at best "
+              f"{tokens / step:,.0f} tok/s per GPU, MFU {100 * model_flops / (step * PEAK_TC):.0f}%")
+        print(f"{li}Muon exposed: {muon_exposed * 1e3:.1f} ms = {100 * muon_exposed / step:.1f}% "
+              f"of the step (Newton-Schulz of the busiest owner, momentum of its matrices, the "
+              f"apply on every rank, the broadcast)")
+        print(f"{li}with the reference attention (CUDA cores): {(t_ref + exposed) * 1e3:.1f} ms, "
+              f"MFU {100 * model_flops / ((t_ref + exposed) * PEAK_TC):.0f}% (attention "
+              f"{100 * attn(rows_ref) / (t_ref + exposed):.0f}%)")
     return 0
 
 

@@ -61,8 +61,12 @@ DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig co
       m.owner = static_cast<int>(matrices_.size() % stage_size);
       m.rows = info.global_shape[0];
       m.cols = info.global_shape[1];
-      m.state = momentum_size;
-      momentum_size += info.numel();
+      // Only the owner's DP replica keeps the momentum (its TP group gathers the matrix).
+      m.held = m.owner / tp == dp_rank;
+      if (m.held) {
+        m.state = momentum_size;
+        momentum_size += info.numel();
+      }
       matrix_numel += static_cast<double>(m.rows * m.cols);
       plan_of_[i] = static_cast<int>(matrices_.size());
       matrices_.push_back(m);
@@ -213,12 +217,13 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
   Communicator* stage = grid_.stage();
   const int T = tp->size();
   const int me = stage->rank();
-  const int my_dp = grid_.coords().dp;
   const size_t M = matrices_.size();
   auto zeros = [dev](int64_t n) { return Tensor::zeros({n}, DType::kF32, dev); };
 
-  // 1. Momentum on the local shards: update_ = Nesterov direction of each shard.
+  // 1. Momentum on the local shards of the matrices this DP replica holds (those whose owner is
+  // in its TP group): update_ = Nesterov direction of each shard.
   for (const MatrixPlan& m : matrices_) {
+    if (!m.held) continue;
     const ParamInfo& info = store_->info(m.param);
     const int64_t n = info.numel();
     ops::muon_momentum(grads.flat(info.offset, n), momentum_.flat(m.state, n),
@@ -229,7 +234,7 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
   std::vector<Tensor> whole(M);
   for (size_t k = 0; k < M; ++k) {
     const MatrixPlan& m = matrices_[k];
-    if (m.owner / T != my_dp) continue;  // another DP replica's TP group gathers this one
+    if (!m.held) continue;  // another DP replica's TP group gathers this one
     const ParamInfo& info = store_->info(m.param);
     const int64_t n = info.numel();
     const Tensor local = update_.flat(m.state, n);
@@ -342,8 +347,16 @@ void DistributedOptimizer::gather_state_into(const std::string& name, const std:
   const int64_t n = info.numel();
   if (n == 0) return;
   if (config_.uses_muon(info.group)) {
+    // The owner's DP replica holds it; every replica gets it (collective over DP).
     const MatrixPlan& m = matrix_plan(i, "gather_state");
-    out.flat(0, n).copy_from(momentum_.flat(m.state, n));
+    if (grid_.dp()->size() == 1) {
+      out.flat(0, n).copy_from(momentum_.flat(m.state, n));
+      return;
+    }
+    const Tensor buf = Tensor::zeros({n}, DType::kF32, store_->device());
+    if (m.held) buf.copy_from(momentum_.flat(m.state, n));
+    grid_.dp()->broadcast(buf, m.owner / grid_.shape().tp);
+    out.flat(0, n).copy_from(buf);
     return;
   }
   const AdamPlan& a = adam_plan(i, "gather_state");
@@ -381,7 +394,7 @@ void DistributedOptimizer::scatter_state(const std::string& name, const std::str
   if (config_.uses_muon(info.group)) {
     const MatrixPlan& m = matrix_plan(i, "scatter_state");
     const int64_t n = info.numel();
-    if (n > 0) momentum_.flat(m.state, n).copy_from(local_full.flat(0, n));
+    if (n > 0 && m.held) momentum_.flat(m.state, n).copy_from(local_full.flat(0, n));
     return;
   }
   const AdamPlan& a = adam_plan(i, "scatter_state");

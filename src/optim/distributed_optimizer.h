@@ -6,11 +6,13 @@
 //
 // Global grad norm: every element of the model counted once (grad_sync.h), so clipping matches.
 //
-// Muon (kMatrix): the momentum buffer lives on the local TP shard (elementwise, identical on DP
-// replicas). Each matrix of the stage is orthogonalized as a whole exactly once per step: matrix
-// k (k-th kMatrix parameter in ParamStore order) is owned by stage rank k % stage()->size(), i.e.
-// TP coordinate owner % tp and DP coordinate owner / tp. The TP group of the owner's DP replica
-// all-gathers the momentum-updated shards (columns reordered for column splits), the owner runs
+// Muon (kMatrix): each matrix of the stage is orthogonalized as a whole exactly once per step:
+// matrix k (k-th kMatrix parameter in ParamStore order) is owned by stage rank
+// k % stage()->size(), i.e. TP coordinate owner % tp and DP coordinate owner / tp. Its momentum
+// buffer lives only in the owner's DP replica, on the local TP shards of that replica's TP group
+// (so a rank keeps and updates about 1/dp of the stage's momentum). That TP group updates the
+// momentum of its shards, all-gathers the Nesterov directions (columns reordered for column
+// splits), the owner runs
 // newton_schulz on the whole matrix (owners work in parallel: all gathers first, then all
 // orthogonalizations, then the broadcasts), broadcasts the result over the stage group in matrix
 // order, and every rank applies its own slice with the scale of the GLOBAL shape.
@@ -26,8 +28,9 @@
 // backend's multi-threaded AdamW) on a side thread while the device runs the other updates and
 // Muon, and their buckets are gathered after it joins. A CPU store runs them in line.
 //
-// Collectives: step() on every rank of the grid; gather_state() of an AdamW parameter on every
-// rank of the DP group, in the same order. scatter_state() is local.
+// Collectives: step() on every rank of the grid; gather_state() of any parameter on every rank of
+// the DP group, in the same order (AdamW: the chunks' all-gather; Muon: a broadcast from the
+// owner's replica). scatter_state() is local (keeps what this rank stores).
 //
 // Devices: the optimizer runs where the ParamStore lives. The states are f32 tensors on the
 // store's device and every step touches parameters, gradients and states only through ops
@@ -84,7 +87,8 @@ class DistributedOptimizer {
   const OptimizerConfig& config() const { return config_; }
 
   // Floats of optimizer state held by this rank: AdamW exp_avg + exp_avg_sq (only the owned
-  // ZeRO chunks, about 2 * numel / dp) and Muon momentum (the local shards).
+  // ZeRO chunks, about 2 * numel / dp) and Muon momentum (the local shards of the matrices its DP
+  // replica owns, about numel / dp).
   int64_t adamw_state_numel() const { return 2 * (exp_avg_.numel() + exp_avg_host_.numel()); }
   // Of those, the floats kept in host memory (parameters the store keeps there).
   int64_t host_state_numel() const { return 2 * exp_avg_host_.numel(); }
@@ -97,7 +101,8 @@ class DistributedOptimizer {
     int param = 0;          // ParamStore index
     int owner = 0;          // stage rank running newton_schulz
     int64_t rows = 0, cols = 0;  // global shape
-    int64_t state = 0;      // offset in momentum_ / the local update buffer
+    int64_t state = -1;     // offset in momentum_ / the local update buffer (held only)
+    bool held = false;      // this DP replica keeps its momentum (owner / tp == dp coordinate)
   };
   struct AdamPlan {
     int param = 0;

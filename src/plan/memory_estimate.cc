@@ -29,6 +29,10 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                int micro_batches) {
   MemoryEstimate m;
   double matrix = 0, other = 0, host = 0, host_width = 0;
+  // Muon momentum: only for the matrices whose owner (k-th matrix: stage rank k % (tp x dp)) is
+  // in this rank's DP replica (optim/distributed_optimizer.h).
+  double momentum = 0;
+  int64_t matrix_index = 0;
   for (const ParamInfo& p : store.infos()) {
     if (p.host) {  // --table-offload: the table, its gradient and AdamW states in host memory
       host += static_cast<double>(p.numel());
@@ -36,6 +40,9 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
       continue;
     }
     (p.group == ParamGroup::kMatrix ? matrix : other) += static_cast<double>(p.numel());
+    if (p.group == ParamGroup::kMatrix &&
+        matrix_index++ % (int64_t{shape.tp} * shape.dp) / shape.tp == coords.dp)
+      momentum += static_cast<double>(p.numel());
   }
   m.host_tables = 8 * host + 8 * host / shape.dp;
   const double n = matrix + other;
@@ -51,7 +58,7 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   m.params = 4 * (n + fixed);
   m.grads = 4 * n;
   m.compute_copy = act_dtype == DType::kBF16 ? 2 * n : 0;  // the bf16 weight copy
-  m.optimizer = 4 * matrix + 8 * other / shape.dp;
+  m.optimizer = 4 * momentum + 8 * other / shape.dp;
   // Saved per token and layer (BlockActs): x_in, n1, x_mid, n2 (C each); q after RoPE and after
   // QK-norm (one tensor without QK-norm), the attention output (2-3 q-widths); k likewise, the
   // context value, the mixed value and table rows (up to 5 kv-widths); the MLP pre-activation and

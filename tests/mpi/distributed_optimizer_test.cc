@@ -285,6 +285,17 @@ TEST_F(DistributedOptimizerTest, MatchesSingleProcessOnEveryLayout) {
         grid.dp()->all_reduce_sum(&held, 1);
         EXPECT_EQ(held, 2.0 * static_cast<double>(adam_local));
         if (shape.dp > 1) EXPECT_LT(opt->adamw_state_numel(), 2 * adam_local);
+
+        // Muon momentum: each matrix's local shards are kept by exactly one DP replica (its
+        // owner's), so the DP ranks' momenta partition the stage's matrix shards.
+        int64_t matrix_local = 0, matrices = 0;
+        for (const ParamInfo& info : store.infos())
+          if (info.group == ParamGroup::kMatrix) matrix_local += info.numel(), ++matrices;
+        double momentum = static_cast<double>(opt->muon_state_numel());
+        grid.dp()->all_reduce_sum(&momentum, 1);
+        EXPECT_EQ(momentum, static_cast<double>(matrix_local));
+        if (shape.dp > 1 && matrices >= tp * shape.dp)
+          EXPECT_LT(opt->muon_state_numel(), matrix_local);
       }
     }
   }
