@@ -144,7 +144,8 @@ std::vector<MemoryEstimate> stage_memory(const PlanInput& in, const Layout& l) {
 
 // The cost of a layout given its largest stage's memory estimate.
 static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimate& mem, int stage,
-                       double max_grads, double layer_share) {
+                       double max_grads, double layer_share, double matrix_global,
+                       double adam_local) {
   LayoutPlan p;
   p.layout = l;
   p.mem = mem;
@@ -202,7 +203,15 @@ static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimat
     p.tp_comm_s = layers * (l.recompute == Recompute::kBlock ? 6.0 : 4.0) * 2.0 * (l.tp - 1) / l.tp * tokens *
                   in.cfg.n_embd * es / (in.intra_node_gbps * 1e9);
   }
-  p.step_s = (p.compute_s + p.tp_comm_s + p.launch_s + p.send_s) * p.bubble + p.allreduce_exposed_s;
+  // The optimizer's collectives, once per step over the stage's tp x dp ranks, not overlapped
+  // (optim/distributed_optimizer.h): Muon's owners broadcast each orthogonalized matrix (fp32,
+  // global shape) to the stage; ZeRO-1 all-gathers the AdamW chunks over dp.
+  const int stage_ranks = l.tp * l.dp;
+  if (stage_ranks > 1)
+    p.optimizer_comm_s = (4.0 * matrix_global +
+                          4.0 * (l.dp - 1) / l.dp * adam_local) / (p.allreduce_gbps * 1e9);
+  p.step_s = (p.compute_s + p.tp_comm_s + p.launch_s + p.send_s) * p.bubble +
+             p.allreduce_exposed_s + p.optimizer_comm_s;
   p.tok_per_s = static_cast<double>(in.global_batch) / p.step_s;
   p.days = in.tokens / p.tok_per_s / 86400.0;
   p.gpu_hours = in.tokens / p.tok_per_s / 3600.0 * gpus;
@@ -224,16 +233,20 @@ LayoutPlan plan_layout(const PlanInput& in, const Layout& l) {
     if (mems[s].total() > mems[worst].total()) worst = s;
     max_grads = std::max(max_grads, mems[s].grads);
   }
-  double table_numel = 0, layer_numel = 0, all_numel = 0;
+  double table_numel = 0, layer_numel = 0, all_numel = 0, matrix_global = 0, adam_local = 0;
   const ParamStore store = stage_store(in.cfg, l.tp, l.pp, worst, false);
   for (const ParamInfo& info : store.infos()) {
+    if (info.group == ParamGroup::kMatrix)
+      matrix_global += static_cast<double>(info.global_shape[0] * info.global_shape[1]);
+    else
+      adam_local += static_cast<double>(info.numel());
     if (info.name.size() >= 5 && info.name.compare(info.name.size() - 5, 5, "table") == 0)
       table_numel += static_cast<double>(info.numel());
     if (info.layer >= 0) layer_numel += static_cast<double>(info.numel());
     all_numel += static_cast<double>(info.numel());
   }
   LayoutPlan p = cost(in, l, mems[worst], worst, max_grads,
-                      all_numel > 0 ? layer_numel / all_numel : 1.0);
+                      all_numel > 0 ? layer_numel / all_numel : 1.0, matrix_global, adam_local);
   // (With --table-offload they are in host memory: the breakdown's host line counts them.)
   if (!in.table_offload)
     p.tables = table_numel * (4 + 4 + (in.act_dtype == DType::kBF16 ? 2 : 0) + 8.0 / l.dp);

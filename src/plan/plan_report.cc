@@ -42,7 +42,9 @@ std::string header(const PlanInput& in, const Plan& p) {
       "micro-batch at %.1f us each; pipeline sends of the residual stream not overlapped; "
       "data-parallel all-reduce 2(dp-1)/dp x fp32 grads at %.0f GB/s in a node, %.0f GB/s "
       "across nodes, %s; tensor-parallel all-reduces (4 per layer and micro-batch, 6 with "
-      "recompute) at the in-node rate, not overlapped\n",
+      "recompute) at the in-node rate, not overlapped; the optimizer's broadcast of Muon's "
+      "matrices (fp32) and ZeRO-1 all-gather over the stage at the all-reduce's rate, not "
+      "overlapped\n",
       in.mfu, in.mfu_source.empty() ? "" : absl::StrCat(", ", in.mfu_source).c_str(),
       in.gemm_curve.source, in.recompute_cost,
       in.vpp > 1 ? absl::StrCat("1F1B bubble x(1 + (pp-1)/(", in.vpp, " m)) where --vpp ", in.vpp,
@@ -210,6 +212,7 @@ std::string layout_json(const LayoutPlan& l) {
                       {"fits", l.fits}, {"bubble", l.bubble}, {"compute_s", l.compute_s},
                       {"gemm_eff", l.gemm_eff}, {"launch_s", l.launch_s}, {"send_s", l.send_s},
                       {"allreduce_s", l.allreduce_s}, {"allreduce_exposed_s", l.allreduce_exposed_s},
+                      {"optimizer_comm_s", l.optimizer_comm_s},
                       {"tp_comm_s", l.tp_comm_s}, {"step_s", l.step_s},
                       {"tok_per_s", l.tok_per_s}, {"days", l.days}, {"gpu_hours", l.gpu_hours}};
   return j.dump();

@@ -149,14 +149,24 @@ TEST(Plan, BubbleStepTimeAndDaysFollowTheFormula) {
   // back, in one node (tp x dp = 2 < 8) at 400 GB/s.
   const double send_s = 2.0 * 8 * 4 * 256 * 128 * 2 / 400e9;
   EXPECT_NEAR(a.send_s, send_s, 1e-9 * send_s);
-  EXPECT_NEAR(a.step_s, (compute + tp_s + send_s) * 1.375, 1e-12 * compute);
-  const double tok_s = 8192.0 / ((compute + tp_s + send_s) * 1.375);
+  // The optimizer's collectives over the stage's 2 ranks: Muon's broadcast of the stage's
+  // matrices (one layer's, fp32, global shapes) at 400 GB/s; no ZeRO-1 gather at dp 1.
+  ParamStore whole;
+  GPT(in.cfg).register_params(whole);
+  double matrices = 0, others = 0;
+  for (const ParamInfo& info : whole.infos())
+    (info.group == ParamGroup::kMatrix ? matrices : others) += static_cast<double>(info.numel());
+  const double opt_a = 4.0 * matrices / 4 / 400e9;  // 4 layers, 1 per stage
+  EXPECT_NEAR(a.optimizer_comm_s, opt_a, 1e-9 * opt_a);
+  EXPECT_NEAR(a.step_s, (compute + tp_s + send_s) * 1.375 + opt_a, 1e-12 * compute);
+  const double tok_s = 8192.0 / ((compute + tp_s + send_s) * 1.375 + opt_a);
   EXPECT_NEAR(a.tok_per_s, tok_s, 1e-9 * tok_s);
   EXPECT_NEAR(a.days, 1e9 / tok_s / 86400, 1e-9 * a.days);
   EXPECT_NEAR(a.gpu_hours, 1e9 / tok_s / 3600 * 8, 1e-9 * a.gpu_hours);
   // Recomputation costs a third more compute and reruns the forward's two all-reduces.
   const LayoutPlan& ar = find(*p, 2, 4, 1, 4, Recompute::kBlock);
-  EXPECT_NEAR(ar.step_s, (compute * 4 / 3 + tp_s * 6 / 4 + send_s) * 1.375, 1e-12 * compute);
+  EXPECT_NEAR(ar.step_s, (compute * 4 / 3 + tp_s * 6 / 4 + send_s) * 1.375 + opt_a,
+              1e-12 * compute);
 
   // tp 1, pp 1, dp 8, micro-batch 2: 4 rows / 2 = 2 micro-batches, bubble 1; the all-reduce moves
   // 2 (8-1)/8 x the fp32 gradients of the whole model at 400 GB/s (8 GPUs in one node).
@@ -170,7 +180,10 @@ TEST(Plan, BubbleStepTimeAndDaysFollowTheFormula) {
   const double grads = 4.0 * store.total_numel();
   EXPECT_DOUBLE_EQ(b.mem.grads, grads);
   EXPECT_NEAR(b.allreduce_s, 2.0 * 7 / 8 * grads / 400e9, 1e-15);
-  EXPECT_NEAR(b.step_s, compute + 2.0 * 7 / 8 * grads / 400e9, 1e-12 * compute);
+  // Plus Muon's broadcast of every matrix and the ZeRO-1 gather of 7/8 of the AdamW parameters.
+  const double opt_b = (4.0 * matrices + 4.0 * 7 / 8 * others) / 400e9;
+  EXPECT_NEAR(b.optimizer_comm_s, opt_b, 1e-9 * opt_b);
+  EXPECT_NEAR(b.step_s, compute + 2.0 * 7 / 8 * grads / 400e9 + opt_b, 1e-12 * compute);
   // Across nodes (2 GPUs per node: tp 1 x dp 8 spans 4 nodes) at 50 GB/s.
   PlanInput multi = in;
   multi.gpus_per_node = 2;
@@ -207,7 +220,8 @@ TEST(Plan, KernelLaunchesCostPerLayerAndMicroBatch) {
   EXPECT_NEAR(l.launch_s, 5e-6 * kKernelsPerLayerPass * 2 * 4, 1e-15);
   const LayoutPlan r = plan_layout(in, Layout{1, 2, 4, 2, Recompute::kBlock});
   EXPECT_NEAR(r.launch_s, 5e-6 * kKernelsPerLayerPass * 2 * 4 * 4 / 3, 1e-15);
-  const double base = (l.compute_s + l.tp_comm_s + l.send_s) * l.bubble + l.allreduce_exposed_s;
+  const double base = (l.compute_s + l.tp_comm_s + l.send_s) * l.bubble + l.allreduce_exposed_s +
+                      l.optimizer_comm_s;
   EXPECT_NEAR(l.step_s, base + l.launch_s * l.bubble, 1e-12);
 }
 
