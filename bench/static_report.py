@@ -243,7 +243,7 @@ def busiest_owner(c: dict, dp: int) -> list[int]:
     return max(owned, key=lambda ks: sum(ns_cost(*mats[k])[0] for k in ks))
 
 
-def optimizer_rows(c: dict, accum: int, dp: int = 1) -> list[Row]:
+def optimizer_rows(c: dict, accum: int, dp: int = 1, momentum_everywhere: bool = False) -> list[Row]:
     """Once per optimizer step, amortized over `accum` micro-batches, on the busiest rank of a
     dp-way data-parallel group (tp 1): Muon on the block matrices (momentum and 5 Newton-Schulz
     iterations in bf16 by the matrix's owner only, the apply on every rank), AdamW on the
@@ -254,6 +254,8 @@ def optimizer_rows(c: dict, accum: int, dp: int = 1) -> list[Row]:
     block_params = sum(r * k for r, k in mats)
     mine = busiest_owner(c, dp)
     owned_params = sum(mats[k][0] * mats[k][1] for k in mine)
+    if momentum_everywhere:  # before 2026-11-26: every DP replica kept every momentum
+        owned_params = block_params
     other = 2 * Vp * C
     ns_flops = sum(ns_cost(*mats[k])[0] for k in mine)
     ns_bytes = sum(ns_cost(*mats[k])[1] for k in mine)
@@ -262,7 +264,8 @@ def optimizer_rows(c: dict, accum: int, dp: int = 1) -> list[Row]:
         Row("Muon Newton-Schulz GEMMs (5 steps, bf16)", "cuBLASLt", 3 * 5 * len(mine) * a,
             ns_flops * a, ns_bytes * a, True),
         # momentum: read g, m; write m, u (owned matrices); apply: read p, u; write p (all).
-        Row("Muon momentum + apply", "muon_momentum_kernel", (len(mine) + len(mats)) * a,
+        Row("Muon momentum + apply", "muon_momentum_kernel",
+            ((len(mats) if momentum_everywhere else len(mine)) + len(mats)) * a,
             4 * owned_params * a + 2 * block_params * a,
             (16 * owned_params + 12 * block_params) * a, False),
         Row("AdamW (embedding, lm_head)", "adamw_kernel", a, 12 * other / dp * a,
@@ -288,8 +291,28 @@ def exposed_grad_sum(allreduce_s, layer_share, layers, window_s):
     return max(layers_s - window_s, layers_s / layers) + allreduce_s * (1.0 - layer_share)
 
 
+def muon_phase(c: dict, dp: int, gbps: float, wire_bytes: int, pipelined: bool) -> tuple[float, float]:
+    """Muon's Newton-Schulz and broadcasts of one optimizer step on the busiest rank, as
+    src/optim/distributed_optimizer.cc muon_step runs them: (seconds of the phase, seconds of it
+    that are Newton-Schulz on the busiest rank). Pipelined: round r (matrices [r dp, (r+1) dp),
+    one per owner) is broadcast while round r+1 is orthogonalized, each round waiting for its
+    slowest owner. Serial (before 2026-11-26): every owner's Newton-Schulz, then the broadcasts."""
+    mats = block_matrices(c)
+    ns = [max(ns_cost(r, k)[0] / PEAK_TC, ns_cost(r, k)[1] / HBM) for r, k in mats]
+    bc = [r * k * wire_bytes / (gbps * 1e9) for r, k in mats]
+    busiest = sum(ns[k] for k in busiest_owner(c, dp))
+    if not pipelined:
+        return busiest + sum(bc), busiest
+    rounds = [range(lo, min(lo + dp, len(mats))) for lo in range(0, len(mats), dp)]
+    t = max(ns[k] for k in rounds[0])
+    for r in range(len(rounds)):
+        nxt = max(ns[k] for k in rounds[r + 1]) if r + 1 < len(rounds) else 0.0
+        t += max(sum(bc[k] for k in rounds[r]), nxt)
+    return t, busiest
+
+
 def comm_links(c: dict, accum: int, dp: int, gbps: float, grad_bytes: int,
-               backward_window_s: float) -> list[Link]:
+               backward_window_s: float, muon_serial: bool) -> list[Link]:
     """The collectives of vtrain's data-parallel step (docs/design.md "Parallelism") at tp 1,
     pp 1 on a link of `gbps` GB/s per GPU (ring algorithms: an all-reduce moves 2 (dp-1)/dp of
     the data, an all-gather (dp-1)/dp, a broadcast the whole of it through every rank)."""
@@ -302,7 +325,11 @@ def comm_links(c: dict, accum: int, dp: int, gbps: float, grad_bytes: int,
     ar = 2.0 * (dp - 1) / dp * grads
     ar_s = ar / bw
     gather = (dp - 1) / dp * other * F32
-    bcast = block_params * F32
+    wire = F32 if muon_serial else BF16  # bf16 Newton-Schulz (the GPU default) results
+    bcast = block_params * wire
+    phase, ns = muon_phase(c, dp, gbps, wire, not muon_serial)
+    how = ("fp32, after every Newton-Schulz" if muon_serial else
+           "bf16, round r behind round r+1's Newton-Schulz")
     return [
         Link("gradient all-reduce", f"{'fp32' if grad_bytes == F32 else 'bf16'} wire, bucketed, "
              "behind the last backward", ar * a, ar_s * a,
@@ -310,8 +337,8 @@ def comm_links(c: dict, accum: int, dp: int, gbps: float, grad_bytes: int,
                               backward_window_s) * a),
         Link("AdamW ZeRO-1 all-gather", "fp32, after the update", gather * a, gather / bw * a,
              gather / bw * a),
-        Link("Muon broadcast of the orthogonalized matrices", "fp32, after Newton-Schulz",
-             bcast * a, bcast / bw * a, bcast / bw * a),
+        Link("Muon broadcast of the orthogonalized matrices", how, bcast * a, bcast / bw * a,
+             (phase - ns) * a),
     ]
 
 
@@ -396,6 +423,11 @@ def main() -> int:
                     help="GB/s per GPU for the collectives (vtrain plan's --intra-node-gbps)")
     ap.add_argument("--grad-sync", choices=["fp32", "bf16"], default="fp32",
                     help="the wire dtype of the gradient all-reduce (vtrain train --grad-sync)")
+    ap.add_argument("--muon-schedule", choices=["pipelined", "serial"], default="pipelined",
+                    help="pipelined: momentum on the owner's replica only, bf16 broadcasts of "
+                         "round r behind round r+1's Newton-Schulz (vtrain since 2026-11-26); "
+                         "serial: every replica's momentum, fp32 broadcasts after every "
+                         "Newton-Schulz (before)")
     ap.add_argument("--measured", help="JSON {row name: seconds per step} from a GPU run")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
@@ -419,7 +451,8 @@ def main() -> int:
               f"{tokens} tokens, optimizer every {accum} micro-batches, dp {args.dp}\n")
         results = {}
         for ref in (False, True):
-            rows = step_rows(c, ref) + optimizer_rows(c, accum, args.dp)
+            rows = step_rows(c, ref) + optimizer_rows(c, accum, args.dp,
+                                                      args.muon_schedule == "serial")
             total, text = table(c, rows, res, measured if not ref else {}, args.markdown)
             results[ref] = (total, rows)
             if not ref:
@@ -433,7 +466,8 @@ def main() -> int:
         back = sum(r.roofline() * (0.5 if "forward" in r.name else 1.0) for r in rows_tc
                    if "backward" in r.name)
         links = comm_links(c, accum, args.dp, args.link_gbps,
-                           F32 if args.grad_sync == "fp32" else BF16, back) if args.dp > 1 else []
+                           F32 if args.grad_sync == "fp32" else BF16, back,
+                           args.muon_schedule == "serial") if args.dp > 1 else []
         exposed = sum(l.exposed for l in links)
         muon_exposed = muon(rows_tc) + sum(l.exposed for l in links if l.name.startswith("Muon"))
         step = t_tc + exposed

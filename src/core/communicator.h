@@ -50,6 +50,11 @@ class Communicator {
   // be outstanding (every rank starts them in the same order). On a GPU the wait orders the
   // device's later work after the sums without blocking the host. Default: the blocking call.
   virtual void all_reduce_sum_start(const Tensor& t) { all_reduce_sum(t); }
+  // Non-blocking broadcast from `root`, finished by the same all_reduce_wait() (which waits for
+  // every started call, sums and broadcasts, in the order they were started). f32 or bf16
+  // tensors; the bytes travel as they are (a bf16 tensor moves 2 bytes per element where the
+  // communicator has a 16-bit path). Default: the blocking call.
+  virtual void broadcast_start(const Tensor& t, int root) { broadcast(t, root); }
   virtual void all_reduce_wait() {}
 };
 

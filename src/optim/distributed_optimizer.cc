@@ -257,23 +257,44 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
     }
   }
 
-  // 3. Owners orthogonalize their whole matrices (in parallel across the stage's ranks).
-  std::vector<Tensor> ortho(M);
-  for (size_t k = 0; k < M; ++k) {
-    if (matrices_[k].owner != me) continue;
+  // 3-4. Owners orthogonalize their whole matrices and broadcast the results over the stage,
+  // round by round: round r is matrices [r S, (r + 1) S), one per stage rank (owner k % S).
+  // Round r's broadcasts are started (on the communicator's own stream where it has one), round
+  // r + 1's Newton-Schulz runs meanwhile, then the wait, and every rank applies its own slice of
+  // round r. With bf16 Newton-Schulz the results are bf16 values (newton_schulz_ops rounds its
+  // last iterate), so they travel as bf16: the same bits in half the bytes.
+  const int S = stage->size();
+  const bool bf16_wire = config_.muon.ns_dtype == DType::kBF16;
+  const DType wire = bf16_wire ? DType::kBF16 : DType::kF32;
+  std::vector<Tensor> ortho(M), sent(M);
+  auto orthogonalize = [&](size_t k) {
+    if (matrices_[k].owner != me) return;
     const MatrixPlan& m = matrices_[k];
     ortho[k] = zeros(m.rows * m.cols);
     newton_schulz(whole[k], static_cast<int>(m.rows), static_cast<int>(m.cols), ortho[k],
                   config_.muon.ns_steps, coeffs_, config_.muon.ns_dtype);
     whole[k] = Tensor();
-  }
-
-  // 4. Broadcast in matrix order over the stage; each rank applies its own slice.
-  for (size_t k = 0; k < M; ++k) {
+  };
+  auto start_broadcast = [&](size_t k) {
+    const MatrixPlan& m = matrices_[k];
+    if (m.owner == me && !bf16_wire) {
+      sent[k] = ortho[k];
+    } else {
+      sent[k] = Tensor::zeros({m.rows * m.cols}, wire, dev);
+      if (m.owner == me) ops::copy(sent[k], ortho[k]);  // exact: the values are bf16
+    }
+    ortho[k] = Tensor();
+    stage->broadcast_start(sent[k], m.owner);
+  };
+  auto apply = [&](size_t k) {
     const MatrixPlan& m = matrices_[k];
     const ParamInfo& info = store_->info(m.param);
-    const Tensor x = m.owner == me ? ortho[k] : zeros(m.rows * m.cols);
-    stage->broadcast(x, m.owner);
+    Tensor x = sent[k];
+    if (bf16_wire) {
+      x = zeros(m.rows * m.cols);
+      ops::copy(x, sent[k]);
+    }
+    sent[k] = Tensor();
     const int64_t n = info.numel();
     Tensor mine = x;
     if (info.split.axis == 0) {
@@ -287,7 +308,22 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
     const bool nanochat = config_.muon.wd_style == MuonWdStyle::kNanochat;
     ops::muon_apply(params.flat(info.offset, n), mine, lr,
                     nanochat ? weight_decay * scale : weight_decay, scale, nanochat);
-    ortho[k] = Tensor();
+  };
+  const size_t rounds = (M + S - 1) / S;
+  auto round_range = [&](size_t r) {
+    return std::pair<size_t, size_t>{r * S, std::min(M, (r + 1) * S)};
+  };
+  if (rounds > 0)
+    for (size_t k = 0; k < round_range(0).second; ++k) orthogonalize(k);
+  for (size_t r = 0; r < rounds; ++r) {
+    const auto [lo, hi] = round_range(r);
+    for (size_t k = lo; k < hi; ++k) start_broadcast(k);
+    if (r + 1 < rounds) {
+      const auto [nlo, nhi] = round_range(r + 1);
+      for (size_t k = nlo; k < nhi; ++k) orthogonalize(k);
+    }
+    stage->all_reduce_wait();
+    for (size_t k = lo; k < hi; ++k) apply(k);
   }
 }
 

@@ -47,6 +47,7 @@ class HybridCommunicator final : public Communicator {
   }
   void recv(const Tensor& t, int peer, int tag) override { pick(t)->recv(t, peer, tag); }
   void all_reduce_sum_start(const Tensor& t) override { pick(t)->all_reduce_sum_start(t); }
+  void broadcast_start(const Tensor& t, int root) override { pick(t)->broadcast_start(t, root); }
   void all_reduce_wait() override {
     host_->all_reduce_wait();
     device_->all_reduce_wait();

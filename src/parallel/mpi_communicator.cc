@@ -149,6 +149,25 @@ void MpiCommunicator::all_reduce_sum_start(const Tensor& t) {
   }
 }
 
+void MpiCommunicator::broadcast_start(const Tensor& t, int root) {
+  if (size() == 1 || t.numel() == 0) return;
+  const bool bf16 = t.dtype() == DType::kBF16;
+  if (!t.on_host() || (!bf16 && t.dtype() != DType::kF32)) {
+    broadcast(t, root);
+    return;
+  }
+  const MPI_Datatype type = bf16 ? MPI_UINT16_T : MPI_FLOAT;
+  char* data = static_cast<char*>(t.raw());
+  const size_t elem = bf16 ? 2 : 4;
+  const int64_t n = t.numel();
+  for (int64_t o = 0; o < n; o += kChunk) {
+    reductions_.emplace_back();
+    check(MPI_Ibcast(data + o * elem, static_cast<int>(std::min(kChunk, n - o)), type, root,
+                     comm_, &reductions_.back()),
+          "broadcast (start)");
+  }
+}
+
 void MpiCommunicator::all_reduce_wait() {
   if (reductions_.empty()) return;
   CommOpScope watch("all_reduce_sum (wait)", watch_name_);

@@ -37,6 +37,9 @@ class MpiCommunicator final : public Communicator {
   // Host f32 tensors: MPI_Iallreduce in place (progress happens inside later MPI calls and the
   // wait); device or bf16 tensors: the blocking staged call.
   void all_reduce_sum_start(const Tensor& t) override;
+  // Host f32 or bf16 tensors: MPI_Ibcast of the raw elements (bf16 as 16-bit words: 2 bytes
+  // each), completed by all_reduce_wait; device tensors: the blocking staged call.
+  void broadcast_start(const Tensor& t, int root) override;
   void all_reduce_wait() override;
   void wait_sends() override;
 
@@ -52,7 +55,7 @@ class MpiCommunicator final : public Communicator {
                   const char* what);
   MPI_Comm comm_;
   std::string name_;
-  std::vector<MPI_Request> reductions_;         // sums started by all_reduce_sum_start
+  std::vector<MPI_Request> reductions_;         // sums and broadcasts started (the *_start calls)
   std::vector<MPI_Request> pending_;            // sends started by send_async
   std::vector<std::vector<float>> pending_buf_; // their buffers, alive until wait_sends
   const char* watch_name_;  // name_ interned for the watchdog

@@ -318,6 +318,24 @@ void NcclCommunicator::all_reduce(const Tensor& t, ncclRedOp_t red, const char* 
   done(op, t.on_host());
 }
 
+// Makes async_stream_ (created on first use) wait for everything queued so far on the backend's
+// stream (which wrote the tensor) and on stream() (the deferred sends just issued), without
+// blocking the host.
+void NcclCommunicator::order_async_after_all(const char* op) {
+  if (async_stream_ == nullptr) {
+    check_cuda(cudaStreamCreateWithFlags(&async_stream_, cudaStreamNonBlocking), rank_, op);
+    check_cuda(cudaEventCreateWithFlags(&async_ready_, cudaEventDisableTiming), rank_, op);
+    check_cuda(cudaEventCreateWithFlags(&async_done_, cudaEventDisableTiming), rank_, op);
+  }
+  const cudaStream_t bs = compute_stream_, s = stream();
+  check_cuda(cudaEventRecord(async_ready_, bs ? bs : s), rank_, op);
+  check_cuda(cudaStreamWaitEvent(async_stream_, async_ready_, 0), rank_, op);
+  if (bs && bs != s) {
+    check_cuda(cudaEventRecord(async_ready_, s), rank_, op);
+    check_cuda(cudaStreamWaitEvent(async_stream_, async_ready_, 0), rank_, op);
+  }
+}
+
 void NcclCommunicator::all_reduce_sum_start(const Tensor& t) {
   const char* op = "all_reduce_sum (start)";
   if (size_ == 1 || t.numel() == 0) return;
@@ -327,22 +345,23 @@ void NcclCommunicator::all_reduce_sum_start(const Tensor& t) {
   }
   const ncclDataType_t type = nccl_type(t, rank_, op);
   flush_sends(op);
-  if (async_stream_ == nullptr) {
-    check_cuda(cudaStreamCreateWithFlags(&async_stream_, cudaStreamNonBlocking), rank_, op);
-    check_cuda(cudaEventCreateWithFlags(&async_ready_, cudaEventDisableTiming), rank_, op);
-    check_cuda(cudaEventCreateWithFlags(&async_done_, cudaEventDisableTiming), rank_, op);
-  }
-  // The sum runs after everything queued so far on the backend's stream (which wrote t) and on
-  // stream() (the deferred sends just issued), without blocking the host.
-  const cudaStream_t bs = compute_stream_, s = stream();
-  check_cuda(cudaEventRecord(async_ready_, bs ? bs : s), rank_, op);
-  check_cuda(cudaStreamWaitEvent(async_stream_, async_ready_, 0), rank_, op);
-  if (bs && bs != s) {
-    check_cuda(cudaEventRecord(async_ready_, s), rank_, op);
-    check_cuda(cudaStreamWaitEvent(async_stream_, async_ready_, 0), rank_, op);
-  }
+  order_async_after_all(op);
   check(ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, ncclSum, comm_, async_stream_),
         op);
+  async_pending_ = true;
+}
+
+void NcclCommunicator::broadcast_start(const Tensor& t, int root) {
+  const char* op = "broadcast (start)";
+  if (size_ == 1 || t.numel() == 0) return;
+  if (t.on_host()) {
+    broadcast(t, root);
+    return;
+  }
+  const ncclDataType_t type = nccl_type(t, rank_, op);
+  flush_sends(op);
+  order_async_after_all(op);
+  check(ncclBroadcast(t.raw(), t.raw(), size_t(t.numel()), type, root, comm_, async_stream_), op);
   async_pending_ = true;
 }
 

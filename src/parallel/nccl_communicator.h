@@ -103,6 +103,8 @@ class NcclCommunicator final : public Communicator {
   // no host synchronization). Every other call of this communicator waits for them first.
   // Host tensors: the blocking call.
   void all_reduce_sum_start(const Tensor& t) override;
+  // The same for a broadcast of a device tensor (f32 or bf16, as its type); host: blocking.
+  void broadcast_start(const Tensor& t, int root) override;
   void all_reduce_wait() override;
 
   int device() const { return device_; }
@@ -122,6 +124,8 @@ class NcclCommunicator final : public Communicator {
   // never a host wait): the collective after the backend's queued work, the backend's later work
   // after the collective. order_after_backend also completes started sums (all_reduce_wait).
   void order_after_backend(const char* op);
+  // async_stream_ (made on first use) after the backend's queued work and stream()'s.
+  void order_async_after_all(const char* op);
   void order_before_backend(const char* op);
   void stream_wait(cudaStream_t to, cudaStream_t from, const char* op);
   // End of a call: a host wait when host memory took part (staged tensors), else

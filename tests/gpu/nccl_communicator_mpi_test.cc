@@ -148,6 +148,40 @@ TEST_F(NcclMpi, StartedSumsCompleteAtTheWait) {
   }
 }
 
+TEST_F(NcclMpi, StartedBroadcastsCompleteAtTheWait) {
+  // Device f32 and bf16 broadcasts from every root, a started sum among them: all there after
+  // the wait, the bf16 ones bit for bit (they are the bytes of the root's tensor).
+  NcclCommunicator comm(MPI_COMM_WORLD, compute());
+  std::vector<Tensor> fs, bs;
+  const auto mine = values(me_, 20);
+  Tensor sum = Tensor::from_host(mine.data(), {20}, Device::kCPU).to(Device::kCUDA);
+  for (int root = 0; root < world_; ++root) {
+    const auto v = values(100 + root, 20);
+    Tensor f = Tensor::zeros({20}, DType::kF32, Device::kCUDA);
+    if (me_ == root) f = Tensor::from_host(v.data(), {20}, Device::kCPU).to(Device::kCUDA);
+    Tensor b = Tensor::zeros({20}, DType::kBF16, Device::kCUDA);
+    if (me_ == root) b = Tensor::from_host(v.data(), {20}, Device::kCPU).to(Device::kCUDA, DType::kBF16);
+    comm.broadcast_start(f, root);
+    if (root == 0) comm.all_reduce_sum_start(sum);
+    comm.broadcast_start(b, root);
+    fs.push_back(f);
+    bs.push_back(b);
+  }
+  comm.all_reduce_wait();
+  for (int root = 0; root < world_; ++root) {
+    const auto v = values(100 + root, 20);
+    EXPECT_EQ(fs[size_t(root)].to_host_f32(), v) << "root " << root;
+    const Tensor want = Tensor::from_host(v.data(), {20}, Device::kCPU).to(Device::kCPU, DType::kBF16);
+    EXPECT_EQ(bs[size_t(root)].to_host_f32(), want.to_host_f32()) << "root " << root;
+  }
+  std::vector<float> total(20, 0.0f);
+  for (int r = 0; r < world_; ++r) {
+    const auto v = values(r, 20);
+    for (size_t i = 0; i < 20; ++i) total[i] += v[i];
+  }
+  EXPECT_EQ(sum.to_host_f32(), total);
+}
+
 // A gate on a stream (cudaLaunchHostFunc): the stream's later work waits until open() (or until
 // the watchdog opens it after `limit`, recording that it had to).
 class StreamGate {

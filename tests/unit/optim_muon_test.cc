@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/bf16.h"
 #include "core/rng.h"
 #include "core/communicator.h"
 #include "core/tensor.h"
@@ -309,6 +310,16 @@ TEST(NewtonSchulz, Bf16IterationStaysCloseToF32) {
       EXPECT_GT(d, 0.3) << a;
       EXPECT_LT(d, 1.7) << a;
     }
+    // The distributed optimizer broadcasts bf16 results as bf16 (half the bytes), which loses
+    // nothing only because every output is a bf16 value: check that, wide and tall.
+    int64_t not_bf16 = 0;
+    for (int64_t i = 0; i < bf.numel(); ++i)
+      not_bf16 += bf16_to_f32(f32_to_bf16(bf.f32()[i])) != bf.f32()[i];
+    EXPECT_EQ(not_bf16, 0) << rows << "x" << cols;
+    int64_t f32_only = 0;  // and the f32 iteration's are not (the check can fail)
+    for (int64_t i = 0; i < f32.numel(); ++i)
+      f32_only += bf16_to_f32(f32_to_bf16(f32.f32()[i])) != f32.f32()[i];
+    EXPECT_GT(f32_only, f32.numel() / 2);
   }
 }
 
