@@ -134,10 +134,10 @@ Tensor TrainKit::attention(const Tensor& n_block, BlockActs& a) const {
     projection::forward_in(m_, lp.v, src, a.ctx_v.reshaped({N, kvd}));
     if (m_.keeps_value(layer_)) bundle_->values[layer_] = a.ctx_v;
   }
-  a.v = act({B, T, Hkv, hd});
   if (!target) {
-    ops::copy(a.v, a.ctx_v);
+    a.v = a.ctx_v;  // the context value is the attention's value: the same tensor, no copy
   } else {
+    a.v = act({B, T, Hkv, hd});
     vp.forward(value_ctx(), value_sources(n, a, true), a.value, a.v.reshaped({N, kvd}));
   }
 
@@ -218,12 +218,12 @@ Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
   // Value path backward: dv -> d ctx_v, d earlier values, the mode's parameters.
   Tensor dn = act({N, C});
   Tensor dctx;
-  if (lp.v.defined()) dctx = act(a.v.shape());
   const ValuePath& vp = cfg.value();
   const bool target = cfg.is_target(layer_);
   if (!target) {
-    ops::copy(dctx, dv);
+    dctx = dv;  // v is the context value (attention()): its gradient, no copy
   } else {
+    if (lp.v.defined()) dctx = act(a.v.shape());
     ValueGrads g;
     g.dctx = dctx.defined() ? dctx.reshaped({N, kvd}) : Tensor();
     g.dgate_in = dn;

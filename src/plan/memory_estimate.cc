@@ -61,7 +61,7 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   m.optimizer = 4 * momentum + 8 * other / shape.dp;
   // Saved per token and layer (BlockActs): x_in, n1, x_mid, n2 (C each); q after RoPE and after
   // QK-norm (one tensor without QK-norm), the attention output (2-3 q-widths); k likewise, the
-  // context value, the mixed value and table rows (up to 5 kv-widths); the MLP pre-activation and
+  // context value, in target layers the mixed value and table rows (up to 5 kv-widths); the MLP pre-activation and
   // relu^2 (2 hidden); f32 norms' rstd and lse (about 2 + 2 * heads floats).
   const double tp = shape.tp;
   const double C = cfg.n_embd, qd = cfg.q_dim() / tp, kvd = cfg.kv_dim() / tp,
@@ -74,8 +74,14 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   const bool mix = mixed || cfg.value().attention_output_v1_coef(cfg) != 0.0f;
   const double gained = cfg.block == BlockShapeKind::kSas ? 3 : cfg.block == BlockShapeKind::kSasP ? 2 : 0;
   const double qk = cfg.use_qk_norm() ? 2 : 1;
+  // A target layer keeps its context value and the mixed value (and table rows); any other
+  // layer's value is its context value (TrainKit::attention): counted by the targets' share.
+  double targets = 0;
+  for (int i = 0; i < cfg.n_layer; ++i) targets += cfg.is_target(i) ? 1 : 0;
+  const double target_share = targets / cfg.n_layer;
+  const double values = 1 + target_share * (cfg.value().has_table() ? 2 : 1);
   const double per_token_layer =
-      es * (4 * C + (qk + (mix ? 2 : 1)) * qd + (qk + (cfg.value().has_table() ? 3 : 2)) * kvd +
+      es * (4 * C + (qk + (mix ? 2 : 1)) * qd + (qk + values) * kvd +
             2 * hidden + gained * C) +
       4 * (2 + 2 * heads);
   const double tokens = static_cast<double>(B) * cfg.seq_len;
