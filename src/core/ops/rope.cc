@@ -62,7 +62,7 @@ bool overlap(const Tensor& a, const Tensor& b) {
 // The checks both fused ops make: x (B, T, heads, hd) with hd even, a float dtype shared with
 // `other` (y or dy) and `out` (y or dx), rstd f32 with one entry per (b, t, head), `out` either
 // `other`'s storage exactly or apart from it, rstd apart from all of them, and a position offset
-// >= 0. `in_place` names what `out` may be.
+// >= 0.
 void check_rope_rmsnorm(const char* op, const Tensor& x, const Tensor& other, const char* other_name,
                         const Tensor& out, const char* out_name, const Tensor& rstd,
                         int64_t pos_offset) {
