@@ -193,27 +193,40 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
     # and the MLP residual add stay unfused (the add ends the block, the norm starts the next).
     add("residual add + rmsnorm forward (fused)", "add_rmsnorm_forward_kernel<bf16>",
         L * 4 * N * C, L * (e * 5 * N * C + F32 * N), calls=L)
-    add("rmsnorm forward (x, q, k)", "rmsnorm_forward_kernel<bf16>", L * 3 * N * (C + qd + kvd),
-        L * (e * 2 * (N * C + N * qd + N * kvd) + F32 * N * (1 + H + Hkv)), calls=3 * L)
-    add("rmsnorm backward (x, q, k)", "rmsnorm_backward_kernel<bf16>",
-        L * 6 * N * (2 * C + qd + kvd),
-        L * (e * (4 * 2 * N * C + 3 * (N * qd + N * kvd)) + F32 * N * (2 + H + Hkv)), calls=4 * L)
-    add("rope forward + backward", "rope_kernel<bf16>", L * 2 * 6 * N * (qd + kvd) / 2,
-        L * 2 * (e * 2 * (N * qd + N * kvd) + 8 * T * hd // 2), calls=4 * L)
+    add("rmsnorm forward (x)", "rmsnorm_forward_kernel<bf16>", L * 3 * N * C,
+        L * (e * 2 * N * C + F32 * N), calls=L)
+    # Backward of the block's two x norms, each adding into the stream's gradient (accumulate):
+    # x, dy read, dx read and written.
+    add("rmsnorm backward (x)", "rmsnorm_backward_kernel<bf16>", L * 6 * N * 2 * C,
+        L * (e * 4 * 2 * N * C + F32 * N * 2), calls=2 * L)
+    # RoPE and QK-norm of q and k, one kernel each way (ops::rope_rmsnorm, issue 29): forward
+    # reads the pre-RoPE q (k) and writes the normed one; backward reads q (k), dy and rstd and
+    # writes dq (dk) in place of dy: 5 passes over N x (qd + kvd) where rope then rmsnorm took 9
+    # (rope forward 2, rmsnorm forward 2, rmsnorm backward 3, rope backward 2). FLOPs per element:
+    # the rotation 3 and the norm 3 forward, 3 and 6 backward. Each call reads the cos/sin table
+    # of the T positions (T x hd/2 fp32 pairs). The kernel's second template argument: pairs per
+    # lane, ceil(hd / 64) rounded up to a power of two (registers: the forward's).
+    per_lane = next(p for p in (1, 2, 4, 8) if hd <= 64 * p)
+    add("rope + QK-norm forward + backward (fused)",
+        f"rope_rmsnorm_forward_kernel<bf16, {per_lane}>",
+        L * 15 * N * (qd + kvd),
+        L * (e * 5 * N * (qd + kvd) + F32 * 2 * N * (H + Hkv) + 4 * 8 * T * hd // 2),
+        calls=4 * L)
     add("relu^2 forward + backward", "relu2_forward_kernel<bf16>", L * 3 * N * F,
         L * e * (2 * N * F + 3 * N * F), calls=2 * L)
     add("residual adds (axpy)", "axpy_kernel<bf16>", L * 2 * N * C, L * 3 * e * N * C, calls=L)
-    add("copies (block input x, value copy)", "cudaMemcpyAsync", 0,
-        L * (2 * e * N * C + 2 * e * N * kvd), calls=2 * L)
+    # The block input's copy (the norm's saved input); the baseline's layers attend over their
+    # context value itself (no value copy, none of its gradient: TrainKit::attention).
+    add("copies (block input x)", "cudaMemcpyAsync", 0, L * 2 * e * N * C, calls=L)
     # No backward adds: the residual gradient is added inside rmsnorm_backward (accumulate), and
     # the baseline's attention and MLP backward accumulate their input gradients in the GEMMs
     # (`vtrain train --profile`: axpy runs L times per step, all of them the forward MLP add).
     # Embedding, final norm, cross entropy.
     add("embedding gather + scatter-add", "gather_kernel<bf16>", N * C,
         F32 * N * C + e * N * C + e * N * C + F32 * 2 * N * C, calls=2)
-    add("rmsnorm forward (x, q, k)", "rmsnorm_forward_kernel<bf16>", 3 * N * C * 2,
+    add("rmsnorm forward (x)", "rmsnorm_forward_kernel<bf16>", 3 * N * C * 2,
         e * 4 * N * C + F32 * 2 * N, calls=2)
-    add("rmsnorm backward (x, q, k)", "rmsnorm_backward_kernel<bf16>", 6 * N * C * 2,
+    add("rmsnorm backward (x)", "rmsnorm_backward_kernel<bf16>", 6 * N * C * 2,
         e * 6 * N * C + F32 * 2 * N, calls=2)
     add("cross entropy forward + backward", "xent_forward_kernel<bf16>", 8.0 * N * Vp,
         e * N * Vp + e * 2 * N * Vp, calls=2)

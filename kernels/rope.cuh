@@ -1,5 +1,6 @@
 // Rotary embedding (rotate-half pairing j <-> j + hd/2) on the GPU; same semantics as
-// vt::cpu::rope_forward/backward, including pos_offset. f32 or bf16 tensors (B, T, heads, hd);
+// vt::cpu::rope_forward/backward, including pos_offset; and RoPE fused with the QK-norm after it
+// (vt::cpu::rope_rmsnorm_forward/backward). f32 or bf16 tensors (B, T, heads, hd);
 // the output may alias the input. Angles come from a table of cos/sin per (position, pair)
 // built once (rope_table) instead of double-precision exp2/cos/sin per element: the CUDA backend
 // keeps one table per (head dim, base), grown when a call needs later positions.
@@ -28,5 +29,24 @@ void rope_backward(const float* dy, float* dx, int64_t B, int64_t T, int64_t hea
 void rope_backward(const __nv_bfloat16* dy, __nv_bfloat16* dx, int64_t B, int64_t T,
                    int64_t heads, int64_t hd, const float2* table, int64_t pos_offset,
                    cudaStream_t stream);
+
+// RoPE fused with QK-norm, one warp per (b, t, head) vector, its pairs held in registers (hd <=
+// 512): rstd[i] = 1/sqrt(mean(x^2) + eps) of the pre-RoPE vector, y = scale * rstd * R x; x read
+// once, y written once. y may alias x (each lane writes only the pairs it read).
+void rope_rmsnorm_forward(const float* x, float* y, float* rstd, int64_t B, int64_t T,
+                          int64_t heads, int64_t hd, const float2* table, int64_t pos_offset,
+                          float scale, float eps, cudaStream_t stream);
+void rope_rmsnorm_forward(const __nv_bfloat16* x, __nv_bfloat16* y, float* rstd, int64_t B,
+                          int64_t T, int64_t heads, int64_t hd, const float2* table,
+                          int64_t pos_offset, float scale, float eps, cudaStream_t stream);
+// Its backward: g = R^T dy, dx = scale * rstd * (g - x * rstd^2 * mean(g * x)); x, dy and rstd
+// read once, dx written once. dx may alias dy, not x.
+void rope_rmsnorm_backward(const float* x, const float* rstd, const float* dy, float* dx,
+                           int64_t B, int64_t T, int64_t heads, int64_t hd, const float2* table,
+                           int64_t pos_offset, float scale, cudaStream_t stream);
+void rope_rmsnorm_backward(const __nv_bfloat16* x, const float* rstd, const __nv_bfloat16* dy,
+                           __nv_bfloat16* dx, int64_t B, int64_t T, int64_t heads, int64_t hd,
+                           const float2* table, int64_t pos_offset, float scale,
+                           cudaStream_t stream);
 
 }  // namespace vt::cuda

@@ -72,17 +72,17 @@ OP_TO_ROWS: dict[str, tuple[str, ...]] = {
     "attention": ("attention forward",),
     "attention_backward": ("attention backward D", "attention backward dQ",
                            "attention backward dK dV"),
-    "rmsnorm": ("rmsnorm forward (x, q, k)",),
-    "rmsnorm_backward": ("rmsnorm backward (x, q, k)",),
+    "rmsnorm": ("rmsnorm forward (x)",),
+    "rmsnorm_backward": ("rmsnorm backward (x)",),
     "add_rmsnorm": ("residual add + rmsnorm forward (fused)",),
-    "rope": ("rope forward + backward",),
-    "rope_backward": ("rope forward + backward",),
+    "rope_rmsnorm": ("rope + QK-norm forward + backward (fused)",),
+    "rope_rmsnorm_backward": ("rope + QK-norm forward + backward (fused)",),
     "relu2": ("relu^2 forward + backward",),
     "relu2_backward": ("relu^2 forward + backward",),
     "relu": ("relu^2 forward + backward",),  # --mlp-act relu: the same place in the step
     "relu_backward": ("relu^2 forward + backward",),
     "axpy": ("residual adds (axpy)",),
-    "tensor_copy": ("copies (block input x, value copy)",),
+    "tensor_copy": ("copies (block input x)",),
     "embedding": ("embedding gather + scatter-add",),
     "embedding_backward": ("embedding gather + scatter-add",),
     "xent_partial": ("cross entropy forward + backward",),
@@ -98,6 +98,7 @@ OP_TO_ROWS: dict[str, tuple[str, ...]] = {
     "copy": ("bf16 copy of the weights, zeroed gradients",),  # dtype casts: the f32 -> bf16 copy
     "zero_fill": ("bf16 copy of the weights, zeroed gradients",),
     # No row in the static report (not modelled there):
+    "rope": (), "rope_backward": (),  # plain RoPE: only with --qk-norm off (and in decoding)
     "scale_copy": (), "dot": (), "sum_squares": (), "add_scalar": (), "scale_copy_coef": (),
     "axpy_coef": (), "dot_into": (), "copy_2d": (), "gate_sigmoid": (), "gated_mix": (),
     "gated_mix_backward": (), "gate_sigmoid_backward": (), "host_alloc": (),

@@ -197,6 +197,81 @@ void rope_backward(const T* dy, T* dx, int64_t B, int64_t Tn, int64_t heads, int
   rope_apply(dy, dx, B, Tn, heads, hd, base, pos_offset, T(-1));
 }
 
+// The fused RoPE + QK-norm: one (b, t, head) vector at a time, its sum of squares taken from x
+// (in double, as rmsnorm_forward), the rotation and the scaling in one write; the backward forms
+// g = R^T dy twice (for the dot product, then for dx) rather than keeping a copy, so that dx may
+// alias dy (each pair of dy is read before its pair of dx is written).
+template <class T>
+void rope_rmsnorm_forward(const T* x, T* y, T* rstd, int64_t B, int64_t Tn, int64_t heads,
+                          int64_t hd, double base, T scale, double eps, int64_t pos_offset) {
+  VT_CHECK_MSG(hd % 2 == 0 && hd >= 2, "rope_rmsnorm needs an even head dim, got " << hd);
+  const int64_t half = hd / 2;
+  std::vector<T> cs, sn;
+  rope_tables(Tn, hd, base, pos_offset, cs, sn);
+  const int64_t rows = B * Tn;
+#pragma omp parallel for schedule(static) if (rows * heads * hd >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r % Tn;
+    const T* c = cs.data() + t * half;
+    const T* s = sn.data() + t * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t i = r * heads + h;
+      const T* xh = x + i * hd;
+      T* yh = y + i * hd;
+      double ss = 0;
+#pragma omp simd reduction(+ : ss)
+      for (int64_t j = 0; j < hd; ++j) ss += double(xh[j]) * double(xh[j]);
+      const double rs = 1.0 / std::sqrt(ss / double(hd) + eps);
+      rstd[i] = T(rs);
+      const T f = T(double(scale) * rs);
+      for (int64_t j = 0; j < half; ++j) {
+        const T a = xh[j], b = xh[j + half];
+        yh[j] = (a * c[j] - b * s[j]) * f;
+        yh[j + half] = (b * c[j] + a * s[j]) * f;
+      }
+    }
+  }
+}
+
+template <class T>
+void rope_rmsnorm_backward(const T* x, const T* rstd, const T* dy, T* dx, int64_t B, int64_t Tn,
+                           int64_t heads, int64_t hd, double base, T scale, int64_t pos_offset) {
+  VT_CHECK_MSG(hd % 2 == 0 && hd >= 2, "rope_rmsnorm_backward needs an even head dim, got " << hd);
+  const int64_t half = hd / 2;
+  std::vector<T> cs, sn;
+  rope_tables(Tn, hd, base, pos_offset, cs, sn);
+  const int64_t rows = B * Tn;
+#pragma omp parallel for schedule(static) if (rows * heads * hd >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r % Tn;
+    const T* c = cs.data() + t * half;
+    const T* s = sn.data() + t * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t i = r * heads + h;
+      const T* xh = x + i * hd;
+      const T* dyh = dy + i * hd;
+      T* dxh = dx + i * hd;
+      // g = R^T dy: g[j] = dy[j] cos + dy[j+half] sin, g[j+half] = dy[j+half] cos - dy[j] sin.
+      double dot = 0;
+      for (int64_t j = 0; j < half; ++j) {
+        const T ga = dyh[j] * c[j] + dyh[j + half] * s[j];
+        const T gb = dyh[j + half] * c[j] - dyh[j] * s[j];
+        dot += double(ga) * double(xh[j]) + double(gb) * double(xh[j + half]);
+      }
+      const double rs = double(rstd[i]);
+      const T a = T(double(scale) * rs);
+      const T b = T(rs * rs * dot / double(hd));
+      for (int64_t j = 0; j < half; ++j) {
+        const T ga = dyh[j] * c[j] + dyh[j + half] * s[j];
+        const T gb = dyh[j + half] * c[j] - dyh[j] * s[j];
+        const T xa = xh[j], xb = xh[j + half];
+        dxh[j] = a * (ga - xa * b);
+        dxh[j + half] = a * (gb - xb * b);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // relu^2
 
@@ -435,6 +510,10 @@ void xent_backward<float>(const float* logits, int64_t N, int64_t ld, int64_t n_
                                 int64_t);                                                        \
   template void rope_backward<T>(const T*, T*, int64_t, int64_t, int64_t, int64_t, double,       \
                                  int64_t);                                                       \
+  template void rope_rmsnorm_forward<T>(const T*, T*, T*, int64_t, int64_t, int64_t, int64_t,   \
+                                        double, T, double, int64_t);                             \
+  template void rope_rmsnorm_backward<T>(const T*, const T*, const T*, T*, int64_t, int64_t,     \
+                                         int64_t, int64_t, double, T, int64_t);                  \
   template void relu2_forward<T>(const T*, T*, int64_t);                                         \
   template void relu2_backward<T>(const T*, const T*, T*, int64_t, bool);                        \
   template void relu_forward<T>(const T*, T*, int64_t);                                          \

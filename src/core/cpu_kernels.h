@@ -46,6 +46,20 @@ void rope_forward(const T* x, T* y, int64_t B, int64_t Tn, int64_t heads, int64_
 template <class T>
 void rope_backward(const T* dy, T* dx, int64_t B, int64_t Tn, int64_t heads, int64_t hd,
                    double base, int64_t pos_offset = 0);
+// RoPE fused with the QK-norm that reads it: per (b, t, head), y = scale * rstd * R x with R the
+// rotation of rope_forward and rstd = 1/sqrt(mean_j(x[j]^2) + eps) from x itself (a rotation
+// keeps the head vector's norm, so this is rmsnorm_forward(rope_forward(x)) without the rotated
+// copy). rstd: (B*T*heads). y may alias x.
+template <class T>
+void rope_rmsnorm_forward(const T* x, T* y, T* rstd, int64_t B, int64_t Tn, int64_t heads,
+                          int64_t hd, double base, T scale, double eps, int64_t pos_offset = 0);
+// Its backward from the saved (pre-RoPE) x and rstd: with g = R^T dy,
+//   dx = scale * rstd * (g - x * rstd^2 * mean_j(g[j] * x[j]))
+// (rmsnorm_backward of the rotated x, then rope_backward, in one pass). dx may alias dy.
+template <class T>
+void rope_rmsnorm_backward(const T* x, const T* rstd, const T* dy, T* dx, int64_t B, int64_t Tn,
+                           int64_t heads, int64_t hd, double base, T scale,
+                           int64_t pos_offset = 0);
 
 // Causal attention with a sliding window and grouped-query heads.
 // Query t sees key s iff 0 <= t - s < window (window >= T means full causal context).

@@ -53,7 +53,9 @@ struct NormActs {
 struct BlockActs {
   Tensor x_in;                          // block input (all a recomputation needs)
   NormActs norm1, norm2;                // attention (or shared) input norm; MLP input norm
-  Tensor q_r, rstd_q, k_r, rstd_k, qn, kn;  // after RoPE, after QK-norm
+  // q and k as kept for the backward: before RoPE under QK-norm (ops::rope_rmsnorm rotates and
+  // normalizes in one pass), after RoPE without it; then after QK-norm (with its rstd).
+  Tensor q, k, qn, kn, rstd_q, rstd_k;
   Tensor attn_in, mlp_in;               // the sub-layers' (normalized) inputs
   Tensor ctx_v;                         // context value (V projection of n, or of x0 for x0v)
   ValueState value;                     // what the value mode keeps

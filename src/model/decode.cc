@@ -100,12 +100,14 @@ Tensor DecodeKit::attention(const Tensor& n_block, BlockActs&) const {
   Tensor q = zeros({1, 1, H, hd}), k = zeros({1, 1, Hkv, hd});
   ops::matmul(n, st.param(lp.wq), q);
   ops::matmul(n, st.param(lp.wk), k);
-  ops::rope(q, q, cfg.rope_base, t);
-  ops::rope(k, k, cfg.rope_base, t);
+  // RoPE at position t, then QK-norm: one fused op in place, as training's attention core.
   if (cfg.use_qk_norm()) {
     Tensor rq = zeros({H}), rk = zeros({Hkv});
-    ops::rmsnorm(q, q, rq, cfg.qk_norm_scale, cfg.norm_eps);
-    ops::rmsnorm(k, k, rk, cfg.qk_norm_scale, cfg.norm_eps);
+    ops::rope_rmsnorm(q, q, rq, cfg.rope_base, cfg.qk_norm_scale, cfg.norm_eps, t);
+    ops::rope_rmsnorm(k, k, rk, cfg.rope_base, cfg.qk_norm_scale, cfg.norm_eps, t);
+  } else {
+    ops::rope(q, q, cfg.rope_base, t);
+    ops::rope(k, k, cfg.rope_base, t);
   }
   std::copy(k.f32(), k.f32() + K, d_.keys_[i].begin() + t * K);
 

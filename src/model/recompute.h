@@ -2,8 +2,9 @@
 // for its backward, and what its backward reruns instead.
 //   off    everything the forward saves (BlockActs)
 //   attn   drops the attention core's outputs: softmax attention's output (and the mixed one),
-//          its lse, and the QK-normed q and k; the backward reruns QK-norm and the attention
-//          forward from the kept q, k (after RoPE) and v, right before the attention backward
+//          its lse, and the QK-normed q and k; the backward reruns RoPE + QK-norm (one fused op)
+//          and the attention forward from the kept q, k (before RoPE; after it without QK-norm)
+//          and v, right before the attention backward
 //   mlp    drops the MLP activation (relu^2 or relu of the pre-activation h); the backward reruns
 //          it from h (one elementwise pass)
 //   block  keeps only the block's input; the backward reruns the whole block forward, its

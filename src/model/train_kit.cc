@@ -141,11 +141,14 @@ Tensor TrainKit::attention(const Tensor& n_block, BlockActs& a) const {
     vp.forward(value_ctx(), value_sources(n, a, true), a.value, a.v.reshaped({N, kvd}));
   }
 
-  // RoPE, then the attention core (QK-norm, attention).
-  a.q_r = act(q.shape());
-  a.k_r = act(k.shape());
-  ops::rope(q, a.q_r, cfg.rope_base);
-  ops::rope(k, a.k_r, cfg.rope_base);
+  // The attention core (RoPE + QK-norm, attention) reads q and k as kept: before RoPE under
+  // QK-norm (one fused op rotates and normalizes them), rotated here in place without it.
+  if (!cfg.use_qk_norm()) {
+    ops::rope(q, q, cfg.rope_base);
+    ops::rope(k, k, cfg.rope_base);
+  }
+  a.q = q;
+  a.k = k;
   attention_core(a, true);
   Tensor o = act({N, C});
   projection::forward_out(m_, lp.o, a.y.reshaped({N, qd}), o);
@@ -153,24 +156,25 @@ Tensor TrainKit::attention(const Tensor& n_block, BlockActs& a) const {
   return o;
 }
 
-// QK-norm and attention from the saved q, k (after RoPE) and v: in forward, and again in
-// backward when --recompute attn dropped their outputs (`forward`: where the extras read V1).
+// RoPE + QK-norm (ops::rope_rmsnorm, one pass per tensor) and attention from the saved q, k
+// (before RoPE; after it without QK-norm) and v: in forward, and again in backward when
+// --recompute attn dropped their outputs (`forward`: where the extras read V1).
 void TrainKit::attention_core(BlockActs& a, bool forward) const {
   const ModelConfig& cfg = m_.cfg_;
   const int B = acts_.B, T = cfg.seq_len, hd = cfg.head_dim, H = m_.heads_, Hkv = m_.kv_heads_;
   const int64_t N = rows();
   if (cfg.use_qk_norm()) {
-    a.qn = act(a.q_r.shape());
-    a.kn = act(a.k_r.shape());
+    a.qn = act(a.q.shape());
+    a.kn = act(a.k.shape());
     a.rstd_q = f32({N * H});
     a.rstd_k = f32({N * Hkv});
-    ops::rmsnorm(a.q_r, a.qn, a.rstd_q, cfg.qk_norm_scale, cfg.norm_eps);
-    ops::rmsnorm(a.k_r, a.kn, a.rstd_k, cfg.qk_norm_scale, cfg.norm_eps);
+    ops::rope_rmsnorm(a.q, a.qn, a.rstd_q, cfg.rope_base, cfg.qk_norm_scale, cfg.norm_eps);
+    ops::rope_rmsnorm(a.k, a.kn, a.rstd_k, cfg.rope_base, cfg.qk_norm_scale, cfg.norm_eps);
   } else {
-    a.qn = a.q_r;
-    a.kn = a.k_r;
+    a.qn = a.q;
+    a.kn = a.k;
   }
-  a.y = act(a.q_r.shape());
+  a.y = act(a.q.shape());
   a.lse = f32({B, H, T});
   const ops::AttnExtras ex = extras(a, forward);
   ops::attention(a.qn, a.kn, a.v, a.y, a.lse, cfg.layer_window(layer_),
@@ -201,19 +205,15 @@ Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
   ops::attention_backward(a.qn, a.kn, a.v, a.y, a.lse, dy, dqn, dkn, dv, cfg.layer_window(layer_),
                           static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), ex, mg);
   if (mg.dv1.defined()) value_ops::accumulate(bundle_->values[0], mg.dv1, 1.0f);
-  Tensor dq, dk;
+  // Back through QK-norm and RoPE (one fused pass under QK-norm), in place: dq, dk.
   if (cfg.use_qk_norm()) {
-    const float qk_scale = cfg.qk_norm_scale;
-    dq = act(a.q_r.shape());
-    dk = act(a.k_r.shape());
-    ops::rmsnorm_backward(a.q_r, a.rstd_q, dqn, dq, qk_scale, false);
-    ops::rmsnorm_backward(a.k_r, a.rstd_k, dkn, dk, qk_scale, false);
+    ops::rope_rmsnorm_backward(a.q, a.rstd_q, dqn, dqn, cfg.rope_base, cfg.qk_norm_scale);
+    ops::rope_rmsnorm_backward(a.k, a.rstd_k, dkn, dkn, cfg.rope_base, cfg.qk_norm_scale);
   } else {
-    dq = dqn;
-    dk = dkn;
+    ops::rope_backward(dqn, dqn, cfg.rope_base);
+    ops::rope_backward(dkn, dkn, cfg.rope_base);
   }
-  ops::rope_backward(dq, dq, cfg.rope_base);
-  ops::rope_backward(dk, dk, cfg.rope_base);
+  const Tensor dq = dqn, dk = dkn;
 
   // Value path backward: dv -> d ctx_v, d earlier values, the mode's parameters.
   Tensor dn = act({N, C});

@@ -59,10 +59,11 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   m.grads = 4 * n;
   m.compute_copy = act_dtype == DType::kBF16 ? 2 * n : 0;  // the bf16 weight copy
   m.optimizer = 4 * momentum + 8 * other / shape.dp;
-  // Saved per token and layer (BlockActs): x_in, n1, x_mid, n2 (C each); q after RoPE and after
-  // QK-norm (one tensor without QK-norm), the attention output (2-3 q-widths); k likewise, the
-  // context value, in target layers the mixed value and table rows (up to 5 kv-widths); the MLP pre-activation and
-  // relu^2 (2 hidden); f32 norms' rstd and lse (about 2 + 2 * heads floats).
+  // Saved per token and layer (BlockActs): x_in, n1, x_mid, n2 (C each); q before RoPE and after
+  // RoPE + QK-norm (one tensor, after RoPE, without QK-norm), the attention output (2-3
+  // q-widths); k likewise, the context value, in target layers the mixed value and table rows
+  // (up to 5 kv-widths); the MLP pre-activation and relu^2 (2 hidden); f32 norms' rstd and lse
+  // (about 2 + 2 * heads floats).
   const double tp = shape.tp;
   const double C = cfg.n_embd, qd = cfg.q_dim() / tp, kvd = cfg.kv_dim() / tp,
                hidden = cfg.mlp_hidden() / tp, heads = cfg.n_head / tp;

@@ -371,6 +371,77 @@ void RopeMatchesCpu() {
   }
 }
 
+// RoPE fused with QK-norm (kernels/rope.cu rope_rmsnorm_forward_kernel, one warp per head
+// vector): the GPU's cos/sin table (angles through exp2 where the CPU uses pow, both rounded to
+// fp32) and its fp32 warp sum (the CPU sums in fp64) differ from the CPU by a few fp32 ulps:
+// RmsNormMatchesCpu's 2e-5 relative; bf16 outputs may round one bf16 ulp apart, which is up to
+// 2^-7 of the value (just above a power of two; kBf16Rtol, 2^-8, bounds half an ulp, one
+// rounding against an unrounded value), so 2 kBf16Rtol more. Head dims 6 (one pair
+// per lane, most lanes idle), 32, 128 (two pairs per lane: the presets') and 200 (four, the last
+// partly filled); offsets 0 and 37; in place equal to out of place on the GPU bit for bit; then
+// decoding's one position per call at growing offsets (the cached table regrown).
+void RopeRmsNormMatchesCpu() {
+  uint64_t seed = 300;
+  for (DType dt : {kF32, kBF16}) {
+    for (int64_t hd : {6, 32, 128, 200}) {
+      for (int64_t offset : {0, 37}) {
+        SCOPED_TRACE(testing::Message() << name_of(dt) << " hd " << hd << " offset " << offset);
+        const Shape s{2, 16, 3, hd};
+        const std::vector<float> xv = randn(2 * 16 * 3 * hd, seed++, 2.0f);
+        Pair x = pair(xv, s, dt), y = zeros(s, dt), rstd = zeros({2 * 16 * 3});
+        ops::rope_rmsnorm(x.c, y.c, rstd.c, 10000.0, 1.2f, 1e-6, offset);
+        ops::rope_rmsnorm(x.g, y.g, rstd.g, 10000.0, 1.2f, 1e-6, offset);
+        EXPECT_TRUE(close(rstd, 2e-5, 0.0));
+        const double rtol = dt == kBF16 ? 2e-5 + 2 * kBf16Rtol : 2e-5;
+        EXPECT_TRUE(close(y, rtol, 1e-6 * max_abs(vals(y.c))));
+        Tensor xi = pair(xv, s, dt).g, ri = zeros({2 * 16 * 3}).g;
+        ops::rope_rmsnorm(xi, xi, ri, 10000.0, 1.2f, 1e-6, offset);
+        EXPECT_TRUE(same(Pair{xi, y.g})) << "in place";
+        EXPECT_TRUE(same(Pair{ri, rstd.g})) << "in place rstd";
+      }
+    }
+  }
+  for (int64_t offset = 0; offset < 150; offset += 7) {
+    SCOPED_TRACE(testing::Message() << "decode offset " << offset);
+    Pair x = pair(randn(1 * 1 * 2 * 64, seed++), {1, 1, 2, 64}), y = zeros({1, 1, 2, 64});
+    Pair rstd = zeros({2});
+    ops::rope_rmsnorm(x.c, y.c, rstd.c, 10000.0, 1.2f, 1e-6, offset);
+    ops::rope_rmsnorm(x.g, y.g, rstd.g, 10000.0, 1.2f, 1e-6, offset);
+    ASSERT_TRUE(close(y, 2e-5, 1e-6 * max_abs(vals(y.c))));
+    ASSERT_TRUE(close(rstd, 2e-5, 0.0));
+  }
+}
+
+// Its backward (rope_rmsnorm_backward_kernel) from identical inputs (the CPU's rstd on both):
+// the fp32 dot product g . x summed in a warp (fp64 on the CPU) and the cancellation in
+// g - x b: RmsNormMatchesCpu's backward tolerances (2e-5 relative, atol 2e-5 * max|dx|), and
+// for bf16 one bf16 ulp apart (2 kBf16Rtol, as above). dx = dy in place equal to a dx of its
+// own bit for bit on the GPU.
+void RopeRmsNormBackwardMatchesCpu() {
+  uint64_t seed = 400;
+  for (DType dt : {kF32, kBF16}) {
+    for (int64_t hd : {6, 32, 128, 200}) {
+      for (int64_t offset : {0, 37}) {
+        SCOPED_TRACE(testing::Message() << name_of(dt) << " hd " << hd << " offset " << offset);
+        const Shape s{2, 16, 3, hd};
+        Pair x = pair(randn(2 * 16 * 3 * hd, seed++, 2.0f), s, dt);
+        Pair y = zeros(s, dt), rstd = zeros({2 * 16 * 3});
+        ops::rope_rmsnorm(x.c, y.c, rstd.c, 10000.0, 1.2f, 1e-6, offset);
+        const Tensor r = rstd.c.to(kGPU);
+        const std::vector<float> dyv = randn(2 * 16 * 3 * hd, seed++);
+        Pair dy = pair(dyv, s, dt), dx = zeros(s, dt);
+        ops::rope_rmsnorm_backward(x.c, rstd.c, dy.c, dx.c, 10000.0, 1.2f, offset);
+        ops::rope_rmsnorm_backward(x.g, r, dy.g, dx.g, 10000.0, 1.2f, offset);
+        const double rtol = dt == kBF16 ? 2e-5 + 2 * kBf16Rtol : 2e-5;
+        EXPECT_TRUE(close(dx, rtol, 2e-5 * max_abs(vals(dx.c))));
+        Tensor g = pair(dyv, s, dt).g;
+        ops::rope_rmsnorm_backward(x.g, r, g, g, 10000.0, 1.2f, offset);
+        EXPECT_TRUE(same(Pair{g, dx.g})) << "in place";
+      }
+    }
+  }
+}
+
 // Tolerances of tests/gpu/attention_test.cc: f32 1e-5 (forward) / 1e-4 (backward) relative
 // norm; the bf16 kernels round probability tiles to bf16: 1e-2 forward, 3e-2 backward. The
 // backward runs on identical inputs (the CPU's out and lse on both devices).
@@ -756,6 +827,8 @@ const OpRow kOps[] = {
     {"add_rmsnorm", AddRmsNormMatchesCpu},
     {"rmsnorm_backward_sum", RmsNormBackwardSumMatchesCpu},
     {"rope", RopeMatchesCpu},
+    {"rope_rmsnorm", RopeRmsNormMatchesCpu},
+    {"rope_rmsnorm_backward", RopeRmsNormBackwardMatchesCpu},
     {"attention", AttentionMatchesCpu},
     {"relu2", Relu2MatchesCpu},
     {"relu2_odd_length", Relu2OddLengthMatchesCpu},

@@ -52,7 +52,8 @@ NUMBERS = {
     "train": {"preset": "d24", "value": "baseline", "micro_batch": 4, "seq_len": 8,
               "global_batch": 64, "steps": 3, "tok_per_s": 1111.0, "mfu": 0.111,
               "peak_device_bytes": 3 * 2**30, "loss_first": 9.5, "loss_last": 8.25,
-              "profile_ms_per_step": {"rope": 1.0, "rope_backward": 2.0, "rmsnorm": 4.0,
+              "profile_ms_per_step": {"rope_rmsnorm": 1.0, "rope_rmsnorm_backward": 2.0,
+                                      "rmsnorm": 4.0,
                                       "gemm": 100.0, "zz_fake_op": 8.0, "sum_squares": 16.0,
                                       "(all ops)": 999.0}},
     "gemm": {"rows": [{"name": "qkv_fwd", "M": 11, "N": 22, "K": 33, "vtrain_tflops": 444.0,
@@ -112,8 +113,8 @@ def test_measured_column_sums_ops_into_rows_and_lists_unmapped(repo):
     assert r.returncode == 0, r.stdout + r.stderr
     m = json.loads((repo / "bench/results/gpu-window-2099-01-02T030405Z-measured.json").read_text())
     # global_batch 64 = 2 micro-steps of 4 x 8: per micro-step, seconds.
-    assert m["rope forward + backward"] == pytest.approx((1.0 + 2.0) / 1e3 / 2)
-    assert m["rmsnorm forward (x, q, k)"] == pytest.approx(4.0 / 1e3 / 2)
+    assert m["rope + QK-norm forward + backward (fused)"] == pytest.approx((1.0 + 2.0) / 1e3 / 2)
+    assert m["rmsnorm forward (x)"] == pytest.approx(4.0 / 1e3 / 2)
     assert m["(unmapped) zz_fake_op"] == pytest.approx(8.0 / 1e3 / 2)
     assert m["(unmapped) sum_squares"] == pytest.approx(16.0 / 1e3 / 2)
     # gemm covers several rows: one joined key holding them, no single GEMM row.
@@ -133,7 +134,7 @@ def test_without_global_batch_profile_is_one_micro_step_and_says_so(repo):
     r = run(repo, n)
     assert r.returncode == 0, r.stdout + r.stderr
     m = json.loads((repo / "bench/results/gpu-window-2099-01-02T030405Z-measured.json").read_text())
-    assert m["rmsnorm forward (x, q, k)"] == pytest.approx(4.0 / 1e3)
+    assert m["rmsnorm forward (x)"] == pytest.approx(4.0 / 1e3)
     assert "train.global_batch" in r.stdout
 
 
