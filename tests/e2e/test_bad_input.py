@@ -291,6 +291,7 @@ CASES = [
     ("train-data-no-tokenizer", ["train", "--data", "{notok}", *TINY], r"tokenizer", []),
     ("train-micro-batch-zero", ["train", "--data", "{data}", "--micro-batch", "0"], r"--micro-batch 0: out of range", []),
     ("train-steps-zero", ["train", "--data", "{data}", "--steps", "0"], r"--steps 0: out of range", []),
+    ("train-grad-sync-unknown", ["train", "--data", "{data}", *TINY, "--grad-sync", "fp16"], r"--grad-sync fp16: expected one of fp32, bf16", []),
     ("train-recompute-unknown", ["train", "--data", "{data}", *TINY, "--recompute", "sometimes"], r"--recompute.*sometimes.*(off|attn|mlp|block)", []),
     ("train-spa-rescale-without-bias", ["train", "--data", "{data}", *TINY, "--block", "sas", "--spa-rescale", "off"], r"--spa-rescale off.*--attn-bias", []),
     ("plan-recompute-unknown", ["plan", "--preset", "d12", "--tokens", "1e9", "--recompute", "sometimes"], r"--recompute.*sometimes", []),

@@ -1,0 +1,55 @@
+"""`vtrain train --grad-sync bf16`: the data-parallel gradient sum with a bf16 wire format and fp32
+additions (docs/design.md "Parallelism"). A dp 2 run on the CPU (MPI's user-defined bf16 op)
+trains: finite losses that fall. Step 1's loss, computed before any update, equals the fp32 run's;
+the later losses differ (the wire rounds) and stay within BOUND of the fp32 run's. The banner's
+payload per step is half the fp32 one. With dp 1 the gradient is rounded too (the same rounding on
+every data-parallel size), so a dp 1 bf16 run differs from a dp 1 fp32 run after step 1."""
+import re
+
+import numpy as np
+
+# The emulated-device layout tests' runner and data: a 4-layer d64 model, 4 micro-batches of 2 x
+# 32 tokens per step, seed 3.
+from test_device_layouts import datadir, train  # noqa: F401
+
+STEPS = 40
+# Each gradient element is rounded twice (its rank's value, then the sum) with relative error at
+# most 2^-8 each, about 0.8% of the gradient, an error of the size of the mini-batch noise's
+# smallest part; the loss difference this leaves after 40 steps is bounded by 2% of the loss
+# (the runs measured in docs/design.md "Parallelism" stay an order of magnitude inside it).
+BOUND = 0.02
+
+
+def payload_mb(stdout):
+    m = re.search(r"data-parallel gradient sum: (\w+) wire, ([0-9.]+) MB per step and rank"
+                  r"(?: \(fp32: ([0-9.]+) MB)?", stdout)
+    assert m, stdout[-2000:]
+    return m.group(1), float(m.group(2)), m.group(3) and float(m.group(3))
+
+
+def test_dp2_bf16_wire_trains_close_to_fp32(datadir, tmp_path):
+    f32, _, out32 = train(datadir, tmp_path / "f32", "bov", 2, 1, 1, "cpu", steps=STEPS)
+    b16, _, out16 = train(datadir, tmp_path / "b16", "bov", 2, 1, 1, "cpu", steps=STEPS,
+                          extra=["--grad-sync", "bf16"])
+    assert len(b16) == len(f32) == STEPS
+    assert np.all(np.isfinite(b16)), b16
+    # Trains: the last 5 steps' mean loss is well below the first step's.
+    assert b16[-5:].mean() < b16[0] - 0.5, b16
+    assert b16[0] == f32[0]
+    assert not np.array_equal(b16[1:], f32[1:]), "the bf16 wire changed nothing"
+    diff = np.abs(b16 - f32)
+    assert np.all(diff <= BOUND * f32), (diff.max(), diff, f32)
+    wire32, mb32, _ = payload_mb(out32)
+    wire16, mb16, mb16_as_f32 = payload_mb(out16)
+    assert (wire32, wire16) == ("fp32", "bf16")
+    assert mb16_as_f32 == mb32 and abs(mb16 - mb32 / 2) <= 0.001, (mb16, mb32)
+
+
+def test_dp1_bf16_wire_rounds(datadir, tmp_path):
+    f32, _, _ = train(datadir, tmp_path / "f32", "baseline", 1, 1, 1, "cpu", steps=3)
+    b16, _, out = train(datadir, tmp_path / "b16", "baseline", 1, 1, 1, "cpu", steps=3,
+                        extra=["--grad-sync", "bf16"])
+    assert "bf16 wire" in out
+    assert b16[0] == f32[0]
+    assert not np.array_equal(b16, f32), "dp 1 with --grad-sync bf16 did not round"
+    assert np.all(np.abs(b16 - f32) <= BOUND * f32)
