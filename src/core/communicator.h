@@ -1,7 +1,8 @@
 // Communicator: the small set of collectives and point-to-point calls the engine uses, behind
 // one interface so layers never see MPI or NCCL directly. The float*/double* calls work on host
-// memory; the Tensor calls take tensors on any device in f32 or bf16 (the model's activations). SelfCommunicator is the size-1 group
-// (every collective is the identity, but the bf16-wire sum rounds to bf16); the MPI and NCCL implementations live beside it.
+// memory; the Tensor calls take tensors on any device in f32 or bf16 (the model's activations).
+// SelfCommunicator is the size-1 group (every collective is the identity, but the bf16-wire sum
+// rounds to bf16); the MPI and NCCL implementations live beside it.
 #pragma once
 #include <cstdint>
 

@@ -377,8 +377,9 @@ void NcclCommunicator::all_reduce_sum_bf16(const Tensor& t) {
   if (t.numel() == 0) return;
   if (t.device() == Device::kCUDA && compute_stream_ == nullptr)
     die(rank_, op, "device tensors without the CUDA backend (the device emulator)");
-  // Packed where t lives (the backend's stream for a device tensor), summed in bf16 by the
-  // Tensor all-reduce (which stages a host buffer), widened back where t lives.
+  // Packed where t lives (on the backend's stream for a device tensor), summed in bf16 by the
+  // Tensor all-reduce (a host tensor through a staged device buffer), widened back where t
+  // lives.
   Tensor b = Tensor::empty(t.shape(), DType::kBF16, t.device());
   ops::copy(b, t);
   all_reduce(b, ncclSum, op);
