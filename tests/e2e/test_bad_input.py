@@ -294,6 +294,7 @@ CASES = [
     ("train-grad-sync-unknown", ["train", "--data", "{data}", *TINY, "--grad-sync", "fp16"], r"--grad-sync fp16: expected one of fp32, bf16", []),
     ("train-recompute-unknown", ["train", "--data", "{data}", *TINY, "--recompute", "sometimes"], r"--recompute.*sometimes.*(off|attn|mlp|block)", []),
     ("train-spa-rescale-without-bias", ["train", "--data", "{data}", *TINY, "--block", "sas", "--spa-rescale", "off"], r"--spa-rescale off.*--attn-bias", []),
+    ("plan-grad-sync-unknown", ["plan", "--preset", "d12", "--tokens", "1e9", "--grad-sync", "int8"], r"--grad-sync int8: expected one of fp32, bf16", []),
     ("plan-recompute-unknown", ["plan", "--preset", "d12", "--tokens", "1e9", "--recompute", "sometimes"], r"--recompute.*sometimes", []),
     ("train-log-every-zero", ["train", "--data", "{data}", "--log-every", "0"], r"--log-every 0: out of range", []),
     ("train-lr-scale-huge", ["train", "--data", "{data}", "--lr-scale", "1e30"], r"--lr-scale 1e30: out of range", []),
