@@ -10,7 +10,7 @@
 //     the device emulator follow the model too, and give the bits of the blocking host call
 //     where the order is fixed (up to 2 ranks; with more MPI may pick another order per call);
 //   - all_reduce_grads and OverlappedGradSync (host-kept parameters included) follow the model.
-// vtrain-mpi-ranks: 1 2 3
+// vtrain-mpi-ranks: 1 2 3 4
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -144,6 +144,7 @@ TEST(Bf16Wire, NonBlockingEqualsBlocking) {
   for (int i = 0; i < 10; ++i) EXPECT_EQ(f[i], static_cast<float>(W * i + W * (W - 1) / 2));
   // The ranges were summed independently of each other: each still follows the model.
   for (int64_t i = 0; i < n; ++i) expect_model(started[i], W, i, value_of, "started");
+  expect_same_everywhere(started, "started");
 }
 
 TEST(Bf16Wire, DeviceTensorsFollowTheModel) {
