@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/ops.h"
 
@@ -111,6 +112,16 @@ void Communicator::all_reduce_sum_bf16(const Tensor& t) {
   VT_CHECK_MSG(t.dtype() == DType::kF32,
                "all_reduce_sum_bf16 sums f32 tensors, got " << dtype_name(t.dtype()));
   if (t.numel() == 0) return;
+  if (t.on_host()) {  // one pass each way (ops::copy widens through a buffer on the host)
+    const int64_t n = t.numel();
+    float* x = t.f32();
+    Tensor b = Tensor::empty({n}, DType::kBF16, Device::kCPU);
+    uint16_t* w = b.bf16();
+    for (int64_t i = 0; i < n; ++i) w[i] = f32_to_bf16(x[i]);
+    if (size() > 1) all_reduce_sum_bf16(w, n);
+    for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(w[i]);
+    return;
+  }
   // Round to bf16 where t lives (a cast kernel on a device), send the bf16 values through host
   // memory (half the bytes of the f32 staging), widen back where t lives.
   Tensor b = Tensor::empty(t.shape(), DType::kBF16, t.device());

@@ -8,7 +8,6 @@
 
 #include "core/bf16.h"
 #include "core/check.h"
-#include "core/ops.h"
 #include "parallel/comm_watchdog.h"
 
 namespace vt {
@@ -188,11 +187,12 @@ void MpiCommunicator::all_reduce_sum_bf16_start(const Tensor& t) {
     all_reduce_sum_bf16(t);  // rounds (a group of one) or refuses other dtypes
     return;
   }
-  Bf16Sum s{t, Tensor::empty(t.shape(), DType::kBF16, Device::kCPU)};
-  ops::copy(s.wire, t);  // the rounding of the blocking call
-  const Bf16Wire& w = bf16_wire();
-  uint16_t* data = s.wire.bf16();
   const int64_t n = t.numel();
+  Bf16Sum s{t, Tensor::empty({n}, DType::kBF16, Device::kCPU)};
+  const float* x = t.f32();
+  uint16_t* data = s.wire.bf16();
+  for (int64_t i = 0; i < n; ++i) data[i] = f32_to_bf16(x[i]);  // the blocking call's rounding
+  const Bf16Wire& w = bf16_wire();
   for (int64_t o = 0; o < n; o += kChunk) {
     reductions_.emplace_back();
     check(MPI_Iallreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
@@ -208,7 +208,11 @@ void MpiCommunicator::all_reduce_wait() {
   check(MPI_Waitall(static_cast<int>(reductions_.size()), reductions_.data(), MPI_STATUSES_IGNORE),
         "all_reduce_sum (wait)");
   reductions_.clear();
-  for (const Bf16Sum& s : bf16_sums_) ops::copy(s.target, s.wire);
+  for (const Bf16Sum& s : bf16_sums_) {
+    float* x = s.target.f32();
+    const uint16_t* w = s.wire.bf16();
+    for (int64_t i = 0; i < s.target.numel(); ++i) x[i] = bf16_to_f32(w[i]);
+  }
   bf16_sums_.clear();
 }
 
