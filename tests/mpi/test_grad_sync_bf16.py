@@ -19,10 +19,10 @@ from test_device_layouts import ENV, MICRO, MODEL, SEQ, VTRAIN, datadir, train  
 
 STEPS = 40
 # Each gradient element is rounded twice (its rank's value, then the sum), each time by at most
-# 2^-8 of itself, so a step's update moves by well under 1% of its size; over 40 steps of this
-# small model the loss may move by at most 0.1% of itself (BOUND). Measured: 3e-5 at most (30
-# times inside); over 200 steps of --preset tiny, where the runs drift apart as any two
-# trajectories do, 1.1% at most (docs/design.md "Parallelism").
+# 2^-8 of itself: a perturbation of under 1% of each step's gradient. The tolerance chosen for
+# 40 steps of this small model is 0.1% of the loss (BOUND), a tenth of that; measured: 3e-5 at
+# most (30 times inside). Over 200 steps of --preset tiny the runs drift apart as any two
+# trajectories do: 1.1% at most (docs/design.md "Parallelism").
 BOUND = 1e-3
 
 
