@@ -1,8 +1,10 @@
-// SelfCommunicator: the trivial size-1 group.
+// SelfCommunicator: the trivial size-1 group; the Communicator base class's Tensor calls (host
+// staging) and its bf16-wire sum (pack, the buffer call, unpack).
 #include "core/communicator.h"
 
 #include <cstring>
 
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/ops.h"
 
@@ -99,6 +101,37 @@ void Communicator::recv(const Tensor& t, int peer, int tag) {
   Tensor h = host_f32(t, false);
   recv(h.f32(), h.numel(), peer, tag);
   store_back(t, h);
+}
+
+void Communicator::all_reduce_sum_bf16(uint16_t*, int64_t n) {
+  VT_CHECK_MSG(size() == 1 || n == 0,
+               "this communicator has no bf16-wire sum for a group of " << size());
+}
+
+void Communicator::all_reduce_sum_bf16(const Tensor& t) {
+  VT_CHECK_MSG(t.dtype() == DType::kF32,
+               "all_reduce_sum_bf16 sums f32 tensors, got " << dtype_name(t.dtype()));
+  if (t.numel() == 0) return;
+  if (t.on_host()) {  // one pass each way (ops::copy widens through a buffer on the host)
+    const int64_t n = t.numel();
+    float* x = t.f32();
+    Tensor b = Tensor::empty({n}, DType::kBF16, Device::kCPU);
+    uint16_t* w = b.bf16();
+    for (int64_t i = 0; i < n; ++i) w[i] = f32_to_bf16(x[i]);
+    if (size() > 1) all_reduce_sum_bf16(w, n);
+    for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(w[i]);
+    return;
+  }
+  // Round to bf16 where t lives (a cast kernel on a device), send the bf16 values through host
+  // memory (half the bytes of the f32 staging), widen back where t lives.
+  Tensor b = Tensor::empty(t.shape(), DType::kBF16, t.device());
+  ops::copy(b, t);
+  if (size() > 1) {
+    Tensor h = b.on_host() ? b : b.to(Device::kCPU);
+    all_reduce_sum_bf16(h.bf16(), h.numel());
+    if (h.raw() != b.raw()) b.copy_from(h);
+  }
+  ops::copy(t, b);
 }
 
 Communicator* self_communicator() {

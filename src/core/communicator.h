@@ -1,7 +1,8 @@
 // Communicator: the small set of collectives and point-to-point calls the engine uses, behind
 // one interface so layers never see MPI or NCCL directly. The float*/double* calls work on host
-// memory; the Tensor calls take tensors on any device in f32 or bf16 (the model's activations). SelfCommunicator is the size-1 group
-// (every collective is the identity); the MPI and NCCL implementations live beside it.
+// memory; the Tensor calls take tensors on any device in f32 or bf16 (the model's activations).
+// SelfCommunicator is the size-1 group (every collective is the identity, but the bf16-wire sum
+// rounds to bf16); the MPI and NCCL implementations live beside it.
 #pragma once
 #include <cstdint>
 
@@ -56,6 +57,23 @@ class Communicator {
   // communicator has a 16-bit path). Default: the blocking call.
   virtual void broadcast_start(const Tensor& t, int root) { broadcast(t, root); }
   virtual void all_reduce_wait() {}
+
+  // The bf16 wire format (docs/design.md "Parallelism", --grad-sync bf16): an in-place sum of
+  // the f32 tensor t over the group that carries half the bytes. Each rank's values are rounded
+  // to bf16 (nearest even), every pairwise addition of the reduction is done in fp32 and its
+  // result rounded to bf16, and the bf16 result is widened back into t; every rank ends with
+  // identical values. The order of the additions is the implementation's (with 2 ranks there is
+  // one: bf16(bf16(a) + bf16(b))). A group of one rounds t to bf16 (the sum of one value), so a
+  // run sees the same rounding on every data-parallel size. Packing and unpacking run on t's
+  // device (an ops cast); the default moves the bf16 values through host memory to the buffer
+  // call below.
+  virtual void all_reduce_sum_bf16(const Tensor& t);
+  // Non-blocking variant, completed by all_reduce_wait() together with the f32 sums (same
+  // rules as all_reduce_sum_start). Default: the blocking call.
+  virtual void all_reduce_sum_bf16_start(const Tensor& t) { all_reduce_sum_bf16(t); }
+  // The wire itself: n bf16 values (their bits) summed in place by the rule above, in the
+  // memory the float* calls take. Default: nothing for a group of one, else refused.
+  virtual void all_reduce_sum_bf16(uint16_t* data, int64_t n);
 };
 
 // Derived communicators pull the Tensor overloads into scope with this (they override the
@@ -68,7 +86,8 @@ class Communicator {
   using Communicator::broadcast;               \
   using Communicator::send;                    \
   using Communicator::send_async;              \
-  using Communicator::recv
+  using Communicator::recv;                    \
+  using Communicator::all_reduce_sum_bf16
 
 // The group of one process.
 class SelfCommunicator final : public Communicator {

@@ -12,25 +12,53 @@
 
 namespace vt::optim {
 
-void all_reduce_grads(ParamStore& store, Communicator* dp, int64_t bucket_elems) {
+namespace {
+
+void check_wire(DType wire) {
+  VT_CHECK_MSG(wire == DType::kF32 || wire == DType::kBF16,
+               "the gradient sum's wire is f32 or bf16, got " << dtype_name(wire));
+}
+
+void sum_in(Communicator* dp, const Tensor& t, DType wire) {
+  if (wire == DType::kBF16)
+    dp->all_reduce_sum_bf16(t);
+  else
+    dp->all_reduce_sum(t);
+}
+
+}  // namespace
+
+void all_reduce_grads(ParamStore& store, Communicator* dp, int64_t bucket_elems, DType wire) {
   VT_CHECK(dp != nullptr);
   VT_CHECK_MSG(store.finalized(), "all_reduce_grads needs a finalized ParamStore");
   VT_CHECK_MSG(bucket_elems > 0, "bucket_elems must be positive, got " << bucket_elems);
-  if (dp->size() == 1) return;
+  check_wire(wire);
+  if (dp->size() == 1 && wire == DType::kF32) return;
   // The padding between parameters is zero on every rank, so the whole arena can be summed.
   const Tensor g = store.grads_tensor();
   const int64_t total = store.total_numel();
   for (int64_t lo = 0; lo < total; lo += bucket_elems) {
-    dp->all_reduce_sum(g.flat(lo, std::min(bucket_elems, total - lo)));
+    sum_in(dp, g.flat(lo, std::min(bucket_elems, total - lo)), wire);
   }
   const Tensor h = store.host_grads_tensor();  // parameters kept in host memory
   for (int64_t lo = 0; lo < store.host_numel(); lo += bucket_elems)
-    dp->all_reduce_sum(h.flat(lo, std::min(bucket_elems, store.host_numel() - lo)));
+    sum_in(dp, h.flat(lo, std::min(bucket_elems, store.host_numel() - lo)), wire);
 }
 
-OverlappedGradSync::OverlappedGradSync(ParamStore* store, Communicator* dp, int64_t bucket_elems)
-    : store_(store), dp_(dp), bucket_(bucket_elems) {
+void OverlappedGradSync::sum(const Tensor& t) const { sum_in(dp_, t, wire_); }
+
+void OverlappedGradSync::start(const Tensor& t) const {
+  if (wire_ == DType::kBF16)
+    dp_->all_reduce_sum_bf16_start(t);
+  else
+    dp_->all_reduce_sum_start(t);
+}
+
+OverlappedGradSync::OverlappedGradSync(ParamStore* store, Communicator* dp, int64_t bucket_elems,
+                                       DType wire)
+    : store_(store), dp_(dp), bucket_(bucket_elems), wire_(wire) {
   VT_CHECK(store_ && store_->finalized() && dp_ && bucket_ > 0);
+  check_wire(wire_);
   // Each parameter spans [offset, next offset) (its padding included); a layer's range is the
   // union of its parameters' spans, which registration makes contiguous.
   // Parameters kept in host memory are summed by finish(), over their own arena.
@@ -64,32 +92,32 @@ OverlappedGradSync::OverlappedGradSync(ParamStore* store, Communicator* dp, int6
 }
 
 void OverlappedGradSync::layer_done(int layer) {
-  if (dp_->size() == 1) return;
+  if (skip()) return;
   for (size_t k = 0; k < layers_.size(); ++k) {
     if (layers_[k].first != layer) continue;
     VT_CHECK_MSG(!started_[k], "layer " << layer << "'s gradient sum started twice");
     started_[k] = 1;
     const Range& r = layers_[k].second;
-    dp_->all_reduce_sum_start(store_->grads_tensor().flat(r.lo, r.hi - r.lo));
+    start(store_->grads_tensor().flat(r.lo, r.hi - r.lo));
     return;
   }
 }
 
 void OverlappedGradSync::finish() {
-  if (dp_->size() == 1) return;
+  if (skip()) return;
   const Tensor g = store_->grads_tensor();
   // Layers whose hook did not run (none in a normal step) are summed here, in layer order.
   for (size_t k = 0; k < layers_.size(); ++k)
     if (!started_[k]) {
       const Range& r = layers_[k].second;
-      dp_->all_reduce_sum_start(g.flat(r.lo, r.hi - r.lo));
+      start(g.flat(r.lo, r.hi - r.lo));
     }
   for (const Range& r : rest_)
     for (int64_t lo = r.lo; lo < r.hi; lo += bucket_)
-      dp_->all_reduce_sum(g.flat(lo, std::min(bucket_, r.hi - lo)));
+      sum(g.flat(lo, std::min(bucket_, r.hi - lo)));
   const Tensor h = store_->host_grads_tensor();
   for (int64_t lo = 0; lo < store_->host_numel(); lo += bucket_)
-    dp_->all_reduce_sum(h.flat(lo, std::min(bucket_, store_->host_numel() - lo)));
+    sum(h.flat(lo, std::min(bucket_, store_->host_numel() - lo)));
   dp_->all_reduce_wait();
   std::fill(started_.begin(), started_.end(), 0);
 }

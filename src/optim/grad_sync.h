@@ -14,10 +14,19 @@
 
 namespace vt::optim {
 
+// The wire format of the data-parallel sum (--grad-sync): DType::kF32, the f32 all-reduce (the
+// default), or DType::kBF16, Communicator::all_reduce_sum_bf16 (each rank's gradient rounded to
+// bf16, fp32 additions rounded to bf16, the result widened back into the f32 arena; a group of
+// one rounds too). Parameters kept in host memory (--table-offload) follow the same rule.
+// It is an all-reduce, not a reduce-scatter: the distributed optimizer needs the whole summed
+// gradient on every replica (ZeRO-1 AdamW chunks per parameter, Muon momentum everywhere).
+
 // Sums the whole grad arena over `dp` (in place), in contiguous buckets of at most bucket_elems
 // floats issued in arena order. The trainer scales gradients by 1 / global-batch-tokens, so the
-// sum over DP ranks is the full gradient. No-op for a group of size 1. Collective over `dp`.
-void all_reduce_grads(ParamStore& store, Communicator* dp, int64_t bucket_elems = 4 << 20);
+// sum over DP ranks is the full gradient. With the f32 wire, no-op for a group of size 1.
+// Collective over `dp`.
+void all_reduce_grads(ParamStore& store, Communicator* dp, int64_t bucket_elems = 4 << 20,
+                      DType wire = DType::kF32);
 
 // The data-parallel gradient sum overlapped with backward. Each layer's parameters occupy one
 // contiguous range of the arena (they are registered together); layer_done(i) starts the
@@ -28,7 +37,8 @@ void all_reduce_grads(ParamStore& store, Communicator* dp, int64_t bucket_elems 
 // rank calling layer_done in the same order.
 class OverlappedGradSync {
  public:
-  OverlappedGradSync(ParamStore* store, Communicator* dp, int64_t bucket_elems = 4 << 20);
+  OverlappedGradSync(ParamStore* store, Communicator* dp, int64_t bucket_elems = 4 << 20,
+                     DType wire = DType::kF32);
   void layer_done(int layer);
   void finish();
 
@@ -39,6 +49,11 @@ class OverlappedGradSync {
   ParamStore* store_;
   Communicator* dp_;
   int64_t bucket_;
+  DType wire_;
+  bool skip() const { return dp_->size() == 1 && wire_ == DType::kF32; }
+  // One range summed in the wire format: blocking, or started (completed by all_reduce_wait).
+  void sum(const Tensor& t) const;
+  void start(const Tensor& t) const;
   std::vector<std::pair<int, Range>> layers_;  // layer -> its arena range
   std::vector<Range> rest_;                    // everything else, in arena order
   std::vector<uint8_t> started_;               // per entry of layers_, this step

@@ -1,4 +1,4 @@
-// MPI implementation of the Communicator interface.
+// MPI implementation of the Communicator interface, with the bf16 wire's MPI type and op.
 #include "parallel/mpi_communicator.h"
 
 #include <algorithm>
@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/check.h"
 #include "parallel/comm_watchdog.h"
 
@@ -14,6 +15,32 @@ namespace vt {
 namespace {
 // MPI counts are int: split large transfers into chunks.
 constexpr int64_t kChunk = INT_MAX / 8;
+
+// The bf16 wire: two bytes a value, summed by adding the two values in fp32 and rounding the
+// result to bf16 (nearest even). fp32 addition is commutative, so the op is too; MPI may pick
+// any reduction order, and every rank receives the same result.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
+struct Bf16Wire {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op op = MPI_OP_NULL;
+};
+
+// Made on first use (after MPI_Init), kept until MPI_Finalize.
+const Bf16Wire& bf16_wire() {
+  static const Bf16Wire wire = [] {
+    Bf16Wire w;
+    MPI_Type_contiguous(2, MPI_BYTE, &w.type);
+    MPI_Type_commit(&w.type);
+    MPI_Op_create(bf16_sum, /*commute=*/1, &w.op);
+    return w;
+  }();
+  return wire;
+}
 
 int world_rank_or_zero() {
   int init = 0;
@@ -168,12 +195,44 @@ void MpiCommunicator::broadcast_start(const Tensor& t, int root) {
   }
 }
 
+void MpiCommunicator::all_reduce_sum_bf16(uint16_t* data, int64_t n) {
+  if (size() == 1 || n == 0) return;
+  const Bf16Wire& w = bf16_wire();
+  all_reduce(data, n, w.type, sizeof(uint16_t), w.op, "all-reduce(bf16)");
+}
+
+void MpiCommunicator::all_reduce_sum_bf16_start(const Tensor& t) {
+  if (!t.on_host() || t.dtype() != DType::kF32 || size() == 1 || t.numel() == 0) {
+    all_reduce_sum_bf16(t);  // rounds (a group of one) or refuses other dtypes
+    return;
+  }
+  const int64_t n = t.numel();
+  Bf16Sum s{t, Tensor::empty({n}, DType::kBF16, Device::kCPU)};
+  const float* x = t.f32();
+  uint16_t* data = s.wire.bf16();
+  for (int64_t i = 0; i < n; ++i) data[i] = f32_to_bf16(x[i]);  // the blocking call's rounding
+  const Bf16Wire& w = bf16_wire();
+  for (int64_t o = 0; o < n; o += kChunk) {
+    reductions_.emplace_back();
+    check(MPI_Iallreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
+                         w.type, w.op, comm_, &reductions_.back()),
+          "all_reduce_sum_bf16 (start)");
+  }
+  bf16_sums_.push_back(std::move(s));
+}
+
 void MpiCommunicator::all_reduce_wait() {
   if (reductions_.empty()) return;
   CommOpScope watch("all_reduce_sum (wait)", watch_name_);
   check(MPI_Waitall(static_cast<int>(reductions_.size()), reductions_.data(), MPI_STATUSES_IGNORE),
         "all_reduce_sum (wait)");
   reductions_.clear();
+  for (const Bf16Sum& s : bf16_sums_) {
+    float* x = s.target.f32();
+    const uint16_t* w = s.wire.bf16();
+    for (int64_t i = 0; i < s.target.numel(); ++i) x[i] = bf16_to_f32(w[i]);
+  }
+  bf16_sums_.clear();
 }
 
 void MpiCommunicator::wait_sends() {

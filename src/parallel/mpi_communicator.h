@@ -42,6 +42,12 @@ class MpiCommunicator final : public Communicator {
   void broadcast_start(const Tensor& t, int root) override;
   void all_reduce_wait() override;
   void wait_sends() override;
+  // The bf16 wire (communicator.h): MPI_Allreduce of a 2-byte contiguous type with a
+  // user-defined, commutative MPI_Op (the fp32 sum of two bf16 values, rounded to bf16).
+  void all_reduce_sum_bf16(uint16_t* data, int64_t n) override;
+  // Host f32 tensors: packed into a bf16 buffer of this communicator and MPI_Iallreduce'd;
+  // all_reduce_wait() widens the sums back into the tensors. Device tensors: the blocking call.
+  void all_reduce_sum_bf16_start(const Tensor& t) override;
 
   MPI_Comm comm() const { return comm_; }
   const std::string& name() const { return name_; }
@@ -56,6 +62,10 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   std::string name_;
   std::vector<MPI_Request> reductions_;         // sums and broadcasts started (the *_start calls)
+  struct Bf16Sum {
+    Tensor target, wire;  // the f32 tensor and its bf16 values on the wire
+  };
+  std::vector<Bf16Sum> bf16_sums_;              // started by all_reduce_sum_bf16_start
   std::vector<MPI_Request> pending_;            // sends started by send_async
   std::vector<std::vector<float>> pending_buf_; // their buffers, alive until wait_sends
   const char* watch_name_;  // name_ interned for the watchdog

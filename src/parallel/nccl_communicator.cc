@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/ops.h"
 #include "core/process_device.h"
 
 namespace vt {
@@ -373,6 +374,47 @@ void NcclCommunicator::all_reduce_wait() {
   const cudaStream_t bs = compute_stream_, s = stream();
   check_cuda(cudaStreamWaitEvent(bs ? bs : s, async_done_, 0), rank_, op);
   if (bs && bs != s) check_cuda(cudaStreamWaitEvent(s, async_done_, 0), rank_, op);
+  // Started bf16 sums: widened on the backend's stream, which now waits for them; their buffers
+  // are freed on that stream after the casts.
+  for (const Bf16Sum& b : bf16_sums_) ops::copy(b.target, b.wire);
+  bf16_sums_.clear();
+}
+
+void NcclCommunicator::all_reduce_sum_bf16(uint16_t* data, int64_t n) {
+  if (size_ == 1 || n == 0) return;
+  order_after_backend("all_reduce_sum(bf16)");
+  flush_sends("all_reduce_sum(bf16)");
+  check(ncclAllReduce(data, data, size_t(n), ncclBfloat16, ncclSum, comm_, stream()),
+        "all_reduce_sum(bf16)");
+  order_before_backend("all_reduce_sum(bf16)");
+}
+
+void NcclCommunicator::all_reduce_sum_bf16(const Tensor& t) {
+  const char* op = "all_reduce_sum_bf16(tensor)";
+  if (t.dtype() != DType::kF32)
+    die(rank_, op, std::string("sums f32 tensors, got ") + dtype_name(t.dtype()));
+  if (t.numel() == 0) return;
+  if (t.device() == Device::kCUDA && compute_stream_ == nullptr)
+    die(rank_, op, "device tensors without the CUDA backend (the device emulator)");
+  // Packed where t lives (on the backend's stream for a device tensor), summed in bf16 by the
+  // Tensor all-reduce (a host tensor through a staged device buffer), widened back where t
+  // lives.
+  Tensor b = Tensor::empty(t.shape(), DType::kBF16, t.device());
+  ops::copy(b, t);
+  all_reduce(b, ncclSum, op);
+  ops::copy(t, b);
+}
+
+void NcclCommunicator::all_reduce_sum_bf16_start(const Tensor& t) {
+  if (t.on_host() || size_ == 1 || t.numel() == 0 || t.dtype() != DType::kF32 ||
+      compute_stream_ == nullptr) {
+    all_reduce_sum_bf16(t);
+    return;
+  }
+  Bf16Sum b{t, Tensor::empty(t.shape(), DType::kBF16, t.device())};
+  ops::copy(b.wire, t);         // on the backend's stream, before the sum's start event
+  all_reduce_sum_start(b.wire);  // ncclBfloat16 on the started sums' stream
+  bf16_sums_.push_back(std::move(b));
 }
 
 void NcclCommunicator::all_reduce_sum(const Tensor& t) {

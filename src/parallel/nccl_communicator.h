@@ -106,6 +106,14 @@ class NcclCommunicator final : public Communicator {
   // The same for a broadcast of a device tensor (f32 or bf16, as its type); host: blocking.
   void broadcast_start(const Tensor& t, int root) override;
   void all_reduce_wait() override;
+  // The bf16 wire (communicator.h): f32 tensors are cast to a bf16 buffer on their device (the
+  // backend's stream), summed by ncclAllReduce(ncclBfloat16, ncclSum) (NCCL adds two bf16 values
+  // in fp32 and rounds to bf16 at each step) and cast back; host tensors are packed on the host
+  // and staged. The start variant sums on the started sums' stream; all_reduce_wait() queues the
+  // cast back on the backend's stream after the sums. The buffer call takes device memory.
+  void all_reduce_sum_bf16(const Tensor& t) override;
+  void all_reduce_sum_bf16_start(const Tensor& t) override;
+  void all_reduce_sum_bf16(uint16_t* data, int64_t n) override;
 
   int device() const { return device_; }
   // The stream the calls run on: the one given to set_stream, else the compute stream it was
@@ -152,6 +160,10 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t async_stream_ = nullptr;  // non-blocking stream of the started sums
   cudaEvent_t async_ready_ = nullptr, async_done_ = nullptr;
   bool async_pending_ = false;
+  struct Bf16Sum {
+    Tensor target, wire;  // an f32 tensor and its bf16 buffer, both on the device
+  };
+  std::vector<Bf16Sum> bf16_sums_;  // started bf16 sums, widened back by all_reduce_wait
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t compute_stream_ = nullptr;  // the CUDA backend's stream (constructor), or null

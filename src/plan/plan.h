@@ -64,6 +64,7 @@ struct PlanInput {
   GemmCurve gemm_curve = default_gemm_curve();
   double launch_us = 4;            // fixed cost of one kernel launch (--launch-us)
   bool overlap_grad_sync = true;   // as vtrain train (--no-overlap-grad-sync)
+  bool grad_sync_bf16 = false;     // as vtrain train --grad-sync bf16: half the all-reduce's bytes
 };
 
 struct Layout {
@@ -90,7 +91,7 @@ struct LayoutPlan {
   double send_s = 0;          // pipeline sends of one step: the residual stream (micro-batch x
                               // seq-len x d activations) per micro-batch, forward and backward,
                               // across nodes when a stage fills them, not overlapped
-  double allreduce_s = 0;     // the data-parallel gradient all-reduce (fp32), whole
+  double allreduce_s = 0;     // the data-parallel gradient all-reduce (fp32 or bf16), whole
   double allreduce_exposed_s = 0;  // what of it backward does not hide (exposed_grad_sum_s)
   double allreduce_gbps = 0;  // the bandwidth it was estimated with
   // Tensor-parallel all-reduces of one step on a dp rank: 4 per layer and micro-batch (attention

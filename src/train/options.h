@@ -78,6 +78,9 @@ struct TrainOptions {
   Recompute recompute = Recompute::kOff;  // --recompute: what backward reruns (model/recompute.h)
   bool profile = false;    // per-op host time per step, printed at the end (core/op_profile.h)
   bool overlap_grad_sync = true;
+  // --grad-sync: the data-parallel gradient sum's wire format, fp32 or bf16 (each rank's
+  // gradient rounded to bf16, fp32 additions rounded to bf16; optim/grad_sync.h).
+  std::string grad_sync = "fp32";
   std::string muon_ns_dtype = "default";  // f32 | bf16 (default: bf16 on cuda, else f32)
   bool skip_memory_check = false;
   double memory_limit_gib = 0;  // > 0: the memory the start-up check counts as free (per

@@ -224,7 +224,8 @@ void build_optimizer(const TrainOptions& o, Run& r) {
     oc.schedule.momentum_schedule = optim::MomentumSchedule::kNanochat;
   oc.muon.ns_dtype = o.muon_ns_dtype == "bf16" ? DType::kBF16 : DType::kF32;
   r.opt = std::make_unique<optim::DistributedOptimizer>(&r.store, oc, *r.grid);
-  r.dp_sync = std::make_unique<optim::OverlappedGradSync>(&r.store, r.grid->dp());
+  r.dp_sync = std::make_unique<optim::OverlappedGradSync>(
+      &r.store, r.grid->dp(), int64_t{4} << 20, o.grad_sync == "bf16" ? DType::kBF16 : DType::kF32);
 }
 
 // Phase 6: the checkpoint directory, locked, and its writer.

@@ -170,6 +170,17 @@ void Trainer::print_banner() const {
               static_cast<long long>(o_.global_batch), o_.micro_batch, cfg.seq_len, run_->shape.dp,
               run_->micro_batches, static_cast<long long>(o_.steps));
   std::printf("device: %s | communication: %s\n", run_->device.description.c_str(), run_->comm_desc.c_str());
+  if (run_->shape.dp > 1 || o_.grad_sync != "fp32") {
+    // The payload of the step's data-parallel all-reduces on this rank (the arena, padding and
+    // parameters kept in host memory included).
+    const double elems = static_cast<double>(run_->store.total_numel() + run_->store.host_numel());
+    const bool bf16 = o_.grad_sync == "bf16";
+    std::printf("data-parallel gradient sum: %s wire, %.3f MB per step and rank%s\n",
+                bf16 ? "bf16" : "fp32", elems * (bf16 ? 2 : 4) / 1e6,
+                bf16 ? absl::StrFormat(" (fp32: %.3f MB; rounded to bf16, fp32 additions)",
+                                       elems * 4 / 1e6).c_str()
+                     : "");
+  }
   std::printf("%s\n", blas_description().c_str());
   std::printf("memory estimate (rank 0): %s\n", run_->memory_line.c_str());
   if (!resumed_from_.empty())
@@ -264,7 +275,7 @@ void Trainer::note_changed_options(const CheckpointMeta& meta) const {
                                          "max_grad_norm", "polar_express", "final_lr_frac",
                                          "adamw_lr", "weight_decay",
                                          "muon_wd", "muon_wd_style", "muon_wd_scale",
-                                         "muon_momentum"};
+                                         "muon_momentum", "grad_sync"};
   if (!rank0_ || !meta.extra.is_object()) return;
   const nlohmann::json now = o_.to_json();
   std::string changed;

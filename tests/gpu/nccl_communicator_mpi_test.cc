@@ -3,15 +3,17 @@
 // the process grid makes them: every rank uses the device of its node-local rank for the CUDA
 // backend and for NCCL alike (a data-parallel group on a multi-GPU node must not pick the device
 // from its rank inside the group); Tensor collectives on device and host tensors in f32 and
-// bf16; 1F1B-style exchanges where both neighbours send first; non-blocking sums; calls on device
-// tensors queued on the backend's stream without the host waiting. Skipped when the machine has
-// fewer GPUs than ranks on it.
+// bf16, and the bf16 wire's sum of f32 tensors; 1F1B-style exchanges where both neighbours send
+// first; non-blocking sums; calls on device tensors queued on the backend's stream without the
+// host waiting. Skipped when the machine has fewer GPUs than ranks on it.
 // vtrain-mpi-ranks: 2 4
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -180,6 +182,69 @@ TEST_F(NcclMpi, StartedBroadcastsCompleteAtTheWait) {
     for (size_t i = 0; i < 20; ++i) total[i] += v[i];
   }
   EXPECT_EQ(sum.to_host_f32(), total);
+}
+
+// Nearest bf16 (8 significant bits, ties to even) through the double mantissa, written apart
+// from vtrain's conversions: the model of the bf16 wire below.
+float model_bf16(float x) {
+  if (x == 0.0f) return x;
+  int e = 0;
+  const double m = std::frexp(double(x), &e);
+  return float(std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8));
+}
+
+float wire_value(int rank, int64_t i) {
+  return float(std::sin(0.37 * double(i) + 1.3 * rank) * std::ldexp(1.0, int(i % 9) - 4));
+}
+
+// The bf16 wire (all_reduce_sum_bf16 and its start/wait) on f32 device and host tensors:
+// ncclBfloat16 sums, each rank's values rounded to bf16 and every addition rounded to bf16.
+// With 2 ranks the result is exactly bf16(bf16(a) + bf16(b)); with any number it is within
+// W u / (1 - W u) of the sum of |x| (u = (1 + 2^-8)(1 + 2^-24) - 1: one rounding of the input and
+// at most W - 1 fp32-then-bf16 additions per term) and the same on every rank. The started
+// variant (with an f32 sum started between two bf16 ones) gives the blocking bits with 2 ranks.
+TEST_F(NcclMpi, Bf16WireSumOfF32Tensors) {
+  NcclCommunicator comm(MPI_COMM_WORLD, compute());
+  const int64_t n = 257;
+  const double u = (1.0 + std::ldexp(1.0, -8)) * (1.0 + std::ldexp(1.0, -24)) - 1.0;
+  const double gamma = world_ * u / (1.0 - world_ * u);
+  for (Device dev : {Device::kCUDA, Device::kCPU}) {
+    SCOPED_TRACE(dev == Device::kCUDA ? "device" : "host");
+    std::vector<float> mine(static_cast<size_t>(n)), ints(8);
+    for (int64_t i = 0; i < n; ++i) mine[size_t(i)] = wire_value(me_, i);
+    for (int i = 0; i < 8; ++i) ints[size_t(i)] = float(i + me_);
+    const Tensor a = Tensor::from_host(mine.data(), {n}, dev);
+    const Tensor b = Tensor::from_host(mine.data(), {n}, dev);
+    const Tensor c = Tensor::from_host(ints.data(), {8}, dev);
+    comm.all_reduce_sum_bf16(a);
+    comm.all_reduce_sum_bf16_start(b.flat(0, 100));
+    comm.all_reduce_sum_start(c);
+    comm.all_reduce_sum_bf16_start(b.flat(100, n - 100));
+    comm.all_reduce_wait();
+    const std::vector<float> got = a.to_host_f32(), started = b.to_host_f32();
+    for (int64_t i = 0; i < n; ++i) {
+      double exact = 0, mag = 0;
+      for (int r = 0; r < world_; ++r) {
+        exact += wire_value(r, i);
+        mag += std::fabs(wire_value(r, i));
+      }
+      EXPECT_LE(std::fabs(got[size_t(i)] - exact), gamma * mag) << "element " << i;
+      EXPECT_LE(std::fabs(started[size_t(i)] - exact), gamma * mag) << "element " << i;
+      EXPECT_EQ(got[size_t(i)], model_bf16(got[size_t(i)])) << "not a bf16 value: " << i;
+      if (world_ == 2) {
+        const float want = model_bf16(model_bf16(wire_value(0, i)) + model_bf16(wire_value(1, i)));
+        EXPECT_EQ(got[size_t(i)], want) << "element " << i;
+        EXPECT_EQ(started[size_t(i)], want) << "element " << i;
+      }
+    }
+    std::vector<float> all(size_t(n) * size_t(world_));
+    MPI_Allgather(got.data(), int(n), MPI_FLOAT, all.data(), int(n), MPI_FLOAT, MPI_COMM_WORLD);
+    for (int r = 0; r < world_; ++r)
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + r * n)) << "rank " << r;
+    const std::vector<float> sums = c.to_host_f32();
+    for (int i = 0; i < 8; ++i)
+      EXPECT_EQ(sums[size_t(i)], float(world_ * i + world_ * (world_ - 1) / 2));
+  }
 }
 
 // A gate on a stream (cudaLaunchHostFunc): the stream's later work waits until open() (or until

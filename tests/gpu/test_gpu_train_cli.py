@@ -10,6 +10,7 @@ there, and the d12 runs are 2 layers of d12 at a short sequence):
   ranks on one GPU): losses match the CPU run of the same layout (f32 activations, 1e-4);
 - 2 ranks with a GPU each (tp 2, and dp 2) exchange device tensors through NCCL: losses match
   the CPU run (skipped on a machine with one GPU; on the emulation each rank has its own);
+- dp 2 with --grad-sync bf16 over NCCL gives the CPU's bf16-wire losses (1e-4);
 - a GPU checkpoint resumes on the CPU with the same next losses (1e-4);
 - d12 with baseline and bov trains a few steps (tokens/s and memory are printed for the record;
   the assertion is only that the loss is finite and falls)."""
@@ -122,6 +123,23 @@ def test_two_ranks_two_gpus_through_nccl_match_cpu(layout, datadir, tmp_path):
     cpu, _ = train(datadir, tmp_path / "cpu", args + layout + ["--device", "cpu"], np_=2, env=env)
     gpu, _ = train(datadir, tmp_path / "gpu", args + layout + ["--device", "cuda", "--device-comm",
                    "nccl"] + F32_NS, np_=2, env=env)
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-4)
+
+
+def test_dp2_bf16_grad_sync_through_nccl_matches_cpu(datadir, tmp_path):
+    """--grad-sync bf16 over NCCL (ncclBfloat16 sums of device casts, started during backward and
+    widened at the wait) gives the losses of the CPU's bf16 wire (MPI's bf16 op): with 2 ranks
+    both add in one order, so only the f32 paths' summation orders differ."""
+    if GPUS < 2 and not EMULATED:
+        pytest.skip(f"NCCL between ranks needs a GPU per rank; {GPUS} visible")
+    env = dict(ENV, VT_EMU_DEVICES="2")
+    args = TINY + ["--value", "bov", "--steps", "4", "--grad-sync", "bf16"]
+    cpu, _ = train(datadir, tmp_path / "cpu", args + ["--device", "cpu"], np_=2, env=env)
+    gpu, _ = train(datadir, tmp_path / "gpu", args + ["--device", "cuda", "--device-comm",
+                   "nccl"] + F32_NS, np_=2, env=env)
+    f32, _ = train(datadir, tmp_path / "f32", TINY + ["--value", "bov", "--steps", "4",
+                   "--device", "cpu"], np_=2, env=env)
+    assert not np.array_equal(cpu, f32)
     np.testing.assert_allclose(gpu, cpu, rtol=1e-4)
 
 

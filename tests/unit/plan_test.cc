@@ -244,6 +244,27 @@ TEST(Plan, BackwardHidesTheLayersGradientSums) {
   EXPECT_NEAR(after.step_s - over.step_s, after.allreduce_s - over.allreduce_exposed_s, 1e-12);
 }
 
+// --grad-sync bf16: the data-parallel all-reduce moves 2 bytes a gradient instead of 4, by hand:
+// 2 (8-1)/8 x 2 x the model's parameters at 400 GB/s; the step loses the difference (summed
+// after backward, nothing hides it).
+TEST(Plan, Bf16GradSyncHalvesTheAllReduce) {
+  PlanInput in = plain_cost(small_input());
+  const LayoutPlan f32 = plan_layout(in, Layout{1, 1, 8, 2, Recompute::kOff});
+  in.grad_sync_bf16 = true;
+  const LayoutPlan bf16 = plan_layout(in, Layout{1, 1, 8, 2, Recompute::kOff});
+  ParamStore store;
+  GPT model(in.cfg);
+  model.register_params(store);
+  const double wire = 2.0 * store.total_numel();
+  EXPECT_NEAR(bf16.allreduce_s, 2.0 * 7 / 8 * wire / 400e9, 1e-15);
+  EXPECT_NEAR(f32.allreduce_s, 2 * bf16.allreduce_s, 1e-15);
+  EXPECT_NEAR(f32.step_s - bf16.step_s, bf16.allreduce_s, 1e-12);
+  EXPECT_DOUBLE_EQ(bf16.mem.grads, f32.mem.grads);  // the arena stays fp32
+  auto p = make_plan(in);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_NE(format_plan(in, *p, 3).find("x bf16 (--grad-sync bf16) grads"), std::string::npos);
+}
+
 TEST(Plan, GemmCurveFileIsReadAndCheckedByName) {
   const std::string dir = ::testing::TempDir();
   auto write = [&](const std::string& name, const std::string& text) {
