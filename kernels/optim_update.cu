@@ -3,6 +3,7 @@
 // float(lr*scale)).
 #include "kernels/optim_update.cuh"
 
+#include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/launch.cuh"
 
@@ -24,11 +25,12 @@ __global__ void muon_momentum_kernel(const float* g, float* buf, float* u, int64
   }
 }
 
-__global__ void muon_apply_kernel(float* p, const float* x, int64_t n, float decay, float step,
+template <class X>
+__global__ void muon_apply_kernel(float* p, const X* x, int64_t n, float decay, float step,
                                   bool cautious) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float pi = p[i], xi = x[i];
+    const float pi = p[i], xi = detail::to_f32(x[i]);
     p[i] = (!cautious || xi * pi >= 0.0f ? pi * decay : pi) - step * xi;
   }
 }
@@ -44,14 +46,25 @@ void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momen
   VT_CUDA_CHECK_LAUNCH();
 }
 
-void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
-                bool cautious, cudaStream_t stream) {
+template <class X>
+void launch_muon_apply(float* p, const X* x, int64_t n, double lr, double weight_decay,
+                       double scale, bool cautious, cudaStream_t stream) {
   if (n == 0) return;
   const float decay = static_cast<float>(1.0 - lr * weight_decay);
   const float step = static_cast<float>(lr * scale);
-  VT_LAUNCH(muon_apply_kernel, grid_for(n, kThreads), kThreads, 0, stream, p, x, n, decay, step,
-            cautious);
+  VT_LAUNCH(muon_apply_kernel<X>, grid_for(n, kThreads), kThreads, 0, stream, p, x, n, decay,
+            step, cautious);
   VT_CUDA_CHECK_LAUNCH();
+}
+
+void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
+                bool cautious, cudaStream_t stream) {
+  launch_muon_apply(p, x, n, lr, weight_decay, scale, cautious, stream);
+}
+
+void muon_apply(float* p, const __nv_bfloat16* x, int64_t n, double lr, double weight_decay,
+                double scale, bool cautious, cudaStream_t stream) {
+  launch_muon_apply(p, x, n, lr, weight_decay, scale, cautious, stream);
 }
 
 }  // namespace vt::cuda

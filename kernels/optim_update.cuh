@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 namespace vt::cuda {
@@ -15,5 +16,8 @@ void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momen
 // p = p*(1 - lr*wd) - lr*scale*x; cautious: the decay only where x*p >= 0.
 void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
                 bool cautious, cudaStream_t stream);
+// The same with x in bf16 (each read as its float).
+void muon_apply(float* p, const __nv_bfloat16* x, int64_t n, double lr, double weight_decay,
+                double scale, bool cautious, cudaStream_t stream);
 
 }  // namespace vt::cuda

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/bf16.h"
 #include "core/check.h"
 
 namespace vt::cpu {
@@ -41,20 +42,36 @@ void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momen
   }
 }
 
-void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
-                bool cautious) {
+namespace {
+inline float as_float(float x) { return x; }
+inline float as_float(uint16_t x) { return bf16_to_f32(x); }
+
+template <class X>
+void muon_apply_impl(float* p, const X* x, int64_t n, double lr, double weight_decay, double scale,
+                     bool cautious) {
   const float decay = static_cast<float>(1.0 - lr * weight_decay);
   const float step = static_cast<float>(lr * scale);
   if (cautious) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) {
-      const float pi = p[i], xi = x[i];
+      const float pi = p[i], xi = as_float(x[i]);
       p[i] = (xi * pi >= 0.0f ? pi * decay : pi) - step * xi;
     }
     return;
   }
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay - step * x[i];
+  for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay - step * as_float(x[i]);
+}
+}  // namespace
+
+void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
+                bool cautious) {
+  muon_apply_impl(p, x, n, lr, weight_decay, scale, cautious);
+}
+
+void muon_apply(float* p, const uint16_t* x, int64_t n, double lr, double weight_decay,
+                double scale, bool cautious) {
+  muon_apply_impl(p, x, n, lr, weight_decay, scale, cautious);
 }
 
 }  // namespace vt::cpu

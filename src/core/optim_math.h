@@ -26,6 +26,9 @@ void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momen
 // where x*p >= 0 (x and the old p agree in sign, or one is 0), p - lr*scale*x elsewhere.
 void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
                 bool cautious = false);
+// The same with x in bf16 (the distributed optimizer's bf16 broadcasts): each x read as its float.
+void muon_apply(float* p, const uint16_t* x, int64_t n, double lr, double weight_decay,
+                double scale, bool cautious = false);
 
 }  // namespace cpu
 }  // namespace vt

@@ -289,11 +289,7 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
   auto apply = [&](size_t k) {
     const MatrixPlan& m = matrices_[k];
     const ParamInfo& info = store_->info(m.param);
-    Tensor x = sent[k];
-    if (bf16_wire) {
-      x = zeros(m.rows * m.cols);
-      ops::copy(x, sent[k]);
-    }
+    Tensor x = sent[k];  // f32, or bf16 (muon_apply reads either)
     sent[k] = Tensor();
     const int64_t n = info.numel();
     Tensor mine = x;
@@ -301,7 +297,7 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
       mine = x.flat(info.split.offset * m.cols, n);
     } else if (info.split.axis == 1 && info.shape[1] != m.cols) {
       const int64_t lc = info.shape[1];
-      mine = zeros(n);
+      mine = Tensor::zeros({n}, x.dtype(), dev);
       ops::copy_2d(mine, 0, lc, x, info.split.offset, m.cols, m.rows, lc);
     }
     const double scale = muon_scale(m.rows, m.cols, config_.muon.aspect);

@@ -803,6 +803,19 @@ void MuonUpdatesMatchCpu() {
   ops::muon_apply(p.c, x.c, 0.02, 5.0, 1.7, true);
   ops::muon_apply(p.g, x.g, 0.02, 5.0, 1.7, true);
   EXPECT_TRUE(close(p, 1e-6, 1e-7));
+  // A bf16 update (the distributed optimizer's bf16 broadcasts) is read as its float: the same
+  // result as applying its f32 widening, on both backends, plain and cautious.
+  const Pair xb = pair(randn(n, 172), {n}, DType::kBF16);
+  for (bool cautious : {false, true}) {
+    Pair q = pair(randn(n, 173), {n});
+    const Tensor q0 = q.c.clone();
+    ops::muon_apply(q.c, xb.c, 0.02, 0.5, 1.7, cautious);
+    ops::muon_apply(q.g, xb.g, 0.02, 0.5, 1.7, cautious);
+    EXPECT_TRUE(close(q, 1e-6, 1e-7)) << "cautious " << cautious;
+    const Tensor wide = xb.c.to(Device::kCPU, DType::kF32);
+    ops::muon_apply(q0, wide, 0.02, 0.5, 1.7, cautious);
+    EXPECT_EQ(q0.to_host_f32(), q.c.to_host_f32()) << "cautious " << cautious;
+  }
 }
 
 // ------------------------------------------------------------------------------------------------

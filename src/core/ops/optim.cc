@@ -6,6 +6,7 @@
 
 #if VTRAIN_HAS_CUDA
 #include "core/cuda_runtime.h"
+#include "core/ops/cuda_acts.h"
 #include "kernels/adamw.cuh"
 #include "kernels/optim_update.cuh"
 #endif
@@ -58,18 +59,28 @@ void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double m
 void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale,
                 bool cautious) {
   need_f32("muon_apply", p, "p");
-  need_f32("muon_apply", x, "x");
-  VT_CHECK(p.numel() == x.numel());
+  const bool bf16 = x.dtype() == DType::kBF16;
+  if (!bf16) need_f32("muon_apply", x, "x (f32 or bf16)");
+  VT_CHECK_MSG(p.numel() == x.numel(), "muon_apply: p has " << p.numel() << " elements, x "
+                                                             << x.numel());
   if (p.numel() == 0) return;
   auto d = on("muon_apply", {&p, &x});
 #if VTRAIN_HAS_CUDA
   if (CudaRuntime* rt = d.cuda()) {
     rt->on_device();
-    cuda::muon_apply(f32(p), f32(x), p.numel(), lr, weight_decay, scale, cautious, rt->stream());
+    if (bf16)
+      cuda::muon_apply(f32(p), cuda_acts::bf16p(x), p.numel(), lr, weight_decay, scale, cautious,
+                       rt->stream());
+    else
+      cuda::muon_apply(f32(p), f32(x), p.numel(), lr, weight_decay, scale, cautious, rt->stream());
     return;
   }
 #endif
-  cpu::muon_apply(f32(p), f32(x), p.numel(), lr, weight_decay, scale, cautious);
+  if (bf16)
+    cpu::muon_apply(f32(p), static_cast<const uint16_t*>(x.raw()), p.numel(), lr, weight_decay,
+                    scale, cautious);
+  else
+    cpu::muon_apply(f32(p), f32(x), p.numel(), lr, weight_decay, scale, cautious);
 }
 
 }  // namespace vt::ops

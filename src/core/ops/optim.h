@@ -13,6 +13,7 @@ void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tenso
 // buf = m*buf + (1-m)*g; u = (1-m)*g + m*buf (new buf). u may alias g.
 void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double momentum);
 // p = p*(1 - lr*wd) - lr*scale*x; cautious: the decay only where x*p >= 0 (core/optim_math.h).
+// p f32; x f32 or bf16 (read as its float: no f32 copy of a bf16 update needed).
 void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale,
                 bool cautious = false);
 
