@@ -256,7 +256,8 @@ def busiest_owner(c: dict, dp: int) -> list[int]:
     return max(owned, key=lambda ks: sum(ns_cost(*mats[k])[0] for k in ks))
 
 
-def optimizer_rows(c: dict, accum: int, dp: int = 1, momentum_everywhere: bool = False) -> list[Row]:
+def optimizer_rows(c: dict, accum: int, dp: int = 1, momentum_everywhere: bool = False,
+                   bf16_grads: bool = False) -> list[Row]:
     """Once per optimizer step, amortized over `accum` micro-batches, on the busiest rank of a
     dp-way data-parallel group (tp 1): Muon on the block matrices (momentum and 5 Newton-Schulz
     iterations in bf16 by the matrix's owner only, the apply on every rank), AdamW on the
@@ -276,15 +277,21 @@ def optimizer_rows(c: dict, accum: int, dp: int = 1, momentum_everywhere: bool =
     return [
         Row("Muon Newton-Schulz GEMMs (5 steps, bf16)", "cuBLASLt", 3 * 5 * len(mine) * a,
             ns_flops * a, ns_bytes * a, True),
-        # momentum: read g, m; write m, u (owned matrices); apply: read p, u; write p (all).
+        # momentum: read g, m; write m, u (owned matrices); apply: read p, x; write p (all):
+        # serial: x f32; pipelined: x bf16 as broadcast, after the owner's f32 -> bf16 cast of
+        # its results (read 4, write 2 bytes).
         Row("Muon momentum + apply", "muon_momentum_kernel",
             ((len(mats) if momentum_everywhere else len(mine)) + len(mats)) * a,
             4 * owned_params * a + 2 * block_params * a,
-            (16 * owned_params + 12 * block_params) * a, False),
+            (16 * owned_params + (12 * block_params if momentum_everywhere else
+                                  10 * block_params + 6 * sum(mats[k][0] * mats[k][1]
+                                                              for k in mine))) * a, False),
         Row("AdamW (embedding, lm_head)", "adamw_kernel", a, 12 * other / dp * a,
             28 * other / dp * a, False),
-        Row("bf16 copy of the weights, zeroed gradients", "f32_to_bf16_kernel", 2 * a, 0.0,
-            (F32 + BF16 + F32) * (block_params + other) * a, False),
+        # (--grad-sync bf16 adds its casts of the gradients to the wire and back: 12 bytes each.)
+        Row("bf16 copy of the weights, zeroed gradients", "f32_to_bf16_kernel",
+            (2 + (2 if bf16_grads else 0)) * a, 0.0,
+            (F32 + BF16 + F32 + (12 if bf16_grads else 0)) * (block_params + other) * a, False),
     ]
 
 
@@ -465,7 +472,8 @@ def main() -> int:
         results = {}
         for ref in (False, True):
             rows = step_rows(c, ref) + optimizer_rows(c, accum, args.dp,
-                                                      args.muon_schedule == "serial")
+                                                      args.muon_schedule == "serial",
+                                                      args.grad_sync == "bf16" and args.dp > 1)
             total, text = table(c, rows, res, measured if not ref else {}, args.markdown)
             results[ref] = (total, rows)
             if not ref:
