@@ -206,11 +206,13 @@ static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimat
                   in.cfg.n_embd * es / (in.intra_node_gbps * 1e9);
   }
   // The optimizer's collectives, once per step over the stage's tp x dp ranks, not overlapped
-  // (optim/distributed_optimizer.h): Muon's owners broadcast each orthogonalized matrix (fp32,
-  // global shape) to the stage; ZeRO-1 all-gathers the AdamW chunks over dp.
+  // (optim/distributed_optimizer.h): Muon's owners broadcast each orthogonalized matrix (bf16,
+  // as bf16 Newton-Schulz on GPUs gives it; global shape) to the stage; ZeRO-1 all-gathers the
+  // AdamW chunks (fp32) over dp. (The broadcasts run behind the next round's Newton-Schulz;
+  // counted whole here, as the planner does not model the optimizer's compute.)
   const int stage_ranks = l.tp * l.dp;
   if (stage_ranks > 1)
-    p.optimizer_comm_s = (4.0 * matrix_global +
+    p.optimizer_comm_s = (2.0 * matrix_global +
                           4.0 * (l.dp - 1) / l.dp * adam_local) / (p.allreduce_gbps * 1e9);
   p.step_s = (p.compute_s + p.tp_comm_s + p.launch_s + p.send_s) * p.bubble +
              p.allreduce_exposed_s + p.optimizer_comm_s;

@@ -99,7 +99,7 @@ struct LayoutPlan {
   // 2 (tp-1)/tp x micro-batch tokens x d activations, at the intra-node bandwidth, not overlapped.
   double tp_comm_s = 0;
   // The optimizer's collectives over the stage (tp x dp ranks), at the all-reduce's bandwidth,
-  // not overlapped: Muon's broadcast of every orthogonalized matrix (fp32, global shapes) and
+  // not overlapped: Muon's broadcast of every orthogonalized matrix (bf16, global shapes) and
   // the ZeRO-1 all-gather of the AdamW chunks ((dp-1)/dp of the local AdamW parameters, fp32).
   double optimizer_comm_s = 0;
   double step_s = 0;  // (compute_s + tp_comm_s + launch_s + send_s) x bubble + allreduce_exposed_s

@@ -43,7 +43,7 @@ std::string header(const PlanInput& in, const Plan& p) {
       "data-parallel all-reduce 2(dp-1)/dp x %s grads at %.0f GB/s in a node, %.0f GB/s "
       "across nodes, %s; tensor-parallel all-reduces (4 per layer and micro-batch, 6 with "
       "recompute) at the in-node rate, not overlapped; the optimizer's broadcast of Muon's "
-      "matrices (fp32) and ZeRO-1 all-gather over the stage at the all-reduce's rate, not "
+      "matrices (bf16) and ZeRO-1 all-gather over the stage at the all-reduce's rate, not "
       "overlapped\n",
       in.mfu, in.mfu_source.empty() ? "" : absl::StrCat(", ", in.mfu_source).c_str(),
       in.gemm_curve.source, in.recompute_cost,
