@@ -305,8 +305,9 @@ class Link:
 
 
 def exposed_grad_sum(allreduce_s, layer_share, layers, window_s):
-    """src/plan/step_time.cc exposed_grad_sum_s with overlap: the layers' sums run behind the
-    last micro-batch's backward (at least the last layer's is exposed), the rest after it."""
+    """src/plan/step_time.cc exposed_grad_sum_s with overlap: the layers' sums (and the output
+    head's, started after the head's backward) run behind the last micro-batch's backward (at
+    least the last layer's share is exposed), the rest (the embedding) after it."""
     layers_s = allreduce_s * layer_share
     return max(layers_s - window_s, layers_s / layers) + allreduce_s * (1.0 - layer_share)
 
@@ -353,7 +354,7 @@ def comm_links(c: dict, accum: int, dp: int, gbps: float, grad_bytes: int,
     return [
         Link("gradient all-reduce", f"{'fp32' if grad_bytes == F32 else 'bf16'} wire, bucketed, "
              "behind the last backward", ar * a, ar_s * a,
-             exposed_grad_sum(ar_s, block_params / (block_params + other), c["L"],
+             exposed_grad_sum(ar_s, (block_params + other / 2) / (block_params + other), c["L"],
                               backward_window_s) * a),
         Link("AdamW ZeRO-1 all-gather", "fp32, after the update", gather * a, gather / bw * a,
              gather / bw * a),

@@ -55,7 +55,8 @@ using BlockOutputHook = std::function<void(int layer, const Tensor& x)>;
 // recomputed in backward); layer_grads_done with a layer index right after that block's
 // backward, when its parameter gradients are final for this micro-batch (the pipeline passes it
 // for the last micro-batch of a step, so the data-parallel sum of that layer can start while
-// backward goes on).
+// backward goes on); head_grads_done likewise right after the output head's backward (the
+// pipeline's last stage).
 // block_state, in every forward right after block_output, sees what block `layer`'s forward
 // saved (queries, keys, values; the value mode's sources in the bundle) before activation
 // recomputation drops it (diagnostics: train/diagnose.h).
@@ -64,6 +65,7 @@ struct PassHooks {
   std::function<void(int layer)> layer_grads_done;
   std::function<void(int layer, const BlockActs& a, const Bundle& bundle, const Activations& acts)>
       block_state;
+  std::function<void()> head_grads_done;
 };
 
 class GPT {

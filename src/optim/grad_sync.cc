@@ -80,10 +80,14 @@ OverlappedGradSync::OverlappedGradSync(ParamStore* store, Communicator* dp, int6
       for (const auto& l : layers_)
         VT_CHECK_MSG(l.first != layer, "layer " << layer << "'s parameters are not contiguous");
       layers_.push_back({layer, Range{p.offset, hi}});
-    } else if (!rest_.empty() && rest_.back().hi == p.offset) {
-      rest_.back().hi = hi;
     } else {
-      rest_.push_back(Range{p.offset, hi});
+      // The head (not shared over the pipeline: those are summed over pp first) on its own.
+      std::vector<Range>& to =
+          p.group == ParamGroup::kLmHead && !p.pp_replicated ? head_ : rest_;
+      if (!to.empty() && to.back().hi == p.offset)
+        to.back().hi = hi;
+      else
+        to.push_back(Range{p.offset, hi});
     }
     cursor = hi;
   }
@@ -103,9 +107,20 @@ void OverlappedGradSync::layer_done(int layer) {
   }
 }
 
+void OverlappedGradSync::head_done() {
+  if (skip()) return;
+  VT_CHECK_MSG(!head_started_, "the head's gradient sum started twice");
+  head_started_ = true;
+  for (const Range& r : head_) start(store_->grads_tensor().flat(r.lo, r.hi - r.lo));
+}
+
 void OverlappedGradSync::finish() {
   if (skip()) return;
   const Tensor g = store_->grads_tensor();
+  if (!head_started_)
+    for (const Range& r : head_)
+      for (int64_t lo = r.lo; lo < r.hi; lo += bucket_)
+        sum(g.flat(lo, std::min(bucket_, r.hi - lo)));
   // Layers whose hook did not run (none in a normal step) are summed here, in layer order.
   for (size_t k = 0; k < layers_.size(); ++k)
     if (!started_[k]) {
@@ -120,6 +135,7 @@ void OverlappedGradSync::finish() {
     sum(h.flat(lo, std::min(bucket_, store_->host_numel() - lo)));
   dp_->all_reduce_wait();
   std::fill(started_.begin(), started_.end(), 0);
+  head_started_ = false;
 }
 
 std::vector<uint8_t> grad_norm_mask(const ParamStore& store, const ProcessGrid& grid) {

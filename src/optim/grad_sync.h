@@ -40,6 +40,10 @@ class OverlappedGradSync {
   OverlappedGradSync(ParamStore* store, Communicator* dp, int64_t bucket_elems = 4 << 20,
                      DType wire = DType::kF32);
   void layer_done(int layer);
+  // Starts the sum of the output head's gradient (ParamGroup::kLmHead): call it once that
+  // gradient is final, right after the head's backward of the last micro-batch (the whole
+  // backward then runs behind it). Without the call finish() sums it.
+  void head_done();
   void finish();
 
  private:
@@ -55,8 +59,10 @@ class OverlappedGradSync {
   void sum(const Tensor& t) const;
   void start(const Tensor& t) const;
   std::vector<std::pair<int, Range>> layers_;  // layer -> its arena range
+  std::vector<Range> head_;                    // the output head's parameters
   std::vector<Range> rest_;                    // everything else, in arena order
   std::vector<uint8_t> started_;               // per entry of layers_, this step
+  bool head_started_ = false;                  // this step
 };
 
 // For each parameter of the store: does this rank count its squared gradient in the global norm?

@@ -204,6 +204,7 @@ void PipelineEngine::backward_micro(int chunk, float grad_scale, const PassHooks
   const int prev = prev_rank(chunk), next = next_rank(chunk);
   Bundle grad = next < 0 ? model_.head_backward(acts, grad_scale)
                          : recv_bundle(model_.chunk_end(chunk), B, next, false);
+  if (next < 0 && hooks.head_grads_done) hooks.head_grads_done();
   model_.blocks_backward(grad, acts, hooks);
   if (prev < 0)
     model_.embed_backward(grad, acts);
@@ -252,7 +253,7 @@ void PipelineEngine::prepare_tables(int M, int B, const FetchBatch& fetch, bool 
 double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBatch& fetch,
                                   const PassHooks& hooks) {
   // Backwards see layer_grads_done only in the last micro-batch's pass of each chunk.
-  const PassHooks last_backward{{}, hooks.layer_grads_done, {}};
+  const PassHooks last_backward{{}, hooks.layer_grads_done, {}, hooks.head_grads_done};
   const int P = grid_.shape().pp, s = grid_.coords().pp, V = model_.num_chunks();
   const double t_begin = now_s();
   rank_times_ = RankTimes{};

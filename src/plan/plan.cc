@@ -246,7 +246,10 @@ LayoutPlan plan_layout(const PlanInput& in, const Layout& l) {
       adam_local += static_cast<double>(info.numel());
     if (info.name.size() >= 5 && info.name.compare(info.name.size() - 5, 5, "table") == 0)
       table_numel += static_cast<double>(info.numel());
-    if (info.layer >= 0) layer_numel += static_cast<double>(info.numel());
+    // Summed behind backward: the layers', and the output head's (started right after the
+    // head's backward: optim/grad_sync.h head_done).
+    if (info.layer >= 0 || (info.group == ParamGroup::kLmHead && !info.pp_replicated))
+      layer_numel += static_cast<double>(info.numel());
     all_numel += static_cast<double>(info.numel());
   }
   LayoutPlan p = cost(in, l, mems[worst], worst, max_grads,

@@ -37,9 +37,10 @@ inline constexpr double kKernelsPerLayerPass = 42;
 
 // The data-parallel gradient sum's time left exposed after backward: the layers' buckets start
 // when the last micro-batch's backward finishes each layer (optim/grad_sync.h), so they overlap
-// that backward (`window_s`) except the last layer's bucket; the rest (embedding, head, shared
-// parameters) is summed after backward. `layer_share`: the layers' part of the stage's gradient
-// bytes; `layers`: the stage's layers.
+// that backward (`window_s`) except the last layer's bucket, and the output head's starts right
+// after the head's backward; the rest (embedding, shared parameters) is summed after backward.
+// `layer_share`: the part of the stage's gradient bytes summed behind backward (the layers' and
+// the head's); `layers`: the stage's layers.
 double exposed_grad_sum_s(double allreduce_s, double layer_share, int layers, double window_s,
                           bool overlap);
 

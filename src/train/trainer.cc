@@ -461,8 +461,10 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
     hooks.block_output = [&](int layer, const Tensor& x) {
       if (layer == run_->inject.layer) ops::scale_copy(x, x, run_->inject.value);
     };
-  if (o_.overlap_grad_sync)
+  if (o_.overlap_grad_sync) {
     hooks.layer_grads_done = [&](int layer) { run_->dp_sync->layer_done(layer); };
+    hooks.head_grads_done = [&] { run_->dp_sync->head_done(); };
+  }
   if (slow_.rank == world_->rank() && slow_.seconds > 0)  // a straggler, on purpose (tests)
     std::this_thread::sleep_for(std::chrono::duration<double>(slow_.seconds));
   run_->store.zero_grads();

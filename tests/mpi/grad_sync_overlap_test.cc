@@ -52,6 +52,7 @@ TEST(OverlappedGradSync, EqualsTheBlockingSumAndTheExactSum) {
     b.grads_tensor().copy_from(a.grads_tensor());
     all_reduce_grads(a, &world, 16);  // small buckets: several calls
     OverlappedGradSync sync(&b, &world, 16);
+    sync.head_done();  // the head's backward comes first
     for (int layer = 2; layer >= 0; --layer) sync.layer_done(layer);  // backward order
     sync.finish();
     std::vector<float> want(a.total_numel(), 0.0f);
@@ -63,7 +64,7 @@ TEST(OverlappedGradSync, EqualsTheBlockingSumAndTheExactSum) {
     EXPECT_EQ(b.grads_tensor().to_host_f32(), want) << (dev == Device::kCPU ? "cpu" : "device");
     // A second step reuses the plan.
     b.grads_tensor().copy_from(Tensor::view(const_cast<float*>(mine.data()), {b.total_numel()}));
-    sync.layer_done(1);  // some layers not announced: finish() sums them too
+    sync.layer_done(1);  // some layers (and the head) not announced: finish() sums them too
     sync.finish();
     EXPECT_EQ(b.grads_tensor().to_host_f32(), want);
   }
