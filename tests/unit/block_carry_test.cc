@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "../support/step_runner.h"
+#include "core/backend.h"
 #include "core/op_profile.h"
 #include "model/recompute.h"
 #include "model_test_util.h"
@@ -25,21 +26,26 @@ int64_t calls(const std::vector<op_profile::Entry>& es, const std::string& op) {
   return 0;
 }
 
+void init_perturbed(GPT& model, ParamStore& store, float perturb) {
+  model.init_params(11);
+  std::vector<float> w = store.params_tensor().to_host_f32();
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] += perturb * static_cast<float>((i * 7919) % 13) / 13.0f;
+  store.params_tensor().copy_from(Tensor::view(w.data(), {static_cast<int64_t>(w.size())}));
+}
+
 // One forward and backward of a perturbed model (zero-initialized projections would hide the
 // terms), counting the forward's ops; `hooked`: with a forward hook that does nothing.
-Pass run(const ModelConfig& cfg, Recompute recompute, bool hooked, float perturb = 0.05f) {
+Pass run(const ModelConfig& cfg, Recompute recompute, bool hooked, float perturb = 0.05f,
+         Device device = Device::kCPU, DType act = DType::kF32) {
   std::vector<int32_t> in, tg;
   testing::pattern_batch(cfg, 2, 0, in, tg);
   ParamStore store;
   GPT model(cfg);
   model.set_recompute(recompute);
   model.register_params(store);
-  store.finalize();
-  model.init_params(11);
-  std::vector<float> w = store.params_tensor().to_host_f32();
-  for (size_t i = 0; i < w.size(); ++i)
-    w[i] += perturb * static_cast<float>((i * 7919) % 13) / 13.0f;
-  store.params_tensor().copy_from(Tensor::view(w.data(), {static_cast<int64_t>(w.size())}));
+  store.finalize(device, act);
+  init_perturbed(model, store, perturb);
 
   PassHooks hooks;
   int seen = 0;
@@ -131,6 +137,26 @@ INSTANTIATE_TEST_SUITE_P(Blocks, CarryShapes, ::testing::ValuesIn(testing::block
                            return i.param.name;
                          });
 
+// On the emulated CUDA device: bitwise the unfused pass with f32 and with bf16 activations
+// (the fused kernel rounds the new stream to bf16 before it normalizes it, as the unfused copy
+// does), and with f32 bitwise the CPU.
+TEST(CarryDevice, EmulatedFusedBoundaryEqualsUnfusedAndCpu) {
+  set_device_backend(make_device_emulator());
+  const ModelConfig cfg = testing::tiny_config(ValueMode::kBov);
+  const Pass cpu = run(cfg, Recompute::kOff, false);
+  for (DType act : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(act == DType::kF32 ? "f32" : "bf16");
+    const Pass fused = run(cfg, Recompute::kOff, false, 0.05f, Device::kCUDA, act);
+    const Pass plain = run(cfg, Recompute::kOff, true, 0.05f, Device::kCUDA, act);
+    expect_same(fused, plain);
+    EXPECT_EQ(fused.add_rmsnorm, 2 * cfg.n_layer - 1);
+    EXPECT_EQ(plain.add_rmsnorm, cfg.n_layer);
+    if (act == DType::kF32) expect_same(fused, cpu);
+    else EXPECT_NE(fused.grads, cpu.grads);  // bf16 really rounds
+  }
+  set_device_backend(nullptr);
+}
+
 // A forward that only reads (a block_state hook, as diagnostics set) is unfused as well.
 TEST(CarryHooks, BlockStateHookSeesTheStreamAfterEachBlock) {
   const ModelConfig cfg = testing::tiny_config(ValueMode::kBaseline);
@@ -140,7 +166,7 @@ TEST(CarryHooks, BlockStateHookSeesTheStreamAfterEachBlock) {
   GPT model(cfg);
   model.register_params(store);
   store.finalize();
-  model.init_params(5);
+  init_perturbed(model, store, 0.05f);  // W_proj = 0 at init would make every MLP add zero
   std::vector<std::vector<float>> with_state, with_output;
   for (int pass = 0; pass < 2; ++pass) {
     PassHooks hooks;
