@@ -189,12 +189,15 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
     e = BF16
     # The prenorm block's attention residual add and the MLP's norm are one kernel
     # (ops::add_rmsnorm): x and the attention output read once; x, the norm's saved copy of x
-    # and n written once (before: axpy 3 passes, the copy 2, rmsnorm 2). The block's input norm
-    # and the MLP residual add stay unfused (the add ends the block, the norm starts the next).
+    # and n written once (before: axpy 3 passes, the copy 2, rmsnorm 2). So are the MLP residual
+    # add that ends a block and the input copy and norm that start the next (the add is carried
+    # across the boundary, GPT::blocks_forward): L - 1 more calls on one stage, whose first
+    # block's input norm and copy and last block's add stay unfused (the embedding and the head
+    # read the stream there).
     add("residual add + rmsnorm forward (fused)", "add_rmsnorm_forward_kernel<bf16>",
-        L * 4 * N * C, L * (e * 5 * N * C + F32 * N), calls=L)
-    add("rmsnorm forward (x)", "rmsnorm_forward_kernel<bf16>", L * 3 * N * C,
-        L * (e * 2 * N * C + F32 * N), calls=L)
+        (2 * L - 1) * 4 * N * C, (2 * L - 1) * (e * 5 * N * C + F32 * N), calls=2 * L - 1)
+    add("rmsnorm forward (x)", "rmsnorm_forward_kernel<bf16>", 3 * N * C,
+        e * 2 * N * C + F32 * N, calls=1)
     # Backward of the block's two x norms, each adding into the stream's gradient (accumulate):
     # x, dy read, dx read and written.
     add("rmsnorm backward (x)", "rmsnorm_backward_kernel<bf16>", L * 6 * N * 2 * C,
@@ -214,13 +217,14 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
         calls=4 * L)
     add("relu^2 forward + backward", "relu2_forward_kernel<bf16>", L * 3 * N * F,
         L * e * (2 * N * F + 3 * N * F), calls=2 * L)
-    add("residual adds (axpy)", "axpy_kernel<bf16>", L * 2 * N * C, L * 3 * e * N * C, calls=L)
-    # The block input's copy (the norm's saved input); the baseline's layers attend over their
-    # context value itself (no value copy, none of its gradient: TrainKit::attention).
-    add("copies (block input x)", "cudaMemcpyAsync", 0, L * 2 * e * N * C, calls=L)
+    # The last block's MLP add and the first block's input copy (the norm's saved input); the
+    # others are fused above. The baseline's layers attend over their context value itself (no
+    # value copy, none of its gradient: TrainKit::attention).
+    add("residual adds (axpy)", "axpy_kernel<bf16>", 2 * N * C, 3 * e * N * C, calls=1)
+    add("copies (block input x)", "cudaMemcpyAsync", 0, 2 * e * N * C, calls=1)
     # No backward adds: the residual gradient is added inside rmsnorm_backward (accumulate), and
     # the baseline's attention and MLP backward accumulate their input gradients in the GEMMs
-    # (`vtrain train --profile`: axpy runs L times per step, all of them the forward MLP add).
+    # (`vtrain train --profile`: axpy runs once per step and stage, the last block's MLP add).
     # Embedding, final norm, cross entropy.
     add("embedding gather + scatter-add", "gather_kernel<bf16>", N * C,
         F32 * N * C + e * N * C + e * N * C + F32 * 2 * N * C, calls=2)

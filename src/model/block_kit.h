@@ -34,6 +34,10 @@ class BlockKit {
   // new x as norm(clone(x), s) returns it (s keeps its own copy of the input, so x may change
   // afterwards). One fused op (ops::add_rmsnorm) when s.on, the add and a copy otherwise.
   virtual Tensor add_norm(const Tensor& x, const Tensor& delta, NormActs& s) const = 0;
+  // The block's last residual add, x += delta: the last op of a forward on x. Training may leave
+  // it to the next block, whose input copy and first norm then do it in one fused op
+  // (ops::add_rmsnorm; GPT::blocks_forward says when); decoding adds.
+  virtual void residual_add(const Tensor& x, const Tensor& delta) const = 0;
 
   // Backward (training only). norm_backward adds (+=) into dx; attention/mlp backward return
   // d n (N, C) and accumulate their parameters' gradients; gain_grad: d g += sum(dy * y).

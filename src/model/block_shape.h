@@ -41,6 +41,10 @@ class BlockShape {
   // The fixed W0 (global C x C, row-major) of layer `layer`'s reparameterized V (out = false)
   // or O (out = true) projection.
   virtual std::vector<float> projection_base(const ModelConfig& cfg, int layer, bool out) const;
+  // Whether layer `layer`'s forward opens with k.norm(a.x_in, a.norm1) with the norm on (and
+  // reads a.x_in nowhere before it): training then may hand it that norm already computed, fused
+  // with the previous block's last residual add (BlockKit::residual_add).
+  virtual bool opens_with_norm(const ModelConfig&, int /*layer*/) const { return false; }
   // x (N, C): the block input, replaced by the block output. The caller saved a copy in a.x_in.
   virtual void forward(const BlockKit& k, Tensor& x, BlockActs& a) const = 0;
   // dx: d loss / d block output, replaced by d loss / d block input.

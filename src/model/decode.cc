@@ -62,6 +62,8 @@ class DecodeKit final : public BlockKit {
     return n;
   }
 
+  void residual_add(const Tensor& x, const Tensor& delta) const override { ops::axpy(x, delta); }
+
   void norm_backward(const NormActs&, const Tensor&, const Tensor&) const override { no_bwd(); }
   void norm_backward_sum(const NormActs&, const Tensor&, const Tensor&,
                          const Tensor&) const override {

@@ -257,14 +257,24 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts, const PassHooks& hoo
     acts.value_dcoef.assign(acts.value_coef.size(), 0.0);
   }
   const int begin = chunk_begin(acts.chunk), end = chunk_end(acts.chunk);
+  // A block's last residual add is left to the next block, which makes it with its input copy
+  // and first norm in one op (ops::add_rmsnorm), unless the stream is read between them: by a
+  // hook, by DenseFormer's average, or after the chunk's last block (the head, the pipeline's
+  // send); or unless the next block does not open with a norm of its input.
+  const bool carry = !hooks.block_output && !hooks.block_state && !cfg_.dense;
+  Tensor pending;  // the carried add
   for (int i = begin; i < end; ++i) {
     BlockActs& a = acts.blocks[i - begin];
-    block_forward(i, bundle, acts, a);
+    const Tensor in = std::move(pending);
+    pending = Tensor();
+    const bool defer = carry && i + 1 < end && shape_->opens_with_norm(cfg_, i + 1);
+    block_forward(i, bundle, acts, a, in, defer ? &pending : nullptr);
     if (hooks.block_output) hooks.block_output(i, bundle.x);
     if (hooks.block_state) hooks.block_state(i, a, bundle, acts);
     if (cfg_.dense) dense_forward(i, bundle);
     drop_recomputed(a);
   }
+  VT_CHECK(!pending.defined());
   acts.values = bundle.values;
   acts.dense = bundle.dense;
 }

@@ -165,7 +165,11 @@ class GPT {
   friend class TrainKit;
   // One block of this stage in training: its shape run through a TrainKit (defined in
   // train_kit.cc, beside the kit, so that gpt.cc does not include it back).
-  void block_forward(int layer, Bundle& bundle, Activations& acts, BlockActs& a) const;
+  // carry_in: the previous block's last residual add, not yet in bundle.x (undefined: none);
+  // this block applies it fused with its input copy and first norm. carry_out (non-null): this
+  // block's own last add may be left there for the next block instead of made.
+  void block_forward(int layer, Bundle& bundle, Activations& acts, BlockActs& a,
+                     const Tensor& carry_in = Tensor(), Tensor* carry_out = nullptr) const;
   void block_backward(int layer, Bundle& grad, Activations& acts, BlockActs& a) const;
   // DenseFormer's average after block i (dense.h): forward replaces bundle.x (x_{i+1}) by y_i;
   // backward turns grad.x (d y_i) into d x_{i+1}.

@@ -12,10 +12,17 @@
 namespace vt {
 
 // GPT's per-block steps of training (declared in gpt.h) run a block shape through this kit.
-void GPT::block_forward(int i, Bundle& bundle, Activations& acts, BlockActs& a) const {
-  a.x_in = bundle.x.clone();
-  TrainKit kit(*this, i, &bundle, acts);
+void GPT::block_forward(int i, Bundle& bundle, Activations& acts, BlockActs& a,
+                        const Tensor& carry_in, Tensor* carry_out) const {
+  TrainKit kit(*this, i, &bundle, acts, carry_out);
+  if (carry_in.defined()) {
+    VT_CHECK(shape_->opens_with_norm(cfg_, i));
+    kit.carry_in(bundle.x, carry_in, a);
+  } else {
+    a.x_in = bundle.x.clone();
+  }
   shape_->forward(kit, bundle.x, a);
+  VT_CHECK_MSG(!kit.norm_unread(), "block " << i << "'s shape did not read its input norm");
 }
 
 void GPT::block_backward(int i, Bundle& grad, Activations& acts, BlockActs& a) const {
@@ -24,6 +31,11 @@ void GPT::block_backward(int i, Bundle& grad, Activations& acts, BlockActs& a) c
 }
 
 Tensor TrainKit::norm(const Tensor& x, NormActs& s) const {
+  if (&s == ready_) {  // made by carry_in, from this very input
+    VT_CHECK(s.on && x.raw() == s.x.raw());
+    ready_ = nullptr;
+    return s.n;
+  }
   if (!s.on) {
     s.n = x;
     return x;
@@ -47,6 +59,22 @@ Tensor TrainKit::add_norm(const Tensor& x, const Tensor& delta, NormActs& s) con
   s.rstd = f32({N});
   ops::add_rmsnorm(x, delta, s.x, s.n, s.rstd, 1.0f, m_.cfg_.norm_eps);
   return s.n;
+}
+
+void TrainKit::residual_add(const Tensor& x, const Tensor& delta) const {
+  if (carry_out_ == nullptr) {
+    ops::axpy(x, delta);
+    return;
+  }
+  VT_CHECK(!carry_out_->defined());
+  *carry_out_ = delta;
+}
+
+void TrainKit::carry_in(const Tensor& x, const Tensor& delta, BlockActs& a) const {
+  a.norm1.on = true;
+  add_norm(x, delta, a.norm1);
+  a.x_in = a.norm1.x;  // the norm's saved input is the block input: one copy serves both
+  ready_ = &a.norm1;
 }
 
 void TrainKit::norm_backward(const NormActs& s, const Tensor& dn, const Tensor& dx) const {

@@ -12,8 +12,11 @@ class TrainKit final : public BlockKit {
  public:
   // `bundle`: the forward bundle in forward (sources are read from it, kept values written to
   // it), the gradient bundle in backward (sources are read from `acts`).
-  TrainKit(const GPT& m, int layer, Bundle* bundle, Activations& acts)
-      : m_(m), layer_(layer), bundle_(bundle), acts_(acts) {}
+  // `carry_out` (forward only; may be null): where residual_add leaves the block's last add for
+  // the next block instead of making it (GPT::block_forward).
+  TrainKit(const GPT& m, int layer, Bundle* bundle, Activations& acts,
+           Tensor* carry_out = nullptr)
+      : m_(m), layer_(layer), bundle_(bundle), acts_(acts), carry_out_(carry_out) {}
 
   int layer() const override { return layer_; }
   const ModelConfig& config() const override { return m_.config(); }
@@ -25,6 +28,12 @@ class TrainKit final : public BlockKit {
   void scale(const Tensor& y, int gain) const override;
   Tensor clone(const Tensor& x) const override { return x.clone(); }
   Tensor add_norm(const Tensor& x, const Tensor& delta, NormActs& s) const override;
+  void residual_add(const Tensor& x, const Tensor& delta) const override;
+  // The previous block's last add (delta) with this block's input copy and first norm, one
+  // fused op: x += delta, a.x_in = x, a.norm1 = norm(x); norm(a.x_in, a.norm1) then returns it.
+  void carry_in(const Tensor& x, const Tensor& delta, BlockActs& a) const;
+  // Whether the norm carry_in made is still unread.
+  bool norm_unread() const { return ready_ != nullptr; }
 
   void norm_backward(const NormActs& s, const Tensor& dn, const Tensor& dx) const override;
   void norm_backward_sum(const NormActs& s, const Tensor& dn, const Tensor& dn2,
@@ -47,6 +56,8 @@ class TrainKit final : public BlockKit {
   int layer_;
   Bundle* bundle_;
   Activations& acts_;
+  Tensor* carry_out_;
+  mutable const NormActs* ready_ = nullptr;  // made by carry_in, not yet returned by norm
 };
 
 }  // namespace vt

@@ -20,12 +20,13 @@ class Parallel final : public BlockShape {
     block_params::register_vo_matrices(r, layer, lp, false);
     block_params::register_mlp(r, layer, lp);
   }
+  bool opens_with_norm(const ModelConfig&, int) const override { return true; }
   void forward(const BlockKit& k, Tensor& x, BlockActs& a) const override {
     const Tensor n = k.norm(a.x_in, a.norm1);
     const Tensor o = k.attention(n, a);
     const Tensor m = k.mlp(n, a);
     ops::axpy(x, o);
-    ops::axpy(x, m);
+    k.residual_add(x, m);
   }
   void backward(const BlockKit& k, Tensor& dx, BlockActs& a) const override {
     // The two branches' gradients of the shared norm are summed inside its backward.

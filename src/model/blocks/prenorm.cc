@@ -20,11 +20,12 @@ class Prenorm final : public BlockShape {
     block_params::register_vo_matrices(r, layer, lp, false);
     block_params::register_mlp(r, layer, lp);
   }
+  bool opens_with_norm(const ModelConfig&, int) const override { return true; }
   void forward(const BlockKit& k, Tensor& x, BlockActs& a) const override {
     const Tensor n1 = k.norm(a.x_in, a.norm1);
     // The attention residual add and the MLP's norm in one fused op (ops::add_rmsnorm).
     const Tensor n2 = k.add_norm(x, k.attention(n1, a), a.norm2);
-    ops::axpy(x, k.mlp(n2, a));
+    k.residual_add(x, k.mlp(n2, a));
   }
   void backward(const BlockKit& k, Tensor& dx, BlockActs& a) const override {
     k.norm_backward(a.norm2, k.mlp_backward(dx, a), dx);

@@ -40,6 +40,9 @@ class Sas final : public BlockShape {
   std::vector<float> projection_base(const ModelConfig& cfg, int layer, bool out) const override {
     return simplified::projection_base(cfg, layer, out);
   }
+  bool opens_with_norm(const ModelConfig& cfg, int layer) const override {
+    return simplified::keeps_norm(cfg, layer);
+  }
   void forward(const BlockKit& k, Tensor& x, BlockActs& a) const override {
     const LayerParams& lp = k.params();
     const bool norms = simplified::keeps_norm(k.config(), k.layer());
@@ -52,7 +55,7 @@ class Sas final : public BlockShape {
     k.scale(x, lp.mlp_skip);
     Tensor m = k.clone(a.mlp_out);
     k.scale(m, lp.mlp_gain);
-    ops::axpy(x, m);
+    k.residual_add(x, m);
   }
   void backward(const BlockKit& k, Tensor& dx, BlockActs& a) const override {
     const LayerParams& lp = k.params();

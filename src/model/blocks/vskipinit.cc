@@ -55,6 +55,7 @@ class VSkipInit final : public BlockShape {
                                               uint64_t seed) const override {
     return initial_wv(cfg, layer, seed);
   }
+  bool opens_with_norm(const ModelConfig&, int) const override { return true; }
   void forward(const BlockKit& k, Tensor& x, BlockActs& a) const override {
     const LayerParams& lp = k.params();
     const Tensor n1 = k.norm(a.x_in, a.norm1);
@@ -63,7 +64,7 @@ class VSkipInit final : public BlockShape {
     a.mlp_out = k.mlp(n2, a);
     Tensor m = k.clone(a.mlp_out);
     k.scale(m, lp.mlp_gain);
-    ops::axpy(x, m);
+    k.residual_add(x, m);
   }
   void backward(const BlockKit& k, Tensor& dx, BlockActs& a) const override {
     const LayerParams& lp = k.params();
