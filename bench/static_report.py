@@ -282,12 +282,12 @@ def optimizer_rows(c: dict, accum: int, dp: int = 1, momentum_everywhere: bool =
         Row("Muon Newton-Schulz GEMMs (5 steps, bf16)", "cuBLASLt", 3 * 5 * len(mine) * a,
             ns_flops * a, ns_bytes * a, True),
         # momentum: read g, m; write m, u (owned matrices); apply: read p, x; write p (all):
-        # serial: x f32; pipelined: x bf16 as broadcast, after the owner's f32 -> bf16 cast of
-        # its results (read 4, write 2 bytes).
+        # serial or one rank: x f32; pipelined: x bf16 as broadcast, after the owner's
+        # f32 -> bf16 cast of its results (read 4, write 2 bytes).
         Row("Muon momentum + apply", "muon_momentum_kernel",
             ((len(mats) if momentum_everywhere else len(mine)) + len(mats)) * a,
             4 * owned_params * a + 2 * block_params * a,
-            (16 * owned_params + (12 * block_params if momentum_everywhere else
+            (16 * owned_params + (12 * block_params if momentum_everywhere or dp == 1 else
                                   10 * block_params + 6 * sum(mats[k][0] * mats[k][1]
                                                               for k in mine))) * a, False),
         Row("AdamW (embedding, lm_head)", "adamw_kernel", a, 12 * other / dp * a,

@@ -264,7 +264,7 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
   // round r. With bf16 Newton-Schulz the results are bf16 values (newton_schulz_ops rounds its
   // last iterate), so they travel as bf16: the same bits in half the bytes.
   const int S = stage->size();
-  const bool bf16_wire = config_.muon.ns_dtype == DType::kBF16;
+  const bool bf16_wire = config_.muon.ns_dtype == DType::kBF16 && S > 1;  // alone: no wire
   const DType wire = bf16_wire ? DType::kBF16 : DType::kF32;
   std::vector<Tensor> ortho(M), sent(M);
   auto orthogonalize = [&](size_t k) {
