@@ -14,9 +14,11 @@ namespace vt {
 std::string MemoryEstimate::to_string() const {
   constexpr double G = 1024.0 * 1024.0 * 1024.0;
   return absl::StrFormat(
-      "params %.2f GiB | grads %.2f | bf16 weights %.2f | optimizer %.2f | activations %.2f "
+      "params %.2f GiB | grads %.2f%s | bf16 weights %.2f | optimizer %.2f | activations %.2f "
       "(+%.2f recomputed block, +%.2f backward temporaries) | logits %.2f | %stotal %.2f GiB%s",
-      params / G, grads / G, compute_copy / G, optimizer / G, activations / G,
+      params / G, grads / G,
+      grad_wire > 0 ? absl::StrFormat(" (+%.2f bf16 wire)", grad_wire / G) : "",
+      compute_copy / G, optimizer / G, activations / G,
       recompute_transient / G, backward_transient / G, logits / G,
       host_tables > 0 ? absl::StrFormat("table rows %.2f | ", table_rows / G) : "", total() / G,
       host_tables > 0 ? absl::StrFormat(" (+ tables in host memory %.2f GiB)", host_tables / G)
@@ -26,7 +28,7 @@ std::string MemoryEstimate::to_string() const {
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
                                int B, DType act_dtype, Recompute recompute, int vpp,
-                               int micro_batches) {
+                               int micro_batches, bool bf16_grad_wire) {
   MemoryEstimate m;
   double matrix = 0, other = 0, host = 0, host_width = 0;
   // Muon momentum: only for the matrices whose owner (k-th matrix: stage rank k % (tp x dp)) is
@@ -57,6 +59,7 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                                         cfg.seq_len);
   m.params = 4 * (n + fixed);
   m.grads = 4 * n;
+  m.grad_wire = bf16_grad_wire && shape.dp > 1 ? 2 * n : 0;
   m.compute_copy = act_dtype == DType::kBF16 ? 2 * n : 0;  // the bf16 weight copy
   m.optimizer = 4 * momentum + 8 * other / shape.dp;
   // Saved per token and layer (BlockActs): x_in, n1, x_mid, n2 (C each); q before RoPE and after

@@ -24,20 +24,24 @@ struct MemoryEstimate {
   // --table-offload: the value tables, their gradients and AdamW states in host memory (not in
   // total()), and the rows a step reads with their gradient on the device.
   double host_tables = 0, table_rows = 0;
+  // --grad-sync bf16 with dp > 1: the bf16 copies the started sums keep until the wait.
+  double grad_wire = 0;
   // The loss end's logits and their gradient are freed before the blocks' backward starts
   // (GPT::head_backward), so they and the block transients are never alive together.
   double total() const {
-    return params + grads + compute_copy + optimizer + activations + table_rows +
+    return params + grads + grad_wire + compute_copy + optimizer + activations + table_rows +
            std::max(logits, recompute_transient + backward_transient);
   }
   std::string to_string() const;  // "params 1.2 GiB | grads ... | total ..."
 };
 
-// `store` is this rank's finalized store; B the micro-batch rows.
+// `store` is this rank's finalized store; B the micro-batch rows. `bf16_grad_wire`: the
+// data-parallel sum runs with --grad-sync bf16, whose started sums keep a bf16 copy of their
+// gradients until the wait (grad_wire: 2 bytes a gradient, where dp > 1).
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
                                int B, DType act_dtype, Recompute recompute = Recompute::kOff,
                                int vpp = 1,
-                               int micro_batches = 1);
+                               int micro_batches = 1, bool bf16_grad_wire = false);
 
 }  // namespace vt

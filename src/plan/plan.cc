@@ -137,7 +137,7 @@ std::vector<MemoryEstimate> stage_memory(const PlanInput& in, const Layout& l) {
     const int64_t rows = static_cast<int64_t>(l.micro_batch) * in.cfg.seq_len * l.dp;
     const int m = rows > 0 ? static_cast<int>(std::max<int64_t>(1, in.global_batch / rows)) : 1;
     out.push_back(estimate_memory(in.cfg, store, shape, coords, end - begin, l.micro_batch,
-                                  in.act_dtype, l.recompute, l.vpp, m));
+                                  in.act_dtype, l.recompute, l.vpp, m, in.grad_sync_bf16));
   }
   return out;
 }

@@ -103,6 +103,7 @@ std::string format_breakdown(const LayoutPlan& l) {
   };
   line("weights (fp32)", m.params);
   line("gradients (fp32)", m.grads);
+  if (m.grad_wire > 0) line("their bf16 copies on the wire (--grad-sync bf16)", m.grad_wire);
   line("bf16 weight copy", m.compute_copy);
   line("optimizer (Muon momentum; AdamW moments / dp)", m.optimizer);
   line("activations kept for backward", m.activations);
@@ -188,7 +189,7 @@ std::string stage_memory_json(const PlanInput& in, const Layout& l) {
     nlohmann::json j = {{"tp", l.tp}, {"pp", l.pp}, {"vpp", l.vpp}, {"dp", l.dp},
                         {"micro_batch", l.micro_batch}, {"recompute", recompute_name(l.recompute)},
                         {"stage", i}, {"layer_begin", begin}, {"layer_end", end},
-                        {"params_bytes", m.params}, {"grads_bytes", m.grads},
+                        {"params_bytes", m.params}, {"grads_bytes", m.grads}, {"grad_wire_bytes", m.grad_wire},
                         {"bf16_copy_bytes", m.compute_copy}, {"optimizer_bytes", m.optimizer},
                         {"activations_bytes", m.activations},
                         {"recompute_bytes", m.recompute_transient},
@@ -204,7 +205,7 @@ std::string layout_json(const LayoutPlan& l) {
   nlohmann::json j = {{"tp", l.layout.tp}, {"pp", l.layout.pp}, {"vpp", l.layout.vpp}, {"dp", l.layout.dp},
                       {"micro_batch", l.layout.micro_batch}, {"recompute", recompute_name(l.layout.recompute)},
                       {"micro_batches", l.micro_batches}, {"stage", l.stage},
-                      {"params_bytes", m.params}, {"grads_bytes", m.grads},
+                      {"params_bytes", m.params}, {"grads_bytes", m.grads}, {"grad_wire_bytes", m.grad_wire},
                       {"bf16_copy_bytes", m.compute_copy}, {"optimizer_bytes", m.optimizer},
                       {"activations_bytes", m.activations},
                       {"recompute_bytes", m.recompute_transient},

@@ -42,7 +42,7 @@ std::string layout_flags(const plan::Layout& l, const TrainOptions& o) {
 
 // What the refusal adds to its first line: the breakdown of the rank that needs the most
 // (`parts` of every rank, kParts floats each, GiB) and the layouts that fit `cap` bytes per rank.
-constexpr int kParts = 10;
+constexpr int kParts = 11;
 
 std::string refusal_detail(const std::vector<float>& parts, const std::vector<float>& stages,
                            double cap, const TrainOptions& o, const GridShape& shape,
@@ -52,7 +52,7 @@ std::string refusal_detail(const std::vector<float>& parts, const std::vector<fl
     MemoryEstimate m;
     double* f[kParts] = {&m.params, &m.grads, &m.compute_copy, &m.optimizer, &m.activations,
                          &m.recompute_transient, &m.backward_transient, &m.logits,
-                         &m.table_rows, &m.host_tables};
+                         &m.table_rows, &m.host_tables, &m.grad_wire};
     for (int i = 0; i < kParts; ++i) *f[i] = static_cast<double>(parts[r * kParts + i]) * kGiB;
     return m;
   };
@@ -135,7 +135,8 @@ absl::Status check_memory_fits(const MemoryEstimate& estimate, const TrainOption
       static_cast<float>(estimate.activations / kGiB),
       static_cast<float>(estimate.recompute_transient / kGiB),
       static_cast<float>(estimate.backward_transient / kGiB), static_cast<float>(estimate.logits / kGiB),
-      static_cast<float>(estimate.table_rows / kGiB), static_cast<float>(estimate.host_tables / kGiB)};
+      static_cast<float>(estimate.table_rows / kGiB), static_cast<float>(estimate.host_tables / kGiB),
+      static_cast<float>(estimate.grad_wire / kGiB)};
   std::vector<float> parts(static_cast<size_t>(n) * kParts), stages(n), keys(n), needs(n), pools(n);
   // Value tables kept in host memory (--table-offload) count against the host's memory.
   const float fstage = static_cast<float>(stage),

@@ -180,6 +180,13 @@ TEST(Plan, BubbleStepTimeAndDaysFollowTheFormula) {
   const double grads = 4.0 * store.total_numel();
   EXPECT_DOUBLE_EQ(b.mem.grads, grads);
   EXPECT_NEAR(b.allreduce_s, 2.0 * 7 / 8 * grads / 400e9, 1e-15);
+  // --grad-sync bf16: the started sums' bf16 copies (2 bytes a gradient) count in the total.
+  PlanInput wire = in;
+  wire.grad_sync_bf16 = true;
+  const LayoutPlan bw = plan_layout(wire, Layout{1, 1, 8, 2, Recompute::kOff});
+  EXPECT_DOUBLE_EQ(bw.mem.grad_wire, grads / 2);
+  EXPECT_DOUBLE_EQ(bw.mem.total(), b.mem.total() + grads / 2);
+  EXPECT_DOUBLE_EQ(b.mem.grad_wire, 0.0);
   // Plus Muon's broadcast of every matrix and the ZeRO-1 gather of 7/8 of the AdamW parameters.
   const double opt_b = (2.0 * matrices + 4.0 * 7 / 8 * others) / 400e9;
   EXPECT_NEAR(b.optimizer_comm_s, opt_b, 1e-9 * opt_b);
