@@ -12,10 +12,11 @@
 // buffer lives only in the owner's DP replica, on the local TP shards of that replica's TP group
 // (so a rank keeps and updates about 1/dp of the stage's momentum). That TP group updates the
 // momentum of its shards, all-gathers the Nesterov directions (columns reordered for column
-// splits), the owner runs
-// newton_schulz on the whole matrix (owners work in parallel: all gathers first, then all
-// orthogonalizations, then the broadcasts), broadcasts the result over the stage group in matrix
-// order, and every rank applies its own slice with the scale of the GLOBAL shape.
+// splits), and the owner runs newton_schulz on the whole matrix. Owners work round by round
+// (round r: matrices [r S, (r+1) S), one per stage rank): round r's results are broadcast over
+// the stage in matrix order (Communicator::broadcast_start; as bf16 where Newton-Schulz ran in
+// bf16 and the stage has several ranks: the same bits) while round r+1 is orthogonalized, and
+// every rank applies its own slice of round r with the scale of the GLOBAL shape.
 //
 // AdamW (everything else) with ZeRO-1: a parameter's local shard of n elements is cut into dp
 // contiguous chunks of ceil(n / dp) elements (the last ones shorter or empty); DP rank d keeps
