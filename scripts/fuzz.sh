@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz/*_fuzz.cc) in build-fuzz/ (or $FUZZ_BUILD) with clang, ASan and UBSan
 # (CMake option VTRAIN_FUZZ, CPU only) and runs each for FUZZ_SECONDS (default 30) from a corpus
-# seeded by the target itself (valid inputs written by vtrain's own writers) and grown in
+# seeded by the target itself (valid inputs written by vtrain's own writers) plus the inputs of
+# past findings (tests/fuzz/regressions/<target>/, kept in git), and grown in
 # build-fuzz/corpus/<target>/ across runs. Prints one line per target: executions, corpus size,
 # result. Exits non-zero when a target finds a crash, a sanitizer report, an uncaught exception or
 # a timeout; the input is kept in build-fuzz/findings/<target>/ (reproduce: build-fuzz/<target>
@@ -32,6 +33,8 @@ for t in "${targets[@]}"; do
   corpus=$B/corpus/$t findings=$B/findings/$t
   mkdir -p "$corpus" "$findings"
   VT_FUZZ_WRITE_SEEDS=$corpus $B/$t >/dev/null 2>&1
+  # Inputs that once found a bug (tests/fuzz/regressions/<target>/) are replayed first, every run.
+  [ -d tests/fuzz/regressions/$t ] && cp tests/fuzz/regressions/$t/* "$corpus"/
   log=$B/$t.log
   seed=()
   [ -n "${FUZZ_SEED:-}" ] && seed=(-seed="$FUZZ_SEED")

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "core/check.h"
 #include "core/file_safety.h"
+#include "core/json_integer.h"
 #include "core/rng.h"
 #include "data/prepare.h"
 
@@ -82,7 +83,7 @@ absl::StatusOr<DataLoader> DataLoader::open(const std::string& data_dir, const s
                                               "(needs \"tokenizer\" and \"", split, "\"); re-run prepare"));
     }
     try {
-      meta_vocab = meta.at("tokenizer").at("vocab_size").get<int64_t>();
+      meta_vocab = json_integer<int64_t>(meta.at("tokenizer").at("vocab_size"));
       for (const auto& n : meta.at(split).at("shards")) names.push_back(n.get<std::string>());
     } catch (const nlohmann::json::exception& e) {
       return absl::DataLossError(absl::StrCat(meta_path.string(), ": ", e.what()));
@@ -270,13 +271,13 @@ absl::Status DataLoader::load_state_json(const nlohmann::json& j) {
   std::string split;
   try {
     split = j.at("split").get<std::string>();
-    s.epoch = j.at("epoch").get<int64_t>();
-    s.shard = j.at("shard").get<int64_t>();
-    s.offset = j.at("offset").get<int64_t>();
+    s.epoch = json_integer<int64_t>(j.at("epoch"));
+    s.shard = json_integer<int64_t>(j.at("shard"));
+    s.offset = json_integer<int64_t>(j.at("offset"));
     s.shuffle = j.at("shuffle").get<bool>();
-    s.seed = j.at("seed").get<uint64_t>();
-    nshards = j.at("num_shards").get<int64_t>();
-    tokens = j.at("tokens_per_epoch").get<int64_t>();
+    s.seed = json_integer<uint64_t>(j.at("seed"));
+    nshards = json_integer<int64_t>(j.at("num_shards"));
+    tokens = json_integer<int64_t>(j.at("tokens_per_epoch"));
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("malformed loader state ", j.dump(), ": ", e.what()));
   }

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/check.h"
+#include "core/json_integer.h"
 #include "data/tokenizer_files.h"
 
 namespace vt::data {
@@ -331,11 +332,11 @@ nlohmann::json MixtureLoader::state_json() const {
 absl::Status MixtureLoader::load_state_json(const nlohmann::json& j) {
   notes_.clear();
   if (!j.is_object() || !j.contains("mixture") || !j.contains("sources") ||
-      !j["sources"].is_object() || !j.contains("tokens") || !j["tokens"].is_number_integer())
+      !j["sources"].is_object() || !j.contains("tokens") || !json_integer_if<int64_t>(j["tokens"]))
     return absl::InvalidArgumentError(
         "the checkpoint's loader state is not a mixture's (it was trained on one data "
         "directory): resume it with that --data, or start the mixture from scratch");
-  tokens_ = j["tokens"].get<int64_t>();
+  tokens_ = *json_integer_if<int64_t>(j["tokens"]);
   stage_ = 0;
   while (stage_ + 1 < spec_.stages.size() && spec_.stages[stage_ + 1].start_tokens <= tokens_)
     ++stage_;
@@ -353,12 +354,12 @@ absl::Status MixtureLoader::load_state_json(const nlohmann::json& j) {
     }
     const nlohmann::json& s = j["sources"][n];
     if (!s.is_object() || !s.contains("loader") || !s.contains("tokens") ||
-        !s["tokens"].is_number_integer())
+        !json_integer_if<int64_t>(s["tokens"]))
       return absl::DataLossError(absl::StrCat("the checkpoint's state of source '", n, "' is malformed"));
     absl::Status st = loaders_[k].load_state_json(s["loader"]);
     if (!st.ok())
       return absl::Status(st.code(), absl::StrCat("--data source '", n, "': ", st.message()));
-    source_tokens_[k] = s["tokens"].get<int64_t>();
+    source_tokens_[k] = *json_integer_if<int64_t>(s["tokens"]);
     if (same_weights) {
       const auto w = j["weights"].find(n);
       const auto c = j["credits"].find(n);

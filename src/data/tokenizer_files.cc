@@ -1,3 +1,4 @@
+
 // Tokenizers from files (see tokenizer_files.h).
 #include "data/tokenizer_files.h"
 
@@ -13,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "core/check.h"
 #include "core/file_safety.h"
+#include "core/json_integer.h"
 #include "data/bpe.h"
 
 namespace vt::data {
@@ -99,7 +101,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dat
           path, " is a Hugging Face tokenizers file, not vtrain's; `vtrain export` writes vtrain's "
           "own beside it as vtrain_tokenizer.json"));
     if (j.value("format", "") != "vtrain-tokenizer") return bad("missing \"format\": \"vtrain-tokenizer\"");
-    if (j.value("version", 0) != 1) return bad("unsupported version (expected 1)");
+    if (!j.contains("version") || json_integer<int64_t>(j["version"]) != 1) return bad("unsupported version (expected 1)");
     const std::string kind = j.at("kind").get<std::string>();
     std::vector<std::string> tokens;
     for (const auto& b64 : j.at("tokens")) {
@@ -110,7 +112,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dat
     // Specials sorted by id; they must directly follow the regular tokens.
     std::vector<std::string> specials(j.at("specials").size());
     for (const auto& [name, id] : j.at("specials").items()) {
-      int64_t k = id.get<int64_t>() - static_cast<int64_t>(tokens.size());
+      int64_t k = json_integer<int64_t>(id) - static_cast<int64_t>(tokens.size());
       if (k < 0 || k >= static_cast<int64_t>(specials.size())) return bad("special id out of range");
       specials[k] = name;
     }
@@ -125,7 +127,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dat
     if (kind != "bpe" && kind != "tiktoken") return bad("unknown kind '" + kind + "'");
     std::vector<BpeMerge> merges;
     if (j.contains("merges")) {
-      for (const auto& m : j.at("merges")) merges.push_back({m.at(0), m.at(1), m.at(2)});
+      for (const auto& m : j.at("merges")) merges.push_back({json_integer<int32_t>(m.at(0)), json_integer<int32_t>(m.at(1)),
+                          json_integer<int32_t>(m.at(2))});
     }
     auto t = BpeTokenizer::create(kind, std::move(tokens), std::move(specials),
                                   j.at("pattern").get<std::string>(), std::move(merges),

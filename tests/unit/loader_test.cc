@@ -225,6 +225,17 @@ TEST(Loader, ArgumentAndStateErrors) {
   st = dl->state_json();
   st["offset"] = 40;
   EXPECT_FALSE(dl->load_state_json(st).ok());
+  for (const char* field : {"epoch", "shard", "offset", "seed", "num_shards", "tokens_per_epoch"}) {
+    for (const char* v : {"2.44444e+75", "0.5", "18446744073709551615"}) {
+      if (std::string(field) == "seed" && std::string(v) == "18446744073709551615") continue;  // a valid seed
+      st = dl->state_json();
+      st[field] = nlohmann::json::parse(v);
+      EXPECT_FALSE(dl->load_state_json(st).ok()) << field << " = " << v;
+    }
+  }
+  st = dl->state_json();
+  st["seed"] = -1;
+  EXPECT_FALSE(dl->load_state_json(st).ok());
   st.erase("epoch");
   EXPECT_FALSE(dl->load_state_json(st).ok());
   EXPECT_FALSE(dl->set_state(LoaderState{.epoch = 0, .shard = 2}).ok());

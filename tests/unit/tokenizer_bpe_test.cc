@@ -252,6 +252,26 @@ TEST(Bpe, SaveLoadRoundTrip) {
   auto bad = load_tokenizer((dir / "bad.json").string());
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("bad.json"), std::string::npos);
+  // Numbers that are not integers the field holds (fuzz.parsers found 2.44e75 as a special's id).
+  const std::string good = [&] {
+    std::ifstream in(dir / kTokenizerFile);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"\"version\":1", "\"version\":1.5"},
+           {"\"<|bos|>\":349", "\"<|bos|>\":2.44444e+75"},
+           {"\"<|bos|>\":349", "\"<|bos|>\":18446744073709551615"},
+           {"\"merges\":[[", "\"merges\":[[4294967296,"},
+           {"\"merges\":[[", "\"merges\":[[1e40,"}}) {
+    const size_t at = good.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " not in the saved file";
+    std::string text = good;
+    text.replace(at, from.size(), to);
+    std::ofstream(dir / "number.json") << text;
+    auto r = load_tokenizer((dir / "number.json").string());
+    ASSERT_FALSE(r.ok()) << to;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  }
   std::ofstream(dir / "garbage.json") << "not json";
   EXPECT_FALSE(load_tokenizer((dir / "garbage.json").string()).ok());
   EXPECT_FALSE(load_tokenizer((dir / "missing.json").string()).ok());
