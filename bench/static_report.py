@@ -163,6 +163,12 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
                 "dq": F32 * (5 * 32 * (hd + 1) + 32 * 32 + 2 * 32),
                 "dkdv": F32 * (6 * 32 * (hd + 1) + 2 * 32 * 32 + 2 * 32)}
     q_bytes, kv_bytes, stat = N * qd * BF16, N * kvd * BF16, B * H * T * F32
+    # On tensor cores the backward of RoPE + QK-norm is the epilogue of the dQ and dK kernels
+    # (kernels/attention_tc.cuh RopeNormGrad, issue 29): each also reads the pre-RoPE q (k), its
+    # rstd and the cos/sin table of the T positions, and does the 9 FLOPs per element (rotation 3,
+    # norm 6) that rope_rmsnorm_backward did; the gradient it writes is the pre-RoPE one.
+    table = 4 * 2 * T * hd // 2
+    qk_epi_q, qk_epi_k = q_bytes + F32 * N * H + table, kv_bytes + F32 * N * Hkv + table
     for W in c["windows"]:
         if reference_attention:
             fl = ref_attention(T, W, hd, H, Hkv, B)
@@ -180,10 +186,10 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
                 2 * q_bytes + 2 * kv_bytes + stat, True, 1, 128, smem_tc["fwd"])
             add("attention backward D", f"attn_tc_bwd_d_kernel<{hd}>", 2.0 * N * qd,
                 2 * q_bytes + stat, False, 1, 256)
-            add("attention backward dQ", f"attn_tc_dq_kernel<{hd}>", fl["dq"],
-                3 * q_bytes + 2 * kv_bytes + 2 * stat, True, 1, 128, smem_tc["dq"])
-            add("attention backward dK dV", f"attn_tc_dkdv_kernel<{hd}>", fl["dkdv"],
-                2 * q_bytes + 4 * kv_bytes + 2 * stat, True, 1, 128, smem_tc["dkdv"])
+            add("attention backward dQ", f"attn_tc_dq_kernel<{hd}>", fl["dq"] + 9 * N * qd,
+                3 * q_bytes + 2 * kv_bytes + 2 * stat + qk_epi_q, True, 1, 128, smem_tc["dq"])
+            add("attention backward dK dV", f"attn_tc_dkdv_kernel<{hd}>", fl["dkdv"] + 9 * N * kvd,
+                2 * q_bytes + 4 * kv_bytes + 2 * stat + qk_epi_k, True, 1, 128, smem_tc["dkdv"])
 
     # Memory-bound kernels of the blocks (bf16 activations; rstd and statistics fp32).
     e = BF16
@@ -209,12 +215,19 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
     # the rotation 3 and the norm 3 forward, 3 and 6 backward. Each call reads the cos/sin table
     # of the T positions (T x hd/2 fp32 pairs). The kernel's second template argument: pairs per
     # lane, ceil(hd / 64) rounded up to a power of two (registers: the forward's).
+    # On tensor cores only the forward is left here (the backward is in the attention's dQ and
+    # dK kernels, above): 2 passes.
     per_lane = next(p for p in (1, 2, 4, 8) if hd <= 64 * p)
-    add("rope + QK-norm forward + backward (fused)",
-        f"rope_rmsnorm_forward_kernel<bf16, {per_lane}>",
-        L * 15 * N * (qd + kvd),
-        L * (e * 5 * N * (qd + kvd) + F32 * 2 * N * (H + Hkv) + 4 * 8 * T * hd // 2),
-        calls=4 * L)
+    if reference_attention:
+        add("rope + QK-norm (fused)", f"rope_rmsnorm_forward_kernel<bf16, {per_lane}>",
+            L * 15 * N * (qd + kvd),
+            L * (e * 5 * N * (qd + kvd) + F32 * 2 * N * (H + Hkv) + 4 * 8 * T * hd // 2),
+            calls=4 * L)
+    else:
+        add("rope + QK-norm (fused)", f"rope_rmsnorm_forward_kernel<bf16, {per_lane}>",
+            L * 6 * N * (qd + kvd),
+            L * (e * 2 * N * (qd + kvd) + F32 * N * (H + Hkv) + 2 * 8 * T * hd // 2),
+            calls=2 * L)
     add("relu^2 forward + backward", "relu2_forward_kernel<bf16>", L * 3 * N * F,
         L * e * (2 * N * F + 3 * N * F), calls=2 * L)
     # The last block's MLP add and the first block's input copy (the norm's saved input); the

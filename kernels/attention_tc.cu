@@ -35,6 +35,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/mma.cuh"
+#include "kernels/rope_row.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -113,6 +114,27 @@ __device__ __forceinline__ void store_rows(bf16* __restrict__ g, const bf16* til
     if (t < T)
       *reinterpret_cast<uint4*>(g + ((b * T + t) * heads + head) * HD + c * 8) =
           *reinterpret_cast<const uint4*>(tile + r * HD + (Tile<HD>::chunk(r, c) << 3));
+  }
+}
+
+// The epilogue of dQ and dK under QK-norm (RopeNormGrad): back through the QK-norm and RoPE that
+// made q or k from the saved pre-RoPE x, on the 16 rows [r0, r0 + 16) of a staged gradient tile
+// (bf16, already rounded as it would be stored), in place, one row at a time by the warp that
+// owns them; the function is rope_rmsnorm_backward_kernel's (kernels/rope_row.cuh), so the result
+// is bit for bit the unfused pair's.
+template <int HD>
+__device__ __forceinline__ void rope_norm_rows(bf16* tile, int r0, const RopeNormGrad::Side& x,
+                                               const RopeNormGrad& rn, int64_t b, int64_t row0,
+                                               int64_t T, int heads, int head) {
+  constexpr int kPer = (HD / 2 + 31) / 32;
+  for (int r = r0; r < r0 + 16; ++r) {
+    const int64_t t = row0 + r;
+    if (t >= T) break;  // the same for every lane
+    const int64_t item = (b * T + t) * heads + head;
+    detail::rope_rmsnorm_backward_row<kPer>(
+        x.x + item * HD, x.rstd[item], rn.table + (t + rn.pos_offset) * (HD / 2), HD / 2, rn.scale,
+        [&](int64_t j) { return detail::to_f32(tile[Tile<HD>::at(r, int(j))]); },
+        [&](int64_t j, float v) { tile[Tile<HD>::at(r, int(j))] = detail::from_f32<bf16>(v); });
   }
 }
 
@@ -367,7 +389,7 @@ __global__ void __launch_bounds__(kThreads)
                       const bf16* __restrict__ v, const bf16* __restrict__ dout,
                       const float* __restrict__ lse, const float* __restrict__ D,
                       bf16* __restrict__ dq, int64_t T, int H, int Hkv, int64_t W, float scale,
-                      float scale_log2) {
+                      float scale_log2, RopeNormGrad rn) {
   constexpr int kN = HD / 8, kK = HD / 16, kS = kFwdKeys / 8;
   VT_ATTN_SMEM(smem);
   bf16* const Qs = smem;
@@ -473,6 +495,10 @@ __global__ void __launch_bounds__(kThreads)
 
   const float one[2] = {1.0f, 1.0f};
   stage_rows<HD>(Qs, acc, warp * 16, one);  // each warp read only its own rows of Q
+  if (rn.q.x != nullptr) {
+    __syncwarp();
+    rope_norm_rows<HD>(Qs, warp * 16, rn.q, rn, b, t0, T, H, h);
+  }
   __syncthreads();
   store_rows<HD, kFwdRows>(dq, Qs, b, t0, T, H, h);
 }
@@ -485,7 +511,7 @@ __global__ void __launch_bounds__(kThreads)
                         const bf16* __restrict__ v, const bf16* __restrict__ dout,
                         const float* __restrict__ lse, const float* __restrict__ D,
                         bf16* __restrict__ dk, bf16* __restrict__ dv, int64_t T, int H, int Hkv,
-                        int64_t W, float scale, float scale_log2) {
+                        int64_t W, float scale, float scale_log2, RopeNormGrad rn) {
   constexpr int kN = HD / 8, kK = HD / 16, kS = kKvRows / 8;
   VT_ATTN_SMEM(smem);
   bf16* const Ks = smem;
@@ -622,6 +648,10 @@ __global__ void __launch_bounds__(kThreads)
   const float one[2] = {1.0f, 1.0f};
   stage_rows<HD>(Ks, dk_acc, warp * 16, one);
   stage_rows<HD>(Vs, dv_acc, warp * 16, one);
+  if (rn.k.x != nullptr) {
+    __syncwarp();
+    rope_norm_rows<HD>(Ks, warp * 16, rn.k, rn, b, s0, T, Hkv, kvh);
+  }
   __syncthreads();
   store_rows<HD, kKvKeys>(dk, Ks, b, s0, T, Hkv, kvh);
   store_rows<HD, kKvKeys>(dv, Vs, b, s0, T, Hkv, kvh);
@@ -669,7 +699,7 @@ void forward_hd(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* l
 template <int HD>
 void backward_hd(const bf16* q, const bf16* k, const bf16* v, const bf16* out, const float* lse,
                  const bf16* dout, bf16* dq, bf16* dk, bf16* dv, const AttnShape& s, float scale,
-                 float* D, cudaStream_t stream) {
+                 float* D, const RopeNormGrad& rn, cudaStream_t stream) {
   const int64_t W = std::min(s.window, s.T);
   const int H = int(s.H), Hkv = int(s.Hkv);
   const int64_t rows = s.B * s.T * s.H;
@@ -682,14 +712,14 @@ void backward_hd(const bf16* q, const bf16* k, const bf16* v, const bf16* out, c
                    "tensor-core attention backward (dQ)");
   const dim3 gq(unsigned((s.T + kFwdRows - 1) / kFwdRows), unsigned(H), unsigned(s.B));
   VT_LAUNCH(attn_tc_dq_kernel<HD>, gq, kThreads, dq_smem<HD>(), stream, q, k, v, dout, lse, D, dq,
-            s.T, H, Hkv, W, scale, scale * kLog2e);
+            s.T, H, Hkv, W, scale, scale * kLog2e, rn);
   VT_CUDA_CHECK(cudaGetLastError());
 
   set_dynamic_smem(reinterpret_cast<const void*>(attn_tc_dkdv_kernel<HD>), dkdv_smem<HD>(),
                    "tensor-core attention backward (dK, dV)");
   const dim3 gkv(unsigned((s.T + kKvKeys - 1) / kKvKeys), unsigned(Hkv), unsigned(s.B));
   VT_LAUNCH(attn_tc_dkdv_kernel<HD>, gkv, kThreads, dkdv_smem<HD>(), stream, q, k, v, dout, lse,
-            D, dk, dv, s.T, H, Hkv, W, scale, scale * kLog2e);
+            D, dk, dv, s.T, H, Hkv, W, scale, scale * kLog2e, rn);
   VT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -716,14 +746,19 @@ void attention_tc_forward(const bf16* q, const bf16* k, const bf16* v, bf16* out
 void attention_tc_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* out,
                            const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv,
                            const AttnShape& s, float scale, void* workspace,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, const RopeNormGrad& rn) {
   check_args(s, {q, k, v, out, dout, dq, dk, dv});
+  VT_CUDA_REQUIRE((rn.q.x == nullptr) == (rn.k.x == nullptr) &&
+                      (rn.q.x == nullptr || (rn.q.rstd != nullptr && rn.k.rstd != nullptr &&
+                                             rn.table != nullptr && rn.pos_offset >= 0)),
+                  "attention backward: the RoPE + QK-norm epilogue needs q and k, both rstd and "
+                  "the rope table");
   VT_CUDA_REQUIRE(workspace != nullptr, "attention backward needs a workspace");
   float* D = static_cast<float*>(workspace);
   switch (s.hd) {
-    case 32: backward_hd<32>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, stream); break;
-    case 64: backward_hd<64>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, stream); break;
-    default: backward_hd<128>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, stream); break;
+    case 32: backward_hd<32>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, rn, stream); break;
+    case 64: backward_hd<64>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, rn, stream); break;
+    default: backward_hd<128>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, rn, stream); break;
   }
 }
 

@@ -20,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/attention.cuh"  // AttnShape
 
@@ -35,11 +36,27 @@ void attention_tc_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const 
 // Bytes of workspace attention_tc_backward needs (D = rowsum(dO * O), fp32, (B,H,T)).
 size_t attention_tc_backward_workspace_bytes(const AttnShape& s);
 
-// Writes dq (B,T,H,hd), dk, dv (B,T,Hkv,hd) (=, not +=) given dout and the saved out/lse.
+// The RoPE + QK-norm that made the attention's q and k (kernels/rope.cuh rope_rmsnorm_forward),
+// folded into the backward as the epilogue of the dQ and dK kernels (issue 29): with it, dq and dk
+// are the gradients of the pre-RoPE q and k, bit for bit what rope_rmsnorm_backward would make of
+// the plain dq and dk, without writing and reading those. Off when q.x is null.
+struct RopeNormGrad {
+  struct Side {
+    const __nv_bfloat16* x = nullptr;  // the saved pre-RoPE q (B,T,H,hd) or k (B,T,Hkv,hd)
+    const float* rstd = nullptr;       // its rstd per head vector, (B,T,heads)
+  };
+  Side q, k;
+  const float2* table = nullptr;  // rope_table of this head dim and base, covering T + pos_offset
+  int64_t pos_offset = 0;
+  float scale = 1.0f;  // the QK-norm's scale
+};
+
+// Writes dq (B,T,H,hd), dk, dv (B,T,Hkv,hd) (=, not +=) given dout and the saved out/lse; with
+// rn, dq and dk are those of the pre-RoPE q and k (RopeNormGrad).
 void attention_tc_backward(const __nv_bfloat16* q, const __nv_bfloat16* k,
                            const __nv_bfloat16* v, const __nv_bfloat16* out, const float* lse,
                            const __nv_bfloat16* dout, __nv_bfloat16* dq, __nv_bfloat16* dk,
                            __nv_bfloat16* dv, const AttnShape& s, float scale, void* workspace,
-                           cudaStream_t stream);
+                           cudaStream_t stream, const RopeNormGrad& rn = {});
 
 }  // namespace vt::cuda

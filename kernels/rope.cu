@@ -9,6 +9,7 @@
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/rope_row.cuh"
 
 namespace vt::cuda {
 namespace {
@@ -100,40 +101,14 @@ __global__ void rope_rmsnorm_backward_kernel(const T* x, const float* rstd, cons
                                              int64_t items, int64_t T_len, int64_t heads,
                                              int64_t half, const float2* __restrict__ table,
                                              int64_t pos_offset, float scale) {
-  const int lane = threadIdx.x & 31;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kFusedWarps + (threadIdx.x >> 5);
   if (item >= items) return;
   const int64_t t = (item / heads) % T_len;
-  const float2* cs = table + (t + pos_offset) * half;
   const int64_t o = item * 2 * half;
-  float xa[kPer], xb[kPer], ga[kPer], gb[kPer];
-  float dot = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int64_t j = lane + 32 * i;
-    xa[i] = xb[i] = ga[i] = gb[i] = 0.0f;
-    if (j < half) {
-      const float2 c = cs[j];
-      const float da = to_f32(dy[o + j]), db = to_f32(dy[o + j + half]);
-      xa[i] = to_f32(x[o + j]);
-      xb[i] = to_f32(x[o + j + half]);
-      ga[i] = da * c.x + db * c.y;  // g = R^T dy
-      gb[i] = db * c.x - da * c.y;
-      dot += ga[i] * xa[i] + gb[i] * xb[i];
-    }
-  }
-  dot = warp_sum(dot);
-  const float rs = rstd[item];
-  const float A = scale * rs;
-  const float Bc = rs * rs * dot / static_cast<float>(2 * half);
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int64_t j = lane + 32 * i;
-    if (j < half) {
-      dx[o + j] = from_f32<T>(A * (ga[i] - xa[i] * Bc));
-      dx[o + j + half] = from_f32<T>(A * (gb[i] - xb[i] * Bc));
-    }
-  }
+  detail::rope_rmsnorm_backward_row<kPer>(
+      x + o, rstd[item], table + (t + pos_offset) * half, half, scale,
+      [&](int64_t j) { return to_f32(dy[o + j]); },
+      [&](int64_t j, float v) { dx[o + j] = from_f32<T>(v); });
 }
 
 // Pairs per lane for a head dim: 1, 2, 4 or 8 (hd <= 64, 128, 256, 512).

@@ -75,8 +75,8 @@ OP_TO_ROWS: dict[str, tuple[str, ...]] = {
     "rmsnorm": ("rmsnorm forward (x)",),
     "rmsnorm_backward": ("rmsnorm backward (x)",),
     "add_rmsnorm": ("residual add + rmsnorm forward (fused)",),
-    "rope_rmsnorm": ("rope + QK-norm forward + backward (fused)",),
-    "rope_rmsnorm_backward": ("rope + QK-norm forward + backward (fused)",),
+    "rope_rmsnorm": ("rope + QK-norm (fused)",),
+    "rope_rmsnorm_backward": ("rope + QK-norm (fused)",),  # its own kernel off tensor cores
     "relu2": ("relu^2 forward + backward",),
     "relu2_backward": ("relu^2 forward + backward",),
     "relu": ("relu^2 forward + backward",),  # --mlp-act relu: the same place in the step

@@ -230,14 +230,23 @@ Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
   if (lps.beta >= 0) mg.dbeta = m_.G(lps.beta);
   if (lps.gamma >= 0) mg.dgamma = m_.G(lps.gamma);
   if (ex.mix.lam != 0.0f && !cfg.detach_v1) mg.dv1 = act(a.v.shape());
-  ops::attention_backward(a.qn, a.kn, a.v, a.y, a.lse, dy, dqn, dkn, dv, cfg.layer_window(layer_),
-                          static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), ex, mg);
-  if (mg.dv1.defined()) value_ops::accumulate(bundle_->values[0], mg.dv1, 1.0f);
-  // Back through QK-norm and RoPE (one fused pass under QK-norm), in place: dq, dk.
+  // Under QK-norm the attention's backward goes on through the QK-norm and RoPE (on the GPU in
+  // the epilogue of its dQ and dK kernels): dq, dk of the pre-RoPE q, k.
+  ops::AttnQkNormGrad qk;
   if (cfg.use_qk_norm()) {
-    ops::rope_rmsnorm_backward(a.q, a.rstd_q, dqn, dqn, cfg.rope_base, cfg.qk_norm_scale);
-    ops::rope_rmsnorm_backward(a.k, a.rstd_k, dkn, dkn, cfg.rope_base, cfg.qk_norm_scale);
-  } else {
+    qk.q = a.q;
+    qk.rstd_q = a.rstd_q;
+    qk.k = a.k;
+    qk.rstd_k = a.rstd_k;
+    qk.base = cfg.rope_base;
+    qk.scale = cfg.qk_norm_scale;
+  }
+  ops::attention_backward(a.qn, a.kn, a.v, a.y, a.lse, dy, dqn, dkn, dv, cfg.layer_window(layer_),
+                          static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), ex, mg,
+                          qk);
+  if (mg.dv1.defined()) value_ops::accumulate(bundle_->values[0], mg.dv1, 1.0f);
+  // Without QK-norm, back through RoPE, in place: dq, dk.
+  if (!cfg.use_qk_norm()) {
     ops::rope_backward(dqn, dqn, cfg.rope_base);
     ops::rope_backward(dkn, dkn, cfg.rope_base);
   }

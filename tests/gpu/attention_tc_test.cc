@@ -32,6 +32,7 @@
 #include "gpu_test_util.h"
 #include "kernels/attention.cuh"
 #include "kernels/attention_tc.cuh"
+#include "kernels/rope.cuh"
 
 namespace {
 
@@ -331,6 +332,70 @@ TEST(GpuAttentionTc, NonFiniteInputsReachTheOutputs) {
       EXPECT_FALSE(std::isnan(o.dk[size_t(key * s.hd)])) << "dk key " << key;
       EXPECT_FALSE(std::isnan(o.dv[size_t(key * s.hd)])) << "dv key " << key;
     }
+  }
+}
+
+// The RoPE + QK-norm epilogue of the dQ and dK kernels (RopeNormGrad, issue 29) gives the bits of
+// the unfused pair it replaces: the plain backward, then rope_rmsnorm_backward_kernel on dq and
+// dk (both bf16, both from the same staged bf16 gradient, the same per-row function). dv is the
+// plain backward's. Head dims 32/64/128, GQA and MQA, T not a tile multiple, a position offset.
+TEST(GpuAttentionTc, RopeNormEpilogueIsTheUnfusedPair) {
+  VT_SKIP_WITHOUT_CUDA();
+  struct C {
+    AttnShape s;
+    int64_t offset;
+  };
+  const std::vector<C> cases = {{mk(2, 100, 4, 2, 32, 100), 0},
+                                {mk(1, 77, 2, 2, 128, 33), 0},
+                                {mk(1, 150, 4, 1, 64, 70), 3},
+                                {mk(1, 140, 4, 2, 128, 1000), 0}};
+  uint32_t seed = 500;
+  for (const C& c : cases) {
+    const AttnShape& s = c.s;
+    SCOPED_TRACE(testing::Message() << "T=" << s.T << " H=" << s.H << "/" << s.Hkv
+                                    << " hd=" << s.hd << " offset=" << c.offset);
+    const size_t nq = size_t(s.B * s.T * s.H * s.hd), nk = size_t(s.B * s.T * s.Hkv * s.hd);
+    const float scale = 1.0f / std::sqrt(float(s.hd)), qk_scale = 1.3f;
+    const auto h = [](const std::vector<float>& x) { return vt::gputest::to_nv_bf16(x); };
+    DeviceBuffer<bf> xq(h(random_bf16(nq, seed, 1.5f))), xk(h(random_bf16(nk, seed + 1, 0.7f)));
+    DeviceBuffer<bf> v(h(random_bf16(nk, seed + 2, 1.0f))), dout(h(random_bf16(nq, seed + 3, 1.0f)));
+    seed += 10;
+    DeviceBuffer<bf> q(nq), k(nk), out(nq);
+    DeviceBuffer<float> rq(size_t(s.B * s.T * s.H)), rk(size_t(s.B * s.T * s.Hkv));
+    DeviceBuffer<float> lse(size_t(s.B * s.H * s.T));
+    DeviceBuffer<float2> table(size_t((s.T + c.offset) * s.hd / 2));
+    DeviceBuffer<char> ws(vt::cuda::attention_tc_backward_workspace_bytes(s));
+    vt::cuda::rope_table(table.p, s.T + c.offset, s.hd, 10000.0, nullptr);
+    vt::cuda::rope_rmsnorm_forward(xq.p, q.p, rq.p, s.B, s.T, s.H, s.hd, table.p, c.offset,
+                                   qk_scale, 1e-6f, nullptr);
+    vt::cuda::rope_rmsnorm_forward(xk.p, k.p, rk.p, s.B, s.T, s.Hkv, s.hd, table.p, c.offset,
+                                   qk_scale, 1e-6f, nullptr);
+    vt::cuda::attention_tc_forward(q.p, k.p, v.p, out.p, lse.p, s, scale, nullptr);
+    // Unfused: dq, dk of the normalized, rotated q, k, then back through the QK-norm and RoPE.
+    DeviceBuffer<bf> dq(nq), dk(nk), dv(nk);
+    vt::cuda::attention_tc_backward(q.p, k.p, v.p, out.p, lse.p, dout.p, dq.p, dk.p, dv.p, s,
+                                    scale, ws.p, nullptr);
+    const std::vector<float> plain_dq = to_f32(dq.get());
+    vt::cuda::rope_rmsnorm_backward(xq.p, rq.p, dq.p, dq.p, s.B, s.T, s.H, s.hd, table.p,
+                                    c.offset, qk_scale, nullptr);
+    vt::cuda::rope_rmsnorm_backward(xk.p, rk.p, dk.p, dk.p, s.B, s.T, s.Hkv, s.hd, table.p,
+                                    c.offset, qk_scale, nullptr);
+    // Fused.
+    DeviceBuffer<bf> fdq(nq), fdk(nk), fdv(nk);
+    vt::cuda::RopeNormGrad rn;
+    rn.q = {xq.p, rq.p};
+    rn.k = {xk.p, rk.p};
+    rn.table = table.p;
+    rn.pos_offset = c.offset;
+    rn.scale = qk_scale;
+    vt::cuda::attention_tc_backward(q.p, k.p, v.p, out.p, lse.p, dout.p, fdq.p, fdk.p, fdv.p, s,
+                                    scale, ws.p, nullptr, rn);
+    VT_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> want_dq = to_f32(dq.get()), got_dq = to_f32(fdq.get());
+    EXPECT_EQ(got_dq, want_dq);
+    EXPECT_EQ(to_f32(fdk.get()), to_f32(dk.get()));
+    EXPECT_EQ(to_f32(fdv.get()), to_f32(dv.get()));
+    EXPECT_NE(got_dq, plain_dq);  // the epilogue ran
   }
 }
 

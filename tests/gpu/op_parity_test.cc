@@ -477,6 +477,55 @@ void AttentionMatchesCpu() {
   }
 }
 
+// The attention backward that goes on through the RoPE + QK-norm in front of it
+// (ops::AttnQkNormGrad; on bf16 tensor-core shapes the dQ/dK kernels' epilogue): against the
+// CPU at AttentionMatchesCpu's backward tolerances, and on the GPU bit for bit the unfused pair
+// (the plain backward, then rope_rmsnorm_backward in place) from the same inputs.
+void AttentionBackwardQkNormMatchesCpu() {
+  struct Shape5 {
+    int64_t B, T, H, Hkv, hd, window;
+  };
+  uint64_t seed = 150;
+  for (DType dt : {kF32, kBF16}) {
+    for (Shape5 s : {Shape5{2, 40, 4, 2, 32, 40}, Shape5{1, 70, 2, 1, 64, 16}}) {
+      SCOPED_TRACE(testing::Message() << name_of(dt) << " T=" << s.T << " W=" << s.window);
+      const Shape qs = {s.B, s.T, s.H, s.hd}, ks = {s.B, s.T, s.Hkv, s.hd};
+      const int64_t nq = s.B * s.T * s.H * s.hd, nk = s.B * s.T * s.Hkv * s.hd;
+      const float scale = 1.0f / std::sqrt(float(s.hd));
+      Pair xq = pair(randn(nq, seed++, 2.0f), qs, dt), xk = pair(randn(nk, seed++), ks, dt);
+      Pair v = pair(randn(nk, seed++), ks, dt), dout = pair(randn(nq, seed++), qs, dt);
+      Pair q = zeros(qs, dt), k = zeros(ks, dt);
+      Pair rq = zeros({s.B * s.T * s.H}), rk = zeros({s.B * s.T * s.Hkv});
+      ops::rope_rmsnorm(xq.c, q.c, rq.c, 10000.0, 1.2f, 1e-6);
+      ops::rope_rmsnorm(xk.c, k.c, rk.c, 10000.0, 1.2f, 1e-6);
+      // Identical inputs on both devices: the CPU's q, k, rstd, out and lse.
+      const Tensor qg = q.c.to(kGPU), kg = k.c.to(kGPU), rqg = rq.c.to(kGPU), rkg = rk.c.to(kGPU);
+      Pair out = zeros(qs, dt), lse = zeros({s.B, s.H, s.T});
+      ops::attention(q.c, k.c, v.c, out.c, lse.c, s.window, scale);
+      const Tensor out_c = out.c.to(kGPU), lse_c = lse.c.to(kGPU);
+      ops::AttnQkNormGrad qc{xq.c, rq.c, xk.c, rk.c, 10000.0, 1.2f};
+      ops::AttnQkNormGrad qgr{xq.g, rqg, xk.g, rkg, 10000.0, 1.2f};
+      Pair dq = zeros(qs, dt), dk = zeros(ks, dt), dv = zeros(ks, dt);
+      ops::attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c, s.window,
+                              scale, {}, {}, qc);
+      ops::attention_backward(qg, kg, v.g, out_c, lse_c, dout.g, dq.g, dk.g, dv.g, s.window,
+                              scale, {}, {}, qgr);
+      const bool bf = dt == kBF16;
+      expect_rel_norm(dq, bf ? 3e-2 : 1e-4, "dq");
+      expect_rel_norm(dk, bf ? 3e-2 : 1e-4, "dk");
+      expect_rel_norm(dv, bf ? 3e-2 : 1e-4, "dv");
+      Tensor udq = Tensor::zeros(qs, dt, kGPU), udk = Tensor::zeros(ks, dt, kGPU);
+      Tensor udv = Tensor::zeros(ks, dt, kGPU);
+      ops::attention_backward(qg, kg, v.g, out_c, lse_c, dout.g, udq, udk, udv, s.window, scale);
+      ops::rope_rmsnorm_backward(xq.g, rqg, udq, udq, 10000.0, 1.2f);
+      ops::rope_rmsnorm_backward(xk.g, rkg, udk, udk, 10000.0, 1.2f);
+      EXPECT_TRUE(same(Pair{dq.g, udq})) << "dq: fused and unfused on the GPU";
+      EXPECT_TRUE(same(Pair{dk.g, udk})) << "dk: fused and unfused on the GPU";
+      EXPECT_TRUE(same(Pair{dv.g, udv})) << "dv";
+    }
+  }
+}
+
 // relu^2 and its derivative are the same fp32 products on both sides: 1e-6.
 void Relu2MatchesCpu() {
   uint64_t seed = 110;
@@ -843,6 +892,7 @@ const OpRow kOps[] = {
     {"rope_rmsnorm", RopeRmsNormMatchesCpu},
     {"rope_rmsnorm_backward", RopeRmsNormBackwardMatchesCpu},
     {"attention", AttentionMatchesCpu},
+    {"attention_backward_qk_norm", AttentionBackwardQkNormMatchesCpu},
     {"relu2", Relu2MatchesCpu},
     {"relu2_odd_length", Relu2OddLengthMatchesCpu},
     {"relu", ReluMatchesCpu},

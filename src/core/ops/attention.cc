@@ -5,11 +5,13 @@
 
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "core/check.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/host_window.h"
+#include "core/ops/rope.h"
 
 #if VTRAIN_HAS_CUDA
 #include "core/cuda_runtime.h"
@@ -65,7 +67,7 @@ void check_extras(const Tensor& q, const Tensor& v, const AttnExtras& ex) {
 // Whether an attention call runs on the tensor-core kernels: every tensor bf16 and 16-byte
 // aligned, a head dim they handle, and not switched to the reference kernels.
 bool use_tensor_core_attention(const CudaRuntime& rt, const cuda::AttnShape& s,
-                               std::initializer_list<const Tensor*> ts) {
+                               const std::vector<const Tensor*>& ts) {
   if (rt.attention_kernels() != CudaAttentionKernels::kTensorCores) return false;
   if (!cuda::attention_tc_supported(s)) return false;
   for (const Tensor* t : ts)
@@ -108,10 +110,28 @@ void forward(const Dispatch& d, const Tensor& q, const Tensor& k, const Tensor& 
                                 scale, host::maybe_f32(bias));
 }
 
+// Back through the RoPE + QK-norm in front of the attention, in place on dq and dk (the unfused
+// half of AttnQkNormGrad, for the paths without the tensor-core epilogue).
+void qk_norm_backward(const AttnQkNormGrad& qk, const Tensor& dq, const Tensor& dk) {
+  if (!qk.active()) return;
+  rope_rmsnorm_backward(qk.q, qk.rstd_q, dq, dq, qk.base, qk.scale);
+  rope_rmsnorm_backward(qk.k, qk.rstd_k, dk, dk, qk.base, qk.scale);
+}
+
+void check_qk_norm_grad(const AttnQkNormGrad& qk, const Tensor& q, const Tensor& k) {
+  if (!qk.active()) return;
+  VT_CHECK_MSG(qk.k.defined() && qk.rstd_q.defined() && qk.rstd_k.defined(),
+               "attention_backward: the QK-norm gradient needs q, k and both rstd");
+  VT_CHECK_MSG(qk.q.shape() == q.shape() && qk.k.shape() == k.shape() &&
+                   qk.q.dtype() == q.dtype() && qk.k.dtype() == k.dtype(),
+               "attention_backward: the pre-RoPE q and k must be shaped and typed as the "
+               "attention's q and k");
+}
+
 void backward(const Dispatch& d, const Tensor& q, const Tensor& k, const Tensor& v,
               const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
               const Tensor& dk, const Tensor& dv, int64_t window, float scale,
-              const Tensor& bias) {
+              const Tensor& bias, const AttnQkNormGrad& qk) {
 #if VTRAIN_HAS_CUDA
   if (CudaRuntime* rt = d.cuda()) {
     using namespace cuda_acts;
@@ -122,11 +142,20 @@ void backward(const Dispatch& d, const Tensor& q, const Tensor& k, const Tensor&
     const float* l = f32_of(lse);
     const float* b = maybe_f32(bias);
     // The workspace is reused by every call: safe because all calls are ordered on the stream.
-    std::lock_guard<std::mutex> lock(rt->scratch_mutex());
-    if (b == nullptr && use_tensor_core_attention(*rt, s, {&q, &k, &v, &out, &dout, &dq, &dk, &dv})) {
+    std::unique_lock<std::mutex> lock(rt->scratch_mutex());
+    std::vector<const Tensor*> tc_tensors = {&q, &k, &v, &out, &dout, &dq, &dk, &dv};
+    if (qk.active()) tc_tensors.insert(tc_tensors.end(), {&qk.q, &qk.k});
+    if (b == nullptr && use_tensor_core_attention(*rt, s, tc_tensors)) {
+      cuda::RopeNormGrad rn;
+      if (qk.active()) {
+        rn.q = {bf16p(qk.q), f32_of(qk.rstd_q)};
+        rn.k = {bf16p(qk.k), f32_of(qk.rstd_k)};
+        rn.table = rt->rope_table(s.hd, qk.base, s.T);
+        rn.scale = qk.scale;
+      }
       void* ws = rt->attention_workspace(cuda::attention_tc_backward_workspace_bytes(s));
       cuda::attention_tc_backward(bf16p(q), bf16p(k), bf16p(v), bf16p(out), l, bf16p(dout),
-                                  bf16p(dq), bf16p(dk), bf16p(dv), s, scale, ws, st);
+                                  bf16p(dq), bf16p(dk), bf16p(dv), s, scale, ws, st, rn);
       return;
     }
     void* ws = rt->attention_workspace(cuda::attention_backward_workspace_bytes(s));
@@ -137,13 +166,18 @@ void backward(const Dispatch& d, const Tensor& q, const Tensor& k, const Tensor&
         },
         in(q), in(k), in(v), in(out), in(dout), Act{dq, false, true}, Act{dk, false, true},
         Act{dv, false, true});
+    lock.unlock();
+    qk_norm_backward(qk, dq, dk);
     return;
   }
 #endif
-  host::In qp(q), kp(k), vp(v), op(out), dop(dout);
-  host::Out dqp(dq), dkp(dk), dvp(dv);
-  cpu::attention_backward<float>(qp, kp, vp, op, host::f32_of(lse), dop, dqp, dkp, dvp,
-                                 attention_shape(q, k, window), scale, host::maybe_f32(bias));
+  {
+    host::In qp(q), kp(k), vp(v), op(out), dop(dout);
+    host::Out dqp(dq), dkp(dk), dvp(dv);
+    cpu::attention_backward<float>(qp, kp, vp, op, host::f32_of(lse), dop, dqp, dkp, dvp,
+                                   attention_shape(q, k, window), scale, host::maybe_f32(bias));
+  }  // the host views write back here, before the QK-norm's backward reads dq and dk
+  qk_norm_backward(qk, dq, dk);
 }
 
 // out (B,T,H,hd) = the mix of softmax attention's output `soft` with v (B,T,Hkv,hd).
@@ -296,13 +330,14 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, int64_t window, float scale, const AttnExtras& ex,
-                        const AttnMixGrads& g) {
+                        const AttnMixGrads& g, const AttnQkNormGrad& qk) {
   check_attn(q, k, v, lse);
   VT_CHECK(dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel());
   check_extras(q, v, ex);
+  check_qk_norm_grad(qk, q, k);
   if (!ex.mix.active()) {
     backward(on("attention_backward", {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv}), q, k, v,
-             out, lse, dout, dq, dk, dv, window, scale, ex.bias);
+             out, lse, dout, dq, dk, dv, window, scale, ex.bias, qk);
     return;
   }
   auto d = on("attention_backward", {&q, &k, &v, &ex.soft, &lse, &dout, &dq, &dk, &dv});
@@ -313,14 +348,14 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   Tensor dcentre;
   if (z.centre.defined()) dcentre = Tensor::zeros(v.shape(), v.dtype(), v.device());
   mix_backward(d, dout, ex.soft, v, ex.mix, z.centre, window, dsoft, dv_mix, dcentre, g);
-  backward(d, q, k, v, ex.soft, lse, dsoft, dq, dk, dv, window, scale, ex.bias);
+  backward(d, q, k, v, ex.soft, lse, dsoft, dq, dk, dv, window, scale, ex.bias, qk);
   if (z.centre.defined()) {
     // Through the zero-query attention: its dk is 0 (the scores do not depend on k when q = 0)
     // and its dq has no path to a parameter; only dv is kept.
     Tensor dq0 = Tensor::zeros(v.shape(), v.dtype(), v.device());
     Tensor dk0 = Tensor::zeros(k.shape(), k.dtype(), k.device());
     Tensor dv0 = Tensor::zeros(v.shape(), v.dtype(), v.device());
-    backward(d, z.q0, k, v, z.centre, z.lse0, dcentre, dq0, dk0, dv0, window, scale, ex.bias);
+    backward(d, z.q0, k, v, z.centre, z.lse0, dcentre, dq0, dk0, dv0, window, scale, ex.bias, {});
     axpy_on(d.backend(), dv_mix, dv0, 1.0f);
   }
   axpy_on(d.backend(), dv, dv_mix, 1.0f);

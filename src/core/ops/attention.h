@@ -54,11 +54,24 @@ struct AttnExtras {
 // q (B,T,H,hd), k/v (B,T,Hkv,hd), out (B,T,H,hd), lse (B,H,T) f32.
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                const Tensor& lse, int64_t window, float scale, const AttnExtras& ex = {});
-// dq, dk, dv written; with an active mix, g receives the mix's gradients (AttnMixGrads).
+// The RoPE + QK-norm in front of the attention (ops::rope_rmsnorm of the saved pre-RoPE q and k,
+// positions from 0), for a backward that returns the gradients of those pre-RoPE tensors (issue
+// 29): on the tensor-core path the dQ and dK kernels end with it (kernels/attention_tc.cuh
+// RopeNormGrad: the rotated, normalized gradients never go through memory); elsewhere
+// rope_rmsnorm_backward runs after the attention's backward. The same bits either way.
+struct AttnQkNormGrad {
+  Tensor q, rstd_q;  // pre-RoPE q (B,T,H,hd) and its rstd (B*T*H) f32
+  Tensor k, rstd_k;  // pre-RoPE k (B,T,Hkv,hd) and its rstd (B*T*Hkv) f32
+  double base = 10000.0;
+  float scale = 1.0f;
+  bool active() const { return q.defined(); }
+};
+// dq, dk, dv written; with an active mix, g receives the mix's gradients (AttnMixGrads); with an
+// active qk, dq and dk are those of qk's pre-RoPE q and k (AttnQkNormGrad).
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, int64_t window, float scale, const AttnExtras& ex = {},
-                        const AttnMixGrads& g = {});
+                        const AttnMixGrads& g = {}, const AttnQkNormGrad& qk = {});
 
 }  // namespace ops
 }  // namespace vt
