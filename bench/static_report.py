@@ -184,10 +184,11 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
             fl = tc_attention(T, W, hd, H, Hkv, B)
             add("attention forward", f"attn_tc_fwd_kernel<{hd}>", fl["fwd"],
                 2 * q_bytes + 2 * kv_bytes + stat, True, 1, 128, smem_tc["fwd"])
-            add("attention backward D", f"attn_tc_bwd_d_kernel<{hd}>", 2.0 * N * qd,
-                2 * q_bytes + stat, False, 1, 256)
-            add("attention backward dQ", f"attn_tc_dq_kernel<{hd}>", fl["dq"] + 9 * N * qd,
-                3 * q_bytes + 2 * kv_bytes + 2 * stat + qk_epi_q, True, 1, 128, smem_tc["dq"])
+            # D = rowsum(dO * O) is computed by the dQ kernel from its dO tile (reading O once
+            # more, writing D where it read it): no kernel of its own.
+            add("attention backward dQ", f"attn_tc_dq_kernel<{hd}>",
+                fl["dq"] + 9 * N * qd + 2.0 * N * qd,
+                4 * q_bytes + 2 * kv_bytes + 2 * stat + qk_epi_q, True, 1, 128, smem_tc["dq"])
             add("attention backward dK dV", f"attn_tc_dkdv_kernel<{hd}>", fl["dkdv"] + 9 * N * kvd,
                 2 * q_bytes + 4 * kv_bytes + 2 * stat + qk_epi_k, True, 1, 128, smem_tc["dkdv"])
 

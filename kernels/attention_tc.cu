@@ -1,4 +1,4 @@
-// Flash attention on tensor cores: forward, D = rowsum(dO * O), dQ, dK/dV (attention_tc.cuh).
+// Flash attention on tensor cores: forward, dQ (and D = rowsum(dO * O)), dK/dV (.cuh).
 //
 // All products are warp-level mma.sync m16n8k16 (bf16 in, fp32 accumulate) on operands read from
 // shared memory with ldmatrix (kernels/mma.cuh); tiles move global -> shared with cp.async,
@@ -18,8 +18,9 @@
 // sees each output element with its row, column, 1/l and the row's final max.
 //
 // Backward recomputes P = exp2(S log2e scale - lse log2e):
-//   dS = P (dP - D) scale with dP = dO V^T, D = rowsum(dO * O) (a small kernel first);
-//   dQ = dS K (kernel 1: block = 64 queries of one head, loops over their visible key tiles);
+//   dS = P (dP - D) scale with dP = dO V^T, D = rowsum(dO * O);
+//   dQ = dS K (kernel 1: block = 64 queries of one head, loops over their visible key tiles;
+//   it computes D of its rows first, from its dO tile, and writes it for kernel 2);
 //   dV = P^T dO, dK = dS^T Q (kernel 2: block = 64 keys of one KV head, each warp 16 keys, loops
 //   over the query heads of the group and the 32-query tiles that see the keys).
 // S and dP are computed twice (once per kernel), the price of writing every gradient once,
@@ -355,29 +356,38 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
-// D[b,h,t] = sum_c dO[b,t,h,c] * O[b,t,h,c]: HD/8 threads per row, 16 bytes each.
-template <int HD>
-__global__ void attn_tc_bwd_d_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout,
-                                     float* __restrict__ D, int64_t rows, int64_t T, int H) {
+// D[b,h,t] = sum_c dO[b,t,h,c] * O[b,t,h,c] for the dQ block's ROWS rows (issue 29: computed
+// by the dQ kernel from its staged dO tile instead of by a kernel of its own that read dO again):
+// HD/8 consecutive threads per row, 8 elements (16 bytes of O) each, fma in element order, then
+// a shuffle sum over the row's threads. Written to D_s (0 past T) and to D (B,H,T), which the
+// dK/dV kernel, launched after, reads.
+template <int HD, int ROWS>
+__device__ __forceinline__ void rows_d(float* D_s, float* __restrict__ D, const bf16* dOs,
+                                       const bf16* __restrict__ out, int64_t b, int64_t row0,
+                                       int64_t T, int H, int h) {
   constexpr int kPer = HD / 8;  // threads per row (a power of 2 dividing 32)
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t r = idx / kPer;
-  const int part = int(idx % kPer);
-  float acc = 0.0f;
-  if (r < rows) {
-    const uint4 ov = *reinterpret_cast<const uint4*>(out + r * HD + part * 8);
-    const uint4 dv = *reinterpret_cast<const uint4*>(dout + r * HD + part * 8);
-    bf16 o8[8], d8[8];
-    __builtin_memcpy(static_cast<void*>(o8), &ov, sizeof(ov));
-    __builtin_memcpy(static_cast<void*>(d8), &dv, sizeof(dv));
+  static_assert((ROWS * kPer) % kThreads == 0, "every thread takes part in every shuffle");
+  for (int i = threadIdx.x; i < ROWS * kPer; i += kThreads) {
+    const int r = i / kPer, part = i % kPer;
+    const int64_t t = row0 + r;
+    float acc = 0.0f;
+    if (t < T) {
+      const uint4 ov = *reinterpret_cast<const uint4*>(out + ((b * T + t) * H + h) * HD + part * 8);
+      const uint4 dv =
+          *reinterpret_cast<const uint4*>(dOs + r * HD + (Tile<HD>::chunk(r, part) << 3));
+      bf16 o8[8], d8[8];
+      __builtin_memcpy(static_cast<void*>(o8), &ov, sizeof(ov));
+      __builtin_memcpy(static_cast<void*>(d8), &dv, sizeof(dv));
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc = fmaf(__bfloat162float(o8[e]), __bfloat162float(d8[e]), acc);
-  }
+      for (int e = 0; e < 8; ++e)
+        acc = fmaf(__bfloat162float(o8[e]), __bfloat162float(d8[e]), acc);
+    }
 #pragma unroll
-  for (int off = kPer / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (r < rows && part == 0) {
-    const int64_t bt = r / H, h = r % H, b = bt / T, t = bt % T;
-    D[(b * H + h) * T + t] = acc;
+    for (int off = kPer / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (part == 0) {
+      D_s[r] = acc;
+      if (t < T) D[(b * H + h) * T + t] = acc;
+    }
   }
 }
 
@@ -386,8 +396,9 @@ __global__ void attn_tc_bwd_d_kernel(const bf16* __restrict__ out, const bf16* _
 template <int HD>
 __global__ void __launch_bounds__(kThreads)
     attn_tc_dq_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
-                      const bf16* __restrict__ v, const bf16* __restrict__ dout,
-                      const float* __restrict__ lse, const float* __restrict__ D,
+                      const bf16* __restrict__ v, const bf16* __restrict__ out,
+                      const bf16* __restrict__ dout, const float* __restrict__ lse,
+                      float* __restrict__ D,
                       bf16* __restrict__ dq, int64_t T, int H, int Hkv, int64_t W, float scale,
                       float scale_log2, RopeNormGrad rn) {
   constexpr int kN = HD / 8, kK = HD / 16, kS = kFwdKeys / 8;
@@ -410,10 +421,15 @@ __global__ void __launch_bounds__(kThreads)
   load_rows_async<HD, kFwdRows>(Qs, q, b, t0, T, H, h);
   load_rows_async<HD, kFwdRows>(dOs, dout, b, t0, T, H, h);
   load_stats_async<kFwdRows>(lse_s, lse, b, t0, T, H, h);
-  load_stats_async<kFwdRows>(D_s, D, b, t0, T, H, h);
+  tc::cp_async_commit();
   load_rows_async<HD, kFwdKeys>(Ks, k, b, j_begin * kFwdKeys, T, Hkv, kvh);
   load_rows_async<HD, kFwdKeys>(Vs, v, b, j_begin * kFwdKeys, T, Hkv, kvh);
   tc::cp_async_commit();
+  // D of this block's rows from the staged dO while the first key tile loads (the loop's first
+  // __syncthreads orders D_s before its reads).
+  tc::cp_async_wait<1>();
+  __syncthreads();
+  rows_d<HD, kFwdRows>(D_s, D, dOs, out, b, t0, T, H, h);
 
   FragC acc[kN];
 #pragma unroll
@@ -702,17 +718,11 @@ void backward_hd(const bf16* q, const bf16* k, const bf16* v, const bf16* out, c
                  float* D, const RopeNormGrad& rn, cudaStream_t stream) {
   const int64_t W = std::min(s.window, s.T);
   const int H = int(s.H), Hkv = int(s.Hkv);
-  const int64_t rows = s.B * s.T * s.H;
-  const int64_t threads = rows * (HD / 8);
-  VT_LAUNCH(attn_tc_bwd_d_kernel<HD>, unsigned((threads + 255) / 256), 256, 0, stream, out, dout,
-            D, rows, s.T, H);
-  VT_CUDA_CHECK(cudaGetLastError());
-
   set_dynamic_smem(reinterpret_cast<const void*>(attn_tc_dq_kernel<HD>), dq_smem<HD>(),
                    "tensor-core attention backward (dQ)");
   const dim3 gq(unsigned((s.T + kFwdRows - 1) / kFwdRows), unsigned(H), unsigned(s.B));
-  VT_LAUNCH(attn_tc_dq_kernel<HD>, gq, kThreads, dq_smem<HD>(), stream, q, k, v, dout, lse, D, dq,
-            s.T, H, Hkv, W, scale, scale * kLog2e, rn);
+  VT_LAUNCH(attn_tc_dq_kernel<HD>, gq, kThreads, dq_smem<HD>(), stream, q, k, v, out, dout, lse,
+            D, dq, s.T, H, Hkv, W, scale, scale * kLog2e, rn);
   VT_CUDA_CHECK(cudaGetLastError());
 
   set_dynamic_smem(reinterpret_cast<const void*>(attn_tc_dkdv_kernel<HD>), dkdv_smem<HD>(),
