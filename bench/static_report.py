@@ -195,14 +195,16 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
     # Memory-bound kernels of the blocks (bf16 activations; rstd and statistics fp32).
     e = BF16
     # The prenorm block's attention residual add and the MLP's norm are one kernel
-    # (ops::add_rmsnorm): x and the attention output read once; x, the norm's saved copy of x
-    # and n written once (before: axpy 3 passes, the copy 2, rmsnorm 2). So are the MLP residual
-    # add that ends a block and the input copy and norm that start the next (the add is carried
-    # across the boundary, GPT::blocks_forward): L - 1 more calls on one stage, whose first
-    # block's input norm and copy and last block's add stay unfused (the embedding and the head
-    # read the stream there).
+    # (ops::add_rmsnorm): x and the attention output read once; the sum and n written once (before:
+    # axpy 3 passes, the copy 2, rmsnorm 2). So are the MLP residual add that ends a block and the
+    # input copy and norm that start the next (the add is carried across the boundary,
+    # GPT::blocks_forward): L - 1 more calls on one stage, whose first block's input norm and copy
+    # and last block's add stay unfused (the embedding and the head read the stream there). The
+    # sum goes into the sub-layer output's buffer, which becomes the stream and the norm's saved
+    # input (TrainKit::add_norm, carry_in; prenorm never writes its stream in place): no copy of
+    # x, 4 passes (5 with the copy, which shapes that write the stream in place still make).
     add("residual add + rmsnorm forward (fused)", "add_rmsnorm_forward_kernel<bf16>",
-        (2 * L - 1) * 4 * N * C, (2 * L - 1) * (e * 5 * N * C + F32 * N), calls=2 * L - 1)
+        (2 * L - 1) * 4 * N * C, (2 * L - 1) * (e * 4 * N * C + F32 * N), calls=2 * L - 1)
     add("rmsnorm forward (x)", "rmsnorm_forward_kernel<bf16>", 3 * N * C,
         e * 2 * N * C + F32 * N, calls=1)
     # Backward of the block's two x norms, each adding into the stream's gradient (accumulate):

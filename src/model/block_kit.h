@@ -30,14 +30,19 @@ class BlockKit {
   virtual void scale(const Tensor& y, int gain) const = 0;
   // A copy of x.
   virtual Tensor clone(const Tensor& x) const = 0;
-  // The residual add and the norm that reads the stream next: x += delta, then the norm of the
-  // new x as norm(clone(x), s) returns it (s keeps its own copy of the input, so x may change
-  // afterwards). One fused op (ops::add_rmsnorm) when s.on, the add and a copy otherwise.
-  virtual Tensor add_norm(const Tensor& x, const Tensor& delta, NormActs& s) const = 0;
-  // The block's last residual add, x += delta: the last op of a forward on x. Training may leave
-  // it to the next block, whose input copy and first norm then do it in one fused op
-  // (ops::add_rmsnorm; GPT::blocks_forward says when); decoding adds.
-  virtual void residual_add(const Tensor& x, const Tensor& delta) const = 0;
+  // The residual add and the norm that reads the stream next: x + delta, then its norm as
+  // norm(clone(x + delta), s) returns it. delta is consumed (a sub-layer's fresh output, read by
+  // nothing else). Training makes the sum in delta's buffer and makes x that buffer, which is
+  // also the norm's saved input: no copy, the old x untouched, and x must not be written in place
+  // afterwards (residual_add and add_norm may follow). One fused op (ops::add_rmsnorm) when
+  // s.on, the add and a copy otherwise; decoding adds into x.
+  virtual Tensor add_norm(Tensor& x, const Tensor& delta, NormActs& s) const = 0;
+  // The block's last residual add, x + delta (delta consumed, as in add_norm): the last op of a
+  // forward on x. Training makes the sum in delta's buffer and makes x that buffer (so a saved
+  // x is never written), or leaves the add to the next block, whose input copy and first norm
+  // then do it in one fused op (ops::add_rmsnorm; GPT::blocks_forward says when); decoding adds
+  // into x.
+  virtual void residual_add(Tensor& x, const Tensor& delta) const = 0;
 
   // Backward (training only). norm_backward adds (+=) into dx; attention/mlp backward return
   // d n (N, C) and accumulate their parameters' gradients; gain_grad: d g += sum(dy * y).

@@ -45,6 +45,10 @@ class BlockShape {
   // reads a.x_in nowhere before it): training then may hand it that norm already computed, fused
   // with the previous block's last residual add (BlockKit::residual_add).
   virtual bool opens_with_norm(const ModelConfig&, int /*layer*/) const { return false; }
+  // Whether layer `layer`'s forward writes its stream x in place (ops on x itself, beyond
+  // BlockKit::add_norm and residual_add, which never do): then the input the previous block's
+  // carried add makes is copied into a.x_in; otherwise a.x_in is the stream buffer itself.
+  virtual bool writes_stream_in_place(const ModelConfig&, int /*layer*/) const { return true; }
   // x (N, C): the block input, replaced by the block output. The caller saved a copy in a.x_in.
   virtual void forward(const BlockKit& k, Tensor& x, BlockActs& a) const = 0;
   // dx: d loss / d block output, replaced by d loss / d block input.

@@ -52,7 +52,7 @@ class DecodeKit final : public BlockKit {
     ops::scale_copy_coef(y, y, d_.model_.store()->param(gain));
   }
   Tensor clone(const Tensor& x) const override { return x.clone(); }
-  Tensor add_norm(const Tensor& x, const Tensor& delta, NormActs& s) const override {
+  Tensor add_norm(Tensor& x, const Tensor& delta, NormActs& s) const override {
     if (!s.on) {
       ops::axpy(x, delta);
       return x.clone();
@@ -62,7 +62,7 @@ class DecodeKit final : public BlockKit {
     return n;
   }
 
-  void residual_add(const Tensor& x, const Tensor& delta) const override { ops::axpy(x, delta); }
+  void residual_add(Tensor& x, const Tensor& delta) const override { ops::axpy(x, delta); }
 
   void norm_backward(const NormActs&, const Tensor&, const Tensor&) const override { no_bwd(); }
   void norm_backward_sum(const NormActs&, const Tensor&, const Tensor&,

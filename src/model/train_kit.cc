@@ -48,33 +48,51 @@ Tensor TrainKit::norm(const Tensor& x, NormActs& s) const {
   return s.n;
 }
 
-Tensor TrainKit::add_norm(const Tensor& x, const Tensor& delta, NormActs& s) const {
+// The stream is never written in place here: each add writes delta's buffer (x + delta equals
+// delta + x bit for bit) and the stream becomes it, so a buffer saved as a norm's input stays as
+// it was (no copy of it is needed), and the add reads and writes what an in-place add would.
+Tensor TrainKit::add_norm(Tensor& x, const Tensor& delta, NormActs& s) const {
+  VT_CHECK(delta.raw() != x.raw() && delta.numel() == x.numel());
   if (!s.on) {  // no norm to fuse with: the add, and the copy the stream's reader keeps
-    ops::axpy(x, delta);
+    ops::axpy(delta, x);
+    x = delta.reshaped(x.shape());
     return norm(x.clone(), s);
   }
   const int64_t N = rows(), C = m_.cfg_.n_embd;
-  s.x = act(x.shape());
   s.n = act({N, C});
   s.rstd = f32({N});
-  ops::add_rmsnorm(x, delta, s.x, s.n, s.rstd, 1.0f, m_.cfg_.norm_eps);
+  ops::add_rmsnorm(delta, x, Tensor(), s.n, s.rstd, 1.0f, m_.cfg_.norm_eps);
+  x = delta.reshaped(x.shape());
+  s.x = x;
   return s.n;
 }
 
-void TrainKit::residual_add(const Tensor& x, const Tensor& delta) const {
+void TrainKit::residual_add(Tensor& x, const Tensor& delta) const {
   if (carry_out_ == nullptr) {
-    ops::axpy(x, delta);
+    VT_CHECK(delta.raw() != x.raw() && delta.numel() == x.numel());
+    ops::axpy(delta, x);
+    x = delta.reshaped(x.shape());
     return;
   }
   VT_CHECK(!carry_out_->defined());
   *carry_out_ = delta;
 }
 
-void TrainKit::carry_in(const Tensor& x, const Tensor& delta, BlockActs& a) const {
-  a.norm1.on = true;
-  add_norm(x, delta, a.norm1);
-  a.x_in = a.norm1.x;  // the norm's saved input is the block input: one copy serves both
-  ready_ = &a.norm1;
+void TrainKit::carry_in(Tensor& x, const Tensor& delta, BlockActs& a) const {
+  VT_CHECK(delta.raw() != x.raw() && delta.numel() == x.numel());
+  NormActs& s = a.norm1;
+  s.on = true;
+  const int64_t N = rows(), C = m_.cfg_.n_embd;
+  s.n = act({N, C});
+  s.rstd = f32({N});
+  // A shape that writes its stream in place needs the block input kept apart from the stream.
+  const bool keep = m_.shape_->writes_stream_in_place(m_.cfg_, layer_);
+  const Tensor kept = keep ? act(x.shape()) : Tensor();
+  ops::add_rmsnorm(delta, x, kept, s.n, s.rstd, 1.0f, m_.cfg_.norm_eps);
+  x = delta.reshaped(x.shape());
+  s.x = keep ? kept : x;
+  a.x_in = s.x;  // the norm's saved input is the block input: one buffer serves both
+  ready_ = &s;
 }
 
 void TrainKit::norm_backward(const NormActs& s, const Tensor& dn, const Tensor& dx) const {

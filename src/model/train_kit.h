@@ -27,11 +27,13 @@ class TrainKit final : public BlockKit {
   Tensor mlp(const Tensor& n, BlockActs& a) const override;
   void scale(const Tensor& y, int gain) const override;
   Tensor clone(const Tensor& x) const override { return x.clone(); }
-  Tensor add_norm(const Tensor& x, const Tensor& delta, NormActs& s) const override;
-  void residual_add(const Tensor& x, const Tensor& delta) const override;
-  // The previous block's last add (delta) with this block's input copy and first norm, one
-  // fused op: x += delta, a.x_in = x, a.norm1 = norm(x); norm(a.x_in, a.norm1) then returns it.
-  void carry_in(const Tensor& x, const Tensor& delta, BlockActs& a) const;
+  Tensor add_norm(Tensor& x, const Tensor& delta, NormActs& s) const override;
+  void residual_add(Tensor& x, const Tensor& delta) const override;
+  // The previous block's last add (delta, consumed) with this block's input copy and first norm,
+  // one fused op: x = x + delta (in delta's buffer), a.x_in = a copy of it (none when the shape
+  // never writes its stream in place: then x itself), a.norm1 = norm(x); norm(a.x_in, a.norm1)
+  // then returns it.
+  void carry_in(Tensor& x, const Tensor& delta, BlockActs& a) const;
   // Whether the norm carry_in made is still unread.
   bool norm_unread() const { return ready_ != nullptr; }
 

@@ -21,6 +21,7 @@ class Prenorm final : public BlockShape {
     block_params::register_mlp(r, layer, lp);
   }
   bool opens_with_norm(const ModelConfig&, int) const override { return true; }
+  bool writes_stream_in_place(const ModelConfig&, int) const override { return false; }
   void forward(const BlockKit& k, Tensor& x, BlockActs& a) const override {
     const Tensor n1 = k.norm(a.x_in, a.norm1);
     // The attention residual add and the MLP's norm in one fused op (ops::add_rmsnorm).
