@@ -299,7 +299,9 @@ def optimizer_rows(c: dict, accum: int, dp: int = 1, momentum_everywhere: bool =
             ns_flops * a, ns_bytes * a, True),
         # momentum: read g, m; write m, u (owned matrices); apply: read p, x; write p (all):
         # serial or one rank: x f32; pipelined: x bf16 as broadcast, after the owner's
-        # f32 -> bf16 cast of its results (read 4, write 2 bytes).
+        # f32 -> bf16 cast of its results (read 4, write 2 bytes). (The apply also writes the
+        # matrix's bf16 compute copy, ops::muon_apply's copy: counted in the copy's row below,
+        # as the cast it replaces was.)
         Row("Muon momentum + apply", "muon_momentum_kernel",
             ((len(mats) if momentum_everywhere else len(mine)) + len(mats)) * a,
             4 * owned_params * a + 2 * block_params * a,
@@ -309,9 +311,13 @@ def optimizer_rows(c: dict, accum: int, dp: int = 1, momentum_everywhere: bool =
         Row("AdamW (embedding, lm_head)", "adamw_kernel", a, 12 * other / dp * a,
             28 * other / dp * a, False),
         # (--grad-sync bf16 adds its casts of the gradients to the wire and back: 12 bytes each.)
+        # The bf16 compute copy: a cast (read 4, write 2) of the weights Muon does not update; the
+        # matrices' copies are written by Muon's applies (2 bytes, no second read of p). The
+        # zeroing of every gradient.
         Row("bf16 copy of the weights, zeroed gradients", "f32_to_bf16_kernel",
             (2 + (2 if bf16_grads else 0)) * a, 0.0,
-            (F32 + BF16 + F32 + (12 if bf16_grads else 0)) * (block_params + other) * a, False),
+            ((F32 + BF16) * other + BF16 * block_params +
+             (F32 + (12 if bf16_grads else 0)) * (block_params + other)) * a, False),
     ]
 
 

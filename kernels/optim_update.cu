@@ -25,13 +25,17 @@ __global__ void muon_momentum_kernel(const float* g, float* buf, float* u, int64
   }
 }
 
+// copy (may be null): the bf16 compute copy of p, written with the new p rounded to nearest
+// even (the cast refresh_compute_copy would make, without reading p again).
 template <class X>
 __global__ void muon_apply_kernel(float* p, const X* x, int64_t n, float decay, float step,
-                                  bool cautious) {
+                                  bool cautious, __nv_bfloat16* copy) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float pi = p[i], xi = detail::to_f32(x[i]);
-    p[i] = (!cautious || xi * pi >= 0.0f ? pi * decay : pi) - step * xi;
+    const float np = (!cautious || xi * pi >= 0.0f ? pi * decay : pi) - step * xi;
+    p[i] = np;
+    if (copy != nullptr) copy[i] = detail::from_f32<__nv_bfloat16>(np);
   }
 }
 
@@ -48,23 +52,23 @@ void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momen
 
 template <class X>
 void launch_muon_apply(float* p, const X* x, int64_t n, double lr, double weight_decay,
-                       double scale, bool cautious, cudaStream_t stream) {
+                       double scale, bool cautious, cudaStream_t stream, __nv_bfloat16* copy) {
   if (n == 0) return;
   const float decay = static_cast<float>(1.0 - lr * weight_decay);
   const float step = static_cast<float>(lr * scale);
   VT_LAUNCH(muon_apply_kernel<X>, grid_for(n, kThreads), kThreads, 0, stream, p, x, n, decay,
-            step, cautious);
+            step, cautious, copy);
   VT_CUDA_CHECK_LAUNCH();
 }
 
 void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
-                bool cautious, cudaStream_t stream) {
-  launch_muon_apply(p, x, n, lr, weight_decay, scale, cautious, stream);
+                bool cautious, cudaStream_t stream, __nv_bfloat16* copy) {
+  launch_muon_apply(p, x, n, lr, weight_decay, scale, cautious, stream, copy);
 }
 
 void muon_apply(float* p, const __nv_bfloat16* x, int64_t n, double lr, double weight_decay,
-                double scale, bool cautious, cudaStream_t stream) {
-  launch_muon_apply(p, x, n, lr, weight_decay, scale, cautious, stream);
+                double scale, bool cautious, cudaStream_t stream, __nv_bfloat16* copy) {
+  launch_muon_apply(p, x, n, lr, weight_decay, scale, cautious, stream, copy);
 }
 
 }  // namespace vt::cuda

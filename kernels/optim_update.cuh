@@ -13,11 +13,12 @@ namespace vt::cuda {
 // buf = m*buf + (1-m)*g; u = (1-m)*g + m*buf (the new buf). u may alias g.
 void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momentum,
                    cudaStream_t stream);
-// p = p*(1 - lr*wd) - lr*scale*x; cautious: the decay only where x*p >= 0.
+// p = p*(1 - lr*wd) - lr*scale*x; cautious: the decay only where x*p >= 0. With `copy`, the new
+// p rounded to bf16 (nearest even) is written there too: the compute copy, in the same pass.
 void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
-                bool cautious, cudaStream_t stream);
+                bool cautious, cudaStream_t stream, __nv_bfloat16* copy = nullptr);
 // The same with x in bf16 (each read as its float).
 void muon_apply(float* p, const __nv_bfloat16* x, int64_t n, double lr, double weight_decay,
-                double scale, bool cautious, cudaStream_t stream);
+                double scale, bool cautious, cudaStream_t stream, __nv_bfloat16* copy = nullptr);
 
 }  // namespace vt::cuda

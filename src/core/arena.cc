@@ -116,6 +116,39 @@ void ParamStore::refresh_compute_copy() {
   ops::copy(compute_copy_.flat(0, total_), params_.flat(0, total_));
 }
 
+void ParamStore::refresh_compute_copy(const std::vector<char>& fresh) {
+  VT_CHECK(finalized_);
+  VT_CHECK(fresh.size() == infos_.size());
+  if (compute_ == DType::kF32 || total_ == 0) return;
+  // Device parameters lie in the arena in registration order, each at its offset: a run of
+  // stale neighbours is one contiguous range (gaps of host-kept or fresh ones end it).
+  int64_t begin = -1, end = -1;
+  auto flush = [&] {
+    if (begin >= 0 && end > begin)
+      ops::copy(compute_copy_.flat(begin, end - begin), params_.flat(begin, end - begin));
+    begin = end = -1;
+  };
+  for (size_t i = 0; i < infos_.size(); ++i) {
+    const ParamInfo& p = infos_[i];
+    if (p.host) continue;
+    if (fresh[i]) {
+      flush();
+      continue;
+    }
+    if (begin >= 0 && p.offset != end) flush();
+    if (begin < 0) begin = p.offset;
+    end = p.offset + p.numel();
+  }
+  flush();
+}
+
+Tensor ParamStore::compute_copy_flat(int i) const {
+  VT_CHECK(finalized_);
+  const ParamInfo& p = infos_.at(i);
+  if (compute_ == DType::kF32 || p.host) return Tensor();
+  return compute_copy_.flat(p.offset, p.numel());
+}
+
 int ParamStore::find(const std::string& name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? -1 : it->second;

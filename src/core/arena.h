@@ -78,8 +78,14 @@ class ParamStore {
   // The weights a GEMM reads: the bf16 copy when the compute dtype is bf16, else param(i).
   Tensor compute_param(int i) const;
   // Re-derives the bf16 compute copy from the master weights (no-op for f32 compute). Call after
-  // init, checkpoint load and every optimizer step.
+  // init, checkpoint load and every optimizer step. `fresh` (one flag per parameter): those
+  // whose copy an optimizer kernel already wrote (ops::muon_apply's copy) are skipped; the rest
+  // are cast in maximal runs of neighbours (one op per run).
   void refresh_compute_copy();
+  void refresh_compute_copy(const std::vector<char>& fresh);
+  // The bf16 compute copy of parameter i, flat (undefined with f32 compute and for parameters
+  // kept in host memory, which have none).
+  Tensor compute_copy_flat(int i) const;
   // A CPU store with the same registration and parameter values and no gradient arena (grad()
   // must not be called on it): checkpoints are written from it and loaded into it.
   ParamStore host_mirror() const;

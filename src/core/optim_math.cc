@@ -48,7 +48,7 @@ inline float as_float(uint16_t x) { return bf16_to_f32(x); }
 
 template <class X>
 void muon_apply_impl(float* p, const X* x, int64_t n, double lr, double weight_decay, double scale,
-                     bool cautious) {
+                     bool cautious, uint16_t* copy) {
   const float decay = static_cast<float>(1.0 - lr * weight_decay);
   const float step = static_cast<float>(lr * scale);
   if (cautious) {
@@ -57,21 +57,25 @@ void muon_apply_impl(float* p, const X* x, int64_t n, double lr, double weight_d
       const float pi = p[i], xi = as_float(x[i]);
       p[i] = (xi * pi >= 0.0f ? pi * decay : pi) - step * xi;
     }
-    return;
-  }
+  } else {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay - step * as_float(x[i]);
+    for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay - step * as_float(x[i]);
+  }
+  if (copy != nullptr) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) copy[i] = f32_to_bf16(p[i]);
+  }
 }
 }  // namespace
 
 void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
-                bool cautious) {
-  muon_apply_impl(p, x, n, lr, weight_decay, scale, cautious);
+                bool cautious, uint16_t* copy) {
+  muon_apply_impl(p, x, n, lr, weight_decay, scale, cautious, copy);
 }
 
 void muon_apply(float* p, const uint16_t* x, int64_t n, double lr, double weight_decay,
-                double scale, bool cautious) {
-  muon_apply_impl(p, x, n, lr, weight_decay, scale, cautious);
+                double scale, bool cautious, uint16_t* copy) {
+  muon_apply_impl(p, x, n, lr, weight_decay, scale, cautious, copy);
 }
 
 }  // namespace vt::cpu

@@ -24,11 +24,12 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
 void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momentum);
 // p = p*(1 - lr*wd) - lr*scale*x; cautious (nanochat's cautious weight decay): the decay only
 // where x*p >= 0 (x and the old p agree in sign, or one is 0), p - lr*scale*x elsewhere.
+// With `copy`, the new p rounded to bf16 (nearest even) is written there too (the compute copy).
 void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
-                bool cautious = false);
+                bool cautious = false, uint16_t* copy = nullptr);
 // The same with x in bf16 (the distributed optimizer's bf16 broadcasts): each x read as its float.
 void muon_apply(float* p, const uint16_t* x, int64_t n, double lr, double weight_decay,
-                double scale, bool cautious = false);
+                double scale, bool cautious = false, uint16_t* copy = nullptr);
 
 }  // namespace cpu
 }  // namespace vt

@@ -150,10 +150,13 @@ StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps, do
     adamw_update(true, s.lr_multiplier);
   adamw_update(false, s.lr_multiplier);
   adamw_gather(false);
+  fresh_copy_.assign(static_cast<size_t>(store_->size()), 0);
   muon_step(s.lr_multiplier, s.momentum, s.muon_weight_decay);
   if (host_update.joinable()) host_update.join();
   adamw_gather(true);
-  store_->refresh_compute_copy();
+  // Muon's applies wrote their matrices' bf16 compute copies (the same bits as the cast): the
+  // rest (AdamW's, after their gather) are cast here.
+  store_->refresh_compute_copy(fresh_copy_);
   return s;
 }
 
@@ -302,8 +305,10 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
     }
     const double scale = muon_scale(m.rows, m.cols, config_.muon.aspect);
     const bool nanochat = config_.muon.wd_style == MuonWdStyle::kNanochat;
+    const Tensor copy = store_->compute_copy_flat(m.param);
     ops::muon_apply(params.flat(info.offset, n), mine, lr,
-                    nanochat ? weight_decay * scale : weight_decay, scale, nanochat);
+                    nanochat ? weight_decay * scale : weight_decay, scale, nanochat, copy);
+    if (copy.defined()) fresh_copy_[static_cast<size_t>(m.param)] = 1;
   };
   const size_t rounds = (M + S - 1) / S;
   auto round_range = [&](size_t r) {

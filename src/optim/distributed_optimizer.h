@@ -125,6 +125,8 @@ class DistributedOptimizer {
   void adamw_gather(bool host);
   const Tensor& state_tensor(const AdamPlan& a, const std::string& kind) const;
   void muon_step(double lr_multiplier, double momentum, double weight_decay);
+  // Per parameter: its bf16 compute copy was written by this step's optimizer kernel (muon_apply).
+  std::vector<char> fresh_copy_;
   const AdamPlan& adam_plan(int param, const std::string& who) const;
   const MatrixPlan& matrix_plan(int param, const std::string& who) const;
 

@@ -865,6 +865,24 @@ void MuonUpdatesMatchCpu() {
     ops::muon_apply(q0, wide, 0.02, 0.5, 1.7, cautious);
     EXPECT_EQ(q0.to_host_f32(), q.c.to_host_f32()) << "cautious " << cautious;
   }
+  // With the compute copy written in the same pass: on each backend the copy holds exactly the
+  // bits ops::copy makes of the new p, and p is what the apply without a copy makes.
+  for (bool cautious : {false, true}) {
+    Pair q = pair(randn(n, 174), {n}), c = zeros({n}, DType::kBF16);
+    const Tensor plain_c = q.c.clone(), plain_g = q.g.clone();
+    ops::muon_apply(q.c, xb.c, 0.02, 0.5, 1.7, cautious, c.c);
+    ops::muon_apply(q.g, xb.g, 0.02, 0.5, 1.7, cautious, c.g);
+    ops::muon_apply(plain_c, xb.c, 0.02, 0.5, 1.7, cautious);
+    ops::muon_apply(plain_g, xb.g, 0.02, 0.5, 1.7, cautious);
+    EXPECT_EQ(q.c.to_host_f32(), plain_c.to_host_f32());
+    EXPECT_EQ(q.g.to_host_f32(), plain_g.to_host_f32());
+    for (const Tensor& dev : {q.c, q.g}) {
+      const Tensor& got = dev.device() == kGPU ? c.g : c.c;
+      const Tensor want = Tensor::zeros({n}, DType::kBF16, dev.device());
+      ops::copy(want, dev);
+      EXPECT_EQ(bf16_bits_of(got), bf16_bits_of(want)) << "cautious " << cautious;
+    }
+  }
 }
 
 // ------------------------------------------------------------------------------------------------

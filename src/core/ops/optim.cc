@@ -57,30 +57,38 @@ void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double m
 }
 
 void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale,
-                bool cautious) {
+                bool cautious, const Tensor& copy) {
   need_f32("muon_apply", p, "p");
   const bool bf16 = x.dtype() == DType::kBF16;
   if (!bf16) need_f32("muon_apply", x, "x (f32 or bf16)");
   VT_CHECK_MSG(p.numel() == x.numel(), "muon_apply: p has " << p.numel() << " elements, x "
                                                              << x.numel());
+  const bool copies = copy.defined();
+  if (copies)
+    VT_CHECK_MSG(copy.dtype() == DType::kBF16 && copy.numel() == p.numel(),
+                 "muon_apply: the compute copy must be bf16 with p's " << p.numel()
+                                                                      << " elements");
   if (p.numel() == 0) return;
-  auto d = on("muon_apply", {&p, &x});
+  auto d = copies ? on("muon_apply", {&p, &x, &copy}) : on("muon_apply", {&p, &x});
 #if VTRAIN_HAS_CUDA
   if (CudaRuntime* rt = d.cuda()) {
     rt->on_device();
+    __nv_bfloat16* c = copies ? cuda_acts::bf16p(copy) : nullptr;
     if (bf16)
       cuda::muon_apply(f32(p), cuda_acts::bf16p(x), p.numel(), lr, weight_decay, scale, cautious,
-                       rt->stream());
+                       rt->stream(), c);
     else
-      cuda::muon_apply(f32(p), f32(x), p.numel(), lr, weight_decay, scale, cautious, rt->stream());
+      cuda::muon_apply(f32(p), f32(x), p.numel(), lr, weight_decay, scale, cautious, rt->stream(),
+                       c);
     return;
   }
 #endif
+  uint16_t* c = copies ? static_cast<uint16_t*>(copy.raw()) : nullptr;
   if (bf16)
     cpu::muon_apply(f32(p), static_cast<const uint16_t*>(x.raw()), p.numel(), lr, weight_decay,
-                    scale, cautious);
+                    scale, cautious, c);
   else
-    cpu::muon_apply(f32(p), f32(x), p.numel(), lr, weight_decay, scale, cautious);
+    cpu::muon_apply(f32(p), f32(x), p.numel(), lr, weight_decay, scale, cautious, c);
 }
 
 }  // namespace vt::ops

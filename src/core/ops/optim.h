@@ -13,8 +13,10 @@ void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tenso
 // buf = m*buf + (1-m)*g; u = (1-m)*g + m*buf (new buf). u may alias g.
 void muon_momentum(const Tensor& g, const Tensor& buf, const Tensor& u, double momentum);
 // p = p*(1 - lr*wd) - lr*scale*x; cautious: the decay only where x*p >= 0 (core/optim_math.h).
-// p f32; x f32 or bf16 (read as its float: no f32 copy of a bf16 update needed).
+// p f32; x f32 or bf16 (read as its float: no f32 copy of a bf16 update needed). `copy`
+// (optional, bf16, p's element count and device): receives the new p rounded to bf16, the bits
+// ops::copy would make of it, in the same pass (the compute copy, ParamStore::compute_param).
 void muon_apply(const Tensor& p, const Tensor& x, double lr, double weight_decay, double scale,
-                bool cautious = false);
+                bool cautious = false, const Tensor& copy = Tensor());
 
 }  // namespace vt::ops
