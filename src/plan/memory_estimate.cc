@@ -129,7 +129,9 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   m.backward_transient = tokens * per_token_layer;
   if (coords.pp == shape.pp - 1) {
     const double vocab_local = static_cast<double>(cfg.vocab_padded) / tp;
-    m.logits = tokens * vocab_local * es * 2;  // logits and their gradient
+    // The logits and their gradient; with the head not vocabulary-sharded (tp 1) the training
+    // loss end writes the gradient over the logits (GPT::head_forward): one buffer.
+    m.logits = tokens * vocab_local * es * (tp == 1 ? 1 : 2);
   }
   return m;
 }

@@ -26,7 +26,8 @@ struct MemoryEstimate {
   double host_tables = 0, table_rows = 0;
   // --grad-sync bf16 with dp > 1: the bf16 copies the started sums keep until the wait.
   double grad_wire = 0;
-  // The loss end's logits and their gradient are freed before the blocks' backward starts
+  // The loss end's logits and their gradient (one buffer at tp 1, where the gradient is written
+  // over the logits) are freed before the blocks' backward starts
   // (GPT::head_backward), so they and the block transients are never alive together.
   double total() const {
     return params + grads + grad_wire + compute_copy + optimizer + activations + table_rows +
