@@ -20,7 +20,7 @@ struct MemoryEstimate {
   double params = 0, grads = 0, compute_copy = 0, optimizer = 0, logits = 0;
   double activations = 0;          // kept from forward to backward
   double recompute_transient = 0;  // what one block's backward rebuilds (--recompute)
-  double backward_transient = 0;   // one block's activation gradients, alive during its backward
+  double backward_transient = 0;   // one sub-layer's activation gradients, during its backward
   // --table-offload: the value tables, their gradients and AdamW states in host memory (not in
   // total()), and the rows a step reads with their gradient on the device.
   double host_tables = 0, table_rows = 0;
