@@ -248,8 +248,12 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
         e * 4 * N * C + F32 * 2 * N, calls=2)
     add("rmsnorm backward (x)", "rmsnorm_backward_kernel<bf16>", 6 * N * C * 2,
         e * 6 * N * C + F32 * 2 * N, calls=2)
-    add("cross entropy forward + backward", "xent_forward_kernel<bf16>", 8.0 * N * Vp,
-        e * N * Vp + e * 2 * N * Vp, calls=2)
+    # Cross entropy fused with its backward (ops::xent_loss_grad, issue 29; the head is not
+    # vocabulary-sharded at tp 1): one block a row reads the bf16 logits once from memory (its
+    # second pass re-reads the row from cache) and writes the gradient over them: 2 passes over
+    # N x Vp where the unfused forward and backward took 3 (read, read, write).
+    add("cross entropy forward + backward (fused)", "xent_loss_grad_kernel<bf16, bf16>",
+        8.0 * N * Vp, e * N * Vp * 2, calls=1, threads=1024)
     return [Row(*[a[0], a[1], a[5], a[2], a[3], a[4], a[6], a[7]]) for a in acc.values()]
 
 

@@ -41,6 +41,24 @@ void xent_backward(const __nv_bfloat16* logits, int64_t N, int64_t ld, int64_t n
                    int64_t col_offset, const int32_t* targets, float cap, const float* lse,
                    float grad_scale, __nv_bfloat16* dlogits, cudaStream_t stream);
 
+// The whole loss end in one kernel for a slice that holds the whole vocabulary (as
+// vt::cpu::xent_loss_grad): per row lse, loss = lse - target_z, and dlogits = grad_scale *
+// (exp(z - lse) - onehot) * (1 - tanh^2), padding columns 0. One block per row: an online max and
+// sum of exp in one read of the row, then a second read (from cache) that writes the gradient.
+// dlogits may be logits (in place, same type): the target's z is read before any write.
+void xent_loss_grad(const float* logits, int64_t N, int64_t ld, int64_t n_valid,
+                    int64_t col_offset, const int32_t* targets, float cap, float grad_scale,
+                    float* lse, float* loss, float* dlogits, cudaStream_t stream);
+void xent_loss_grad(const float* logits, int64_t N, int64_t ld, int64_t n_valid,
+                    int64_t col_offset, const int32_t* targets, float cap, float grad_scale,
+                    float* lse, float* loss, __nv_bfloat16* dlogits, cudaStream_t stream);
+void xent_loss_grad(const __nv_bfloat16* logits, int64_t N, int64_t ld, int64_t n_valid,
+                    int64_t col_offset, const int32_t* targets, float cap, float grad_scale,
+                    float* lse, float* loss, float* dlogits, cudaStream_t stream);
+void xent_loss_grad(const __nv_bfloat16* logits, int64_t N, int64_t ld, int64_t n_valid,
+                    int64_t col_offset, const int32_t* targets, float cap, float grad_scale,
+                    float* lse, float* loss, __nv_bfloat16* dlogits, cudaStream_t stream);
+
 // Combining vocabulary slices (all (N) fp32, elementwise):
 // row_sumexp[n] *= exp(row_max[n] - global_max[n]) (before the sum over slices).
 void xent_rescale(float* row_sumexp, const float* row_max, const float* global_max, int64_t N,

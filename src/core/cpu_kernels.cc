@@ -378,6 +378,45 @@ void xent_backward(const T* logits, int64_t N, int64_t ld, int64_t n_valid, int6
   }
 }
 
+// One row at a time: th = tanh(logit / cap) and z = cap * th of the row kept in scratch rows
+// (z formed and rounded as xent_partial_forward forms it: a product fused into the next
+// subtraction would round differently), so the gradient pass needs nothing more from the
+// logits and may overwrite them.
+template <class T>
+void xent_loss_grad(const T* logits, int64_t N, int64_t ld, int64_t n_valid, int64_t col_offset,
+                    const int32_t* targets, T cap, T grad_scale, T* lse, T* loss, T* dlogits) {
+  VT_CHECK(n_valid >= 0 && n_valid <= ld);
+  VT_CHECK(cap > T(0));
+  const T inv_cap = T(1) / cap;
+#pragma omp parallel if (N * n_valid >= kParallelMin)
+  {
+    std::vector<T> th(n_valid), z(n_valid);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* l = logits + n * ld;
+      T* d = dlogits + n * ld;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t c = 0; c < n_valid; ++c) {
+        th[c] = std::tanh(l[c] * inv_cap);
+        z[c] = cap * std::tanh(l[c] * inv_cap);
+        mx = std::max(mx, z[c]);
+      }
+      double sum = 0;
+      for (int64_t c = 0; c < n_valid; ++c) sum += double(std::exp(z[c] - mx));
+      const int64_t tc = int64_t(targets[n]) - col_offset;
+      const bool local = tc >= 0 && tc < n_valid;
+      const T m = mx + std::log(T(sum));
+      lse[n] = m;
+      loss[n] = m - (local ? z[tc] : T(0));
+      const T g = grad_scale;
+      for (int64_t c = 0; c < n_valid; ++c)
+        d[c] = g * std::exp(cap * th[c] - m) * (T(1) - th[c] * th[c]);
+      if (local) d[tc] -= g * (T(1) - th[tc] * th[tc]);
+      for (int64_t c = n_valid; c < ld; ++c) d[c] = T(0);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Row-sharded embedding
 
@@ -495,6 +534,69 @@ void xent_backward<float>(const float* logits, int64_t N, int64_t ld, int64_t n_
   }
 }
 
+// The float kernel repeats xent_partial_forward<float>'s and xent_backward<float>'s arithmetic
+// (same lanes, same blocks of the sum, z and th kept as each of them forms its own) so that it
+// equals them bit for bit; the target's tanh is taken scalar, as xent_backward takes it, before
+// the row is overwritten.
+template <>
+void xent_loss_grad<float>(const float* logits, int64_t N, int64_t ld, int64_t n_valid,
+                           int64_t col_offset, const int32_t* targets, float cap, float grad_scale,
+                           float* lse, float* loss, float* dlogits) {
+  using namespace simd;
+  VT_CHECK(n_valid >= 0 && n_valid <= ld);
+  VT_CHECK(cap > 0.0f);
+  const float inv_cap = 1.0f / cap;
+#pragma omp parallel if (N * n_valid >= kParallelMin)
+  {
+    std::vector<float> th(n_valid + kLanes), z(n_valid + kLanes);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* l = logits + n * ld;
+      float* d = dlogits + n * ld;
+      f8 vmx = splat(-std::numeric_limits<float>::infinity());
+      int64_t c = 0;
+      for (; c + kLanes <= n_valid; c += kLanes) {
+        const f8 t = simd::tanh(load(l + c) * inv_cap);
+        const f8 v = t * cap;
+        store(th.data() + c, t);
+        store(z.data() + c, v);
+        vmx = vmax(vmx, v);
+      }
+      float mx = hmax(vmx);
+      for (; c < n_valid; ++c) {
+        th[c] = std::tanh(l[c] * inv_cap);
+        z[c] = cap * std::tanh(l[c] * inv_cap);
+        mx = std::max(mx, z[c]);
+      }
+      double sum = 0;
+      c = 0;
+      while (c + kLanes <= n_valid) {
+        f8 acc = splat(0.0f);
+        const int64_t end = std::min(n_valid - (n_valid - c) % kLanes, c + 64);
+        for (; c < end; c += kLanes) acc += simd::exp(load(z.data() + c) - mx);
+        sum += hsum(acc);
+      }
+      for (; c < n_valid; ++c) sum += std::exp(double(z[c]) - mx);
+      const int64_t tc = int64_t(targets[n]) - col_offset;
+      const bool local = tc >= 0 && tc < n_valid;
+      const float target_z = local ? z[tc] : 0.0f;
+      const float th_target = local ? std::tanh(l[tc] * inv_cap) : 0.0f;
+      const float m = mx + std::log(float(sum));
+      lse[n] = m;
+      loss[n] = m - target_z;
+      const float g = grad_scale;
+      for (c = 0; c + kLanes <= n_valid; c += kLanes) {
+        const f8 t = load(th.data() + c);
+        const f8 p = simd::exp(t * cap - m);
+        store(d + c, p * (1.0f - t * t) * g);
+      }
+      for (; c < n_valid; ++c) d[c] = g * std::exp(cap * th[c] - m) * (1.0f - th[c] * th[c]);
+      if (local) d[tc] -= g * (1.0f - th_target * th_target);
+      for (c = n_valid; c < ld; ++c) d[c] = 0.0f;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Explicit instantiations
 
@@ -522,6 +624,8 @@ void xent_backward<float>(const float* logits, int64_t N, int64_t ld, int64_t n_
                                         const int32_t*, T, T*, T*, T*);                          \
   template void xent_backward<T>(const T*, int64_t, int64_t, int64_t, int64_t, const int32_t*,  \
                                  T, const T*, const T*, T*);                                     \
+  template void xent_loss_grad<T>(const T*, int64_t, int64_t, int64_t, int64_t, const int32_t*, \
+                                  T, T, T*, T*, T*);                                             \
   template void embedding_forward<T>(const T*, int64_t, int64_t, int64_t, const int32_t*,        \
                                      int64_t, T*);                                               \
   template void embedding_backward<T>(const T*, const int32_t*, int64_t, int64_t, int64_t,       \

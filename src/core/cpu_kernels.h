@@ -144,6 +144,15 @@ void xent_partial_forward(const T* logits, int64_t N, int64_t ld, int64_t n_vali
 template <class T>
 void xent_backward(const T* logits, int64_t N, int64_t ld, int64_t n_valid, int64_t col_offset,
                    const int32_t* targets, T cap, const T* lse, const T* dloss, T* dlogits);
+// The loss end in one pass per row when the slice is the whole vocabulary (no sharding to
+// combine): xent_partial_forward, lse = row_max + log(row_sumexp), loss = lse - target_z, and
+// xent_backward with dloss[n] = grad_scale, all from one read of each row. dlogits may be logits
+// itself (in place: each row is read whole before any of it is written). The float kernel does
+// the unfused kernels' arithmetic in their order, so its lse, loss and dlogits equal theirs bit
+// for bit (cpu_kernels_test XentLossGrad*).
+template <class T>
+void xent_loss_grad(const T* logits, int64_t N, int64_t ld, int64_t n_valid, int64_t col_offset,
+                    const int32_t* targets, T cap, T grad_scale, T* lse, T* loss, T* dlogits);
 
 // Row gather from a table whose rows [row_begin, row_begin + rows) are owned locally:
 // out[n,:] = table[ids[n] - row_begin, :] if owned, else 0. out: (N, C).

@@ -77,6 +77,10 @@ struct Activations {
   std::vector<BlockActs> blocks;         // indexed by layer - chunk_begin(chunk)
   Tensor head_x, head_rstd, head_n;      // final residual, its norm (last stage)
   Tensor logits, lse;                    // (N, Vp_local), (N)
+  // The fused loss end (GPT::head_forward given a grad scale, head not vocabulary-sharded):
+  // the logits' gradient, written over the logits (logits is then undefined), and its scale.
+  Tensor dlogits;
+  float dlogits_scale = 0.0f;
   std::vector<float> token_loss;         // (N) cross-entropy of each target (last stage), host
   Tensor x0;                             // normalized embedding (modes reading x0)
   std::vector<Tensor> values;            // context values read by later layers (see Bundle)

@@ -367,7 +367,8 @@ void GPT::blocks_backward(Bundle& grad, Activations& acts, const PassHooks& hook
     cfg_.value().end_backward(cfg_, *store_, value_shared_, acts.value_coef, acts.value_dcoef);
 }
 
-double GPT::head_forward(const Bundle& bundle, Activations& acts) const {
+double GPT::head_forward(const Bundle& bundle, Activations& acts,
+                         std::optional<float> grad_scale) const {
   VT_CHECK(is_last_stage() && !acts.targets.empty());
   const int64_t N = static_cast<int64_t>(acts.B) * cfg_.seq_len, C = cfg_.n_embd;
   acts.head_x = bundle.x;
@@ -377,12 +378,20 @@ double GPT::head_forward(const Bundle& bundle, Activations& acts) const {
   acts.logits = act({N, vocab_rows_});
   ops::matmul(acts.head_n, W(lm_head_), acts.logits);
   const XentArgs xa = xent_args(acts);
-  Tensor row_max = f32({N}), row_sum = f32({N}), target_z = f32({N});
-  ops::xent_partial(xa, row_max, row_sum, target_z);
-  tp::combine_xent_stats(par_.tp_comm(), row_max, row_sum, target_z);  // the vocabulary shards
   acts.lse = f32({N});
   Tensor loss = f32({N});
-  ops::xent_finish(row_max, row_sum, target_z, acts.lse, loss);
+  if (grad_scale && par_.tp_size() == 1) {
+    // The whole vocabulary is here: loss and gradient in one pass, the gradient in place.
+    ops::xent_loss_grad(xa, *grad_scale, acts.lse, loss, acts.logits);
+    acts.dlogits = std::move(acts.logits);
+    acts.logits = Tensor();
+    acts.dlogits_scale = *grad_scale;
+  } else {
+    Tensor row_max = f32({N}), row_sum = f32({N}), target_z = f32({N});
+    ops::xent_partial(xa, row_max, row_sum, target_z);
+    tp::combine_xent_stats(par_.tp_comm(), row_max, row_sum, target_z);  // the vocabulary shards
+    ops::xent_finish(row_max, row_sum, target_z, acts.lse, loss);
+  }
   acts.token_loss = loss.to_host_f32();
   double loss_sum = 0.0;
   for (float l : acts.token_loss) loss_sum += l;
@@ -401,8 +410,17 @@ XentArgs GPT::xent_args(const Activations& acts) const {
 
 Bundle GPT::head_backward(Activations& acts, float grad_scale) const {
   const int64_t N = static_cast<int64_t>(acts.B) * cfg_.seq_len, C = cfg_.n_embd;
-  Tensor dlogits = act({N, vocab_rows_});
-  ops::xent_backward(xent_args(acts), acts.lse, grad_scale, dlogits);
+  Tensor dlogits = std::move(acts.dlogits);
+  acts.dlogits = Tensor();
+  if (dlogits.defined()) {  // made by head_forward (the fused loss end)
+    VT_CHECK_MSG(acts.dlogits_scale == grad_scale,
+                 "head_backward's grad scale " << grad_scale << " differs from the "
+                                               << acts.dlogits_scale << " head_forward used");
+  } else {
+    VT_CHECK_MSG(acts.logits.defined(), "head_backward needs head_forward's logits");
+    dlogits = act({N, vocab_rows_});
+    ops::xent_backward(xent_args(acts), acts.lse, grad_scale, dlogits);
+  }
   ops::matmul_dw(acts.head_n, dlogits, G(lm_head_));
   Tensor dn = act({N, C});
   ops::matmul_dx(dlogits, W(lm_head_), dn, false);
@@ -436,7 +454,8 @@ double GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int 
   start_activations(acts, inputs, targets, B);
   Bundle bundle = embed_forward(acts);
   blocks_forward(bundle, acts);
-  double loss_sum = head_forward(bundle, acts);
+  double loss_sum =
+      head_forward(bundle, acts, backward ? std::optional<float>(grad_scale) : std::nullopt);
   if (backward) {
     Bundle grad = head_backward(acts, grad_scale);
     blocks_backward(grad, acts);

@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -106,8 +107,14 @@ class GPT {
   // Stage pieces (for the pipeline schedule). `inputs`/`targets` are (B, T) token ids.
   Bundle embed_forward(Activations& acts, const PassHooks& hooks = {}) const;
   void blocks_forward(Bundle& bundle, Activations& acts, const PassHooks& hooks = {}) const;
-  // Sum over this micro-batch's tokens of the cross-entropy (nats).
-  double head_forward(const Bundle& bundle, Activations& acts) const;
+  // Sum over this micro-batch's tokens of the cross-entropy (nats). `grad_scale` (a training
+  // pass, whose head_backward follows with the same scale): where the head is not vocabulary-
+  // sharded (tp 1), the logits' gradient is made in the same pass over the logits
+  // (ops::xent_loss_grad) and written over them (acts.dlogits), so one logits-sized buffer
+  // lives and head_backward only runs the GEMMs. Without it (evaluation), or with tp > 1, the
+  // logits stay in acts.logits and head_backward computes their gradient.
+  double head_forward(const Bundle& bundle, Activations& acts,
+                      std::optional<float> grad_scale = std::nullopt) const;
   // d loss_sum / d bundle times grad_scale (grad_scale = 1 / tokens in the whole batch).
   Bundle head_backward(Activations& acts, float grad_scale) const;
   void blocks_backward(Bundle& grad, Activations& acts, const PassHooks& hooks = {}) const;

@@ -164,7 +164,7 @@ Bundle PipelineEngine::recv_bundle(int boundary, int B, int peer, bool forward) 
 
 void PipelineEngine::forward_micro(int i, int chunk, int B, const FetchBatch& fetch,
                                    const OnLoss& on_loss, const PassHooks& hooks, bool keep,
-                                   double& loss_sum) {
+                                   double& loss_sum, float grad_scale) {
   // Micro-batch i's ids are fetched by its first pass on this rank (chunk 0's forward: those
   // come in micro-batch order, so the loader is read in order) and kept for its other chunks.
   const int64_t N = static_cast<int64_t>(B) * model_.config().seq_len;
@@ -183,7 +183,8 @@ void PipelineEngine::forward_micro(int i, int chunk, int B, const FetchBatch& fe
                            : recv_bundle(model_.chunk_begin(chunk), B, prev, true);
   model_.blocks_forward(bundle, acts, hooks);
   if (next < 0) {
-    loss_sum += model_.head_forward(bundle, acts);
+    loss_sum += model_.head_forward(bundle, acts,
+                                    keep ? std::optional<float>(grad_scale) : std::nullopt);
     if (on_loss) on_loss(acts);
   } else {
     send_bundle(bundle, model_.chunk_end(chunk), B, next, true);
@@ -284,7 +285,7 @@ double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBat
         end = op.micro;
         continue;
       }
-      forward_micro(op.micro, op.chunk, B, fetch, {}, hooks, true, loss_sum);
+      forward_micro(op.micro, op.chunk, B, fetch, {}, hooks, true, loss_sum, grad_scale);
     } else {
       // The last micro-batch's backward of a chunk finishes its layers' gradients: tell the
       // caller (not when a stop request ended the step early: its gradients are discarded).

@@ -100,8 +100,10 @@ class PipelineEngine {
   // they touch on the device (GPT::prepare_table_rows); forward_micro then uses those ids.
   void prepare_tables(int M, int B, const FetchBatch& fetch, bool with_grads);
   bool next_forward(int i);  // the stop vote before micro-batch i's first forward (set_stop_check)
+  // `keep`: a training pass (its activations kept for backward_micro with `grad_scale`, which
+  // the loss end may use already: GPT::head_forward).
   void forward_micro(int i, int chunk, int B, const FetchBatch& fetch, const OnLoss& on_loss,
-                     const PassHooks& hooks, bool keep, double& loss_sum);
+                     const PassHooks& hooks, bool keep, double& loss_sum, float grad_scale = 0.0f);
   void backward_micro(int chunk, float grad_scale, const PassHooks& hooks);
   // The pipeline rank that sends chunk c its input (-1: none, the chunk starts with the
   // embedding) and the one chunk c sends its output to (-1: none, it ends with the loss).

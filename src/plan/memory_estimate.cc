@@ -126,10 +126,22 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                         (coords.pp == 0 ? es * C + 4 + 8 : 0);
   m.activations = in_flight * tokens * (kept + bundle);
   m.recompute_transient = tokens * dropped;
-  m.backward_transient = tokens * per_token_layer;
+  // One block's backward holds, besides what the blocks saved, the gradients of one sub-layer at
+  // a time (model/train_kit.cc: mlp_backward's dact, dh (hidden each) and dn; attention_backward's
+  // dy, dq (q-width each), dk, dv, V1's dv, dctx (kv-width each), dn and dx0 (C each)), the block
+  // shape's gradients of a branch output and of its input (C each), and the attention
+  // backward's f32 row terms (2 per head). Measured on the emulated device (tests/e2e
+  // test_cli_plan.py, tests/unit/xent_loss_grad_test.cc): the MLP's 2 hidden + C is the peak.
+  const double sub_layer = std::max(2 * hidden + C, 2 * qd + 4 * kvd + 2 * C);
+  m.backward_transient = tokens * (es * (sub_layer + 2 * C) + 4 * 2 * heads);
   if (coords.pp == shape.pp - 1) {
     const double vocab_local = static_cast<double>(cfg.vocab_padded) / tp;
-    m.logits = tokens * vocab_local * es * 2;  // logits and their gradient
+    // The logits and their gradient; with the head not vocabulary-sharded (tp 1) the training
+    // loss end writes the gradient over the logits (GPT::head_forward): one buffer. Beside them
+    // the head's (N, C) tensors: its norm's output, its gradient and the bundle's gradients
+    // (x, and x0 where the value mode reads it), and f32 rstd, lse and loss per token.
+    m.logits = tokens * (vocab_local * es * (tp == 1 ? 1 : 2) +
+                         es * C * (cfg.value().reads_x0() ? 4 : 3) + 4 * 3);
   }
   return m;
 }

@@ -20,13 +20,14 @@ struct MemoryEstimate {
   double params = 0, grads = 0, compute_copy = 0, optimizer = 0, logits = 0;
   double activations = 0;          // kept from forward to backward
   double recompute_transient = 0;  // what one block's backward rebuilds (--recompute)
-  double backward_transient = 0;   // one block's activation gradients, alive during its backward
+  double backward_transient = 0;   // one sub-layer's activation gradients, during its backward
   // --table-offload: the value tables, their gradients and AdamW states in host memory (not in
   // total()), and the rows a step reads with their gradient on the device.
   double host_tables = 0, table_rows = 0;
   // --grad-sync bf16 with dp > 1: the bf16 copies the started sums keep until the wait.
   double grad_wire = 0;
-  // The loss end's logits and their gradient are freed before the blocks' backward starts
+  // The loss end's logits and their gradient (one buffer at tp 1, where the gradient is written
+  // over the logits) are freed before the blocks' backward starts
   // (GPT::head_backward), so they and the block transients are never alive together.
   double total() const {
     return params + grads + grad_wire + compute_copy + optimizer + activations + table_rows +

@@ -138,6 +138,31 @@ TEST_P(NonfiniteOps, CrossEntropyNaNLogitNaNLoss) {
   EXPECT_TRUE(std::isfinite(l[2])) << l[2];
 }
 
+// The fused loss end (in place) likewise: row 1's loss and every gradient of its row NaN, the
+// other rows finite (row 2's inf logit is capped; its gradient there is 0 * p).
+TEST_P(NonfiniteOps, FusedCrossEntropyNaNLogitNaNLossAndRowGradient) {
+  const int64_t N = 3, Vp = 64;
+  std::vector<float> logits = ramp(N * Vp, 1.0f);
+  logits[1 * Vp + 17] = kNaN;
+  logits[2 * Vp + 9] = kInf;
+  XentArgs xa;
+  xa.logits = on(logits, {N, Vp});
+  xa.n_valid = Vp;
+  xa.targets = ints({3, 4, 5});
+  xa.cap = 15.0f;
+  Tensor lse = zeros({N}), loss = zeros({N});
+  ops::xent_loss_grad(xa, 0.5f, lse, loss, xa.logits);
+  const std::vector<float> l = loss.to_host_f32(), d = xa.logits.to_host_f32();
+  EXPECT_TRUE(std::isfinite(l[0])) << l[0];
+  EXPECT_TRUE(is_nan(l[1])) << l[1];
+  EXPECT_TRUE(std::isfinite(l[2])) << l[2];
+  for (int64_t c = 0; c < Vp; ++c) {
+    EXPECT_TRUE(std::isfinite(d[c])) << c;
+    EXPECT_TRUE(is_nan(d[Vp + c])) << c;
+    EXPECT_TRUE(std::isfinite(d[2 * Vp + c])) << c;
+  }
+}
+
 TEST_P(NonfiniteOps, EmbeddingGathersANaNRowOnlyForItsId) {
   std::vector<float> table = ramp(10 * 4);
   table[7 * 4 + 1] = kNaN;

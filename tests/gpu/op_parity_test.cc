@@ -745,6 +745,52 @@ void CrossEntropyPiecesMatchCpu() {
   }
 }
 
+// The fused loss end (one block a row: an online max and sum, then the gradient) against the
+// CPU's op, which does the unfused kernels' arithmetic. The differences are those of
+// CrossEntropyPiecesMatchCpu above, composed: z within atol 1e-5 (tanhf), the row sum within
+// rtol 2e-5 (expf, another order) moves lse = max + log(sum) by <= 1e-5 + 2e-5 (plus logf's 2
+// ulp and one rounding at lse's magnitude ~20, 4e-6): atol 4e-5 on lse; loss = lse - target z
+// adds the target's 1e-5: atol 5e-5. p = exp(z - lse) then moves by <= 1e-5 + 4e-5 relative:
+// rtol 5e-5 on dlogits (plus one bf16 rounding for bf16 dlogits), atol 1e-6 as there. Same-type
+// pairs also run in place (dlogits = the logits), the training loss end's use.
+void CrossEntropyLossGradMatchesCpu() {
+  const int64_t N = 23, ld = 300, n_valid = 280, col_offset = 0;
+  const float cap = 15.0f, scale = 0.37f;
+  std::vector<int32_t> tv(N);
+  for (int64_t n = 0; n < N; ++n) tv[n] = int32_t((n * 131) % 300);
+  tv[0] = 0, tv[1] = int32_t(n_valid - 1);
+  tv[2] = int32_t(n_valid);  // a padding column: no target column in this row
+  tv[3] = 400;               // outside the slice
+  const Pair t = ids(tv);
+  uint64_t seed = 150;
+  struct Types {
+    DType logits, dlogits;
+  };
+  for (Types ty : {Types{kF32, kF32}, Types{kBF16, kBF16}, Types{kBF16, kF32}, Types{kF32, kBF16}}) {
+    for (bool in_place : {false, true}) {
+      if (in_place && ty.logits != ty.dlogits) continue;
+      SCOPED_TRACE(testing::Message() << name_of(ty.logits) << "->" << name_of(ty.dlogits)
+                                      << (in_place ? " in place" : ""));
+      Pair logits = pair(randn(N * ld, seed++, 8.0f), {N, ld}, ty.logits);
+      Pair dl = in_place ? logits : pair(randn(N * ld, seed++), {N, ld}, ty.dlogits);
+      Pair lse = zeros({N}), loss = zeros({N});
+      for (int dev = 0; dev < 2; ++dev) {
+        XentArgs x;
+        x.logits = dev ? logits.g : logits.c, x.targets = dev ? t.g : t.c;
+        x.n_valid = n_valid, x.col_offset = col_offset, x.cap = cap;
+        ops::xent_loss_grad(x, scale, dev ? lse.g : lse.c, dev ? loss.g : loss.c,
+                            dev ? dl.g : dl.c);
+      }
+      EXPECT_TRUE(close(lse, 0.0, 4e-5));
+      EXPECT_TRUE(close(loss, 0.0, 5e-5));
+      EXPECT_TRUE(close(dl, rtol_for(ty.dlogits, 5e-5), 1e-6));
+      const auto got = vals(dl.g);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = n_valid; c < ld; ++c) ASSERT_EQ(got[n * ld + c], 0.0f) << n << "," << c;
+    }
+  }
+}
+
 // Gate pieces. sigmoid: expf within 2 ulp: 1e-6. gated mix: one fp32 multiply-add: 1e-6.
 // Gate gradient: a row sum in fp32 (GPU) vs fp64 (CPU): 1e-5 relative plus 1e-5 * max.
 // gate_sigmoid_backward evaluates the CPU's exact expression (fp32 quotient, fp64 products):
@@ -917,6 +963,7 @@ const OpRow kOps[] = {
     {"embedding", EmbeddingMatchesCpu},
     {"embedding_shard_edges", EmbeddingShardEdgesMatchCpuExactly},
     {"xent", CrossEntropyPiecesMatchCpu},
+    {"xent_loss_grad", CrossEntropyLossGradMatchesCpu},
     {"value_gate", GateOpsMatchCpu},
     {"adamw", AdamWMatchesCpu},
     {"adamw_random_states", AdamWThreeStepsFromRandomStates},

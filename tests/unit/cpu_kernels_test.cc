@@ -409,6 +409,47 @@ TEST(KernelXent, BackwardMatchesFiniteDifferences) {
   expect_close(dSf, dS, 2e-5, "float dlogits");
 }
 
+// The fused loss end against the unfused kernels (partial forward, lse = max + log(sumexp),
+// loss = lse - target_z, backward with dloss = grad_scale) on one slice with padding columns,
+// a column offset and targets inside and outside it (one in the padding): the fused kernels
+// repeat the unfused arithmetic, so lse, loss and dlogits are equal bit for bit, out of place
+// and in place. 197 valid columns: the float kernel's 8-lane part, its 64-column sum blocks
+// and a scalar tail all run.
+template <class T>
+void check_loss_grad_equals_unfused() {
+  const int64_t N = 9, ld = 203, nv = 197, off = 40;
+  const T cap = T(15), g = T(0.37);
+  const auto logits = cast<T>(randn(N * ld, 45, 8.0));  // std 8 against cap 15
+  const std::vector<int32_t> targets = {40, 40 + 196, 40 + 197, 39, 0, 100, 150, 236, 1000};
+  std::vector<T> mx(N), se(N), tz(N), lse(N), loss(N), dloss(N, g), dl(N * ld);
+  xent_partial_forward<T>(logits.data(), N, ld, nv, off, targets.data(), cap, mx.data(),
+                          se.data(), tz.data());
+  for (int64_t n = 0; n < N; ++n) {
+    lse[n] = mx[n] + std::log(se[n]);
+    loss[n] = lse[n] - tz[n];
+  }
+  xent_backward<T>(logits.data(), N, ld, nv, off, targets.data(), cap, lse.data(), dloss.data(),
+                   dl.data());
+  for (bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "out of place");
+    std::vector<T> src = logits, out(N * ld, T(NAN)), flse(N, T(NAN)), floss(N, T(NAN));
+    T* d = in_place ? src.data() : out.data();
+    xent_loss_grad<T>(src.data(), N, ld, nv, off, targets.data(), cap, g, flse.data(),
+                      floss.data(), d);
+    for (int64_t n = 0; n < N; ++n) {
+      EXPECT_EQ(flse[n], lse[n]) << n;
+      EXPECT_EQ(floss[n], loss[n]) << n;
+    }
+    for (int64_t i = 0; i < N * ld; ++i) ASSERT_EQ(d[i], dl[i]) << i;
+    if (!in_place) EXPECT_EQ(src, logits);
+  }
+}
+
+TEST(KernelXent, LossGradEqualsUnfusedBitForBit) {
+  check_loss_grad_equals_unfused<double>();
+  check_loss_grad_equals_unfused<float>();
+}
+
 // ------------------------------------------------------------------------------------------
 // Embedding
 

@@ -144,4 +144,53 @@ void xent_backward(const XentArgs& x, const Tensor& lse, float grad_scale, const
                             host::f32_of(lse), dloss.data(), dp);
 }
 
+void xent_loss_grad(const XentArgs& x, float grad_scale, const Tensor& lse, const Tensor& loss,
+                    const Tensor& dlogits) {
+  check_xent(x);
+  const int64_t N = x.targets.numel();
+  VT_CHECK(dlogits.numel() == x.logits.numel() && dlogits.dim(-1) == x.logits.dim(-1) &&
+           lse.numel() == N && loss.numel() == N);
+  const bool in_place = dlogits.raw() == x.logits.raw();
+  VT_CHECK_MSG(!in_place || dlogits.dtype() == x.logits.dtype(),
+               "xent_loss_grad in place needs one dtype for logits and dlogits");
+  auto d = on("xent_loss_grad", {&x.logits, &x.targets, &lse, &loss, &dlogits});
+  const int64_t ld = x.logits.dim(-1), rows = x.logits.numel() / ld;
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    const int32_t* t = ids_of(x.targets);
+    float* l = f32_of(lse);
+    float* o = f32_of(loss);
+    const bool lf = x.logits.dtype() == DType::kF32, df = dlogits.dtype() == DType::kF32;
+    cuda_acts::need_float(x.logits);
+    cuda_acts::need_float(dlogits);
+    if (lf && df)
+      cuda::xent_loss_grad(f32p(x.logits), rows, ld, x.n_valid, x.col_offset, t, x.cap,
+                           grad_scale, l, o, f32p(dlogits), s);
+    else if (lf)
+      cuda::xent_loss_grad(f32p(x.logits), rows, ld, x.n_valid, x.col_offset, t, x.cap,
+                           grad_scale, l, o, bf16p(dlogits), s);
+    else if (df)
+      cuda::xent_loss_grad(bf16p(x.logits), rows, ld, x.n_valid, x.col_offset, t, x.cap,
+                           grad_scale, l, o, f32p(dlogits), s);
+    else
+      cuda::xent_loss_grad(bf16p(x.logits), rows, ld, x.n_valid, x.col_offset, t, x.cap,
+                           grad_scale, l, o, bf16p(dlogits), s);
+    return;
+  }
+#endif
+  if (in_place) {  // one window: the kernel reads each row whole before writing it
+    host::InOut w(dlogits);
+    cpu::xent_loss_grad<float>(w, rows, ld, x.n_valid, x.col_offset, host::ids_of(x.targets),
+                               x.cap, grad_scale, host::f32_of(lse), host::f32_of(loss), w);
+    return;
+  }
+  host::In lp(x.logits);
+  host::Out dp(dlogits);
+  cpu::xent_loss_grad<float>(lp, rows, ld, x.n_valid, x.col_offset, host::ids_of(x.targets), x.cap,
+                             grad_scale, host::f32_of(lse), host::f32_of(loss), dp);
+}
+
 }  // namespace vt::ops

@@ -29,6 +29,13 @@ void xent_finish(const Tensor& row_max, const Tensor& row_sumexp, const Tensor& 
                  const Tensor& lse, const Tensor& loss);
 // dlogits = grad_scale * (softmax(z) - onehot) * dz/dlogit, written.
 void xent_backward(const XentArgs& x, const Tensor& lse, float grad_scale, const Tensor& dlogits);
+// The whole loss end in one pass over the logits, for a slice that holds the whole vocabulary
+// (no shards to combine): lse and loss as xent_partial + xent_finish, and dlogits as
+// xent_backward(grad_scale), each row read once from memory and its gradient written once.
+// dlogits may be x.logits itself (in place; the training loss end keeps one logits-sized buffer
+// so). Same results as the unfused ops up to the order of the row sums (host: bit for bit).
+void xent_loss_grad(const XentArgs& x, float grad_scale, const Tensor& lse, const Tensor& loss,
+                    const Tensor& dlogits);
 
 }  // namespace ops
 }  // namespace vt
