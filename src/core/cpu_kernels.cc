@@ -458,6 +458,23 @@ void embedding_backward(const T* dout, const int32_t* ids, int64_t N, int64_t ro
 // float cross-entropy: the same formulas with vectorized tanh/exp (cpu_simd.h). The soft cap
 // puts a tanh and an exp on every logit of the vocabulary, which dominates small models.
 
+// sum_c exp(z[c] - mx) over a row's soft-capped logits: float lanes over blocks of 64 columns,
+// the blocks in double (the order both the partial forward and the fused loss end use, so their
+// sums are the same bits).
+inline double sum_exp_shifted(const float* z, int64_t n_valid, float mx) {
+  using namespace simd;
+  double sum = 0;
+  int64_t c = 0;
+  while (c + kLanes <= n_valid) {
+    f8 acc = splat(0.0f);
+    const int64_t end = std::min(n_valid - (n_valid - c) % kLanes, c + 64);
+    for (; c < end; c += kLanes) acc += simd::exp(load(z + c) - mx);
+    sum += hsum(acc);
+  }
+  for (; c < n_valid; ++c) sum += std::exp(double(z[c]) - mx);
+  return sum;
+}
+
 template <>
 void xent_partial_forward<float>(const float* logits, int64_t N, int64_t ld, int64_t n_valid,
                                  int64_t col_offset, const int32_t* targets, float cap,
@@ -484,16 +501,7 @@ void xent_partial_forward<float>(const float* logits, int64_t N, int64_t ld, int
         z[c] = cap * std::tanh(l[c] * inv_cap);
         mx = std::max(mx, z[c]);
       }
-      // Sum in float lanes over blocks of 64 columns, blocks in double.
-      double sum = 0;
-      c = 0;
-      while (c + kLanes <= n_valid) {
-        f8 acc = splat(0.0f);
-        const int64_t end = std::min(n_valid - (n_valid - c) % kLanes, c + 64);
-        for (; c < end; c += kLanes) acc += simd::exp(load(z.data() + c) - mx);
-        sum += hsum(acc);
-      }
-      for (; c < n_valid; ++c) sum += std::exp(double(z[c]) - mx);
+      const double sum = sum_exp_shifted(z.data(), n_valid, mx);
       row_max[n] = mx;
       row_sumexp[n] = float(sum);
       const int64_t tc = int64_t(targets[n]) - col_offset;
@@ -568,15 +576,7 @@ void xent_loss_grad<float>(const float* logits, int64_t N, int64_t ld, int64_t n
         z[c] = cap * std::tanh(l[c] * inv_cap);
         mx = std::max(mx, z[c]);
       }
-      double sum = 0;
-      c = 0;
-      while (c + kLanes <= n_valid) {
-        f8 acc = splat(0.0f);
-        const int64_t end = std::min(n_valid - (n_valid - c) % kLanes, c + 64);
-        for (; c < end; c += kLanes) acc += simd::exp(load(z.data() + c) - mx);
-        sum += hsum(acc);
-      }
-      for (; c < n_valid; ++c) sum += std::exp(double(z[c]) - mx);
+      const double sum = sum_exp_shifted(z.data(), n_valid, mx);
       const int64_t tc = int64_t(targets[n]) - col_offset;
       const bool local = tc >= 0 && tc < n_valid;
       const float target_z = local ? z[tc] : 0.0f;
