@@ -150,13 +150,13 @@ StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps, do
     adamw_update(true, s.lr_multiplier);
   adamw_update(false, s.lr_multiplier);
   adamw_gather(false);
-  fresh_copy_.assign(static_cast<size_t>(store_->size()), 0);
-  muon_step(s.lr_multiplier, s.momentum, s.muon_weight_decay);
+  std::vector<char> fresh_copy(static_cast<size_t>(store_->size()), 0);
+  muon_step(s.lr_multiplier, s.momentum, s.muon_weight_decay, fresh_copy);
   if (host_update.joinable()) host_update.join();
   adamw_gather(true);
   // Muon's applies wrote their matrices' bf16 compute copies (the same bits as the cast): the
   // rest (AdamW's, after their gather) are cast here.
-  store_->refresh_compute_copy(fresh_copy_);
+  store_->refresh_compute_copy(fresh_copy);
   return s;
 }
 
@@ -212,7 +212,8 @@ const Tensor& DistributedOptimizer::state_tensor(const AdamPlan& a, const std::s
   return a.host ? exp_avg_sq_host_ : exp_avg_sq_;
 }
 
-void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, double weight_decay) {
+void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, double weight_decay,
+                                     std::vector<char>& fresh_copy) {
   const double lr = config_.muon.lr * lr_multiplier;
   const Tensor params = store_->params_tensor(), grads = store_->grads_tensor();
   const Device dev = store_->device();
@@ -308,7 +309,7 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
     const Tensor copy = store_->compute_copy_flat(m.param);
     ops::muon_apply(params.flat(info.offset, n), mine, lr,
                     nanochat ? weight_decay * scale : weight_decay, scale, nanochat, copy);
-    if (copy.defined()) fresh_copy_[static_cast<size_t>(m.param)] = 1;
+    if (copy.defined()) fresh_copy[static_cast<size_t>(m.param)] = 1;
   };
   const size_t rounds = (M + S - 1) / S;
   auto round_range = [&](size_t r) {

@@ -124,9 +124,10 @@ class DistributedOptimizer {
   void adamw_update(bool host, double lr_multiplier);
   void adamw_gather(bool host);
   const Tensor& state_tensor(const AdamPlan& a, const std::string& kind) const;
-  void muon_step(double lr_multiplier, double momentum, double weight_decay);
-  // Per parameter: its bf16 compute copy was written by this step's optimizer kernel (muon_apply).
-  std::vector<char> fresh_copy_;
+  // Marks in `fresh_copy` (one flag per parameter) the matrices whose bf16 compute copy its
+  // applies wrote (ops::muon_apply's copy), for refresh_compute_copy to skip.
+  void muon_step(double lr_multiplier, double momentum, double weight_decay,
+                 std::vector<char>& fresh_copy);
   const AdamPlan& adam_plan(int param, const std::string& who) const;
   const MatrixPlan& matrix_plan(int param, const std::string& who) const;
 
