@@ -443,46 +443,38 @@ CAST_ROW = "bf16 copy of the weights, zeroed gradients"
 MUON_ROW = "Muon momentum + apply"
 
 
-def muon_ns_kernels(c: dict, owned: list[int], copies_row: str, cast_row: str,
-                    ortho_zeros: bool) -> list[Kernel]:
-    """Newton-Schulz on a device as src/optim/muon.cc newton_schulz_ops runs it, one matrix at a
-    time, outside its GEMMs (counted by ns_kernels): the buffers' cudaMemsetAsync (Tensor::zeros:
-    X32 f32, X, Y bf16, A, B bf16 m x m; the f32 result `ortho` in DistributedOptimizer::muon_step
-    when ortho_zeros), the copies (Tensor::copy_from -> cudaMemcpyAsync: X32 <- G unless the matrix
-    is tall, B <- A and Y <- X in each of the 5 iterations, out <- X unless tall), the two casts of
-    X (f32 <-> bf16), the transposes of tall matrices and the Frobenius normalization (256-block
-    partial sums of squares, the final sum, div_by_norm)."""
+def muon_ns_kernels(c: dict, owned: list[int], copies_row: str, cast_row: str) -> list[Kernel]:
+    """Newton-Schulz on a device as src/optim/muon.cc newton_schulz_ops runs it today, one matrix
+    at a time, outside its GEMMs (counted by ns_kernels): X32 <- G (a cudaMemcpyAsync, or the
+    transpose of a tall matrix), the Frobenius normalization (256-block partial sums of squares,
+    the final sum, div_by_norm), the cast of X to bf16, and back: the cast of the result into the
+    output (a tall matrix: into X32, then the transpose). No buffer is zero-filled and the GEMMs
+    read their beta terms in place (GemmArgs::addend): before, five cudaMemsetAsync and ten
+    copies a matrix (window_code_kernels)."""
     mats = sr.block_matrices(c)
     ks: list[Kernel] = []
     for k in owned:
         r, k_ = mats[k]
-        mn, m = r * k_, min(r, k_)
-        zs = [F32 * mn, BF16 * mn, BF16 * mn, BF16 * m * m, BF16 * m * m]
-        if ortho_zeros:
-            zs.append(F32 * mn)
-        for nbytes in zs:
-            ks.append(Kernel(cast_row, "cudaMemsetAsync (Newton-Schulz buffers)", 1, "memset",
-                             bytes=nbytes))
-        for side in ("in", "out"):
-            if r > k_:
-                ks.append(Kernel(GEMM_ROW, f"transpose_kernel<float> ({side})", 1, "mem",
-                                 bytes=2 * F32 * mn, blocks=math.ceil(mn / 1024), threads=256,
-                                 dram_trips=1, syncs=2))
-            else:
-                ks.append(Kernel(copies_row, f"cudaMemcpyAsync ({side})", 1, "memcpy",
-                                 bytes=2 * F32 * mn))
+        mn = r * k_
+        tall = r > k_
+        if tall:
+            ks.append(Kernel(GEMM_ROW, "transpose_kernel<float> (in)", 1, "mem", bytes=2 * F32 * mn,
+                             blocks=math.ceil(mn / 1024), threads=256, dram_trips=1, syncs=2))
+        else:
+            ks.append(Kernel(copies_row, "cudaMemcpyAsync (X32 <- G)", 1, "memcpy",
+                             bytes=2 * F32 * mn))
         ks.append(Kernel(GEMM_ROW, "partial_kernel<float> (sum of squares)", 1, "mem",
                          bytes=F32 * mn, blocks=256, threads=256,
                          dram_trips=math.ceil(mn / (256 * 256)), syncs=2))
         ks.append(Kernel(GEMM_ROW, "final_kernel", 1, "mem", blocks=1, threads=256, syncs=2))
         ks.append(stream_kernel(GEMM_ROW, "div_by_norm_kernel<float>", 1, mn, 2 * F32))
         ks.append(stream_kernel(cast_row, "f32_to_bf16_kernel (X)", 1, mn, F32 + BF16, instr=32))
-        ks.append(stream_kernel(cast_row, "bf16_to_f32_kernel (X)", 1, mn, F32 + BF16, instr=32))
-        for _ in range(5):
-            ks.append(Kernel(copies_row, "cudaMemcpyAsync (B <- A)", 1, "memcpy",
-                             bytes=2 * BF16 * m * m))
-            ks.append(Kernel(copies_row, "cudaMemcpyAsync (Y <- X)", 1, "memcpy",
-                             bytes=2 * BF16 * mn))
+        ks.append(stream_kernel(cast_row, "bf16_to_f32_kernel (result)", 1, mn, F32 + BF16,
+                                instr=32))
+        if tall:
+            ks.append(Kernel(GEMM_ROW, "transpose_kernel<float> (out)", 1, "mem",
+                             bytes=2 * F32 * mn, blocks=math.ceil(mn / 1024), threads=256,
+                             dram_trips=1, syncs=2))
     return ks
 
 
@@ -553,7 +545,7 @@ def current_code_kernels(c: dict, accum: int = 1) -> list[Kernel]:
         ks.append(stream_kernel(MUON_ROW, "muon_momentum_kernel", a, r * k_, 16))
         ks.append(stream_kernel(MUON_ROW, "muon_apply_kernel<float> (+ bf16 copy)", a, r * k_, 14))
     for k in ns_kernels(c, GEMM_ROW) + muon_ns_kernels(c, list(range(len(mats))), COPIES_ROW,
-                                                       CAST_ROW, ortho_zeros=True):
+                                                       CAST_ROW):
         k.calls *= a
         ks.append(k)
     for _ in range(2):

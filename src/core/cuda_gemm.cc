@@ -5,6 +5,8 @@
 #if VTRAIN_HAS_CUDA
 #include "core/cuda_gemm.h"
 
+#include <algorithm>
+
 #include <cstdio>
 
 #include "kernels/cuda_check.cuh"
@@ -59,29 +61,31 @@ Gemm::~Gemm() {
 
 void Gemm::operator()(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                      float* C, int64_t ldc, cudaStream_t stream) {
+                      float* C, int64_t ldc, cudaStream_t stream, const float* C_in) {
   matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_32F, CUDA_R_32F,
-         stream);
+         stream, C_in);
 }
 
 void Gemm::operator()(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
-                      float beta, __nv_bfloat16* C, int64_t ldc, cudaStream_t stream) {
+                      float beta, __nv_bfloat16* C, int64_t ldc, cudaStream_t stream,
+                      const __nv_bfloat16* C_in) {
   matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_16BF,
-         CUDA_R_16BF, stream);
+         CUDA_R_16BF, stream, C_in);
 }
 
 void Gemm::operator()(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
-                      float beta, float* C, int64_t ldc, cudaStream_t stream) {
+                      float beta, float* C, int64_t ldc, cudaStream_t stream,
+                      const float* C_in) {
   matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_16BF,
-         CUDA_R_32F, stream);
+         CUDA_R_32F, stream, C_in);
 }
 
 void Gemm::matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
                   int64_t ldc, cudaDataType_t ab_type, cudaDataType_t c_type,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, const void* C_in) {
   VT_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0, "gemm dimensions must be >= 0");
   if (M == 0 || N == 0) return;
   // Row-major leading dims: A is (M,K) or (K,M) when trans_a, etc.
@@ -93,10 +97,10 @@ void Gemm::matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
 
   const Key key{trans_a, trans_b, M,        N,        K,        lda,
                 ldb,     ldc,     int(ab_type), int(c_type), alignment_of(A), alignment_of(B),
-                alignment_of(C)};
+                std::min(alignment_of(C), C_in ? alignment_of(C_in) : alignment_of(C))};
   const Plan& p = plan(key);
-  VT_CUBLASLT_CHECK(cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c,
-                                   &p.algo, workspace_, workspace_bytes_, stream));
+  VT_CUBLASLT_CHECK(cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C_in ? C_in : C,
+                                   p.c, C, p.c, &p.algo, workspace_, workspace_bytes_, stream));
 }
 
 const Gemm::Plan& Gemm::plan(const Key& key) {

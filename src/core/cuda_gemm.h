@@ -5,7 +5,9 @@
 // (A' = B, B' = A, m = N, n = M) and keeps each operand's transpose flag.
 //
 // Types: fp32 A/B/C (pure fp32 compute, CUBLAS_COMPUTE_32F, no TF32: used by the tests), and
-// bf16 A/B with fp32 accumulation writing bf16 or fp32 C. alpha and beta are fp32.
+// bf16 A/B with fp32 accumulation writing bf16 or fp32 C. alpha and beta are fp32. C_in (C's type
+// and layout), when given, is the matrix the beta term reads: C = alpha op(A) op(B) + beta C_in,
+// C only written (cuBLASLt's C and D).
 // The Gemm object owns the cuBLASLt handle and a device workspace; calls enqueue on `stream`.
 // Calls may come from several host threads but must be ordered (one stream, or otherwise: they
 // share the workspace).
@@ -38,13 +40,15 @@ class Gemm {
 
   void operator()(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                  int64_t ldc, cudaStream_t stream);
+                  int64_t ldc, cudaStream_t stream, const float* C_in = nullptr);
   void operator()(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
-                  float beta, __nv_bfloat16* C, int64_t ldc, cudaStream_t stream);
+                  float beta, __nv_bfloat16* C, int64_t ldc, cudaStream_t stream,
+                  const __nv_bfloat16* C_in = nullptr);
   void operator()(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
-                  float beta, float* C, int64_t ldc, cudaStream_t stream);
+                  float beta, float* C, int64_t ldc, cudaStream_t stream,
+                  const float* C_in = nullptr);
 
  // Cached plans, and how many calls found theirs (hits) or made one (misses).
   size_t plans() const;
@@ -53,14 +57,16 @@ class Gemm {
 
  private:
   struct Plan;
-  // trans_a, trans_b, M, N, K, lda, ldb, ldc, ab type, c type, alignments of A, B, C.
+  // trans_a, trans_b, M, N, K, lda, ldb, ldc, ab type, c type, alignments of A, B, C (the lesser
+  // of C's and C_in's).
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
                          int, uint32_t, uint32_t, uint32_t>;
   const Plan& plan(const Key& key);
 
   void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
-              int64_t ldc, cudaDataType_t ab_type, cudaDataType_t c_type, cudaStream_t stream);
+              int64_t ldc, cudaDataType_t ab_type, cudaDataType_t c_type, cudaStream_t stream,
+              const void* C_in);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

@@ -274,7 +274,7 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
   auto orthogonalize = [&](size_t k) {
     if (matrices_[k].owner != me) return;
     const MatrixPlan& m = matrices_[k];
-    ortho[k] = zeros(m.rows * m.cols);
+    ortho[k] = Tensor::empty({m.rows * m.cols}, DType::kF32, whole[k].device());  // written whole
     newton_schulz(whole[k], static_cast<int>(m.rows), static_cast<int>(m.cols), ortho[k],
                   config_.muon.ns_steps, coeffs_, config_.muon.ns_dtype);
     whole[k] = Tensor();

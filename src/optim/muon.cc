@@ -126,10 +126,10 @@ void check_ns_tensors(const Tensor& G, int rows, int cols, const Tensor& out) {
   VT_CHECK_MSG(G.raw() != out.raw(), "newton_schulz: out may not alias G");
 }
 
-// C (M x N, ldc) = alpha * op(A) * op(B) + beta * C on f32 tensors.
+// C (M x N, ldc) = alpha * op(A) * op(B) + beta * addend (C itself when addend is undefined).
 void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const Tensor& A,
               int64_t lda, const Tensor& B, int64_t ldb, float beta, const Tensor& C,
-              int64_t ldc) {
+              int64_t ldc, const Tensor& addend = Tensor()) {
   GemmArgs g;
   g.trans_a = ta;
   g.trans_b = tb;
@@ -137,6 +137,7 @@ void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, co
   g.alpha = alpha, g.beta = beta;
   g.A = A, g.B = B, g.C = C;
   g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+  g.addend = addend;
   ops::gemm(g);
 }
 }  // namespace
@@ -164,8 +165,10 @@ void newton_schulz_ops(const Tensor& G, int rows, int cols, const Tensor& out, i
   const int64_t n = transposed ? rows : cols;
   const int64_t mn = m * n;
   // The iteration runs in `compute` (bf16: bf16 storage, fp32 accumulation in the GEMMs); the
-  // normalization always in fp32.
-  Tensor X32 = Tensor::zeros({mn}, DType::kF32, dev);
+  // normalization always in fp32. Every buffer is written whole before it is read (no zero
+  // fill), and the GEMMs read their beta terms from where they are (the addend) instead of
+  // copies: on a GPU each matrix costs its GEMMs and four passes besides (bench/step_model.py).
+  Tensor X32 = Tensor::empty({mn}, DType::kF32, dev);
   const Tensor g = G.flat(0, mn), o = out.flat(0, mn);
 
   if (transposed) {
@@ -177,31 +180,31 @@ void newton_schulz_ops(const Tensor& G, int rows, int cols, const Tensor& out, i
   ops::normalize_frobenius(X32, coeffs.norm_scale, coeffs.norm_eps);
   Tensor X = X32;
   if (compute == DType::kBF16) {
-    X = Tensor::zeros({mn}, DType::kBF16, dev);
+    X = Tensor::empty({mn}, DType::kBF16, dev);
     ops::copy(X, X32);
   }
-  Tensor Y = Tensor::zeros({mn}, compute, dev);
-  Tensor A = Tensor::zeros({m * m}, compute, dev), B = Tensor::zeros({m * m}, compute, dev);
+  Tensor Y = Tensor::empty({mn}, compute, dev);
+  Tensor A = Tensor::empty({m * m}, compute, dev), B = Tensor::empty({m * m}, compute, dev);
 
   for (int k = 0; k < steps; ++k) {
     const auto& abc = coeffs.at(k);
     const float a = static_cast<float>(abc[0]);
     const float b = static_cast<float>(abc[1]);
     const float c = static_cast<float>(abc[2]);
-    gemm_f32(false, true, m, m, n, 1.0f, X, n, X, n, 0.0f, A, m);  // A = X X^T
-    B.copy_from(A);
-    gemm_f32(false, false, m, m, m, c, A, m, A, m, b, B, m);        // B = b A + c A A
-    Y.copy_from(X);
-    gemm_f32(false, false, m, n, m, 1.0f, B, m, X, n, a, Y, n);     // Y = a X + B X
+    gemm_f32(false, true, m, m, n, 1.0f, X, n, X, n, 0.0f, A, m);     // A = X X^T
+    gemm_f32(false, false, m, m, m, c, A, m, A, m, b, B, m, A);        // B = b A + c A A
+    gemm_f32(false, false, m, n, m, 1.0f, B, m, X, n, a, Y, n, X);     // Y = a X + B X
     std::swap(X, Y);
   }
 
-  if (compute == DType::kBF16) {
-    ops::copy(X32, X);  // back to fp32
-    X = X32;
-  }
   if (transposed) {
+    if (compute == DType::kBF16) {
+      ops::copy(X32, X);  // back to fp32
+      X = X32;
+    }
     ops::transpose(o, X, m, n);  // out (rows x cols) = X^T
+  } else if (compute == DType::kBF16) {
+    ops::copy(o, X);  // back to fp32, into out (the cast's bits, as through X32)
   } else {
     o.copy_from(X);
   }

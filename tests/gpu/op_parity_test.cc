@@ -123,6 +123,80 @@ void GemmMatchesCpu() {
   }
 }
 
+// GemmArgs::addend (C = alpha op(A) op(B) + beta addend, C only written): on each backend the same
+// bits as copying the addend into C and running the in-place GEMM, the addend left as it was, and
+// the two backends within GemmMatchesCpu's tolerance of each other. C starts as garbage (NaN on
+// the CPU; the emulated device poisons fresh memory) that must not leak into the result. A K = 0
+// call is beta * addend. Refused: an addend overlapping C, of another dtype or size.
+void GemmAddendIsCopyThenGemm() {
+  const int64_t M = 21, N = 38, K = 45;
+  struct Types {
+    DType ab, c;
+  };
+  uint64_t seed = 90;
+  for (Types ty : {Types{kF32, kF32}, Types{kBF16, kBF16}, Types{kBF16, kF32}}) {
+    for (int64_t k : {K, int64_t(0)}) {
+      SCOPED_TRACE(testing::Message() << name_of(ty.ab) << "->" << name_of(ty.c) << " K=" << k);
+      const int64_t ldc = N + 3;
+      Pair A = pair(randn(M * K, seed++), {M, K}, ty.ab);
+      Pair B = pair(randn(K * N, seed++), {K, N}, ty.ab);
+      Pair D = pair(randn(M * ldc, seed++), {M, ldc}, ty.c);
+      const std::vector<float> nan(size_t(M * ldc), std::nanf(""));
+      Pair out = pair(nan, {M, ldc}, ty.c), ref = zeros({M, ldc}, ty.c);
+      for (int dev = 0; dev < 2; ++dev) {
+        const Tensor& d = dev ? D.g : D.c;
+        GemmArgs g;
+        g.M = M, g.N = N, g.K = k;
+        g.alpha = 1.25f, g.beta = -0.75f;
+        g.A = dev ? A.g : A.c, g.B = dev ? B.g : B.c;
+        g.lda = K, g.ldb = N, g.ldc = ldc;
+        g.C = dev ? out.g : out.c;
+        g.addend = d;
+        ops::gemm(g);
+        GemmArgs in_place = g;
+        in_place.addend = Tensor();
+        in_place.C = dev ? ref.g : ref.c;
+        in_place.C.copy_from(d);
+        ops::gemm(in_place);
+      }
+      // Bit for bit against the in-place GEMM on each backend (the columns past N are C's own:
+      // garbage in `out`, the addend's in `ref`; only the M x N window is the result).
+      for (int dev = 0; dev < 2; ++dev) {
+        const auto o = vals(dev ? out.g : out.c), r = vals(dev ? ref.g : ref.c);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j)
+            ASSERT_EQ(o[size_t(i * ldc + j)], r[size_t(i * ldc + j)])
+                << (dev ? "device" : "cpu") << " at " << i << "," << j;
+      }
+      Pair window = zeros({M, N}, ty.c);
+      for (int dev = 0; dev < 2; ++dev) {
+        const auto o = vals(dev ? out.g : out.c);
+        std::vector<float> w(size_t(M * N));
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) w[size_t(i * N + j)] = o[size_t(i * ldc + j)];
+        (dev ? window.g : window.c).copy_from(host(w, {M, N}, ty.c).to(dev ? kGPU : kCPU));
+      }
+      const double mx = std::max(1.0, max_abs(vals(window.c)));
+      EXPECT_TRUE(close(window, rtol_for(ty.c, 1e-5), 1e-6 * std::sqrt(double(K)) * mx));
+      EXPECT_TRUE(same(D)) << "the addend was modified";
+    }
+  }
+  // Refusals (checked before any backend is chosen: the host tensors stand for both).
+  GemmArgs g;
+  g.M = 4, g.N = 4, g.K = 4, g.beta = 1.0f, g.lda = 4, g.ldb = 4, g.ldc = 4;
+  g.A = host(randn(16, 1), {4, 4}), g.B = host(randn(16, 2), {4, 4});
+  g.C = host(randn(16, 3), {4, 4});
+  GemmArgs overlap = g;
+  overlap.addend = g.C;
+  EXPECT_DEATH(ops::gemm(overlap), "addend overlaps C");
+  GemmArgs dtype = g;
+  dtype.addend = host(randn(16, 4), {4, 4}, kBF16);
+  EXPECT_DEATH(ops::gemm(dtype), "addend must have C's dtype");
+  GemmArgs size = g;
+  size.addend = host(randn(12, 5), {3, 4});
+  EXPECT_DEATH(ops::gemm(size), "addend holds 12 elements, C 16");
+}
+
 // Round to nearest even on both sides: bitwise equal (no NaNs, whose payloads may differ).
 void CastMatchesCpuExactly() {
   auto x = randn(4099, 30, 3.0f);
@@ -942,6 +1016,7 @@ void PrintTo(const OpRow& r, std::ostream* os) { *os << r.op; }
 
 const OpRow kOps[] = {
     {"gemm", GemmMatchesCpu},
+    {"gemm_addend", GemmAddendIsCopyThenGemm},
     {"cast", CastMatchesCpuExactly},
     {"cast_round_trip_bits", CastRoundTripBitExact},
     {"axpy_scale_copy", AxpyAndScaleCopyMatchCpu},

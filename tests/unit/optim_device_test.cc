@@ -207,6 +207,18 @@ TEST(OptimDevice, NewtonSchulzOnTensors) {
       EXPECT_LE(rel_err(host(od), ref), 1e-5);
       EXPECT_EQ(host(gd), g);  // input untouched
 
+      // bf16 iterations (the GPU default): the device gives the CPU tensors' bits (the buffers
+      // are not zero-filled and the GEMMs read their beta terms in place: the emulated device's
+      // poisoned fresh memory would show any read of an unwritten element), on a device output
+      // that starts as garbage.
+      const Tensor ob = Tensor::from_host(std::vector<float>(g.size(), std::nanf("")).data(),
+                                          {rows * cols}, kDev);
+      newton_schulz(gd, rows, cols, ob, 5, co, DType::kBF16);
+      const Tensor obc = Tensor::zeros({rows, cols});
+      newton_schulz_ops(gc, rows, cols, obc, 5, co, DType::kBF16);
+      EXPECT_TRUE(same_bits(host(ob), host(obc)));
+      EXPECT_LE(rel_err(host(ob), ref), 0.05);
+
       // Transposed input gives the bitwise transpose on the device too.
       std::vector<float> gt(g.size());
       for (int r = 0; r < rows; ++r)

@@ -18,8 +18,32 @@ namespace vt::ops {
 
 using namespace detail;
 
+namespace {
+
+// The addend's checks: C's dtype, device and number of elements (C's layout applies to both), no
+// overlap with C.
+void check_addend(const GemmArgs& g) {
+  const Tensor& a = g.addend;
+  VT_CHECK_MSG(a.dtype() == g.C.dtype(), "gemm: the addend must have C's dtype, got "
+                                             << dtype_name(a.dtype()) << " and "
+                                             << dtype_name(g.C.dtype()));
+  VT_CHECK_MSG(a.device() == g.C.device(), "gemm: the addend and C on different devices");
+  VT_CHECK_MSG(a.numel() == g.C.numel(),
+               "gemm: the addend holds " << a.numel() << " elements, C " << g.C.numel());
+  const char* ab = static_cast<const char*>(a.raw());
+  const char* cb = static_cast<const char*>(g.C.raw());
+  VT_CHECK_MSG(ab + a.nbytes() <= cb || cb + g.C.nbytes() <= ab,
+               "gemm: the addend overlaps C");
+}
+
+}  // namespace
+
 void gemm(const GemmArgs& g) {
-  auto d = on("gemm", {&g.A, &g.B, &g.C}, 2.0 * g.M * g.N * g.K);
+  const bool addend = g.addend.defined();
+  if (addend) check_addend(g);
+  const double flops = 2.0 * g.M * g.N * g.K;
+  auto d = addend ? on("gemm", {&g.A, &g.B, &g.C, &g.addend}, flops)
+                  : on("gemm", {&g.A, &g.B, &g.C}, flops);
   if (g.M == 0 || g.N == 0) return;
 #if VTRAIN_HAS_CUDA
   if (CudaRuntime* rt = d.cuda()) {
@@ -32,7 +56,8 @@ void gemm(const GemmArgs& g) {
                      (ta == DType::kBF16 && (tc == DType::kBF16 || tc == DType::kF32)),
                  "gemm: supported dtypes are f32 x f32 -> f32 and bf16 x bf16 -> bf16 or f32, got "
                      << dtype_name(ta) << " x " << dtype_name(tb) << " -> " << dtype_name(tc));
-    if (g.K == 0) {  // C = beta * C (cuBLASLt is not asked to handle K = 0)
+    if (g.K == 0) {  // C = beta * C, or beta * addend (cuBLASLt is not asked to handle K = 0)
+      if (addend) g.C.copy_from(g.addend);
       if (tc == DType::kF32)
         cuda::scale_matrix(f32p(g.C), g.M, g.N, g.ldc, g.beta, s);
       else
@@ -42,17 +67,19 @@ void gemm(const GemmArgs& g) {
     cuda::Gemm& mm = rt->gemm();
     if (ta == DType::kF32) {
       mm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, f32p(g.A), g.lda, f32p(g.B), g.ldb, g.beta,
-         f32p(g.C), g.ldc, s);
+         f32p(g.C), g.ldc, s, addend ? f32p(g.addend) : nullptr);
     } else if (tc == DType::kBF16) {
       mm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, bf16p(g.A), g.lda, bf16p(g.B), g.ldb,
-         g.beta, bf16p(g.C), g.ldc, s);
+         g.beta, bf16p(g.C), g.ldc, s, addend ? bf16p(g.addend) : nullptr);
     } else {
       mm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, bf16p(g.A), g.lda, bf16p(g.B), g.ldb,
-         g.beta, f32p(g.C), g.ldc, s);
+         g.beta, f32p(g.C), g.ldc, s, addend ? f32p(g.addend) : nullptr);
     }
     return;
   }
 #endif
+  // Host: the addend copied into C, then the in-place GEMM (the same bits).
+  if (addend) g.C.copy_from(g.addend);
   const bool bf = g.A.dtype() == DType::kBF16;
   VT_CHECK_MSG(bf == (g.B.dtype() == DType::kBF16), "gemm: A and B must have one dtype");
   VT_CHECK_MSG(bf || g.C.dtype() == DType::kF32, "gemm: f32 A/B need an f32 C");

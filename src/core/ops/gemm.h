@@ -1,5 +1,6 @@
 // The GEMM op family: C(M,N) = alpha * op(A) * op(B) + beta * C, row-major with leading
-// dimensions (the semantics of vt::cpu::gemm), and the matmuls the model calls. Host: OpenBLAS
+// dimensions (the semantics of vt::cpu::gemm), or + beta * addend with C written only (cuBLASLt's
+// D = alpha op(A) op(B) + beta C with C != D), and the matmuls the model calls. Host: OpenBLAS
 // (cpu::gemm); CUDA: cuBLASLt (core/cuda_gemm.h, its handle owned by the CUDA runtime), with
 // kernels/elementwise.cu's scale_matrix for K = 0.
 #pragma once
@@ -17,6 +18,10 @@ struct GemmArgs {
   float alpha = 1.0f, beta = 0.0f;
   Tensor A, B, C;
   int64_t lda = 0, ldb = 0, ldc = 0;
+  // When defined: the beta term reads this matrix (C's dtype, device, number of elements and
+  // layout, ldc) instead of C, which is then only written: C = alpha op(A) op(B) + beta addend. The same bits as copying
+  // addend into C first; on a GPU it saves that copy's pass. It may not overlap C.
+  Tensor addend;
 };
 
 namespace ops {
