@@ -33,12 +33,13 @@ def _load(path):
 
 
 def parse_profile(log_text: str) -> dict:
-    """The `--profile` table rank 0 prints: {op: ms per step}, plus the table's clock ("device
-    events" or "host time")."""
-    out, clock, inside = {}, None, False
+    """The `--profile` table rank 0 prints: {op: ms per step} and {op: calls per step} (what the
+    step model, bench/step_model.py, needs to split a row by its kernels), the time outside the
+    ops, and the table's clock ("device events" or "host time")."""
+    out, calls, outside, clock, inside = {}, {}, None, None, False
     for line in log_text.splitlines():
         if line.startswith("op profile of rank 0"):
-            inside, out = True, {}
+            inside, out, calls, outside = True, {}, {}, None
             clock = "device events" if "device ops timed by" in line else "host time"
             continue
         if not inside:
@@ -47,12 +48,24 @@ def parse_profile(log_text: str) -> dict:
         if not parts or parts[0] == "op":
             continue
         if parts[0] == "(all":
+            continue
+        if parts[0] == "(outside":
+            try:
+                outside = float(parts[3])
+            except (IndexError, ValueError):
+                pass
             break
         try:
             out[parts[0]] = float(parts[2])
+            calls[parts[0]] = float(parts[1])
         except (IndexError, ValueError):
             break
-    return {"profile_ms_per_step": out, "profile_clock": clock} if out else {}
+    if not out:
+        return {}
+    frag = {"profile_ms_per_step": out, "profile_calls_per_step": calls, "profile_clock": clock}
+    if outside is not None:
+        frag["profile_outside_ms_per_step"] = outside
+    return frag
 
 
 def train_fragment(metrics: str, log: str, preset, value, mb, seq) -> dict:

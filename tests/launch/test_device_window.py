@@ -116,6 +116,9 @@ def test_window_end_to_end_on_the_emulation(tmp_path, bundle):
         t = num[run]
         assert t["steps"] == 20 and t["loss_last"] < t["loss_first"] - 0.5, t
         assert t["tok_per_s"] > 0 and t["profile_ms_per_step"].get("gemm", 0) > 0, t
+        # Calls per op and the time outside the ops: what bench/step_model.py calibrates on.
+        assert t["profile_calls_per_step"].get("gemm", 0) > 0, t
+        assert t["profile_outside_ms_per_step"] >= 0, t
     assert num["bov"]["value"] == "bov" and num["train"]["value"] == "baseline"
     tests = num["tests"]
     assert sorted(tests["binaries"]) == GPU_TEST_BINARIES
