@@ -463,9 +463,10 @@ def muon_ns_kernels(c: dict, owned: list[int], copies_row: str, cast_row: str) -
         else:
             ks.append(Kernel(copies_row, "cudaMemcpyAsync (X32 <- G)", 1, "memcpy",
                              bytes=2 * F32 * mn))
+        # reduce.cu: 1024 blocks, four grid strides' loads in flight a thread (one trip each).
         ks.append(Kernel(GEMM_ROW, "partial_kernel<float> (sum of squares)", 1, "mem",
-                         bytes=F32 * mn, blocks=256, threads=256,
-                         dram_trips=math.ceil(mn / (256 * 256)), syncs=2))
+                         bytes=F32 * mn, blocks=1024, threads=256,
+                         dram_trips=math.ceil(mn / (1024 * 256 * 4)), syncs=2))
         ks.append(Kernel(GEMM_ROW, "final_kernel", 1, "mem", blocks=1, threads=256, syncs=2))
         ks.append(stream_kernel(GEMM_ROW, "div_by_norm_kernel<float>", 1, mn, 2 * F32))
         ks.append(stream_kernel(cast_row, "f32_to_bf16_kernel (X)", 1, mn, F32 + BF16, instr=32))

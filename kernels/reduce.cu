@@ -22,17 +22,29 @@ int reduce_blocks(int64_t n) {
   return int(b < 1 ? 1 : (b > kReduceBlocks ? kReduceBlocks : b));
 }
 
-// y == nullptr: sum of x^2; else sum of x*y.
+template <class T>
+__device__ __forceinline__ double product(const T* x, const T* y, int64_t i) {
+  const double a = to_f32(x[i]);
+  return a * (y == nullptr ? a : static_cast<double>(to_f32(y[i])));
+}
+
+// y == nullptr: sum of x^2; else sum of x*y. Each thread keeps four grid strides' loads in flight
+// (four independent accumulators: a single one would make every load wait for the previous
+// iteration's add, one round trip to memory each), then its remainder; the four are combined in
+// a fixed order, so the sum depends only on n and the grid.
 template <class T>
 __global__ void partial_kernel(const T* x, const T* y, int64_t n, double* partials) {
-  double acc = 0.0;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const double a = to_f32(x[i]);
-    acc += a * (y == nullptr ? a : static_cast<double>(to_f32(y[i])));
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc[u] += product(x, y, i + u * stride);
   }
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+  for (; i < n; i += stride) acc[0] += product(x, y, i);
+  double sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
 __global__ void final_kernel(const double* partials, int count, double* out, bool accumulate) {
