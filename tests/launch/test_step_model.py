@@ -19,7 +19,7 @@ def test_stored_calibration_is_what_the_fit_gives():
     cal, facts = sm.fit_window()
     stored = sm.CALIBRATION
     assert len(facts["rows"]) >= 8, facts["rows"]
-    for field in ("lat_dram", "eta", "ns_tflops"):
+    for field in ("lat_dram", "eta", "ns_tflops", "host_op"):
         got, want = getattr(cal, field), getattr(stored, field)
         assert abs(got / want - 1.0) < 0.005, f"{field}: refit {got}, stored {want}"
 
@@ -35,8 +35,8 @@ def test_rows_the_fit_never_saw_are_within_ten_percent():
 
 def test_window_step_is_reproduced():
     c = sm.d24_window_preset()
-    p = sm.step_prediction(sm.window_code_kernels(c), c, sm.H200, sm.CALIBRATION, sm.window_rates(),
-                           sm.WINDOW_OUTSIDE_S)
+    p = sm.step_prediction(sm.window_code_kernels(c), c, sm.H200, sm.CALIBRATION, sm.window_rates())
+    assert abs(p["outside_s"] / sm.WINDOW_OUTSIDE_S - 1.0) < 0.01, p["outside_s"]  # fitted on it
     assert abs(p["step_s"] / sm.WINDOW_STEP_S - 1.0) < 0.05, p["step_s"]
     # Every row the window measured has kernels in the inventory (nothing measured is unmodelled).
     rows = {k.row for k in sm.window_code_kernels(c)}
@@ -59,6 +59,15 @@ def test_todays_inventory_moves_the_static_reports_bytes():
         want = sum(static[n].flops for n in ("GEMM forward (x W)", "GEMM backward dx (dy W^T)",
                                              "GEMM backward dW (x^T dy, fp32)"))
         assert math.isclose(gemm, want, rel_tol=1e-3), (preset, gemm, want)
+
+
+def test_host_gaps_come_from_ops_shorter_than_their_issue():
+    cal, dev = sm.CALIBRATION, sm.H100
+    short = sm.Kernel("r", "tiny", 100, "memset", bytes=1024)
+    long_ = sm.Kernel("r", "large", 100, "memset", bytes=1 << 32)
+    gap = sm.host_gaps([short], dev, cal, sm.Rates())
+    assert math.isclose(gap, 100 * (cal.host_op - sm.predict_call(short, dev, cal, sm.Rates())))
+    assert sm.host_gaps([long_], dev, cal, sm.Rates()) == 0.0
 
 
 def test_latency_bound_and_bandwidth_bound_kernels():
