@@ -19,9 +19,9 @@
 // A document (a JSON line, or a text file) longer than max_document_bytes is a bad record: it is
 // never held whole (its bytes are read past and dropped), so a gzip bomb or a giant record costs
 // time, not memory.
-// Memory: one read buffer plus the current line (at most max_document_bytes); for parquet, one
-// page as read and decompressed and the column chunk's dictionary, each at most
-// max_document_bytes + 16 MiB (a larger page is refused).
+// Memory: one read buffer plus the current line (at most max_document_bytes); for parquet, the
+// footer, one page as read and as decompressed, and the column chunk's dictionary page and its
+// index, each at most max_document_bytes + 16 MiB (a larger page is refused).
 #pragma once
 #include <cstdint>
 #include <functional>

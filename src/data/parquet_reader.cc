@@ -295,13 +295,17 @@ absl::Status ParquetTextReader::load_page() {
     if (h.num_values > h.uncompressed_size / 4)
       return damaged(absl::StrCat("a dictionary page of ", h.uncompressed_size, " bytes claims ",
                                   h.num_values, " values"));
+    // The index keeps each value's offset (4 bytes per value, at most the page's size): the
+    // value is its 4-byte length and bytes there, checked here once.
     PlainByteArrays values(data, static_cast<size_t>(h.uncompressed_size));
     dict_.reserve(static_cast<size_t>(h.num_values));
     for (int32_t i = 0; i < h.num_values; ++i) {
+      const size_t at = static_cast<size_t>(h.uncompressed_size) - values.left();
       std::string_view v;
       if (!values.next(&v)) return damaged(absl::StrCat("the dictionary page: ", values.error()));
-      dict_.push_back(v);
+      dict_.push_back(static_cast<uint32_t>(at));
     }
+    dict_data_ = data;
     have_dict_ = true;
     return absl::OkStatus();
   }
@@ -380,7 +384,8 @@ absl::StatusOr<bool> ParquetTextReader::next(std::string_view* value, bool* null
         if (!indices_.next(&i)) return damaged(absl::StrCat("dictionary indices: ", indices_.error()));
         if (i >= dict_.size())
           return damaged(absl::StrCat("dictionary index ", i, " past the dictionary's ", dict_.size(), " values"));
-        *value = dict_[i];
+        const uint8_t* at = dict_data_ + dict_[i];
+        *value = std::string_view(reinterpret_cast<const char*>(at + 4), le32(at));
         *null = false;
       } else {
         if (!plain_.next(value)) return damaged(absl::StrCat("values: ", plain_.error()));

@@ -16,8 +16,9 @@
 //   (offsets outside the file, value counts that do not add up), pages that do not decompress to
 //   their declared size, levels, indices or lengths that reach past their page, a CRC mismatch.
 //   Nothing is read outside the file's bytes or a page's buffer, whatever the file says.
-// Memory: the footer (at most 64 MiB), one page as read and as decompressed, and the chunk's
-// dictionary page; a page (or dictionary) larger than max_page_bytes is refused
+// Memory: the footer (at most 64 MiB), and for the current row group one page as read and as
+// decompressed, its dictionary page and the dictionary's index (4 bytes per value, no more than
+// the page): each at most max_page_bytes, since a page larger than that is refused
 // (ResourceExhausted) rather than held.
 #pragma once
 #include <cstdint>
@@ -76,7 +77,8 @@ class ParquetTextReader {
   int64_t row_ = 0;                  // rows returned so far (file-wide)
   bool data_page_seen_ = false;
   Buffer dict_buf_;
-  std::vector<std::string_view> dict_;
+  const uint8_t* dict_data_ = nullptr;  // the dictionary page's values (PLAIN)
+  std::vector<uint32_t> dict_;          // each value's offset in dict_data_
   bool have_dict_ = false;
 
   // The current data page.
