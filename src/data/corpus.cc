@@ -21,10 +21,10 @@ absl::StatusOr<InputFormat> resolve_format(const std::string& name, const std::s
   if (format == "parquet") return InputFormat::kParquet;
   if (format != "auto")
     return absl::InvalidArgumentError(absl::StrCat("--format ", format, ": expected auto, jsonl, text or parquet"));
-  if (absl::EndsWith(name, ".parquet")) return InputFormat::kParquet;
   std::string base = name;
   for (const char* z : {".gz", ".zst", ".zstd"})
     if (absl::EndsWith(base, z)) base.resize(base.size() - std::string(z).size());
+  if (absl::EndsWith(base, ".parquet")) return InputFormat::kParquet;  // x.parquet.gz is refused there
   for (const char* j : {".jsonl", ".json", ".ndjson"})
     if (absl::EndsWith(base, j)) return InputFormat::kJsonl;
   return InputFormat::kText;

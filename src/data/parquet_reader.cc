@@ -86,6 +86,9 @@ absl::StatusOr<std::unique_ptr<ParquetTextReader>> ParquetTextReader::open(
     if (std::memcmp(head, "PARE", 4) == 0)
       return absl::UnimplementedError(absl::StrCat(path, ": an encrypted Parquet file (magic PARE); "
                                                    "encryption is not supported"));
+    if ((head[0] == 0x1f && head[1] == 0x8b) || std::memcmp(head, "\x28\xb5\x2f\xfd", 4) == 0)
+      return absl::DataLossError(absl::StrCat(path, ": a compressed file, not a Parquet file (Parquet "
+                                              "compresses its pages itself; decompress the file)"));
     return absl::DataLossError(absl::StrCat(path, ": not a Parquet file (it does not start with the "
                                             "magic bytes PAR1)"));
   }

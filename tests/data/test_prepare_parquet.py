@@ -6,6 +6,7 @@ columns with nulls. Each prepares to the same shard bytes and tokenizer as the J
 texts, and to the bytes tokenizer's stream of those texts. Bad files are refused naming the file
 and what is wrong: a missing or non-string column, a truncated file, a corrupt footer length, a
 file that is not Parquet, a page failing its checksum, codecs and encodings the reader lacks."""
+import gzip
 import json
 import os
 import subprocess
@@ -237,6 +238,7 @@ def damage(good, tmp_path):
     put("empty", b"", "not a Parquet file (0 bytes")
     put("footer-length", raw[:-8] + (len(raw) * 2).to_bytes(4, "little") + b"PAR1", "corrupt footer length")
     put("not-parquet", b'{"text": "a JSON line in a .parquet file"}\n' * 4, "not a Parquet file")
+    put("gzipped", gzip.compress(raw), "a compressed file, not a Parquet file")
     footer = bytearray(raw)
     start = len(raw) - 8 - footer_len
     footer[start : start + footer_len // 2] = b"\xff" * (footer_len // 2)
@@ -257,6 +259,11 @@ def test_damaged_files_are_refused_by_name(docs, tmp_path):
         err = refused("--input", path, "--out", out, "--tokenizer", "bytes")
         assert str(path) in err and why in err, (name, err)
         assert not out.exists(), name
+    # A .parquet.gz is a Parquet input too (auto format), refused as compressed, not read as text.
+    gz = tmp_path / "good.parquet.gz"
+    gz.write_bytes(gzip.compress(good.read_bytes()))
+    err = refused("--input", gz, "--out", tmp_path / "o_gz", "--tokenizer", "bytes")
+    assert f"{gz}: a compressed file, not a Parquet file" in err, err
     # With --on-bad-record skip a damaged file is left out whole, with a warning naming it.
     bad = tmp_path / "page-crc.parquet"
     r = prepare("--input", good, bad, "--out", tmp_path / "s", "--tokenizer", "bytes", "--quiet",
