@@ -18,11 +18,13 @@ namespace fs = std::filesystem;
 absl::StatusOr<InputFormat> resolve_format(const std::string& name, const std::string& format) {
   if (format == "jsonl") return InputFormat::kJsonl;
   if (format == "text") return InputFormat::kText;
+  if (format == "parquet") return InputFormat::kParquet;
   if (format != "auto")
-    return absl::InvalidArgumentError(absl::StrCat("--format ", format, ": expected auto, jsonl or text"));
+    return absl::InvalidArgumentError(absl::StrCat("--format ", format, ": expected auto, jsonl, text or parquet"));
   std::string base = name;
   for (const char* z : {".gz", ".zst", ".zstd"})
     if (absl::EndsWith(base, z)) base.resize(base.size() - std::string(z).size());
+  if (absl::EndsWith(base, ".parquet")) return InputFormat::kParquet;  // x.parquet.gz is refused there
   for (const char* j : {".jsonl", ".json", ".ndjson"})
     if (absl::EndsWith(base, j)) return InputFormat::kJsonl;
   return InputFormat::kText;

@@ -4,8 +4,9 @@
 //   sorted by name); a glob such as 'shards/*.jsonl.zst' (quoted, so that thousands of names do
 //   not pass through the shell; matches sorted); or '-' (standard input, copied to a file of the
 //   scratch directory first since it is read twice).
-//   Format (--format auto|jsonl|text): auto takes JSON lines for names ending in .jsonl, .json or
-//   .ndjson (before any .gz/.zst) and for stdin, text for everything else.
+//   Format (--format auto|jsonl|text|parquet): auto takes parquet for names ending in .parquet
+//   and JSON lines for names ending in .jsonl, .json or .ndjson (both before any .gz/.zst: a
+//   compressed Parquet file is refused by the reader) and for stdin, text for everything else.
 //   Units: a plain (uncompressed) JSON-lines file longer than unit_bytes is cut into byte ranges of
 //   unit_bytes; any other file is one unit. Units depend on the inputs and unit_bytes only, never
 //   on the number of ranks; ranks take units by a deterministic greedy balance of their bytes.
@@ -34,7 +35,7 @@ struct Unit {
   int64_t weight = 0;    // bytes on disk, for balancing
 };
 
-// "auto", "jsonl" or "text".
+// "auto", "jsonl", "text" or "parquet".
 absl::StatusOr<InputFormat> resolve_format(const std::string& name, const std::string& format);
 
 // Expands --input arguments (no '-': the caller replaces stdin with its spooled copy first).

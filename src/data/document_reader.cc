@@ -1,5 +1,6 @@
 // DocumentReader (see document_reader.h): line splitting over a ByteSource with byte ranges,
-// JSON record parsing (nlohmann::json validates UTF-8 and escapes), bad-record reporting.
+// JSON record parsing (nlohmann::json validates UTF-8 and escapes), parquet rows through
+// ParquetTextReader (UTF-8 checked here), bad-record reporting.
 #include "data/document_reader.h"
 
 #include <fcntl.h>
@@ -7,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -17,6 +19,9 @@ namespace vt::data {
 namespace {
 
 constexpr size_t kReadBytes = 1 << 20;
+// A parquet page may hold one document of max_document_bytes plus this much (other values,
+// lengths, levels); a larger page is refused.
+constexpr int64_t kParquetPageSlack = int64_t{16} << 20;
 
 // Newlines in bytes [0, end) of a plain file: the line number where a range starts.
 int64_t count_newlines(const std::string& path, int64_t end) {
@@ -38,6 +43,41 @@ bool blank(const std::string& s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
 }
 
+// Well-formed UTF-8 as RFC 3629 defines it (no overlong forms, surrogates or code points past
+// U+10FFFF), the rule nlohmann::json applies to JSON strings.
+bool valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    }
+    int n = 0;
+    unsigned char lo = 0x80, hi = 0xbf;  // the allowed range of the second byte
+    if (c >= 0xc2 && c <= 0xdf) {
+      n = 1;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      n = 2;
+      if (c == 0xe0) lo = 0xa0;
+      if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 3;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    } else {
+      return false;
+    }
+    if (end - p <= n) return false;
+    if (p[1] < lo || p[1] > hi) return false;
+    for (int i = 2; i <= n; ++i)
+      if ((p[i] & 0xc0) != 0x80) return false;
+    p += n + 1;
+  }
+  return true;
+}
+
 const char* json_type(const nlohmann::json& v) {
   return v.is_number() ? "a number" : v.is_boolean() ? "a boolean" : v.is_null() ? "null"
        : v.is_array()  ? "an array" : v.is_object() ? "an object" : "not a string";
@@ -52,6 +92,17 @@ absl::StatusOr<std::unique_ptr<DocumentReader>> DocumentReader::open(
   r->opts_ = opts;
   r->begin_ = begin;
   r->end_ = end;
+  if (opts.format == InputFormat::kParquet) {  // always the whole file
+    auto pq = ParquetTextReader::open(path, opts.text_field, opts.max_document_bytes + kParquetPageSlack);
+    if (pq.ok()) {
+      r->parquet_ = std::move(*pq);
+    } else if (pq.status().code() == absl::StatusCode::kDataLoss) {
+      VT_RETURN_IF_ERROR(r->file_damaged(std::string(pq.status().message())).status());
+    } else {
+      return pq.status();
+    }
+    return r;
+  }
   const int64_t start = begin > 0 ? begin - 1 : 0;
   VT_ASSIGN_OR_RETURN(r->src_, ByteSource::open(path, start));
   r->offset_ = start;
@@ -94,7 +145,11 @@ std::string DocumentReader::where(int64_t local_line) const {
 }
 
 absl::Status DocumentReader::bad(int64_t local_line, const std::string& why) {
-  const std::string msg = absl::StrCat(where(local_line), ": ", why);
+  return bad_at(where(local_line), why);
+}
+
+absl::Status DocumentReader::bad_at(const std::string& where, const std::string& why) {
+  const std::string msg = absl::StrCat(where, ": ", why);
   if (!opts_.skip_bad)
     return absl::InvalidArgumentError(absl::StrCat(
         msg, "; fix or remove that record, or pass --on-bad-record skip to leave such records out"));
@@ -159,7 +214,10 @@ absl::StatusOr<bool> DocumentReader::next_line(std::string* line, bool* complete
 absl::StatusOr<bool> DocumentReader::stream_error(const absl::Status& st) {
   // A damaged stream cannot vouch for any of its bytes (gzip checks its CRC only at the end), so
   // with skip the whole file is left out; the caller drops what it already took from it.
-  const std::string msg = absl::StrCat(st.message(), " (detected after line ", line_, ")");
+  return file_damaged(absl::StrCat(st.message(), " (detected after line ", line_, ")"));
+}
+
+absl::StatusOr<bool> DocumentReader::file_damaged(const std::string& msg) {
   if (!opts_.skip_bad)
     return absl::DataLossError(absl::StrCat(
         msg, "; replace the file, or pass --on-bad-record skip to leave this file out"));
@@ -169,8 +227,36 @@ absl::StatusOr<bool> DocumentReader::stream_error(const absl::Status& st) {
   return false;
 }
 
+absl::StatusOr<bool> DocumentReader::next_parquet(std::string* text) {
+  for (;;) {
+    std::string_view v;
+    bool null = false;
+    absl::StatusOr<bool> got = parquet_->next(&v, &null);
+    if (!got.ok()) {
+      if (got.status().code() == absl::StatusCode::kDataLoss)
+        return file_damaged(std::string(got.status().message()));
+      return got.status();
+    }
+    if (!*got) return false;
+    std::string why;
+    if (null) {
+      why = absl::StrCat("the \"", opts_.text_field, "\" value is null, not a string");
+    } else if (static_cast<int64_t>(v.size()) > opts_.max_document_bytes) {
+      why = absl::StrCat("the document is ", too_long());
+    } else if (!valid_utf8(v)) {
+      why = absl::StrCat("the \"", opts_.text_field, "\" value is not valid UTF-8");
+    } else {
+      text->assign(v);
+      bytes_read_ += static_cast<int64_t>(v.size());
+      return true;
+    }
+    VT_RETURN_IF_ERROR(bad_at(parquet_->where(), why));
+  }
+}
+
 absl::StatusOr<bool> DocumentReader::next(std::string* text) {
   if (dead_) return false;
+  if (opts_.format == InputFormat::kParquet) return next_parquet(text);
   if (opts_.format == InputFormat::kText) {
     if (text_done_) return false;
     text_done_ = true;

@@ -351,23 +351,26 @@ const CommandSpec& prepare_command() {
         "                      --tokenizer bytes|bpe:N|tiktoken:FILE|from:DATADIR [options]";
     c.flags = {
         required(list_flag("input",
-                           "files, directories, quoted globs ('shards/*.jsonl.zst'), or - (stdin); "
-                           ".gz and .zst inputs are decompressed (told by their first bytes)")),
+                           "files, directories, quoted globs ('shards/*.jsonl.zst', "
+                           "'shards/*.parquet'), or - (stdin); .gz and .zst inputs are "
+                           "decompressed (told by their first bytes)")),
         required(text_flag("out", "", "the data directory to write")),
         required(text_flag("tokenizer", "",
                            "bytes, bpe:N (trained here), tiktoken:FILE, or from:DATADIR (that "
                            "data directory's tokenizer, or a tokenizer.json: the sources of a "
                            "mixture share one)")),
-        choice_flag("format", "auto", {"auto", "jsonl", "text"},
+        choice_flag("format", "auto", {"auto", "jsonl", "text", "parquet"},
                     "auto: .jsonl/.json/.ndjson[.gz|.zst] and stdin are JSON lines (one document "
-                    "per record), other files one document each"),
-        text_flag("text-field", "text", "the JSON field holding a document's text"),
+                    "per record), .parquet files Parquet (one document per row), other files "
+                    "one document each"),
+        text_flag("text-field", "text",
+                  "the JSON field, or the Parquet column, holding a document's text"),
         choice_flag("on-bad-record", "fail", {"fail", "skip"},
                     "fail: stop at the first bad record or corrupt stream, naming file and line, "
                     "leaving --out untouched; skip: warn, leave it out, count it in meta.json"),
         int_flag("max-document-bytes", 67108864, 1024, 4294967296,
-                 "the longest document (a JSON record, or a text file); a longer one is a bad "
-                 "record (see --on-bad-record), never held in memory whole"),
+                 "the longest document (a JSON record, a Parquet value or a text file); a longer "
+                 "one is a bad record (see --on-bad-record), never held in memory whole"),
         num_flag("val-fraction", 0.05, 0, 1,
                  "the last max(2, ceil(F*N)) tokens are validation (below 1; 0: no validation split)"),
         int_flag("shard-tokens", 100000000, 1, 2147483646, "tokens per shard"),
