@@ -97,7 +97,10 @@ absl::Status Trainer::setup() {
   if (rank0_) {
     VT_RETURN_IF_ERROR(metrics_.open(o_.metrics_path));
     if (!o_.tensorboard_dir.empty()) {
-      VT_RETURN_IF_ERROR(metrics_.open_tensorboard(o_.tensorboard_dir));
+      // Steps after the checkpoint are this run's: TensorBoard drops what earlier files logged
+      // from there on (a resume from an earlier checkpoint runs them again).
+      VT_RETURN_IF_ERROR(metrics_.open_tensorboard(o_.tensorboard_dir, completed_step_ + 1,
+                                                   o_.run_identity()));
       metrics_.tensorboard_text("config", "```\n" + o_.to_json().dump(1) + "\n```", completed_step_);
     }
   }
