@@ -73,7 +73,7 @@ absl::Status check_batch(TrainOptions& o, Run& r) {
         r.rows_per_micro * cfg.seq_len, " tokens each), above vtrain's limit of ",
         kMaxMicroBatches, "; lower --global-batch or raise --micro-batch")));
   r.micro_batches = static_cast<int>(micro);
-  if (absl::Status fit = data::check_stages_fit(o.data, o.steps * o.global_batch); !fit.ok())
+  if (absl::Status fit = data::check_stages_fit(o.data, o.steps * o.global_batch, cfg.seq_len); !fit.ok())
     return agreed(fit);
   absl::Status st = check_virtual_stages(cfg.n_layer, r.shape.pp, o.vpp, r.micro_batches);
   if (!st.ok()) return agreed(st);
