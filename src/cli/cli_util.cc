@@ -46,12 +46,18 @@ absl::StatusOr<std::unique_ptr<data::Tokenizer>> tokenizer_for_checkpoint(
         std::ifstream f(p, std::ios::binary);
         return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
       };
-      if (bytes(beside) != bytes(fs::path(data_dir) / "tokenizer.json"))
+      if (bytes(beside) != bytes(fs::path(data_dir) / "tokenizer.json")) {
+        // Another vocabulary size is the caller's to name (with both sizes).
+        auto theirs = data::load_tokenizer(data_dir);
+        auto ours = data::load_tokenizer(beside.string());
+        if (theirs.ok() && ours.ok() && (*theirs)->vocab_size() != (*ours)->vocab_size())
+          return theirs;
         return absl::InvalidArgumentError(absl::StrCat(
             "--data ", data_dir, " has another tokenizer than the checkpoint's run (",
             beside.string(), "); its ids would mean other text: give the data directory the "
             "run was trained on, or one prepared with --tokenizer from:",
             beside.parent_path().empty() ? std::string(".") : beside.parent_path().string()));
+      }
     }
     return data::load_tokenizer(data_dir);
   }
