@@ -404,16 +404,20 @@ def summarize(run: Run, args) -> dict:
     if row["params"] is None and run.params_m is not None:
         row["params"] = int(round(run.params_m * 1e6))
     last = evals[-1] if evals else {}
-    row["val_loss"] = last.get("val_loss", float("nan"))
-    row["val_bpb"] = last.get("val_bpb", float("nan"))
+    # Every value through run_metrics.number: a hostile or null value is NaN, never a TypeError.
+    row["val_loss"] = run_metrics.number(last.get("val_loss"))
+    row["val_bpb"] = run_metrics.number(last.get("val_bpb"))
     row["eval_step"] = last.get("step")
-    rates = [r["tok_per_s"] for r in train if r["step"] > args.warmup_steps and "tok_per_s" in r]
+    rates = [run_metrics.number(r.get("tok_per_s")) for r in train if r["step"] > args.warmup_steps]
+    rates = [x for x in rates if not math.isnan(x)]
     if not rates:
-        rates = [r["tok_per_s"] for r in train if "tok_per_s" in r]
+        rates = [x for x in (run_metrics.number(r.get("tok_per_s")) for r in train)
+                 if not math.isnan(x)]
     row["tok_s"] = float(np.median(rates)) if rates else float("nan")
-    row["tokens"] = train[-1]["tokens"] if train else 0
+    tokens = run_metrics.number(train[-1].get("tokens")) if train else 0
+    row["tokens"] = int(tokens) if math.isfinite(tokens) else 0
     row["tokens_per_step"] = row["tokens"] / len(train) if train else 0
-    row["final_loss"] = train[-1]["loss"] if train else float("nan")
+    row["final_loss"] = run_metrics.number(train[-1].get("loss")) if train else float("nan")
     return row
 
 
@@ -578,7 +582,8 @@ def plot(rows: list[dict], path: Path, title: str, ref_name: str | None = None,
             if runs:
                 n = min(len(r["evals"]) for r in runs)
                 steps = [e["step"] for e in runs[0]["evals"][:n]]
-                bpb = np.array([[e["val_bpb"] for e in r["evals"][:n]] for r in runs])
+                bpb = np.array([[run_metrics.number(e.get("val_bpb")) for e in r["evals"][:n]]
+                                for r in runs])
                 line, = ax1.plot(steps, bpb.mean(0), marker="o", markersize=3, label=g["arm"])
                 if len(runs) > 1:
                     ax1.fill_between(steps, bpb.min(0), bpb.max(0), alpha=0.2,
@@ -587,7 +592,8 @@ def plot(rows: list[dict], path: Path, title: str, ref_name: str | None = None,
             if runs:
                 n = min(len(r["train"]) for r in runs)
                 steps = np.array([t["step"] for t in runs[0]["train"][:n]])
-                loss = np.array([[t["loss"] for t in r["train"][:n]] for r in runs]).mean(0)
+                loss = np.array([[run_metrics.number(t.get("loss")) for t in r["train"][:n]]
+                                 for r in runs]).mean(0)
                 k = max(1, len(loss) // 50)  # light smoothing: moving average over ~2% of the run
                 ax2.plot(steps[k - 1:], run_metrics.moving_average(loss, k), label=g["arm"])
         where = "" if d is None else f" ({d} layers)"
@@ -686,7 +692,16 @@ def main(argv: list[str]) -> int:
         raise AblateError(f"--data {args.data} is not a directory; make one with "
                           "`vtrain prepare --input FILE --out DATADIR --tokenizer bpe:N`")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise AblateError(f"--out {out} exists and is not a directory; ablate.py writes a "
+                          f"directory of runs (choose another --out)")
+    if args.report_only and not out.is_dir():
+        raise AblateError(f"--out {out}: no such directory; --report-only rebuilds the table of "
+                          f"an ablation that ran into --out (run it without --report-only first)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AblateError(f"--out {out}: cannot create it ({e.strerror})") from None
     # Seed-major order: the arms alternate (a, b, c, a, b, c, ...), so that a change of the
     # machine's load during the ablation spreads over every arm instead of favouring some.
     controls = add_controls(args) if args.match else []
@@ -711,6 +726,9 @@ def main(argv: list[str]) -> int:
             raise
     if failed and not args.keep_going:
         raise AblateError(f"stopped: run '{failed[0].mode}' failed (see above); no table written")
+    if all(r.returncode is None for r in runs):
+        raise AblateError(f"no run of this ablation finished in --out {out} (none reached "
+                          f"--steps {args.steps} with a final evaluation): nothing to tabulate")
     (out / "runs.json").write_text(json.dumps(
         [{"run": r.mode, "arm": r.arm, "depth": r.depth, "seed": r.seed, "cmd": r.cmd,
           "returncode": r.returncode} for r in runs], indent=1))

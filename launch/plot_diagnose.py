@@ -23,26 +23,61 @@ class DiagnoseError(Exception):
     pass
 
 
+MAX_BYTES = 64 << 20  # a diagnose file of thousands of layers is a few MB
+
+
 def load(spec: str) -> tuple[str, dict]:
     name, sep, path = spec.partition("=")
     if not sep:
         name, path = Path(spec).stem, spec
+    p = Path(path)
+    if p.exists() and not p.is_file():
+        raise DiagnoseError(f"{path}: not a regular file")
     try:
-        with open(path) as f:
+        if p.stat().st_size > MAX_BYTES:
+            raise DiagnoseError(f"{path}: {p.stat().st_size} bytes, more than a `vtrain diagnose "
+                                f"--out` file holds")
+        with open(path, encoding="utf-8") as f:
             d = json.load(f)
     except OSError as e:
-        raise DiagnoseError(f"{path}: {e.strerror}") from e
-    except json.JSONDecodeError as e:
-        raise DiagnoseError(f"{path}: not JSON ({e})") from e
+        raise DiagnoseError(f"{path}: {e.strerror}") from None
+    except (ValueError, RecursionError) as e:  # bad JSON, bad UTF-8, nested too deeply
+        raise DiagnoseError(f"{path}: not JSON ({str(e)[:100] or 'nested too deeply'})") from None
     if not isinstance(d, dict) or not isinstance(d.get("layers"), list) or not d["layers"] \
-            or "embedding_similarity" not in d:
+            or not is_number(d.get("embedding_similarity")):
         raise DiagnoseError(f"{path}: not a `vtrain diagnose --out` file (no layers / "
                             "embedding_similarity)")
     for row in d["layers"]:
+        if not isinstance(row, dict) or not isinstance(row.get("layer"), int) \
+                or isinstance(row.get("layer"), bool):
+            raise DiagnoseError(f"{path}: a layer that is not an object with an integer layer")
         for key in ("similarity", "head_entropy", "uniform_entropy", "v1_share"):
             if key not in row:
                 raise DiagnoseError(f"{path}: layer {row.get('layer')} has no {key}")
+        ok = (is_number(row["similarity"]) and is_number(row["uniform_entropy"])
+              and is_number(row["v1_share"])
+              and isinstance(row["head_entropy"], list) and row["head_entropy"]
+              and all(is_number(x) for x in row["head_entropy"]))
+        if not ok:
+            raise DiagnoseError(f"{path}: layer {row['layer']} holds a value that is not a number")
+    # null (vtrain writes a non-finite number as null) is drawn as a gap; v1_share's null is
+    # "no such term" and stays None.
+    d["embedding_similarity"] = as_float(d["embedding_similarity"])
+    for row in d["layers"]:
+        for key in ("similarity", "uniform_entropy"):
+            row[key] = as_float(row[key])
+        row["head_entropy"] = [as_float(x) for x in row["head_entropy"]]
     return name, d
+
+
+def is_number(v) -> bool:
+    """A JSON number (or null, a non-finite number as vtrain writes it)."""
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                         and abs(v) < 1e300)
+
+
+def as_float(v) -> float:
+    return float("nan") if v is None else float(v)
 
 
 def plot(runs: list[tuple[str, dict]], out: str) -> None:
@@ -95,10 +130,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plot_diagnose: error: two runs are labelled alike ({', '.join(names)}): "
               "give NAME=FILE", file=sys.stderr)
         return 2
+    if Path(a.out).is_dir():
+        print(f"plot_diagnose: error: --out {a.out} is a directory; give the PNG file to write",
+              file=sys.stderr)
+        return 2
     for name, d in runs:
         sims = " ".join(f"{r['similarity']:.3f}" for r in d["layers"])
         print(f"{name}: similarity emb {d['embedding_similarity']:.3f} | layers {sims}")
-    plot(runs, a.out)
+    try:
+        plot(runs, a.out)
+    except OSError as e:
+        print(f"plot_diagnose: error: --out {a.out}: {e.strerror}", file=sys.stderr)
+        return 2
     print(f"wrote {a.out}")
     return 0
 

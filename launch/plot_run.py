@@ -270,14 +270,23 @@ def main(argv: list[str]) -> int:
         for n in r.notes:
             print(f"note: {n}", file=sys.stderr)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        print(f"plot_run.py: error: --out {out} exists and is not a directory; choose a "
+              f"directory for steps.png, tokens.png and summary.md", file=sys.stderr)
+        return 2
     plt = run_metrics.pyplot()
-    for x, name in (("step", "steps.png"), ("tokens", "tokens.png")):
-        fig = figure(runs, x, args.smooth, args.title)
-        fig.savefig(out / name, dpi=DPI)
-        plt.close(fig)
     md = summary(runs)
-    (out / "summary.md").write_text(md)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for x, name in (("step", "steps.png"), ("tokens", "tokens.png")):
+            fig = figure(runs, x, args.smooth, args.title)
+            fig.savefig(out / name, dpi=DPI)
+            plt.close(fig)
+        (out / "summary.md").write_text(md)
+    except OSError as e:
+        print(f"plot_run.py: error: --out {out}: cannot write {e.filename or out} "
+              f"({e.strerror})", file=sys.stderr)
+        return 2
     print(md)
     print(f"wrote {out / 'steps.png'}, {out / 'tokens.png'} and {out / 'summary.md'}")
     return 0

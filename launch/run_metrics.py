@@ -1,8 +1,10 @@
 # launch/run_metrics.py owns reading the metrics files of `vtrain train --metrics FILE`
 # (docs/design.md "Metrics JSONL") for the Python tools that draw or forward them
 # (launch/plot_run.py, launch/wandb_follow.py, launch/ablate.py): parsing a line (a crash
-# mid-write, and a resumed run appending to the cut line), sorting records by kind, keeping the
-# last occurrence of a step that a resumed run ran again, and the few helpers the plots share.
+# mid-write, and a resumed run appending to the cut line), skipping lines that are not records
+# with a count (the one policy of every tool: docs/usage.md "Plotting runs"), sorting records by
+# kind, keeping the last occurrence of a step that a resumed run ran again, and the few helpers
+# the plots share.
 # Standard library + numpy only (matplotlib is imported by pyplot() when a caller draws).
 """Read vtrain metrics JSONL files.
 
@@ -23,6 +25,36 @@ import numpy as np
 
 class MetricsError(Exception):
     """A metrics file that cannot be read; the message names the file (and line)."""
+
+
+def loads(text: str):
+    """json.loads that raises ValueError for everything a hostile line can do to the parser: bad
+    JSON, nesting deeper than the interpreter's recursion limit (RecursionError otherwise),
+    integers longer than Python converts."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+class Skipped:
+    """Lines that are not vtrain metrics records, skipped: how many, and the first by name."""
+
+    def __init__(self):
+        self.count = 0
+        self.first = None
+
+    def add(self, error: Exception):
+        self.count += 1
+        if self.first is None:
+            self.first = str(error)
+
+    def note(self, path) -> str | None:
+        if not self.count:
+            return None
+        return (f"{path}: skipped {self.count} line{'s' if self.count > 1 else ''} that "
+                f"{'are' if self.count > 1 else 'is'} not a vtrain metrics record (first: "
+                f"{self.first})")
 
 
 KINDS = ("step", "skipped", "eval", "core", "ckpt", "other")
@@ -46,44 +78,56 @@ def kind_of(rec: dict) -> str:
 def parse_line(line: str, where: str) -> tuple[dict, str | None]:
     """One complete line -> (record, note). A line whose start is a record cut short by a crash
     and whose rest is the first line a resumed run appended gives the appended record and a note.
-    Anything else that is not a JSON object with an integer "step" raises MetricsError."""
+    Anything else that is not a JSON object with an integer "step" (0 <= step < 2^62) raises
+    MetricsError."""
     note = None
     try:
-        rec = json.loads(line)
-    except json.JSONDecodeError as e:
+        rec = loads(line)
+    except ValueError as e:
+        why = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
         rec = None
         i = line.find("{", 1)
-        while i > 0:  # the tail after a cut-off record: a whole record of its own?
+        tries = 0
+        while i > 0 and tries < 256:  # the tail after a cut-off record: a whole record of its own?
+            tries += 1
             try:
-                rec = json.loads(line[i:])
+                rec = loads(line[i:])
                 note = (f"{where}: begins with a record cut off mid-write (a crash) and the next "
                         f"run's first record appended to it: kept that record, dropped "
                         f"{line[:i][:60]!r}")
                 break
-            except json.JSONDecodeError:
+            except ValueError:
                 i = line.find("{", i + 1)
         if rec is None:
-            raise MetricsError(f"{where}: not a JSON line ({e.msg}): {line[:80]!r}") from None
+            raise MetricsError(f"{where}: not a JSON line ({why}): {line[:80]!r}") from None
     if not isinstance(rec, dict) or isinstance(rec.get("step"), bool) \
-            or not isinstance(rec.get("step"), int):
+            or not isinstance(rec.get("step"), int) or not 0 <= rec["step"] < 2 ** 62:
         raise MetricsError(f"{where}: not a vtrain metrics record (a JSON object with an integer "
                            f"\"step\"): {line[:80]!r}")
     return rec, note
 
 
-def split_lines(text: str, where: str, final: bool = True, first: int = 1):
+def split_lines(text: str, where: str, final: bool = True, first: int = 1,
+                skipped: Skipped | None = None):
     """Parses the text of a metrics file (or the part of one read so far). Returns (records,
-    notes, rest): `rest` is the unfinished last line (no newline yet). With `final` (the whole
-    file, nothing more will come), an unfinished last line that parses is a record, and one that
-    does not is dropped with a note (a crash mid-write); `rest` is then empty. `first`: the line
-    number of the text's first line (for the messages)."""
+    notes, rest): `rest` is the unfinished last line (no newline yet). A complete line that is
+    not a record is skipped and counted in `skipped` (a note says how many when no `skipped` is
+    given). With `final` (the whole file, nothing more will come), an unfinished last line that
+    parses is a record, and one that does not is dropped with a note (a crash mid-write); `rest`
+    is then empty. `first`: the line number of the text's first line (for the messages)."""
     records, notes = [], []
+    own = skipped is None
+    skipped = Skipped() if own else skipped
     lines = text.split("\n")
     rest = lines.pop()  # "" when the text ends with a newline
     for n, line in enumerate(lines, first):
         if not line.strip():
             continue
-        rec, note = parse_line(line, f"{where}:{n}")
+        try:
+            rec, note = parse_line(line, f"{where}:{n}")
+        except MetricsError as e:
+            skipped.add(e)
+            continue
         records.append(rec)
         if note:
             notes.append(note)
@@ -98,6 +142,8 @@ def split_lines(text: str, where: str, final: bool = True, first: int = 1):
             notes.append(f"{where}:{n}: the last line is incomplete (the run was cut off while "
                          f"writing it): ignored ({rest[:60]!r})")
         rest = ""
+    if own and skipped.count:
+        notes.append(skipped.note(where))
     return records, notes, rest
 
 
@@ -131,7 +177,10 @@ def number(v) -> float:
     null) or non-numeric values."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return float("nan")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:  # an integer beyond float's range
+        return float("nan")
 
 
 @dataclass
@@ -228,8 +277,8 @@ def default_name(arg: str, file: Path) -> str:
 
 
 def read_run(path: Path, name: str | None = None) -> Run:
-    """Reads a whole metrics file (MetricsError naming it when it is missing, empty or not a
-    vtrain metrics file)."""
+    """Reads a whole metrics file (MetricsError naming it when it is missing, empty or holds no
+    vtrain metrics record; lines that are not records are skipped with a note counting them)."""
     path = Path(path)
     if not path.exists():
         raise MetricsError(f"{path}: no such file")
@@ -239,9 +288,13 @@ def read_run(path: Path, name: str | None = None) -> Run:
         raise MetricsError(f"{path}: {e.strerror}") from None
     if not text.strip():
         raise MetricsError(f"{path}: empty (no metrics lines yet: has the run taken a step?)")
-    records, notes, _ = split_lines(text, str(path), final=True)
+    skipped = Skipped()
+    records, notes, _ = split_lines(text, str(path), final=True, skipped=skipped)
     if not records:
-        raise MetricsError(f"{path}: holds no complete metrics line")
+        raise MetricsError(f"{path}: holds no complete metrics line"
+                           + (f" ({skipped.note(path)})" if skipped.count else ""))
+    if skipped.count:
+        notes.append(skipped.note(path))
     return Run.from_records(name or path.stem, path, records, notes)
 
 

@@ -153,6 +153,7 @@ class Follower:
         self.logged = 0        # records logged
         self.left_out = 0      # records of steps already logged (a resumed run ran them again)
         self.done = False      # the run's final record has come
+        self.skipped = run_metrics.Skipped()  # lines that are not records
 
     def read_new(self, final: bool = False) -> list[dict]:
         """The complete records appended since the last call (`final`: the unfinished last line
@@ -175,14 +176,16 @@ class Follower:
         self.rest = lines.pop()  # the line being written (b"" after a newline)
         first, self.line_no = self.line_no, self.line_no + len(lines)
         records, notes = [], []
+        bad = run_metrics.Skipped()
         for n, raw in enumerate(lines, first):
             line = raw.decode("utf-8", errors="replace")
             if not line.strip():
                 continue
             try:
                 rec, note = run_metrics.parse_line(line, f"{self.path}:{n}")
-            except MetricsError as e:  # said, and the lines after it still read
-                self.log(f"warning: {e}: left out")
+            except MetricsError as e:  # counted, and the lines after it still read
+                bad.add(e)
+                self.skipped.add(e)
                 continue
             records.append(rec)
             if note:
@@ -193,6 +196,8 @@ class Follower:
             records += recs
             notes += ns
             self.rest = b""
+        if bad.count:
+            self.log(f"warning: {bad.note(self.path)}")
         for n in notes:
             self.log(f"note: {n}")
         return records
@@ -212,10 +217,10 @@ class Follower:
             if self.final and (kind, step) == self.final:
                 self.done = True
 
-    def backlog(self):
+    def backlog(self) -> list[dict]:
         """What the file holds now: the last occurrence of each step, in step order."""
         recs, _, _ = run_metrics.dedup(self.read_new())
-        self.log_records(recs)
+        return recs
 
 
 def wait_for_file(path: Path, idle: float, poll: float, stopping) -> bool:
@@ -297,6 +302,13 @@ def main(argv: list[str]) -> int:
         say(f"wandb_follow.py: error: {e}")
         return 2
 
+    f = Follower(path, None, final, log=say)
+    backlog = f.backlog()
+    if not backlog and f.skipped.count:  # lines, none of them a record: not a metrics file
+        say(f"wandb_follow.py: error: {path}: holds no vtrain metrics record "
+            f"({f.skipped.note(path)})")
+        return 2
+
     import wandb  # after the checks: a mistyped path fails fast
 
     cfg = dict(cfg, metrics_file=str(path.resolve()))
@@ -305,10 +317,10 @@ def main(argv: list[str]) -> int:
     run = wandb.init(project=args.project, name=args.name, entity=args.entity, group=args.group,
                      tags=args.tags.split(",") if args.tags else None, config=cfg,
                      mode=args.mode, settings=settings)
-    f = Follower(path, run, final, log=say)
+    f.run = run
     exit_code = 0
     try:
-        f.backlog()
+        f.log_records(backlog)
         last_new = time.monotonic()
         while not args.once and not f.done and stop["signal"] is None:
             time.sleep(args.poll)
@@ -330,7 +342,9 @@ def main(argv: list[str]) -> int:
         why = "the run's final record" if f.done else ("--once" if args.once else "no final record")
         say(f"logged {f.logged} records of {path} up to step {f.last_step} ({why})"
             + (f"; left out {f.left_out} records of steps already logged (a resumed run ran "
-               f"them again)" if f.left_out else ""))
+               f"them again)" if f.left_out else "")
+            + (f"; skipped {f.skipped.count} lines that are not vtrain metrics records"
+               if f.skipped.count else ""))
     return 0
 
 

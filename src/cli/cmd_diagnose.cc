@@ -67,14 +67,18 @@ int cmd_diagnose(int argc, char** argv) {
     VT_RETURN_IF_ERROR(all_ok(world, fl.status()));
     const Flags& f = *fl;
     const std::string ckpt = f.get_string("ckpt");
-    // The JSON's folder must exist before the pass, not be found missing after it.
+    // --out is checked before the pass (its folder exists; nothing but a regular file under
+    // its name), not found wrong after it; written by temporary file and rename (file_safety.h).
+    // It never lies among the data or the checkpoint's directory.
     if (f.has("out")) {
-      const std::filesystem::path dir = std::filesystem::path(f.get_string("out")).parent_path();
-      std::error_code ec;
-      VT_RETURN_IF_ERROR(all_ok(world, !dir.empty() && !std::filesystem::is_directory(dir, ec)
-          ? absl::InvalidArgumentError(absl::StrCat("--out ", f.get_string("out"), ": the folder ",
-                                                    dir.string(), " does not exist"))
-          : absl::OkStatus()));
+      const std::string out = f.get_string("out");
+      std::string ckpt_dir = std::filesystem::path(ckpt).parent_path().string();
+      if (ckpt_dir.empty()) ckpt_dir = ".";
+      absl::Status st = check_output_file(out, "--out");
+      if (st.ok())
+        st = check_outside(out, "--out", {{f.get_string("data"), "--data"},
+                                          {ckpt_dir, "--ckpt checkpoint's"}});
+      VT_RETURN_IF_ERROR(all_ok(world, st));
     }
     VT_ASSIGN_OR_RETURN(std::unique_ptr<ModelOnLayout> m, load_model_on_layout(f, world, "diagnose"));
     const bool rank0 = world->rank() == 0;
@@ -91,8 +95,7 @@ int cmd_diagnose(int argc, char** argv) {
         nlohmann::json j = diagnosis_json(d);
         j["ckpt"] = ckpt;
         j["step"] = m->meta.step;
-        absl::Status st = replace_file(f.get_string("out"), j.dump(1) + "\n", "--out");
-        if (!st.ok()) return st;
+        VT_RETURN_IF_ERROR(write_output_file(f.get_string("out"), j.dump(1) + "\n", "--out"));
         std::printf("wrote %s\n", f.get_string("out").c_str());
       }
     }

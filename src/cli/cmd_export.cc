@@ -16,18 +16,22 @@
 //   DIR/export_check.safetensors  "inputs" (1, N) int32 (<|bos|> and N-1 seeded ids) and
 //                               "logits" (N, V) fp32: vtrain's soft-capped logits for them, for
 //                               any loader to check itself against
-// The checkpoint must verify first; everything is written into DIR.export-tmp and renamed to DIR
-// at the end, so a failure leaves nothing behind. One process.
+// The checkpoint must verify first; --out is resolved and checked before anything is touched
+// (never a checkpoint directory, nor inside or around one), one export per --out at a time, and
+// everything is written into a staging folder beside DIR that replaces DIR only once complete
+// (cli/export_out.h), so a failure or a kill leaves the old export or the new one whole. Every
+// file is written by temporary file and rename with each write checked. One process.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint_verify.h"
 #include "checkpoint/safetensors.h"
 #include "cli/commands.h"
+#include "cli/export_out.h"
+#include "core/file_safety.h"
 #include "core/dtype.h"
 #include "core/flags.h"
 #include "core/rng.h"
@@ -139,8 +143,8 @@ absl::Status write_export(const Flags& f, const std::string& ckpt, const fs::pat
   cfg["bos_token_id"] = tok->bos_id();
   cfg["vtrain_step"] = m->meta.step;
   cfg["vtrain_tokens"] = m->meta.tokens;
-  std::ofstream(dir / "config.json") << cfg.dump(1) << "\n";
-  std::ofstream(dir / "modeling_vtrain.py") << kTorchModelPy;
+  VT_RETURN_IF_ERROR(write_output_file((dir / "config.json").string(), cfg.dump(1) + "\n", "the export's"));
+  VT_RETURN_IF_ERROR(write_output_file((dir / "modeling_vtrain.py").string(), kTorchModelPy, "the export's"));
   VT_RETURN_IF_ERROR(tok->save((dir / kExportVtrainTokenizer).string()));
   VT_RETURN_IF_ERROR(data::write_hf_tokenizer(*tok, m->cfg.seq_len, dir.string()));
 
@@ -153,32 +157,18 @@ absl::Status write_export(const Flags& f, const std::string& ckpt, const fs::pat
 
 absl::Status run_export(const Flags& f) {
   const std::string ckpt = f.get_string("ckpt");
-  const fs::path out = f.get_string("out");
-  std::error_code ec;
-  if (fs::exists(out, ec) && !f.get_bool("force"))
-    return absl::AlreadyExistsError(absl::StrCat("--out ", out.string(),
-                                                 " exists; choose another directory or pass --force"));
+  const std::string out = f.get_string("out");
+  VT_ASSIGN_OR_RETURN(std::unique_ptr<ExportTarget> target,
+                      ExportTarget::open(out, ckpt, f.get_bool("force")));
   std::string summary;
   if (absl::Status st = verify_checkpoint(ckpt, nullptr, &summary); !st.ok())
     return absl::Status(st.code(), absl::StrCat("--ckpt ", ckpt, " does not verify, nothing exported: ",
                                                 st.message()));
-  const fs::path tmp = out.string() + ".export-tmp";
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", tmp.string(), ": ", ec.message()));
-  absl::Status st = write_export(f, ckpt, tmp);
-  if (st.ok()) {
-    fs::remove_all(out, ec);
-    fs::rename(tmp, out, ec);
-    if (ec) st = absl::InternalError(absl::StrCat("cannot rename ", tmp.string(), " to ", out.string(), ": ", ec.message()));
-  }
-  if (!st.ok()) {
-    fs::remove_all(tmp, ec);
-    return st;
-  }
+  VT_RETURN_IF_ERROR(write_export(f, ckpt, target->staging()));
+  VT_RETURN_IF_ERROR(target->install());
   std::printf("exported %s to %s: model.safetensors (%s), config.json, tokenizer.json, "
               "tokenizer_config.json, vtrain_tokenizer.json, modeling_vtrain.py, export_check.safetensors\n",
-              ckpt.c_str(), out.string().c_str(), f.get_string("dtype").c_str());
+              ckpt.c_str(), out.c_str(), f.get_string("dtype").c_str());
   return absl::OkStatus();
 }
 

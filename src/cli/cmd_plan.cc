@@ -5,8 +5,6 @@
 // start-up memory estimate (what tools/memory_plan printed). One process, no MPI, no device.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "cli/commands.h"
 #include "core/check.h"
+#include "core/file_safety.h"
 #include "core/flags.h"
 #include "model/value_path.h"
 #include "nlohmann/json.hpp"
@@ -52,7 +51,8 @@ const CommandSpec& plan_command() {
                                  "peak bf16 TFLOP/s per GPU (--gpu custom)")),
              int_flag("gpus-per-node", 8, 1, 1024, "GPUs per node (tensor parallel stays in one)"),
              flag_heading("assumptions"),
-             num_flag("mfu", 0.4, 0.001, 1, "model-FLOPs utilization assumed for every layout"),
+             num_flag("mfu", 0.4, plan::kMfuRange.lo, plan::kMfuRange.hi,
+                      "model-FLOPs utilization assumed for every layout"),
              no_default(text_flag("calibrate", "",
                                   "the MFU a real run measured instead of --mfu: its metrics "
                                   "JSONL (median mfu of the steps after the first quarter; a GPU "
@@ -142,9 +142,8 @@ absl::StatusOr<plan::Layout> parse_layout(const std::string& text, int micro_bat
 // read by --preset; anything else is a metrics JSONL of `vtrain train`.
 absl::StatusOr<std::pair<double, std::string>> calibrated_mfu(const std::string& path,
                                                               const std::string& preset) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("--calibrate ", path, ": cannot read it"));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  VT_ASSIGN_OR_RETURN(const std::string text,
+                      read_regular_file(path, plan::kMaxCalibrationBytes, "--calibrate"));
   if (text.find("EMULATED") != std::string::npos)
     return absl::InvalidArgumentError(absl::StrCat(
         "--calibrate ", path, " holds numbers of the CUDA emulation (labelled EMULATED), not of "
@@ -183,9 +182,7 @@ absl::StatusOr<std::pair<double, std::string>> calibrated_mfu(const std::string&
     mfu = timed[timed.size() / 2];
     source = absl::StrCat("measured (", path, ": median of ", timed.size(), " steps)");
   }
-  if (!(mfu > 0 && mfu <= 1))
-    return absl::InvalidArgumentError(absl::StrCat("--calibrate ", path, ": MFU ", mfu,
-                                                   " is outside (0, 1]"));
+  VT_RETURN_IF_ERROR(plan::check_range(plan::kMfuRange, mfu, absl::StrCat("--calibrate ", path)));
   return std::make_pair(mfu, source);
 }
 

@@ -8,10 +8,20 @@
 //    through a symbolic link planted under its name (`create_new_file`, `replace_file`,
 //    `open_lock_file`);
 //  - a failure to create a file says why in words (`write_error`: a read-only file system, no
-//    permission), with the errno captured where the call failed.
+//    permission), with the errno captured where the call failed;
+//  - a file a user names as output (`--out FILE` of any command) is written to a temporary
+//    file beside it and renamed over it, only over a regular file or nothing: a directory, a
+//    symbolic link, a device, a FIFO or a socket under that name is refused by name, never
+//    replaced or written through (`check_output_file`, `write_output_file`);
+//  - a file a user names as input that vtrain reads whole (plan's --calibrate, --gemm-curve) is
+//    a regular file of bounded size: a directory, FIFO, device or oversized file is refused by
+//    name before a byte is read (`read_regular_file`).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -41,6 +51,39 @@ absl::Status replace_file(const std::string& path, std::string_view bytes, const
 // Opens (creating it) a lock file without following a symbolic link: a link there is refused
 // (the error names it); returns the descriptor (O_RDWR, close-on-exec).
 absl::StatusOr<int> open_lock_file(const std::string& path);
+
+// Whether `path` may be written as an output file named by `flag` ("--out"): it does not exist
+// and its folder is an existing directory, or it is a regular file (not a symbolic link, not a
+// directory, device, FIFO or socket). The error names the flag, the path and what is there.
+// Reads only.
+absl::Status check_output_file(const std::string& path, const std::string& flag);
+
+// Refuses an output `path` named by `flag` that lies inside one of `dirs` (directory, the
+// flag or words that named it: "--data", "the checkpoint's"; empty directories skipped): vtrain
+// never writes an output among a run's data or checkpoints. Reads only.
+absl::Status check_outside(const std::string& path, const std::string& flag,
+                           const std::vector<std::pair<std::string, std::string>>& dirs);
+
+// Writes `bytes` as the output file `path` named by `flag`: check_output_file, then a new
+// temporary file beside it (unique to this process), fsync, the check again (the name may have
+// changed meanwhile) and a rename over `path`. A failure (a full disk, say) leaves `path` as it
+// was and no temporary file behind; the error names the flag and the path.
+absl::Status write_output_file(const std::string& path, std::string_view bytes,
+                               const std::string& flag);
+
+// The whole of the regular file `path` (named by `what`, "--calibrate"), at most `max_bytes`:
+// a directory, FIFO, device or socket, a file larger than that, or one that cannot be opened is
+// refused by name (a FIFO is opened without blocking and refused; nothing is read from it).
+absl::StatusOr<std::string> read_regular_file(const std::string& path, int64_t max_bytes,
+                                              const std::string& what);
+
+// Appends `bytes` to the open file `fd` (O_APPEND) whole or not at all: on a failed or short
+// write the file is cut back to its size before (ftruncate), so a reader never sees a torn
+// record. 0 or the errno of the failure (ENOSPC: the file system is full).
+int append_whole(int fd, std::string_view bytes);
+
+// What is at `st` in words ("a directory", "a character device", "a symbolic link", ...).
+std::string file_kind(unsigned st_mode);
 
 // "cannot create FILE: the directory DIR is not writable (read-only file system)" and the like,
 // for the errno `err` of a failed create in `dir`.

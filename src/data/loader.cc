@@ -266,6 +266,14 @@ nlohmann::json DataLoader::state_json() const {
 }
 
 absl::Status DataLoader::load_state_json(const nlohmann::json& j) {
+  if (j.is_object() && j.contains("mixture") && j.contains("sources") && j["sources"].is_object()) {
+    std::string names;
+    for (const auto& [name, _] : j["sources"].items()) names += (names.empty() ? "" : ", ") + name;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint's loader state is a mixture's (sources ", names, "), and --data is one "
+        "directory: resume it with a mixture --data naming its sources (a single one as "
+        "NAME=DIR:1 continues where that source stopped), or start from scratch"));
+  }
   LoaderState s;
   int64_t nshards = 0, tokens = 0;
   std::string split;

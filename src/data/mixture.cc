@@ -39,7 +39,9 @@ namespace {
 absl::StatusOr<double> parse_weight(const std::string& flag, const std::string& name,
                                     const std::string& text) {
   double w = 0;
-  if (!absl::SimpleAtod(text, &w) || !std::isfinite(w))
+  // Decimal only: SimpleAtod also takes hexadecimal ("0x10" was read as 16).
+  if (text.find_first_not_of("0123456789.eE+-") != std::string::npos ||
+      !absl::SimpleAtod(text, &w) || !std::isfinite(w))
     return absl::InvalidArgumentError(absl::StrCat(flag, ": the weight of '", name, "' is '", text,
                                                    "', not a number"));
   if (w < 0)
@@ -95,8 +97,25 @@ absl::StatusOr<MixtureSpec> parse_inline(const std::string& data) {
 absl::StatusOr<MixtureSpec> parse_file(const std::string& path,
                                        std::vector<std::string>* file_stages) {
   std::ifstream f(path);
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  // A key given twice in one object is refused (JSON parsers keep one of them silently).
+  std::vector<std::set<std::string>> keys;
+  std::string twice;
+  const nlohmann::json::parser_callback_t note_keys =
+      [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
+        using E = nlohmann::json::parse_event_t;
+        if (ev == E::object_start) keys.emplace_back();
+        if (ev == E::object_end && !keys.empty()) keys.pop_back();
+        if (ev == E::key && !keys.empty() && parsed.is_string() &&
+            !keys.back().insert(parsed.get<std::string>()).second && twice.empty())
+          twice = parsed.get<std::string>();
+        return true;
+      };
+  const nlohmann::json j = nlohmann::json::parse(f, note_keys, false);
   const std::string flag = absl::StrCat("--data ", path);
+  if (!twice.empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": the key \"", twice, "\" appears twice in one object (JSON would keep only one "
+        "of them); write each key once"));
   if (j.is_discarded() || !j.is_object() || !j.contains("sources") || !j["sources"].is_array())
     return absl::InvalidArgumentError(absl::StrCat(
         flag, ": not a mixture file ({\"sources\": [{\"name\", \"dir\", \"weight\"}, ...], "
@@ -142,7 +161,8 @@ absl::Status add_stage(MixtureSpec& spec, const std::string& text) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, ": not TOKENS:NAME=WEIGHT[,NAME=WEIGHT...] (e.g. 180e9:web=0.3,code=0.7)"));
   double at = 0;
-  if (!absl::SimpleAtod(text.substr(0, colon), &at) || !std::isfinite(at) || at < 1 ||
+  if (text.substr(0, colon).find_first_not_of("0123456789.eE+") != std::string::npos ||
+      !absl::SimpleAtod(text.substr(0, colon), &at) || !std::isfinite(at) || at < 1 ||
       at > 9.2e18 || at != std::floor(at))
     return absl::InvalidArgumentError(absl::StrCat(
         flag, ": the boundary '", text.substr(0, colon), "' is not a whole number of tokens >= 1"));
@@ -213,6 +233,14 @@ absl::Status check_same_tokenizer(const MixtureSpec& spec) {
     ss << f.rdbuf();
     return f ? ss.str() : std::string();
   };
+  for (const MixtureSource& s : spec.sources)
+    if (read(s.dir).empty())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--data: source '", s.name, "' (", s.dir, ") is not a prepared data directory (no ",
+          kTokenizerFile, "); make it with vtrain prepare --out ", s.dir,
+          spec.sources.size() > 1 && s.dir != spec.sources[0].dir
+              ? absl::StrCat(" --tokenizer from:", spec.sources[0].dir)
+              : std::string()));
   const std::string first = read(spec.sources[0].dir);
   for (size_t k = 1; k < spec.sources.size(); ++k)
     if (read(spec.sources[k].dir) != first)
@@ -224,12 +252,18 @@ absl::Status check_same_tokenizer(const MixtureSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status check_stages_fit(const MixtureSpec& spec, int64_t run_tokens) {
+absl::Status check_stages_fit(const MixtureSpec& spec, int64_t run_tokens, int64_t row_tokens) {
   const int64_t last = spec.stages.back().start_tokens;
   if (spec.stages.size() > 1 && last >= run_tokens)
     return absl::InvalidArgumentError(absl::StrCat(
         "--data-stage at ", last, " tokens is beyond the run, which trains ", run_tokens,
         " tokens (--steps x --global-batch)"));
+  if (spec.stages.size() > 1 && last > run_tokens - row_tokens)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data-stage at ", last, " tokens would never take effect: the run's last row (of ",
+        row_tokens, " tokens) starts at ", run_tokens - row_tokens, " tokens, and a row takes "
+        "its source from the stage where it starts; choose a boundary at most ",
+        run_tokens - row_tokens));
   return absl::OkStatus();
 }
 

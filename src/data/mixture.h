@@ -60,11 +60,14 @@ absl::StatusOr<MixtureSpec> parse_data_spec(const std::string& data,
                                             const std::vector<std::string>& stages);
 
 // Every source has the first one's tokenizer (the same tokenizer file, byte for byte); else the
-// source with another is named.
+// source with another is named; a source that is not a prepared directory (no tokenizer.json) is
+// named as such.
 absl::Status check_same_tokenizer(const MixtureSpec& spec);
 
-// The last stage boundary fits a run of `run_tokens` training tokens.
-absl::Status check_stages_fit(const MixtureSpec& spec, int64_t run_tokens);
+// The last stage boundary fits a run of `run_tokens` training tokens in rows of `row_tokens`:
+// some row of the run starts at or after it (MixtureLoader picks a row's source by the tokens
+// before the row), else the stage could never take effect and is refused.
+absl::Status check_stages_fit(const MixtureSpec& spec, int64_t run_tokens, int64_t row_tokens = 1);
 
 class MixtureLoader : public BatchSource {
  public:

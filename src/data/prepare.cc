@@ -3,7 +3,6 @@
 // (prepare_steps.h), the train/val split and meta.json.
 #include "data/prepare.h"
 
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "core/check.h"
 #include "core/file_safety.h"
+#include "core/output_lock.h"
 #include "core/flags.h"
 #include "data/prepare_group.h"
 #include "data/prepare_steps.h"
@@ -419,71 +419,22 @@ absl::StatusOr<PrepareOptions> parse_prepare_args(const std::vector<std::string>
 
 namespace {
 
-// The exclusive lock of one --out (rank 0 takes it for the whole job, before anything is written,
-// so two prepare runs never build or swap the same directory at once): flock on
-// "<out>.prepare-lock" beside --out, holding "pid host" of its owner for the refusal message of a
-// second run. Released on exit: the file is unlinked, then closed; a run that opened the old file
-// just then sees that the name no longer is the file it locked and tries again.
-class OutLock {
- public:
-  OutLock() = default;
-  OutLock(const OutLock&) = delete;
-  OutLock& operator=(const OutLock&) = delete;
-  ~OutLock() {
-    if (fd_ < 0) return;
-    ::unlink(path_.c_str());
-    ::close(fd_);
+// The exclusive lock of one --out (core/output_lock.h): rank 0 takes "<out>.prepare-lock" for the
+// whole job, before anything is written, so two prepare runs never build or swap the same
+// directory at once; the folder of --out is made first.
+absl::Status lock_out(OutputLock& lock, const fs::path& out) {
+  std::error_code ec;
+  const fs::path parent = fs::absolute(out, ec).parent_path();
+  if (!fs::is_directory(parent, ec)) {
+    fs::create_directories(parent, ec);
+    if (ec)
+      return absl::PermissionDeniedError(absl::StrCat("prepare: --out ", out.string(), ": ",
+                                                      write_error(parent.string(), ec.value())));
   }
-
-  absl::Status acquire(const fs::path& out) {
-    path_ = out.string() + ".prepare-lock";
-    std::error_code ec;
-    const fs::path parent = fs::absolute(out, ec).parent_path();
-    if (!fs::is_directory(parent, ec)) {
-      fs::create_directories(parent, ec);
-      if (ec)
-        return absl::PermissionDeniedError(absl::StrCat("prepare: --out ", out.string(), ": ",
-                                                        write_error(parent.string(), ec.value())));
-    }
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      absl::StatusOr<int> fd = open_lock_file(path_);
-      if (!fd.ok())
-        return absl::Status(fd.status().code(),
-                            absl::StrCat("prepare: cannot lock --out ", out.string(), ": ", fd.status().message()));
-      if (::flock(*fd, LOCK_EX | LOCK_NB) != 0) {
-        char buf[256] = {};
-        const ssize_t n = ::pread(*fd, buf, sizeof(buf) - 1, 0);
-        ::close(*fd);
-        std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
-        while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-        const bool printable = !holder.empty() && std::all_of(holder.begin(), holder.end(), [](char c) {
-          return c >= 0x20 && c < 0x7f;
-        });
-        return absl::FailedPreconditionError(absl::StrCat(
-            "prepare: another vtrain prepare", printable ? absl::StrCat(" (", holder, ")") : "",
-            " is writing --out ", out.string(), " (it holds ", path_,
-            "); wait for it to end or choose another --out"));
-      }
-      struct stat held {}, named {};
-      if (::fstat(*fd, &held) == 0 && ::lstat(path_.c_str(), &named) == 0 &&
-          held.st_ino == named.st_ino && held.st_dev == named.st_dev) {
-        fd_ = *fd;
-        char host[256] = {};
-        ::gethostname(host, sizeof(host) - 1);
-        const std::string who = absl::StrCat("pid ", ::getpid(), " on ", host, "\n");
-        if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, who.data(), who.size(), 0);
-        return absl::OkStatus();
-      }
-      ::close(*fd);  // the previous owner unlinked it as this run opened it: take the new one
-    }
-    return absl::FailedPreconditionError(absl::StrCat("prepare: cannot lock --out ", out.string(),
-                                                      ": ", path_, " keeps changing"));
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-};
+  absl::Status st = lock.acquire(out.string() + ".prepare-lock", out.string(), "prepare");
+  if (st.ok()) return st;
+  return absl::Status(st.code(), absl::StrCat("prepare: ", st.message()));
+}
 
 // Rank 0: checks --out and makes a fresh scratch directory.
 absl::Status make_scratch(const PrepareOptions& opts, const fs::path& out, const fs::path& tmp) {
@@ -540,10 +491,10 @@ absl::Status prepare_data(const PrepareOptions& opts, PrepareGroup& group) {
   if (out.filename().empty()) out = out.parent_path();  // trailing slash
   const fs::path tmp = fs::path(out.string() + ".prepare-tmp");
   absl::Status st;
-  OutLock lock;  // rank 0's, held until every rank has returned from the last agree below
+  OutputLock lock;  // rank 0's, held until every rank has returned from the last agree below
   if (group.rank() == 0) {
     try {
-      st = lock.acquire(out);
+      st = lock_out(lock, out);
       if (st.ok()) st = make_scratch(opts, out, tmp);
     } catch (const fs::filesystem_error& e) {
       st = absl::InternalError(absl::StrCat("prepare: file system error: ", e.what()));

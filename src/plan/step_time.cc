@@ -2,22 +2,35 @@
 #include "plan/step_time.h"
 
 #include <algorithm>
-#include <fstream>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/file_safety.h"
 #include "nlohmann/json.hpp"
 
 namespace vt::plan {
 
+absl::Status check_range(const ValueRange& r, double v, const std::string& where) {
+  if (v >= r.lo && v <= r.hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s: %s %g is outside [%g, %g]", where, r.what, v, r.lo, r.hi));
+}
+
 double GemmCurve::at(double t) const {
   if (tokens.empty()) return 1.0;
-  if (t <= tokens.front()) return efficiency.front() * std::max(t, 0.0) / tokens.front();
-  for (size_t i = 1; i < tokens.size(); ++i)
-    if (t <= tokens[i]) {
-      const double f = (t - tokens[i - 1]) / (tokens[i] - tokens[i - 1]);
-      return efficiency[i - 1] + f * (efficiency[i] - efficiency[i - 1]);
-    }
-  return efficiency.back();
+  double e = efficiency.back();
+  if (t <= tokens.front()) {
+    e = efficiency.front() * std::max(t, 0.0) / tokens.front();
+  } else {
+    for (size_t i = 1; i < tokens.size(); ++i)
+      if (t <= tokens[i]) {
+        const double f = (t - tokens[i - 1]) / (tokens[i] - tokens[i - 1]);
+        e = efficiency[i - 1] + f * (efficiency[i] - efficiency[i - 1]);
+        break;
+      }
+  }
+  return std::max(e, kGemmEfficiencyRange.lo);
 }
 
 GemmCurve default_gemm_curve() {
@@ -32,9 +45,9 @@ absl::StatusOr<GemmCurve> read_gemm_curve(const std::string& path) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("--gemm-curve ", path, ": ", why));
   };
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("--gemm-curve ", path, ": cannot read it"));
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<std::string> text = read_regular_file(path, kMaxGemmCurveBytes, "--gemm-curve");
+  if (!text.ok()) return text.status();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("tokens") || !j.contains("efficiency") ||
       !j["tokens"].is_array() || !j["efficiency"].is_array())
     return bad("expected a JSON object {\"tokens\": [...], \"efficiency\": [...]}");
@@ -49,11 +62,11 @@ absl::StatusOr<GemmCurve> read_gemm_curve(const std::string& path) {
   }
   if (c.tokens.empty() || c.tokens.size() != c.efficiency.size())
     return bad("\"tokens\" and \"efficiency\" need the same number of points, at least one");
+  const std::string where = absl::StrCat("--gemm-curve ", path);
   for (size_t i = 0; i < c.tokens.size(); ++i) {
-    if (!(c.tokens[i] > 0) || (i > 0 && !(c.tokens[i] > c.tokens[i - 1])))
-      return bad("\"tokens\" must be > 0 and increasing");
-    if (!(c.efficiency[i] > 0 && c.efficiency[i] <= 1))
-      return bad(absl::StrCat("efficiency ", c.efficiency[i], " is outside (0, 1]"));
+    if (absl::Status st = check_range(kGemmTokensRange, c.tokens[i], where); !st.ok()) return st;
+    if (i > 0 && !(c.tokens[i] > c.tokens[i - 1])) return bad("\"tokens\" must be increasing");
+    if (absl::Status st = check_range(kGemmEfficiencyRange, c.efficiency[i], where); !st.ok()) return st;
   }
   c.source = path;
   return c;

@@ -4,6 +4,7 @@
 // (fp32, bucketed by layer and overlapped with the last micro-batch's backward). Every number is
 // a stated assumption, replaceable by the user's own: these are estimates, never measurements.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,8 +12,26 @@
 
 namespace vt::plan {
 
+// The one range of each assumed number of the planner, however it arrives (a flag, a
+// --calibrate file, a --gemm-curve file): below an MFU or GEMM efficiency of 0.001 a plan's days
+// and GPU-hours stop meaning anything (1e-300 printed 300-digit day counts).
+struct ValueRange {
+  const char* what;
+  double lo, hi;
+};
+inline constexpr ValueRange kMfuRange{"MFU", 0.001, 1};
+inline constexpr ValueRange kGemmEfficiencyRange{"GEMM efficiency", 0.001, 1};
+inline constexpr ValueRange kGemmTokensRange{"tokens per GEMM", 1, 1e9};
+// Files the planner reads whole are at most this large (a metrics JSONL of a long run fits).
+inline constexpr int64_t kMaxCalibrationBytes = int64_t{256} << 20;
+inline constexpr int64_t kMaxGemmCurveBytes = int64_t{1} << 20;
+
+// OK when `v` lies in `r`; else "WHERE: MFU 1e-300 is outside [0.001, 1]" (NaN included).
+absl::Status check_range(const ValueRange& r, double v, const std::string& where);
+
 // The fraction of the large-GEMM rate a GEMM reaches against the rows (tokens) it multiplies,
-// linear between points, flat beyond the last and proportional to the tokens below the first.
+// linear between points, flat beyond the last and proportional to the tokens below the first,
+// never below kGemmEfficiencyRange.lo.
 // The assumed (or calibrated) MFU is taken to hold at the plateau, so the curve only lowers the
 // layouts whose micro-batches give GEMMs fewer tokens.
 struct GemmCurve {
@@ -27,7 +46,8 @@ struct GemmCurve {
 GemmCurve default_gemm_curve();
 
 // A curve from a JSON file: {"tokens": [...], "efficiency": [...]} (same length >= 1, tokens
-// increasing and > 0, efficiency in (0, 1]); refused by name otherwise.
+// increasing within kGemmTokensRange, efficiency within kGemmEfficiencyRange; a regular file of
+// at most kMaxGemmCurveBytes); refused by name otherwise.
 absl::StatusOr<GemmCurve> read_gemm_curve(const std::string& path);
 
 // Kernel launches per layer for one micro-batch's forward and backward, counted from

@@ -1,6 +1,8 @@
 // TrainOptions as JSON (see options.h); the flags that fill it are cli/train_flags.cc.
 #include "train/options.h"
 
+#include <filesystem>
+
 namespace vt {
 
 nlohmann::json TrainOptions::to_json() const {
@@ -26,6 +28,17 @@ nlohmann::json TrainOptions::to_json() const {
           {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute_name(recompute)},
           {"table_offload", table_offload}, {"grad_sync", grad_sync},
           {"muon_ns_dtype", muon_ns_dtype}, {"core_every", core_every}, {"core_dir", core_dir}};
+}
+
+std::string TrainOptions::run_identity() const {
+  namespace fs = std::filesystem;
+  std::string dir = ckpt_dir;
+  if (dir.empty() && resume != "none" && resume != "auto") dir = fs::path(resume).parent_path().string();
+  if (dir.empty() && resume != "none" && resume != "auto") dir = ".";
+  if (dir.empty()) return "";
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+  return ec ? dir : p.string();
 }
 
 }  // namespace vt

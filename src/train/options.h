@@ -94,6 +94,10 @@ struct TrainOptions {
 
   int64_t tokens_per_micro() const { return static_cast<int64_t>(micro_batch) * model.seq_len; }
   nlohmann::json to_json() const;
+  // The run's name in a --tensorboard directory (tensorboard.h vtrain_run.json): --ckpt-dir made
+  // absolute (its links resolved), else the directory of --resume PATH, else "" (a run that
+  // cannot be resumed).
+  std::string run_identity() const;
 };
 
 }  // namespace vt

@@ -33,9 +33,10 @@ absl::StatusOr<SlowRank> SlowRank::from_env() {
   if (env == nullptr || *env == '\0') return s;
   const std::vector<std::string> parts = absl::StrSplit(env, ':');
   if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &s.rank) || s.rank < 0 ||
-      !absl::SimpleAtod(parts[1], &s.seconds) || !(s.seconds >= 0))
+      !absl::SimpleAtod(parts[1], &s.seconds) || !(s.seconds >= 0 && s.seconds <= 3600))
     return absl::InvalidArgumentError(absl::StrCat(
-        "VTRAIN_INJECT_SLOW_RANK=", env, ": expected RANK:SECONDS (a world rank >= 0, seconds >= 0)"));
+        "VTRAIN_INJECT_SLOW_RANK=", env, ": expected RANK:SECONDS (a world rank >= 0, seconds "
+        "in [0, 3600])"));
   return s;
 }
 

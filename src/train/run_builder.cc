@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -72,17 +73,25 @@ absl::Status check_batch(TrainOptions& o, Run& r) {
         r.rows_per_micro * cfg.seq_len, " tokens each), above vtrain's limit of ",
         kMaxMicroBatches, "; lower --global-batch or raise --micro-batch")));
   r.micro_batches = static_cast<int>(micro);
-  if (absl::Status fit = data::check_stages_fit(o.data, o.steps * o.global_batch); !fit.ok())
+  if (absl::Status fit = data::check_stages_fit(o.data, o.steps * o.global_batch, cfg.seq_len); !fit.ok())
     return agreed(fit);
   absl::Status st = check_virtual_stages(cfg.n_layer, r.shape.pp, o.vpp, r.micro_batches);
   if (!st.ok()) return agreed(st);
-  // --metrics before anything is made or written (rank 0 writes it; its view is agreed).
   std::vector<std::pair<std::string, std::string>> dirs = {{o.data_dir, "--data"},
                                                            {o.ckpt_dir, "--ckpt-dir"}};
   if (o.resume != "none" && o.resume != "auto")
     dirs.emplace_back(fs::path(o.resume).parent_path().string(), "--resume checkpoint's");
-  return all_ok(r.world, r.rank0 ? check_metrics_path(o.metrics_path, o.resume != "none", dirs)
-                                 : absl::OkStatus());
+  absl::Status sinks = absl::OkStatus();
+  if (r.rank0) {
+    sinks = check_metrics_path(o.metrics_path, o.resume != "none", dirs);
+    std::string warning;
+    if (sinks.ok() && !o.tensorboard_dir.empty())
+      sinks = check_tensorboard_dir(o.tensorboard_dir, o.resume != "none", o.run_identity(), &warning);
+    if (sinks.ok() && !warning.empty()) std::printf("warning: %s\n", warning.c_str());
+  }
+  // --metrics and --tensorboard before anything is made or written (rank 0 writes them; its
+  // view is agreed).
+  return all_ok(r.world, sinks);
 }
 
 // Phase 2: the device, the process grid and its communicators, this rank's layers.

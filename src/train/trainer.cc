@@ -88,6 +88,10 @@ absl::Status Trainer::setup() {
   VT_ASSIGN_OR_RETURN(run_, build_run(o_, world_));
   run_->engine->set_stop_check([] { return stop_signal_received() != 0; });
   VT_ASSIGN_OR_RETURN(slow_, SlowRank::from_env());
+  if (slow_.rank >= world_->size())
+    return agreed(absl::InvalidArgumentError(absl::StrCat(
+        "VTRAIN_INJECT_SLOW_RANK: rank ", slow_.rank, " is not a world rank (the run has ",
+        world_->size(), " ranks)")));
   health_ = std::make_unique<RankHealth>(world_, static_cast<int>(o_.health_every),
                                          o_.straggler_margin, o_.straggler_min_s);
   VT_RETURN_IF_ERROR(resume());
@@ -97,7 +101,10 @@ absl::Status Trainer::setup() {
   if (rank0_) {
     VT_RETURN_IF_ERROR(metrics_.open(o_.metrics_path));
     if (!o_.tensorboard_dir.empty()) {
-      VT_RETURN_IF_ERROR(metrics_.open_tensorboard(o_.tensorboard_dir));
+      // Steps after the checkpoint are this run's: TensorBoard drops what earlier files logged
+      // from there on (a resume from an earlier checkpoint runs them again).
+      VT_RETURN_IF_ERROR(metrics_.open_tensorboard(o_.tensorboard_dir, completed_step_ + 1,
+                                                   o_.run_identity()));
       metrics_.tensorboard_text("config", "```\n" + o_.to_json().dump(1) + "\n```", completed_step_);
     }
   }

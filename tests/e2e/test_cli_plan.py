@@ -200,7 +200,7 @@ def test_calibrate_from_the_gpu_window(tmp_path):
     ('{"step": 1, "loss": 3}\n', [], "no step with an \"mfu\""),
     ('{"presets": {"d32": {"mfu": 0.4}}}', [], "no \"mfu\" for preset d24"),
     ('{"EMULATED (not a GPU number)": 1, "presets": {"d24": {"mfu": 0.4}}}', [], "CUDA emulation"),
-    ('{"step": 1, "mfu": 1.5}\n', [], "outside (0, 1]"),
+    ('{"step": 1, "mfu": 1.5}\n', [], "MFU 1.5 is outside [0.001, 1]"),
     ('not json\n', [], ":1: not a JSON object"),
     ('{"step": 1, "mfu": 0.4}\n', ["--mfu", "0.3"], "give one of them"),
 ], ids=["no-mfu", "other-preset", "emulated", "mfu-above-1", "not-json", "with-mfu"])

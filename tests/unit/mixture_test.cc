@@ -143,6 +143,11 @@ TEST(Mixture, BadSpecsAreRefusedByName) {
   EXPECT_TRUE(check_stages_fit(*spec, 1001).ok());
   EXPECT_NE(std::string(check_stages_fit(*spec, 1000).message()).find("beyond the run"),
             std::string::npos);
+  // A boundary no row starts at or after never takes effect (1000 of a 1024-token run in rows
+  // of 32: the last row starts at 992); one at the last row's start does.
+  EXPECT_NE(std::string(check_stages_fit(*spec, 1024, 32).message()).find("would never take effect"),
+            std::string::npos);
+  EXPECT_TRUE(check_stages_fit(*spec, 1032, 32).ok());
 }
 
 TEST(Mixture, AnotherTokenizerIsRefused) {

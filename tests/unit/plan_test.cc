@@ -288,7 +288,12 @@ TEST(Plan, GemmCurveFileIsReadAndCheckedByName) {
   for (const auto& [name, text, why] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"c1.json", R"({"tokens": [512], "efficiency": [0.5, 0.9]})", "same number"},
            {"c2.json", R"({"tokens": [4096, 512], "efficiency": [0.5, 0.9]})", "increasing"},
-           {"c3.json", R"({"tokens": [512], "efficiency": [1.5]})", "outside (0, 1]"},
+           {"c3.json", R"({"tokens": [512], "efficiency": [1.5]})", "GEMM efficiency 1.5 is outside [0.001, 1]"},
+           // The range --mfu has holds for a file's values too (1e-300 printed 300-digit days).
+           {"c6.json", R"({"tokens": [512], "efficiency": [1e-300]})", "GEMM efficiency 1e-300 is outside [0.001, 1]"},
+           {"c7.json", R"({"tokens": [512], "efficiency": [0.0009]})", "outside [0.001, 1]"},
+           {"c8.json", R"({"tokens": [1e300], "efficiency": [0.5]})", "tokens per GEMM 1e+300 is outside [1, 1e+09]"},
+           {"c9.json", R"({"tokens": [0.5], "efficiency": [0.5]})", "tokens per GEMM 0.5 is outside"},
            {"c4.json", R"({"tokens": ["a"], "efficiency": [0.5]})", "not a number"},
            {"c5.json", "[1, 2]", "expected a JSON object"}}) {
     auto st = read_gemm_curve(write(name, text));
@@ -297,6 +302,18 @@ TEST(Plan, GemmCurveFileIsReadAndCheckedByName) {
     EXPECT_NE(std::string(st.status().message()).find(name), std::string::npos) << st.status();
   }
   EXPECT_FALSE(read_gemm_curve(dir + "/missing_curve.json").ok());
+  // What is not a regular file is refused by name before a byte is read (a directory threw
+  // std::ios_base::failure, /dev/zero read until bad_alloc).
+  for (const auto& [path, why] : std::vector<std::pair<std::string, std::string>>{
+           {dir, "is a directory"}, {"/dev/zero", "is a character device"}}) {
+    auto st = read_gemm_curve(path);
+    ASSERT_FALSE(st.ok()) << path;
+    EXPECT_NE(std::string(st.status().message()).find("--gemm-curve " + path + ": " + why),
+              std::string::npos) << st.status();
+  }
+  // Efficiency below the first point falls with the tokens, never under the range's floor.
+  EXPECT_NEAR(ok->at(1), kGemmEfficiencyRange.lo, 1e-15);
+  EXPECT_GE(ok->at(0), kGemmEfficiencyRange.lo);
 }
 
 TEST(Plan, MemoryIsTheLargestStagePlusTheAllowance) {

@@ -31,7 +31,7 @@ TEST(TensorBoard, RecordsAreFramedAndChecksummed) {
   std::string path;
   {
     TensorBoardWriter w;
-    ASSERT_TRUE(w.open(dir.string()).ok());
+    ASSERT_TRUE(w.open(dir.string(), 4, "/runs/x/ckpt").ok());
     path = w.path();
     w.scalars({{"step", 3}, {"loss", 2.5}, {"tokens_by_source", {{"web", 64}}}});
     w.scalars({{"loss", 1.0}});  // no step: skipped
@@ -54,12 +54,53 @@ TEST(TensorBoard, RecordsAreFramedAndChecksummed) {
     at += 12 + n + 4;
     ++records;
   }
-  EXPECT_EQ(records, 3);  // the file version, one step's scalars, the text
+  EXPECT_EQ(records, 4);  // the file version, the restart marker, one step's scalars, the text
   EXPECT_NE(bytes.find("brain.Event:2"), std::string::npos);
+  // The run's name beside the events (check_tensorboard_dir reads it).
+  std::ifstream run(dir / kTensorBoardRunFile);
+  const std::string run_json((std::istreambuf_iterator<char>(run)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(run_json, "{\"run\":\"/runs/x/ckpt\"}\n");
   EXPECT_NE(bytes.find("tokens_by_source/web"), std::string::npos);
   EXPECT_FALSE(TensorBoardWriter().is_open());
   TensorBoardWriter bad;
-  EXPECT_FALSE(bad.open("/proc/no/such/dir").ok());
+  EXPECT_FALSE(bad.open("/proc/no/such/dir", 1, "").ok());
+}
+
+TEST(TensorBoard, ADirectoryBelongsToOneRun) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) /
+                   ("vt_tb_runs_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::string warning;
+  EXPECT_TRUE(check_tensorboard_dir(dir.string(), false, "/a", &warning).ok());  // not there yet
+  { TensorBoardWriter w; ASSERT_TRUE(w.open(dir.string(), 1, "/a").ok()); }
+  // A fresh run (resume none) is refused, named, whoever it is; a resume of /a goes on.
+  absl::Status fresh = check_tensorboard_dir(dir.string(), false, "/a", &warning);
+  EXPECT_FALSE(fresh.ok());
+  EXPECT_NE(fresh.message().find("already holds the event files of another run (events.out.tfevents."),
+            std::string::npos) << fresh;
+  EXPECT_TRUE(check_tensorboard_dir(dir.string(), true, "/a", &warning).ok());
+  EXPECT_TRUE(warning.empty());
+  // Another run's resume is refused naming both.
+  absl::Status other = check_tensorboard_dir(dir.string(), true, "/b", &warning);
+  EXPECT_FALSE(other.ok());
+  EXPECT_NE(other.message().find("names the checkpoint directory /a, this run's is /b"),
+            std::string::npos) << other;
+  // Event files of no known run: a warning naming one.
+  std::filesystem::remove(dir / kTensorBoardRunFile);
+  EXPECT_TRUE(check_tensorboard_dir(dir.string(), true, "/b", &warning).ok());
+  EXPECT_NE(warning.find("name no run (events.out.tfevents."), std::string::npos) << warning;
+  // A file where the directory should be.
+  const auto file = dir / "events.out.tfevents.1.h.2.vtrain";
+  std::ofstream(file) << "";
+  absl::Status not_dir = check_tensorboard_dir(file.string(), true, "/a", &warning);
+  EXPECT_FALSE(not_dir.ok());
+  EXPECT_NE(not_dir.message().find("is a regular file, not a directory"), std::string::npos);
+  // A new file sorts after every event file there (TensorBoard reads them in name order).
+  std::ofstream(dir / "events.out.tfevents.9999999999.h.1.vtrain") << "";
+  TensorBoardWriter w;
+  ASSERT_TRUE(w.open(dir.string(), 5, "/a").ok());
+  EXPECT_NE(w.path().find("events.out.tfevents.10000000000."), std::string::npos) << w.path();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
