@@ -9,8 +9,10 @@
 
 namespace vt::cuda {
 
-// Blocks of the first pass; `partials` must hold this many doubles.
-inline constexpr int kReduceBlocks = 256;
+// Blocks of the first pass (at most; 8 x 256 threads per SM of an H100's 132 fill it in one
+// wave, a fixed number for every GPU so sums do not depend on the device); `partials` must hold
+// this many doubles.
+inline constexpr int kReduceBlocks = 1024;
 
 // *out (= or += when accumulate) = sum_i x[i]^2, in fp64. partials: kReduceBlocks doubles of
 // device scratch. Several calls with accumulate sum the squares of several tensors.
