@@ -57,12 +57,13 @@ __device__ __forceinline__ void normalize_row(const RowPlace& p, const float (&v
 }
 
 // Each element is read and written by the same thread, so y may alias x.
-template <class T, bool vec>
+template <class T, bool vec, bool wide>
 __global__ void __launch_bounds__(detail::kRowMaxTeam)
     rmsnorm_forward_kernel(const T* x, T* y, float* rstd, int64_t rows, int64_t C, int team,
                            int64_t slots, float scale, float eps) {
   constexpr int W = kVec<T>;
   const RowPlace p = row_place(rows, team);
+  if (!wide) slots = 1;  // one chunk per thread: the loops over further slots drop out
   const int64_t off = p.valid ? p.row * C : 0;
   const T* xr = x + off;
   float ss = 0.0f;
@@ -97,13 +98,14 @@ __device__ __forceinline__ void load_grad(const T* dyr, const T* dy2r, RowChunk 
   }
 }
 
-template <class T, bool vec>
+template <class T, bool vec, bool wide>
 __global__ void __launch_bounds__(detail::kRowMaxTeam)
     rmsnorm_backward_kernel(const T* x, const float* rstd, const T* dy, const T* dy2, T* dx,
                             int64_t rows, int64_t C, int team, int64_t slots, float scale,
                             bool accumulate) {
   constexpr int W = kVec<T>;
   const RowPlace p = row_place(rows, team);
+  if (!wide) slots = 1;  // one chunk per thread: the loops over further slots drop out
   const int64_t off = p.valid ? p.row * C : 0;
   const T* xr = x + off;
   const T* dyr = dy + off;
@@ -159,12 +161,13 @@ __global__ void __launch_bounds__(detail::kRowMaxTeam)
 // x += delta (rounded to T), keep = the new x, then the norm of the new x as
 // rmsnorm_forward_kernel computes it (the same plan, the same sums: bit for bit the unfused
 // pair). Slots past the first are read back from x, which this thread has just written.
-template <class T, bool vec>
+template <class T, bool vec, bool wide>
 __global__ void __launch_bounds__(detail::kRowMaxTeam)
     add_rmsnorm_forward_kernel(T* x, const T* delta, T* keep, T* y, float* rstd, int64_t rows,
                                int64_t C, int team, int64_t slots, float scale, float eps) {
   constexpr int W = kVec<T>;
   const RowPlace p = row_place(rows, team);
+  if (!wide) slots = 1;  // one chunk per thread: the loops over further slots drop out
   const int64_t off = p.valid ? p.row * C : 0;
   T* xr = x + off;
   const T* dr = delta + off;
@@ -205,8 +208,13 @@ void forward(const T* x, T* y, float* rstd, int64_t rows, int64_t C, float scale
   if (rows == 0) return;
   const RowPlan pl = plan<T>(rows, C);
   const bool vec = aligned16(x) && aligned16(y) && C % kVec<T> == 0;
-  // The access path is a template argument: the vector path's registers are its own.
-  auto* kernel = vec ? &rmsnorm_forward_kernel<T, true> : &rmsnorm_forward_kernel<T, false>;
+  // The access path and whether rows need more than one chunk a thread are template arguments:
+  // the common instances carry neither the scalar loads nor the loop over further chunks.
+  const bool wide = pl.slots > 1;
+  auto* kernel = vec ? (wide ? &rmsnorm_forward_kernel<T, true, true>
+                             : &rmsnorm_forward_kernel<T, true, false>)
+                     : (wide ? &rmsnorm_forward_kernel<T, false, true>
+                             : &rmsnorm_forward_kernel<T, false, false>);
   VT_LAUNCH(kernel, pl.grid, pl.block, 0, stream, x, y, rstd, rows, C, pl.team, pl.slots, scale,
             eps);
   VT_CUDA_CHECK_LAUNCH();
@@ -219,8 +227,11 @@ void backward(const T* x, const float* rstd, const T* dy, const T* dy2, T* dx, i
   const RowPlan pl = plan<T>(rows, C);
   const bool vec = aligned16(x) && aligned16(dy) && (dy2 == nullptr || aligned16(dy2)) &&
                    aligned16(dx) && C % kVec<T> == 0;
-  auto* kernel =
-      vec ? &rmsnorm_backward_kernel<T, true> : &rmsnorm_backward_kernel<T, false>;
+  const bool wide = pl.slots > 1;
+  auto* kernel = vec ? (wide ? &rmsnorm_backward_kernel<T, true, true>
+                             : &rmsnorm_backward_kernel<T, true, false>)
+                     : (wide ? &rmsnorm_backward_kernel<T, false, true>
+                             : &rmsnorm_backward_kernel<T, false, false>);
   VT_LAUNCH(kernel, pl.grid, pl.block, 0, stream, x, rstd, dy, dy2, dx, rows, C, pl.team,
             pl.slots, scale, accumulate);
   VT_CUDA_CHECK_LAUNCH();
@@ -233,8 +244,11 @@ void add_forward(T* x, const T* delta, T* keep, T* y, float* rstd, int64_t rows,
   const RowPlan pl = plan<T>(rows, C);
   const bool vec = aligned16(x) && aligned16(delta) && (keep == nullptr || aligned16(keep)) &&
                    aligned16(y) && C % kVec<T> == 0;
-  auto* kernel =
-      vec ? &add_rmsnorm_forward_kernel<T, true> : &add_rmsnorm_forward_kernel<T, false>;
+  const bool wide = pl.slots > 1;
+  auto* kernel = vec ? (wide ? &add_rmsnorm_forward_kernel<T, true, true>
+                             : &add_rmsnorm_forward_kernel<T, true, false>)
+                     : (wide ? &add_rmsnorm_forward_kernel<T, false, true>
+                             : &add_rmsnorm_forward_kernel<T, false, false>);
   VT_LAUNCH(kernel, pl.grid, pl.block, 0, stream, x, delta, keep, y, rstd, rows, C, pl.team,
             pl.slots, scale, eps);
   VT_CUDA_CHECK_LAUNCH();
