@@ -563,6 +563,38 @@ TEST(GpuVectorAccess, RopeBf16) {
   check_rope<bf>();
 }
 
+// RoPE alone on head vectors wider than a 1024-thread team holds in one chunk each (hd 16400
+// bf16, 8200 f32: 1025 chunks of pairs, the second read in a loop): against the CPU as above.
+template <class T>
+void check_rope_wide() {
+  const bool bf16 = sizeof(T) == 2;
+  const int64_t B = 1, Tn = 2, H = 2, hd = bf16 ? 16400 : 8200, pos0 = 5, n = B * Tn * H * hd;
+  const auto xv = f32(as<T>(randn(size_t(n), 95, 2.0f)));
+  DeviceBuffer<float2> table(size_t((Tn + pos0) * hd / 2));
+  cuda::rope_table(table.get(), Tn + pos0, hd, 10000.0, nullptr);
+  const auto out = both_paths([&](int off) {
+    Placed<T> x(as<T>(xv), off), y(size_t(n), off);
+    cuda::rope_forward(x.p(), y.p(), B, Tn, H, hd, table.get(), pos0, nullptr);
+    cuda::rope_forward(x.p(), x.p(), B, Tn, H, hd, table.get(), pos0, nullptr);  // in place
+    Outputs o;
+    o.add(y, true), o.add(x, true);
+    return o;
+  });
+  std::vector<float> cy(n);
+  cpu::rope_forward<float>(xv.data(), cy.data(), B, Tn, H, hd, 10000.0, pos0);
+  EXPECT_TRUE(all_close(out[0], cy, bf16 ? 1e-6 + kBf16Rtol : 1e-6, 1e-6 * max_abs(cy)));
+  EXPECT_TRUE(same_bits(out[1], out[0])) << "in place";
+}
+
+TEST(GpuVectorAccess, RopeWideVectorsF32) {
+  VT_SKIP_WITHOUT_CUDA();
+  check_rope_wide<float>();
+}
+TEST(GpuVectorAccess, RopeWideVectorsBf16) {
+  VT_SKIP_WITHOUT_CUDA();
+  check_rope_wide<bf>();
+}
+
 // The fused cross-entropy loss end (and the sliced forward and backward), bf16 logits: ld 520
 // (rows of whole chunks: 16-byte words when aligned) and 523 (the fallback on both runs), 13
 // padding columns, targets inside, at the last valid column and in the padding. Against the CPU
