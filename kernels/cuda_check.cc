@@ -1,7 +1,8 @@
-// Out-of-line parts of cuda_check.cuh: the failure report, the dynamic shared-memory opt-in and
-// the device-count probe.
+// Out-of-line parts of cuda_check.cuh: the failure report, the dynamic shared-memory opt-in, the
+// device-count probe and the SM-sized grids.
 #include "kernels/cuda_check.cuh"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -42,6 +43,28 @@ int cuda_device_count() {
     return 0;
   }
   return n;
+}
+
+int sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};  // 0: not asked yet
+  int dev = 0;
+  VT_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < kMaxDevices) {
+    const int n = cached[dev].load(std::memory_order_relaxed);
+    if (n > 0) return n;
+  }
+  int n = 0;
+  VT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  if (n < 1) n = 1;
+  if (dev >= 0 && dev < kMaxDevices) cached[dev].store(n, std::memory_order_relaxed);
+  return n;
+}
+
+unsigned grid_for_sms(int64_t work, int threads, int blocks_per_sm) {
+  const int64_t want = (work + threads - 1) / threads;
+  const int64_t cap = static_cast<int64_t>(sm_count()) * blocks_per_sm;
+  return static_cast<unsigned>(want < 1 ? 1 : (want > cap ? cap : want));
 }
 
 }  // namespace vt::cuda

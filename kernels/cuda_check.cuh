@@ -31,6 +31,14 @@ inline unsigned grid_for(int64_t n, int threads) {
   return static_cast<unsigned>(want < 1 ? 1 : (want > cap ? cap : want));
 }
 
+// Streaming multiprocessors of the current device (asked once per device, then cached).
+int sm_count();
+
+// Grid of a grid-stride kernel over `work` items with `threads` threads per block: one block per
+// `threads` items, at most blocks_per_sm blocks per SM of the current device (one wave when that
+// many blocks fit an SM; the loop covers the rest).
+unsigned grid_for_sms(int64_t work, int threads, int blocks_per_sm);
+
 }  // namespace vt::cuda
 
 #define VT_CUDA_CHECK(expr)                                                \

@@ -1,30 +1,59 @@
-// Embedding gather / scatter-add kernels (see embedding.cuh): the gather is one thread per
-// (n, c) element in a grid-stride loop; the scatter-add gives every table element one owner
-// thread that adds in id order (deterministic, bitwise equal to the CPU kernel).
+// Embedding gather / scatter-add kernels (see embedding.cuh): the gather is a grid-stride loop
+// over chunks of 8 (bf16 out: two 16-byte words of the f32 table, one of out) or 4 (f32) columns
+// of one output row, moved in 16-byte words where table and out are 16-byte aligned and C a
+// multiple of the chunk (kernels/vec_access.cuh; else one element at a time); the scatter-add
+// gives every table element one owner thread that adds in id order (deterministic, bitwise equal
+// to the CPU kernel).
 #include "kernels/embedding.cuh"
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/vec_access.cuh"
 
 namespace vt::cuda {
 namespace {
 
+using detail::aligned16;
+using detail::for_each_chunk;
 using detail::from_f32;
+using detail::kVec;
+using detail::load_chunk;
+using detail::store_chunk;
 using detail::to_f32;
 
 constexpr int kThreads = 256;
 
+// out[n, c] = table[ids[n] - row_begin, c], 0 for ids outside [row_begin, row_begin + rows).
+// On the 16-byte path (C % W == 0) a chunk lies in one output row and one table row.
 template <class T>
-__global__ void gather_kernel(const float* table, int64_t row_begin, int64_t rows, int64_t C,
-                              const int32_t* ids, int64_t N, T* out) {
-  const int64_t total = N * C;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t n = i / C, c = i % C;
-    const int64_t r = static_cast<int64_t>(ids[n]) - row_begin;
-    out[i] = from_f32<T>((r >= 0 && r < rows) ? table[r * C + c] : 0.0f);
-  }
+__global__ void __launch_bounds__(kThreads, detail::kElementwiseBlocksPerSm)
+    gather_kernel(const float* table, int64_t row_begin, int64_t rows, int64_t C,
+                  const int32_t* ids, int64_t N, T* out, bool vec) {
+  constexpr int W = kVec<T>;
+  const auto source_row = [&](int64_t n) { return static_cast<int64_t>(ids[n]) - row_begin; };
+  for_each_chunk<W>(N * C, vec, [&](int64_t i, bool wide, int count) {
+    float v[W];
+    if (wide) {
+      const int64_t r = source_row(i / C);
+      if (r >= 0 && r < rows) {
+        load_chunk<W>(table + r * C + i % C, true, W, v);
+      } else {
+#pragma unroll
+        for (int e = 0; e < W; ++e) v[e] = 0.0f;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        v[e] = 0.0f;
+        if (e < count) {
+          const int64_t n = (i + e) / C, c = (i + e) % C, r = source_row(n);
+          if (r >= 0 && r < rows) v[e] = table[r * C + c];
+        }
+      }
+    }
+    store_chunk<W>(out + i, wide, count, v);
+  });
 }
 
 // Deterministic scatter-add: block (x, y) owns columns [x * kScatterCols, ...) of the table
@@ -69,8 +98,10 @@ template <class T>
 void gather(const float* table, int64_t row_begin, int64_t rows, int64_t C, const int32_t* ids,
             int64_t N, T* out, cudaStream_t stream) {
   if (N * C == 0) return;
-  VT_LAUNCH(gather_kernel<T>, grid_for(N * C, kThreads), kThreads, 0, stream, table, row_begin,
-            rows, C, ids, N, out);
+  static_assert(kThreads == detail::kElementwiseThreads, "elementwise_grid sizes for this block");
+  const bool vec = aligned16(table) && aligned16(out) && C % kVec<T> == 0;
+  VT_LAUNCH(gather_kernel<T>, detail::elementwise_grid(N * C, kVec<T>), kThreads, 0, stream, table,
+            row_begin, rows, C, ids, N, out, vec);
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,42 +1,64 @@
-// Muon elementwise kernels (see optim_update.cuh): grid-stride loops, fp32 math with the
-// coefficients the CPU forms (float(momentum), float(1 - momentum), float(1 - lr*wd),
-// float(lr*scale)).
+// Muon elementwise kernels (see optim_update.cuh): grid-stride loops over chunks moved in
+// 16-byte words (momentum: 4 f32; apply: 8 elements, two f32 words of p, one bf16 word of x and
+// of the copy), the grid one wave of 256-thread blocks (kernels/vec_access.cuh; a scalar path for
+// unaligned operands and the tail); fp32 math with the coefficients the CPU forms
+// (float(momentum), float(1 - momentum), float(1 - lr*wd), float(lr*scale)).
 #include "kernels/optim_update.cuh"
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/vec_access.cuh"
 
 namespace vt::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+using detail::aligned16;
+using detail::for_each_chunk;
+using detail::load_chunk;
+using detail::store_chunk;
+
+constexpr int kThreads = detail::kElementwiseThreads;
+constexpr int kBlocksPerSm = detail::kElementwiseBlocksPerSm;
+constexpr int kMomentumChunk = 4;  // one f32 word
+constexpr int kApplyChunk = 8;     // one bf16 word (x, copy), two f32 words (p)
 
 // g and u are not __restrict__: u may alias g (each element is read before it is written, by
 // the same thread).
-__global__ void muon_momentum_kernel(const float* g, float* buf, float* u, int64_t n, float mo,
-                                     float om) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float gi = g[i];
-    const float bi = mo * buf[i] + om * gi;
-    buf[i] = bi;
-    u[i] = om * gi + mo * bi;
-  }
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    muon_momentum_kernel(const float* g, float* buf, float* u, int64_t n, float mo, float om,
+                         bool vec) {
+  constexpr int W = kMomentumChunk;
+  for_each_chunk<W>(n, vec, [&](int64_t i, bool wide, int count) {
+    float gi[W], bi[W];
+    load_chunk<W>(g + i, wide, count, gi);
+    load_chunk<W>(buf + i, wide, count, bi);
+#pragma unroll
+    for (int e = 0; e < W; ++e) bi[e] = mo * bi[e] + om * gi[e];
+    store_chunk<W>(buf + i, wide, count, bi);
+#pragma unroll
+    for (int e = 0; e < W; ++e) gi[e] = om * gi[e] + mo * bi[e];
+    store_chunk<W>(u + i, wide, count, gi);
+  });
 }
 
 // copy (may be null): the bf16 compute copy of p, written with the new p rounded to nearest
 // even (the cast refresh_compute_copy would make, without reading p again).
 template <class X>
-__global__ void muon_apply_kernel(float* p, const X* x, int64_t n, float decay, float step,
-                                  bool cautious, __nv_bfloat16* copy) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float pi = p[i], xi = detail::to_f32(x[i]);
-    const float np = (!cautious || xi * pi >= 0.0f ? pi * decay : pi) - step * xi;
-    p[i] = np;
-    if (copy != nullptr) copy[i] = detail::from_f32<__nv_bfloat16>(np);
-  }
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    muon_apply_kernel(float* p, const X* x, int64_t n, float decay, float step, bool cautious,
+                      __nv_bfloat16* copy, bool vec) {
+  constexpr int W = kApplyChunk;
+  for_each_chunk<W>(n, vec, [&](int64_t i, bool wide, int count) {
+    float pi[W], xi[W];
+    load_chunk<W>(p + i, wide, count, pi);
+    load_chunk<W>(x + i, wide, count, xi);
+#pragma unroll
+    for (int e = 0; e < W; ++e)
+      pi[e] = (!cautious || xi[e] * pi[e] >= 0.0f ? pi[e] * decay : pi[e]) - step * xi[e];
+    store_chunk<W>(p + i, wide, count, pi);
+    if (copy != nullptr) store_chunk<W>(copy + i, wide, count, pi);
+  });
 }
 
 }  // namespace
@@ -46,7 +68,9 @@ void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momen
   if (n == 0) return;
   const float mo = static_cast<float>(momentum);
   const float om = static_cast<float>(1.0 - momentum);
-  VT_LAUNCH(muon_momentum_kernel, grid_for(n, kThreads), kThreads, 0, stream, g, buf, u, n, mo, om);
+  const bool vec = aligned16(g) && aligned16(buf) && aligned16(u);
+  VT_LAUNCH(muon_momentum_kernel, detail::elementwise_grid(n, kMomentumChunk), kThreads, 0, stream,
+            g, buf, u, n, mo, om, vec);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -56,8 +80,9 @@ void launch_muon_apply(float* p, const X* x, int64_t n, double lr, double weight
   if (n == 0) return;
   const float decay = static_cast<float>(1.0 - lr * weight_decay);
   const float step = static_cast<float>(lr * scale);
-  VT_LAUNCH(muon_apply_kernel<X>, grid_for(n, kThreads), kThreads, 0, stream, p, x, n, decay,
-            step, cautious, copy);
+  const bool vec = aligned16(p) && aligned16(x) && (copy == nullptr || aligned16(copy));
+  VT_LAUNCH(muon_apply_kernel<X>, detail::elementwise_grid(n, kApplyChunk), kThreads, 0, stream, p,
+            x, n, decay, step, cautious, copy, vec);
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,50 +1,53 @@
 // Reduction kernels (see reduce.cuh): pass 1 has up to kReduceBlocks blocks (fewer for short
-// inputs: one block per kItemsPerBlock elements, so a 4k-element gradient does not launch 64k
-// threads) each summing a grid-stride slice in fp64 into partials[block]; pass 2 is one block
-// summing the partials. The grid depends only on n, so results are deterministic.
+// inputs: one block per kItemsPerBlock elements, so a 4k-element gradient does not launch 256k
+// threads) each summing a grid-stride slice of chunks (8 bf16 or 4 f32, one 16-byte word where
+// the inputs are 16-byte aligned, kernels/vec_access.cuh) in fp64 into partials[block]; pass 2
+// is one block summing the partials. The grid depends only on n and each thread sums the same
+// chunks in the same order on both access paths, so results are deterministic and independent of
+// the inputs' alignment.
 #include "kernels/reduce.cuh"
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/vec_access.cuh"
 
 namespace vt::cuda {
 namespace {
 
+using detail::aligned16;
 using detail::block_sum;
-using detail::to_f32;
+using detail::for_each_chunk;
+using detail::kVec;
+using detail::load_chunk;
 
 constexpr int kThreads = 256;
-constexpr int64_t kItemsPerBlock = 4 * kThreads;
+constexpr int64_t kItemsPerBlock = 8 * kThreads;
+static_assert(kReduceBlocks <= 8 * 132, "pass 1 is one wave of 8 blocks per SM on an H100");
 
 int reduce_blocks(int64_t n) {
   const int64_t b = (n + kItemsPerBlock - 1) / kItemsPerBlock;
   return int(b < 1 ? 1 : (b > kReduceBlocks ? kReduceBlocks : b));
 }
 
+// y == nullptr: sum of x^2; else sum of x*y. The zeros that pad the last chunk add nothing.
 template <class T>
-__device__ __forceinline__ double product(const T* x, const T* y, int64_t i) {
-  const double a = to_f32(x[i]);
-  return a * (y == nullptr ? a : static_cast<double>(to_f32(y[i])));
-}
-
-// y == nullptr: sum of x^2; else sum of x*y. Each thread keeps four grid strides' loads in flight
-// (four independent accumulators: a single one would make every load wait for the previous
-// iteration's add, one round trip to memory each), then its remainder; the four are combined in
-// a fixed order, so the sum depends only on n and the grid.
-template <class T>
-__global__ void partial_kernel(const T* x, const T* y, int64_t n, double* partials) {
-  double acc[4] = {0.0, 0.0, 0.0, 0.0};
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  for (; i + 3 * stride < n; i += 4 * stride) {
+__global__ void __launch_bounds__(kThreads, detail::kElementwiseBlocksPerSm)
+    partial_kernel(const T* x, const T* y, int64_t n, double* partials, bool vec) {
+  constexpr int W = kVec<T>;
+  double acc = 0.0;
+  for_each_chunk<W>(n, vec, [&](int64_t i, bool wide, int count) {
+    float a[W], b[W];
+    load_chunk<W>(x + i, wide, count, a);
+    if (y != nullptr) load_chunk<W>(y + i, wide, count, b);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) acc[u] += product(x, y, i + u * stride);
-  }
-  for (; i < n; i += stride) acc[0] += product(x, y, i);
-  double sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-  sum = block_sum(sum);
-  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+    for (int e = 0; e < W; ++e) {
+      const double ad = a[e];
+      acc = fma(ad, y == nullptr ? ad : static_cast<double>(b[e]), acc);  // explicit: both paths
+    }
+  });
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
 __global__ void final_kernel(const double* partials, int count, double* out, bool accumulate) {
@@ -59,7 +62,8 @@ void run(const T* x, const T* y, int64_t n, double* partials, double* out, bool 
          cudaStream_t stream) {
   // n == 0 still runs: the partial is zero and *out is written (=) or left (+=0).
   const int blocks = reduce_blocks(n);
-  VT_LAUNCH(partial_kernel<T>, blocks, kThreads, 0, stream, x, y, n, partials);
+  const bool vec = aligned16(x) && (y == nullptr || aligned16(y));
+  VT_LAUNCH(partial_kernel<T>, blocks, kThreads, 0, stream, x, y, n, partials, vec);
   VT_CUDA_CHECK_LAUNCH();
   VT_LAUNCH(final_kernel, 1, kThreads, 0, stream, partials, blocks, out, accumulate);
   VT_CUDA_CHECK_LAUNCH();

@@ -9,8 +9,9 @@
 
 namespace vt::cuda {
 
-// Blocks of the first pass (of 256 threads: 8 per SM fill a 132-SM H100 or H200 in about one
-// wave); `partials` must hold this many doubles.
+// Blocks of the first pass (at most; 8 x 256 threads per SM of an H100's 132 fill it in one
+// wave, a fixed number for every GPU so sums do not depend on the device); `partials` must hold
+// this many doubles.
 inline constexpr int kReduceBlocks = 1024;
 
 // *out (= or += when accumulate) = sum_i x[i]^2, in fp64. partials: kReduceBlocks doubles of

@@ -1,7 +1,12 @@
 // RoPE kernels (see rope.cuh): the table (one thread per (position, pair), double-precision
-// angle, fp32 cos/sin), the rotation (one thread per rotated pair, grid-stride loop, angles
-// read from the table: one 8-byte load instead of exp2, cos and sin in double per element), and
-// the rotation fused with QK-norm (one warp per head vector, warp-shuffle sums).
+// angle, fp32 cos/sin); the rotation and the rotation fused with QK-norm's forward, a team of
+// threads per head vector (kernels/row_team.cuh: hd 128 bf16 is 8 threads, 32 vectors a
+// 256-thread block), each thread one chunk of 8 bf16 or 4 f32 pairs (j in the first half, j + hd/2
+// in the second), moved in 16-byte words where the operands are aligned and hd/2 a multiple of
+// the chunk (else the same chunks one element at a time), the angles read from the table in
+// 16-byte words (no exp2, cos and sin in double per element), the norm's sum by shuffles inside
+// the team; and the fused backward, one warp per head vector (kernels/rope_row.cuh, shared with
+// the tensor-core attention backward's epilogue, which must give the same bits).
 #include "kernels/rope.cuh"
 
 #include <cmath>
@@ -10,13 +15,24 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/rope_row.cuh"
+#include "kernels/row_team.cuh"
+#include "kernels/vec_access.cuh"
 
 namespace vt::cuda {
 namespace {
 
+using detail::aligned16;
 using detail::from_f32;
+using detail::kVec;
+using detail::load_row;
+using detail::row_chunk;
+using detail::row_place;
+using detail::RowChunk;
+using detail::RowPlace;
+using detail::RowPlan;
+using detail::store_row;
+using detail::team_sum;
 using detail::to_f32;
-using detail::warp_sum;
 
 constexpr int kThreads = 256;
 
@@ -32,69 +48,116 @@ __global__ void rope_table_kernel(float2* table, int64_t n, int64_t half,
   }
 }
 
-template <class T>
-__global__ void rope_kernel(const T* x, T* y, int64_t pairs, int64_t T_len, int64_t heads,
-                            int64_t half, const float2* __restrict__ table, int64_t pos_offset,
-                            float sign) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < pairs;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t j = i % half;
-    const int64_t row = i / half;             // (b, t, h) flattened
-    const int64_t t = (row / heads) % T_len;  // row = (b * T + t) * heads + h
-    const float2 cs = table[(t + pos_offset) * half + j];
-    const float c = cs.x, s = sign * cs.y;
-    const int64_t o = row * 2 * half + j;
-    const float a = to_f32(x[o]), b = to_f32(x[o + half]);
-    y[o] = from_f32<T>(a * c - b * s);
-    y[o + half] = from_f32<T>(b * c + a * s);
+// The (cos, sin) of the chunk's pairs from the table row `cs`: W / 2 16-byte words when `vec`
+// (a constant in the kernels: the table 16-byte aligned and hd/2 a multiple of W, so a chunk is
+// whole or empty), else one 8-byte load for each of the first n; zeros past them.
+template <int W>
+__device__ __forceinline__ void load_angles(const float2* cs, RowChunk ch, bool vec, float (&c)[W],
+                                            float (&sn)[W]) {
+  if (vec && ch.n == W) {
+#pragma unroll
+    for (int k = 0; k < W / 2; ++k) {
+      const float4 q = reinterpret_cast<const float4*>(cs + ch.first)[k];
+      c[2 * k] = q.x, sn[2 * k] = q.y, c[2 * k + 1] = q.z, sn[2 * k + 1] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      const float2 q = !vec && e < ch.n ? cs[ch.first + e] : make_float2(0.0f, 0.0f);
+      c[e] = q.x, sn[e] = q.y;
+    }
   }
 }
 
-// The fused RoPE + QK-norm: warp w of a block takes vector `item` = blockIdx.x * warps + w
-// (vector = one (b, t, head) row of hd values); lane l holds pairs j = l + 32 i, i < kPer
-// (kPer = ceil(hd / 64), so hd <= 64 kPer), in registers between the warp's sum and the write.
-// A whole warp leaves together when item is past the end, so the full-mask shuffles of
-// warp_sum always see all 32 lanes.
-constexpr int kFusedWarps = 8;  // vectors per block of 256 threads
+// Thread place, chunk and the table row of the vector's position, for the rotation kernels:
+// vector `item` = (b * T + t) * heads + h of hd = 2 * half elements.
+struct RopeChunk {
+  RowPlace p;
+  RowChunk ch;
+  int64_t off;       // the vector's first element (0 when it does not exist)
+  const float2* cs;  // its position's table row
+};
 
-template <class T, int kPer>
-__global__ void rope_rmsnorm_forward_kernel(const T* x, T* y, float* rstd, int64_t items,
-                                            int64_t T_len, int64_t heads, int64_t half,
-                                            const float2* __restrict__ table, int64_t pos_offset,
-                                            float scale, float eps) {
-  const int lane = threadIdx.x & 31;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * kFusedWarps + (threadIdx.x >> 5);
-  if (item >= items) return;
-  const int64_t t = (item / heads) % T_len;  // item = (b * T + t) * heads + h
-  const float2* cs = table + (t + pos_offset) * half;
-  const T* xr = x + item * 2 * half;
-  T* yr = y + item * 2 * half;
-  float a[kPer], b[kPer];
+__device__ __forceinline__ RopeChunk rope_chunk(int64_t items, int team, int64_t T_len,
+                                                int64_t heads, int64_t half, int W,
+                                                const float2* table, int64_t pos_offset) {
+  RopeChunk r;
+  r.p = row_place(items, team);
+  r.ch = row_chunk(r.p, 0, team, half, W);
+  r.off = r.p.valid ? r.p.row * 2 * half : 0;
+  const int64_t t = r.p.valid ? (r.p.row / heads) % T_len : 0;
+  r.cs = table + (t + pos_offset) * half;
+  return r;
+}
+
+// The rotation alone (sign -1: the inverse, for the backward): y may alias x, each thread
+// writing only the pairs it read. Slots past the first (`wide`) for vectors wider than the
+// largest team.
+template <class T, bool vec, bool wide>
+__global__ void __launch_bounds__(detail::kRowMaxTeam)
+    rope_kernel(const T* x, T* y, int64_t items, int64_t T_len, int64_t heads, int64_t half,
+                int team, int64_t slots, const float2* __restrict__ table, int64_t pos_offset,
+                float sign) {
+  constexpr int W = kVec<T>;
+  const RopeChunk r = rope_chunk(items, team, T_len, heads, half, W, table, pos_offset);
+  if (!wide) slots = 1;  // one chunk per thread (hd <= 16384 bf16): the loop drops out
+#pragma unroll 1
+  for (int64_t s = 0; s < slots; ++s) {
+    const RowChunk ch = row_chunk(r.p, s, team, half, W);
+    if (ch.n == 0) return;  // no collectives here
+    float a[W], b[W], c[W], sn[W];
+    load_row<W>(x + r.off, ch, vec, a);
+    load_row<W>(x + r.off + half, ch, vec, b);
+    load_angles<W>(r.cs, ch, vec, c, sn);
+    float ya[W], yb[W];
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      const float sv = sign * sn[e];
+      ya[e] = a[e] * c[e] - b[e] * sv;
+      yb[e] = b[e] * c[e] + a[e] * sv;
+    }
+    store_row<W>(y + r.off, ch, vec, ya);
+    store_row<W>(y + r.off + half, ch, vec, yb);
+  }
+}
+
+// The fused RoPE + QK-norm forward: the vector's chunks in registers between the team's sum of
+// squares and the write; y may alias x (each thread writes only the pairs it read).
+template <class T, bool vec>
+__global__ void __launch_bounds__(detail::kRowMaxTeam)
+    rope_rmsnorm_forward_kernel(const T* x, T* y, float* rstd, int64_t items, int64_t T_len,
+                                int64_t heads, int64_t half, int team,
+                                const float2* __restrict__ table, int64_t pos_offset, float scale,
+                                float eps) {
+  constexpr int W = kVec<T>;
+  const RopeChunk r = rope_chunk(items, team, T_len, heads, half, W, table, pos_offset);
+  float a[W], b[W];
+  load_row<W>(x + r.off, r.ch, vec, a);
+  load_row<W>(x + r.off + half, r.ch, vec, b);
   float ss = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int64_t j = lane + 32 * i;
-    a[i] = b[i] = 0.0f;
-    if (j < half) {
-      a[i] = to_f32(xr[j]);
-      b[i] = to_f32(xr[j + half]);
-      ss += a[i] * a[i] + b[i] * b[i];
-    }
-  }
-  ss = warp_sum(ss);
+  for (int e = 0; e < W; ++e) ss = fmaf(b[e], b[e], fmaf(a[e], a[e], ss));  // see rmsnorm.cu
+  ss = team_sum(ss, team);
   const float rs = rsqrtf(ss / static_cast<float>(2 * half) + eps);
-  if (lane == 0) rstd[item] = rs;
+  if (r.p.valid && r.p.t == 0) rstd[r.p.row] = rs;
+  if (r.ch.n == 0) return;  // after the team's sum
   const float f = scale * rs;
+  // The angles after the sum (an L2 read: the table is about 1 MiB at d24): loaded before it,
+  // they would be live across it, 55 registers instead of 41 (4 blocks an SM instead of 5).
+  float c[W], sn[W];
+  load_angles<W>(r.cs, r.ch, vec, c, sn);
+  float ya[W], yb[W];
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int64_t j = lane + 32 * i;
-    if (j < half) {
-      const float2 c = cs[j];
-      yr[j] = from_f32<T>((a[i] * c.x - b[i] * c.y) * f);
-      yr[j + half] = from_f32<T>((b[i] * c.x + a[i] * c.y) * f);
-    }
+  for (int e = 0; e < W; ++e) {
+    ya[e] = (a[e] * c[e] - b[e] * sn[e]) * f;
+    yb[e] = (b[e] * c[e] + a[e] * sn[e]) * f;
   }
+  store_row<W>(y + r.off, r.ch, vec, ya);
+  store_row<W>(y + r.off + half, r.ch, vec, yb);
 }
+
+// The fused backward: one warp per head vector, as the attention epilogue runs it.
+constexpr int kFusedWarps = 8;  // vectors per block of 256 threads
 
 template <class T, int kPer>
 __global__ void rope_rmsnorm_backward_kernel(const T* x, const float* rstd, const T* dy, T* dx,
@@ -122,15 +185,28 @@ void check_hd(int64_t hd) {
     cuda_fail(cudaErrorInvalidValue, "rope: head dim must be even", __FILE__, __LINE__);
 }
 
+// 16-byte words: x, y and the table aligned, and each vector's halves too (hd/2 a multiple of
+// the chunk).
+template <class T>
+bool rope_vec(const T* x, const T* y, const float2* table, int64_t half) {
+  return aligned16(x) && aligned16(y) && aligned16(table) && half % kVec<T> == 0;
+}
+
 template <class T>
 void apply(const T* x, T* y, int64_t B, int64_t Tn, int64_t heads, int64_t hd,
            const float2* table, int64_t pos_offset, float sign, cudaStream_t stream) {
   check_hd(hd);
   VT_CUDA_REQUIRE(pos_offset >= 0, "rope: position offset must be >= 0");
-  const int64_t half = hd / 2, pairs = B * Tn * heads * half;
-  if (pairs == 0) return;
-  VT_LAUNCH(rope_kernel<T>, grid_for(pairs, kThreads), kThreads, 0, stream, x, y, pairs, Tn, heads,
-            half, table, pos_offset, sign);
+  const int64_t items = B * Tn * heads, half = hd / 2;
+  if (items == 0) return;
+  const RowPlan pl = detail::plan_rows(items, half, kVec<T>);
+  // The access path and the loop over further chunks are template arguments: the common
+  // instance carries neither the scalar loads nor the loop.
+  const bool vec = rope_vec(x, y, table, half), wide = pl.slots > 1;
+  auto* kernel = vec ? (wide ? &rope_kernel<T, true, true> : &rope_kernel<T, true, false>)
+                     : (wide ? &rope_kernel<T, false, true> : &rope_kernel<T, false, false>);
+  VT_LAUNCH(kernel, pl.grid, pl.block, 0, stream, x, y, items, Tn, heads, half, pl.team, pl.slots,
+            table, pos_offset, sign);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -140,20 +216,15 @@ void fused_forward(const T* x, T* y, float* rstd, int64_t B, int64_t Tn, int64_t
                    cudaStream_t stream) {
   check_hd(hd);
   VT_CUDA_REQUIRE(pos_offset >= 0, "rope_rmsnorm: position offset must be >= 0");
+  VT_CUDA_REQUIRE(hd <= 512, "rope_rmsnorm: head dim must be <= 512");
   const int64_t items = B * Tn * heads, half = hd / 2;
   if (items == 0) return;
-  const unsigned grid = static_cast<unsigned>((items + kFusedWarps - 1) / kFusedWarps);
-  const unsigned threads = 32 * kFusedWarps;
-  // One launch through a pointer (no comma in a macro argument): the kernel for the pairs per lane.
-  auto* kernel = &rope_rmsnorm_forward_kernel<T, 8>;
-  switch (pairs_per_lane(hd)) {
-    case 1: kernel = &rope_rmsnorm_forward_kernel<T, 1>; break;
-    case 2: kernel = &rope_rmsnorm_forward_kernel<T, 2>; break;
-    case 4: kernel = &rope_rmsnorm_forward_kernel<T, 4>; break;
-    default: break;
-  }
-  VT_LAUNCH(kernel, grid, threads, 0, stream, x, y, rstd, items, Tn, heads, half, table,
-            pos_offset, scale, eps);
+  // hd <= 512: at most 64 chunks of pairs, one per thread of a team of at most 64.
+  const RowPlan pl = detail::plan_rows(items, half, kVec<T>);
+  auto* kernel = rope_vec(x, y, table, half) ? &rope_rmsnorm_forward_kernel<T, true>
+                                              : &rope_rmsnorm_forward_kernel<T, false>;
+  VT_LAUNCH(kernel, pl.grid, pl.block, 0, stream, x, y, rstd, items, Tn, heads, half, pl.team,
+            table, pos_offset, scale, eps);
   VT_CUDA_CHECK_LAUNCH();
 }
 

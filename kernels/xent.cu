@@ -4,36 +4,77 @@
 // as fp32) and the dlogits type (written rounded to nearest even for bf16). The slice-combining
 // pieces (rescale, finish) are elementwise over the rows. The fused loss end (xent_loss_grad,
 // for an unsharded vocabulary) does forward, finish and backward in one kernel a row.
+//
+// Memory access: a row's columns in chunks of 8 (bf16 anywhere) or 4 (f32 only), chunk q of a
+// row owned by thread q mod blockDim in every pass (the backward: grid-stride over the chunks),
+// moved in 16-byte words where logits and dlogits are 16-byte aligned and ld a multiple of the
+// chunk (kernels/vec_access.cuh); else the same chunks one element at a time.
 #include "kernels/xent.cuh"
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/vec_access.cuh"
 
 namespace vt::cuda {
 namespace {
 
+using detail::aligned16;
 using detail::block_max;
 using detail::block_sum;
+using detail::for_each_chunk;
 using detail::from_f32;
+using detail::load_chunk;
+using detail::store_chunk;
 using detail::to_f32;
 
 constexpr int kThreads = 256;
+
+// Elements of a chunk: one 16-byte word of the narrower of the two types.
+template <class A, class B = A>
+inline constexpr int kChunk = 16 / static_cast<int>(sizeof(A) < sizeof(B) ? sizeof(A) : sizeof(B));
+
+// Row chunk q: its first column and how many of its W columns lie below `end` (0 past it).
+template <int W>
+__device__ __forceinline__ int chunk_count(int64_t q, int64_t end) {
+  const int64_t c = q * W;
+  return c >= end ? 0 : (end - c < W ? static_cast<int>(end - c) : W);
+}
+
+// 16-byte words: every pointer aligned and each row's start too (ld a multiple of the chunk).
+template <int W>
+bool rows_vec(const void* a, const void* b, int64_t ld) {
+  return aligned16(a) && (b == nullptr || aligned16(b)) && ld % W == 0;
+}
 
 template <class TL>
 __global__ void xent_forward_kernel(const TL* logits, int64_t ld, int64_t n_valid,
                                     int64_t col_offset, const int32_t* targets, float cap,
                                     float inv_cap, float* row_max, float* row_sumexp,
-                                    float* target_z) {
+                                    float* target_z, bool vec) {
+  constexpr int W = kChunk<TL>;
   const int64_t n = blockIdx.x;
   const TL* l = logits + n * ld;
+  const int64_t chunks = (n_valid + W - 1) / W;
   float mx = -INFINITY;
-  for (int64_t c = threadIdx.x; c < n_valid; c += blockDim.x)
-    mx = detail::nan_max(mx, cap * tanhf(to_f32(l[c]) * inv_cap));
+  for (int64_t q = threadIdx.x; q < chunks; q += blockDim.x) {
+    const int cnt = chunk_count<W>(q, n_valid);
+    float z[W];
+    load_chunk<W>(l + q * W, vec && cnt == W, cnt, z);
+#pragma unroll
+    for (int e = 0; e < W; ++e)
+      if (e < cnt) mx = detail::nan_max(mx, cap * tanhf(z[e] * inv_cap));
+  }
   mx = block_max(mx);
   float sum = 0.0f;
-  for (int64_t c = threadIdx.x; c < n_valid; c += blockDim.x)
-    sum += expf(cap * tanhf(to_f32(l[c]) * inv_cap) - mx);
+  for (int64_t q = threadIdx.x; q < chunks; q += blockDim.x) {
+    const int cnt = chunk_count<W>(q, n_valid);
+    float z[W];
+    load_chunk<W>(l + q * W, vec && cnt == W, cnt, z);
+#pragma unroll
+    for (int e = 0; e < W; ++e)
+      if (e < cnt) sum += expf(cap * tanhf(z[e] * inv_cap) - mx);
+  }
   sum = block_sum(sum);
   if (threadIdx.x == 0) {
     row_max[n] = mx;
@@ -43,40 +84,52 @@ __global__ void xent_forward_kernel(const TL* logits, int64_t ld, int64_t n_vali
   }
 }
 
-// dloss == nullptr: every row's gradient is dloss_scalar.
+// dloss == nullptr: every row's gradient is dloss_scalar. Chunks of W columns never straddle
+// rows on the 16-byte path (ld % W == 0: one row, one division a chunk); on the scalar path each
+// element finds its row (64-bit divisions, tanhf, expf: the heavy register budget).
 template <class TL, class TD>
-__global__ void xent_backward_kernel(const TL* logits, int64_t N, int64_t ld, int64_t n_valid,
-                                     int64_t col_offset, const int32_t* targets, float cap,
-                                     float inv_cap, const float* lse, const float* dloss,
-                                     float dloss_scalar, TD* dlogits) {
-  const int64_t total = N * ld;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t n = i / ld, c = i % ld;
-    if (c >= n_valid) {
-      dlogits[i] = from_f32<TD>(0.0f);
-      continue;
-    }
-    const float th = tanhf(to_f32(logits[i]) * inv_cap);
+__global__ void __launch_bounds__(kThreads, detail::kHeavyBlocksPerSm)
+    xent_backward_kernel(const TL* logits, int64_t N, int64_t ld, int64_t n_valid,
+                         int64_t col_offset, const int32_t* targets, float cap, float inv_cap,
+                         const float* lse, const float* dloss, float dloss_scalar, TD* dlogits,
+                         bool vec) {
+  constexpr int W = kChunk<TL, TD>;
+  const auto grad = [&](int64_t n, int64_t c, float logit) {
+    if (c >= n_valid) return 0.0f;
+    const float th = tanhf(logit * inv_cap);
     const float p = expf(cap * th - lse[n]);
     const bool is_target = static_cast<int64_t>(targets[n]) - col_offset == c;
     const float g = dloss != nullptr ? dloss[n] : dloss_scalar;
-    dlogits[i] = from_f32<TD>(g * (p - (is_target ? 1.0f : 0.0f)) * (1.0f - th * th));
-  }
+    return g * (p - (is_target ? 1.0f : 0.0f)) * (1.0f - th * th);
+  };
+  for_each_chunk<W>(N * ld, vec, [&](int64_t i, bool wide, int count) {
+    float v[W];
+    load_chunk<W>(logits + i, wide, count, v);
+    if (wide) {
+      const int64_t n = i / ld, c = i - n * ld;
+#pragma unroll
+      for (int e = 0; e < W; ++e) v[e] = grad(n, c + e, v[e]);
+    } else {
+#pragma unroll 1
+      for (int e = 0; e < count; ++e) v[e] = grad((i + e) / ld, (i + e) % ld, v[e]);
+    }
+    store_chunk<W>(dlogits + i, wide, count, v);
+  });
 }
 
 // One block (kLossGradThreads) per row. Pass 1: each thread keeps a running max m and sum
 // s = sum exp(z - m) over its columns (rescaled when the max moves), the block combines them
 // (block_max, then block_sum of s * exp(m - M)). Pass 2 re-reads the row, which the block has
 // just read (L1/L2: 1024 threads a block keep at most two rows an SM in flight), and writes the
-// gradient; in place each thread writes only the columns it reads, after the target's z was
+// gradient; in place each thread writes only the chunks it reads, after the target's z was
 // taken (before the reductions' barriers). A NaN z makes s NaN, so lse, loss and the row's
 // gradient are NaN as with the unfused kernels.
 template <class TL, class TD>
 __global__ void __launch_bounds__(1024)
     xent_loss_grad_kernel(const TL* logits, int64_t ld, int64_t n_valid, int64_t col_offset,
                           const int32_t* targets, float cap, float inv_cap, float grad_scale,
-                          float* lse, float* loss, TD* dlogits) {
+                          float* lse, float* loss, TD* dlogits, bool vec) {
+  constexpr int W = kChunk<TL, TD>;
   const int64_t n = blockIdx.x;
   const TL* l = logits + n * ld;
   TD* d = dlogits + n * ld;
@@ -85,13 +138,21 @@ __global__ void __launch_bounds__(1024)
   float target_z = 0.0f;
   if (threadIdx.x == 0 && local) target_z = cap * tanhf(to_f32(l[tc]) * inv_cap);
   float m = -INFINITY, s = 0.0f;
-  for (int64_t c = threadIdx.x; c < n_valid; c += blockDim.x) {
-    const float z = cap * tanhf(to_f32(l[c]) * inv_cap);
-    if (z > m) {
-      s = s * expf(m - z) + 1.0f;
-      m = z;
-    } else {
-      s += expf(z - m);
+  const int64_t valid_chunks = (n_valid + W - 1) / W;
+  for (int64_t q = threadIdx.x; q < valid_chunks; q += blockDim.x) {
+    const int cnt = chunk_count<W>(q, n_valid);
+    float z[W];
+    load_chunk<W>(l + q * W, vec && cnt == W, cnt, z);
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      if (e >= cnt) break;
+      const float ze = cap * tanhf(z[e] * inv_cap);
+      if (ze > m) {
+        s = fmaf(s, expf(m - ze), 1.0f);  // explicit, as nvcc contracts it: both paths alike
+        m = ze;
+      } else {
+        s += expf(ze - m);
+      }
     }
   }
   const float mx = block_max(m);
@@ -101,13 +162,22 @@ __global__ void __launch_bounds__(1024)
     lse[n] = row_lse;
     loss[n] = row_lse - target_z;
   }
-  for (int64_t c = threadIdx.x; c < ld; c += blockDim.x) {
-    float g = 0.0f;
-    if (c < n_valid) {
-      const float th = tanhf(to_f32(l[c]) * inv_cap);
-      g = grad_scale * (expf(cap * th - row_lse) - (c == tc ? 1.0f : 0.0f)) * (1.0f - th * th);
+  const int64_t chunks = (ld + W - 1) / W;
+  for (int64_t q = threadIdx.x; q < chunks; q += blockDim.x) {
+    const int cnt = chunk_count<W>(q, ld), valid = chunk_count<W>(q, n_valid);
+    float v[W];
+    load_chunk<W>(l + q * W, vec && cnt == W, valid, v);
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      float g = 0.0f;
+      if (e < valid) {
+        const float th = tanhf(v[e] * inv_cap);
+        g = grad_scale * (expf(cap * th - row_lse) - (q * W + e == tc ? 1.0f : 0.0f)) *
+            (1.0f - th * th);
+      }
+      v[e] = g;
     }
-    d[c] = from_f32<TD>(g);
+    store_chunk<W>(d + q * W, vec && cnt == W, cnt, v);
   }
 }
 
@@ -142,7 +212,8 @@ void forward(const TL* logits, int64_t N, int64_t ld, int64_t n_valid, int64_t c
   if (N == 0) return;
   // One block per row: gridDim.x allows 2^31 - 1 rows.
   VT_LAUNCH(xent_forward_kernel<TL>, static_cast<unsigned>(N), kThreads, 0, stream, logits, ld,
-            n_valid, col_offset, targets, cap, 1.0f / cap, row_max, row_sumexp, target_z);
+            n_valid, col_offset, targets, cap, 1.0f / cap, row_max, row_sumexp, target_z,
+            rows_vec<kChunk<TL>>(logits, nullptr, ld));
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -153,8 +224,10 @@ void backward(const TL* logits, int64_t N, int64_t ld, int64_t n_valid, int64_t 
   check_args(ld, n_valid, cap);
   if (N * ld == 0) return;
   auto* xent_backward = &xent_backward_kernel<TL, TD>;  // no comma in a macro argument
-  VT_LAUNCH(xent_backward, grid_for(N * ld, kThreads), kThreads, 0, stream, logits, N, ld, n_valid,
-            col_offset, targets, cap, 1.0f / cap, lse, dloss, dloss_scalar, dlogits);
+  constexpr int W = kChunk<TL, TD>;
+  VT_LAUNCH(xent_backward, detail::elementwise_grid(N * ld, W, detail::kHeavyBlocksPerSm),
+            kThreads, 0, stream, logits, N, ld, n_valid, col_offset, targets, cap, 1.0f / cap, lse,
+            dloss, dloss_scalar, dlogits, rows_vec<W>(logits, dlogits, ld));
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -169,7 +242,8 @@ void loss_grad(const TL* logits, int64_t N, int64_t ld, int64_t n_valid, int64_t
   auto* kernel = &xent_loss_grad_kernel<TL, TD>;  // no comma in a macro argument
   // One block per row: gridDim.x allows 2^31 - 1 rows.
   VT_LAUNCH(kernel, static_cast<unsigned>(N), kLossGradThreads, 0, stream, logits, ld, n_valid,
-            col_offset, targets, cap, 1.0f / cap, grad_scale, lse, loss, dlogits);
+            col_offset, targets, cap, 1.0f / cap, grad_scale, lse, loss, dlogits,
+            rows_vec<kChunk<TL, TD>>(logits, dlogits, ld));
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -83,3 +83,42 @@ def test_reference_attention_has_no_tensor_cores(cuobjdump):
     exe, env = cuobjdump
     ops = kr.sass_opcodes(os.path.join(kr.objects_dir(BUILD), "attention.cu.o"), exe, env)
     assert ops and all(c["HMMA"] == 0 for c in ops.values())
+
+
+# The memory-bound kernels move 16-byte words (docs/design.md "Memory-bound kernels"): their
+# vector-path instances load with LDG.E.128 (uint4: 8 bf16 or 4 f32) and, where they write a
+# tensor, store with STG.E.128. The row kernels' fallback instances (first bool template
+# argument false) load one element at a time by design and are not checked.
+VECTOR_LOADS_AND_STORES = {
+    "act_forward_kernel", "act_backward_kernel", "cast_kernel", "mix2_kernel", "axpy_kernel",
+    "gated_mix_kernel", "scale_copy_coef_kernel", "axpy_coef_kernel", "div_by_norm_kernel",
+    "muon_momentum_kernel", "muon_apply_kernel", "adamw_kernel", "gather_kernel",
+    "rmsnorm_forward_kernel", "rmsnorm_backward_kernel", "add_rmsnorm_forward_kernel",
+    "rope_kernel", "rope_rmsnorm_forward_kernel", "xent_loss_grad_kernel", "xent_backward_kernel",
+}
+VECTOR_LOADS_ONLY = {"partial_kernel", "xent_forward_kernel"}  # they write per-block scalars
+ROW_KERNELS = {"rmsnorm_forward_kernel", "rmsnorm_backward_kernel", "add_rmsnorm_forward_kernel",
+               "rope_kernel", "rope_rmsnorm_forward_kernel"}  # <T, vec, ...>
+
+
+def _wide(counts, op):
+    return sum(n for k, n in counts.items() if k.startswith(op + ".E.128"))
+
+
+def test_memory_bound_kernels_move_16_byte_words(cuobjdump):
+    exe, env = cuobjdump
+    seen = set()
+    for obj in OBJECTS:
+        ops = kr.sass_opcodes(obj, exe, env)
+        names = {k: kr.short_name(v) for k, v in kr.demangle(list(ops)).items()}
+        for k, counts in ops.items():
+            base, _, args = names[k].partition("<")
+            if base not in VECTOR_LOADS_AND_STORES | VECTOR_LOADS_ONLY:
+                continue
+            if base in ROW_KERNELS and args.split(",")[1].strip().rstrip(">") == "false":
+                continue  # the fallback instance
+            seen.add(base)
+            assert _wide(counts, "LDG") > 0, f"{names[k]}: no 16-byte global load"
+            if base in VECTOR_LOADS_AND_STORES:
+                assert _wide(counts, "STG") > 0, f"{names[k]}: no 16-byte global store"
+    assert seen == VECTOR_LOADS_AND_STORES | VECTOR_LOADS_ONLY
