@@ -201,6 +201,25 @@ def stream_kernel(row, name, calls, n, bytes_per_elem, instr=0, threads=256, reg
                   threads=threads, regs=regs, dram_trips=iters, instr=instr * iters, note=note)
 
 
+def vec_kernel(row, name, calls, n, bytes_per_elem, W=8, blocks_per_sm=8, regs=32, instr=0,
+               sms=132):
+    """An elementwise kernel of kernels/vec_access.cuh: 256-thread blocks, a grid of at most
+    `blocks_per_sm` x SMs blocks, each thread looping over chunks of W elements (one 16-byte word
+    per operand an iteration: one round trip each)."""
+    blocks = max(1, min(math.ceil(n / (256 * W)), blocks_per_sm * sms))
+    iters = math.ceil(n / (blocks * 256 * W))
+    return Kernel(row, name, calls, "mem", bytes=bytes_per_elem * n, blocks=blocks, threads=256,
+                  regs=regs, dram_trips=iters, instr=instr * iters)
+
+
+def row_kernel(row, name, calls, rows, C, nbytes, regs, trips=1, W=8):
+    """A row kernel of kernels/row_team.cuh for a wide row: a block per row of C / W threads
+    (rounded to a warp), one chunk a thread held in registers, block_sum (2 syncs)."""
+    threads = (math.ceil(C / W) + 31) // 32 * 32
+    return Kernel(row, name, calls, "mem", bytes=nbytes, blocks=rows, threads=threads, regs=regs,
+                  dram_trips=trips, syncs=2)
+
+
 def attention_kernels(c: dict, rows: tuple[str, str]) -> list[Kernel]:
     """Forward and backward of each layer's tensor-core attention: useful FLOPs (forward
     4 B H hd sum_t min(t+1, W), backward 2.5x: tools/attention_bench.cc's convention)."""
@@ -488,20 +507,29 @@ def muon_ns_kernels(c: dict, owned: list[int], copies_row: str, cast_row: str) -
         else:
             ks.append(Kernel(copies_row, "cudaMemcpyAsync (X32 <- G)", 1, "memcpy",
                              bytes=2 * F32 * mn))
-        # reduce.cu: 1024 blocks, four grid strides' loads in flight a thread (one trip each).
-        ks.append(Kernel(GEMM_ROW, "partial_kernel<float> (sum of squares)", 1, "mem",
-                         bytes=F32 * mn, blocks=1024, threads=256,
-                         dram_trips=math.ceil(mn / (1024 * 256 * 4)), syncs=2))
+        # reduce.cu: up to 1024 blocks over chunks of 4 f32, one 16-byte load a trip.
+        part = vec_kernel(GEMM_ROW, "partial_kernel<float> (sum of squares)", 1, mn, F32, W=4)
+        part.blocks = min(math.ceil(mn / 2048), 1024)
+        part.dram_trips = math.ceil(mn / (part.blocks * 256 * 4))
+        part.syncs = 2
+        ks.append(part)
         ks.append(Kernel(GEMM_ROW, "final_kernel", 1, "mem", blocks=1, threads=256, syncs=2))
-        ks.append(stream_kernel(GEMM_ROW, "div_by_norm_kernel<float>", 1, mn, 2 * F32))
-        ks.append(stream_kernel(cast_row, "f32_to_bf16_kernel (X)", 1, mn, F32 + BF16, instr=32))
-        ks.append(stream_kernel(cast_row, "bf16_to_f32_kernel (result)", 1, mn, F32 + BF16,
-                                instr=32))
+        ks.append(vec_kernel(GEMM_ROW, "div_by_norm_kernel<float>", 1, mn, 2 * F32, W=4,
+                             blocks_per_sm=4, regs=44))
+        ks.append(vec_kernel(cast_row, "cast_kernel<float, bf16> (X)", 1, mn, F32 + BF16,
+                             regs=30))
+        ks.append(vec_kernel(cast_row, "cast_kernel<bf16, float> (result)", 1, mn, F32 + BF16))
         if tall:
             ks.append(Kernel(GEMM_ROW, "transpose_kernel<float> (out)", 1, "mem",
                              bytes=2 * F32 * mn, blocks=math.ceil(mn / 1024), threads=256,
                              dram_trips=1, syncs=2))
     return ks
+
+
+# SASS instructions xent_loss_grad_kernel<bf16, bf16> issues a logit over its two passes (tanhf
+# and expf in each): its sm_90 loop bodies (cuobjdump -sass of build/.../xent.cu.o, 2026-11-27)
+# are 406-427 instructions a chunk of 8 logits in pass 1 and 426-446 in pass 2.
+XENT_INSTR = 105
 
 
 def current_code_kernels(c: dict, accum: int = 1) -> list[Kernel]:
@@ -513,72 +541,74 @@ def current_code_kernels(c: dict, accum: int = 1) -> list[Kernel]:
     N, C, F, H, Hkv, hd, L, Vp = (c["B"] * c["T"], c["C"], c["hidden"], c["H"], c["Hkv"], c["hd"],
                                   c["L"], c["Vp"])
     e, a = BF16, 1.0 / accum
-    qd, kvd = H * hd, Hkv * hd
-    it = math.ceil(C / 256)
     ks: list[Kernel] = []
     ks += gemm_kernels(c, GEMM_ROW)
     ks += attention_kernels(c, ("attention forward", ATTN_BWD_ROW))
-    # add_rmsnorm_forward_kernel (rmsnorm.cu): one 256-thread block a row; phase 1 reads x and
-    # delta (one trip an iteration) and writes the sum; phase 2 reads the sum back (it went to L2:
-    # one L2 trip an iteration) and writes y. 2L - 1 calls (prenorm's attention add + MLP norm,
-    # and each block's last add + the next block's norm).
-    ks.append(Kernel("residual add + rmsnorm forward (fused)", "add_rmsnorm_forward_kernel<bf16>",
-                     2 * L - 1, "mem", bytes=e * 4 * N * C + F32 * N, blocks=N, threads=256,
-                     dram_trips=it, l2_trips=it, syncs=2))
-    # rmsnorm_forward_kernel: the first block's input norm, the final norm, the embedding's norm.
-    ks.append(Kernel("rmsnorm forward (x)", "rmsnorm_forward_kernel<bf16>", 3, "mem",
-                     bytes=e * 2 * N * C + F32 * N, blocks=N, threads=256, dram_trips=it,
-                     syncs=2))
-    # rmsnorm_backward_kernel: the block's two norms (accumulating into the stream's gradient:
-    # phase 2 reads dx from HBM) and the final and embedding norms (no accumulation: phase 2
-    # re-reads dy and x from L1).
-    ks.append(Kernel("rmsnorm backward (x)", "rmsnorm_backward_kernel<bf16> (accumulate)", 2 * L,
-                     "mem", bytes=e * 4 * N * C + F32 * N, blocks=N, threads=256,
-                     dram_trips=2 * it, syncs=2))
-    ks.append(Kernel("rmsnorm backward (x)", "rmsnorm_backward_kernel<bf16>", 2, "mem",
-                     bytes=e * 3 * N * C + F32 * N, blocks=N, threads=256, dram_trips=it,
-                     syncs=2))
-    # rope_rmsnorm_forward_kernel<bf16, 2> (rope.cu): one warp a head vector, 8 a block; each lane
-    # loads its 2 pairs (4 independent 2-byte loads: one trip), warp_sum (no barrier), the cos/sin
-    # table (L2: one trip), writes. q and k: one call each per layer.
+    # Row kernels (rmsnorm.cu over kernels/row_team.cuh): a block of C / 8 threads a row (d24 192,
+    # d32 256), one 16-byte chunk a thread held in registers between the row's sum and its write.
+    # add_rmsnorm: x and delta read (one trip), the sum and y written; 2L - 1 calls (prenorm's
+    # attention add + MLP norm, each block's last add + the next block's norm).
+    ks.append(row_kernel("residual add + rmsnorm forward (fused)",
+                         "add_rmsnorm_forward_kernel<bf16, true, false>", 2 * L - 1, N, C,
+                         e * 4 * N * C + F32 * N, regs=28))
+    # The first block's input norm, the final norm, the embedding's norm.
+    ks.append(row_kernel("rmsnorm forward (x)", "rmsnorm_forward_kernel<bf16, true, false>", 3, N,
+                         C, e * 2 * N * C + F32 * N, regs=28))
+    # Backward: x and dy read (one trip) and, accumulating into the stream's gradient (the blocks'
+    # two norms), dx read after the row's sum (a second trip).
+    ks.append(row_kernel("rmsnorm backward (x)",
+                         "rmsnorm_backward_kernel<bf16, true, false> (accumulate)", 2 * L, N, C,
+                         e * 4 * N * C + F32 * N, regs=36, trips=2))
+    ks.append(row_kernel("rmsnorm backward (x)", "rmsnorm_backward_kernel<bf16, true, false>", 2,
+                         N, C, e * 3 * N * C + F32 * N, regs=36))
+    # rope_rmsnorm_forward_kernel<bf16, true> (rope.cu): teams of 8 threads a head vector, 32
+    # vectors a 256-thread block; x in 16-byte words (one trip), the cos/sin table from L2 (one
+    # trip), written once. q and k: one call each per layer.
     for rows_ in (N * H, N * Hkv):
-        ks.append(Kernel("rope + QK-norm (fused)", "rope_rmsnorm_forward_kernel<bf16, 2>", L,
+        ks.append(Kernel("rope + QK-norm (fused)", "rope_rmsnorm_forward_kernel<bf16, true>", L,
                          "mem", bytes=e * 2 * rows_ * hd + F32 * rows_ + 8 * c["T"] * hd // 2,
-                         blocks=math.ceil(rows_ / 8), threads=256, dram_trips=1, l2_trips=1))
-    ks.append(stream_kernel("relu^2 forward + backward", "relu2_forward_kernel<bf16>", L, N * F,
-                            2 * e, instr=37))
-    ks.append(stream_kernel("relu^2 forward + backward", "relu2_backward_kernel<bf16>", L, N * F,
-                            3 * e, instr=79))
-    ks.append(stream_kernel("residual adds (axpy)", "axpy_kernel<bf16>", 1, N * C, 3 * e,
-                            instr=39))
+                         blocks=math.ceil(rows_ / 32), threads=256, regs=41, dram_trips=1,
+                         l2_trips=1))
+    # activation.cu: chunks of 8, grid-stride over 8 blocks a SM.
+    ks.append(vec_kernel("relu^2 forward + backward", "act_forward_kernel<bf16, true>", L, N * F,
+                         2 * e, regs=24))
+    ks.append(vec_kernel("relu^2 forward + backward", "act_backward_kernel<bf16, true>", L, N * F,
+                         3 * e))
+    ks.append(vec_kernel("residual adds (axpy)", "axpy_kernel<bf16>", 1, N * C, 3 * e, regs=28))
     ks.append(Kernel(COPIES_ROW, "cudaMemcpyAsync (first block's input)", 1, "memcpy",
                      bytes=2 * e * N * C))
-    ks.append(stream_kernel("embedding gather + scatter-add", "gather_kernel<bf16>", 1, N * C,
-                            F32 + BF16, instr=88))
+    ks.append(vec_kernel("embedding gather + scatter-add", "gather_kernel<bf16>", 1, N * C,
+                         F32 + BF16, regs=28))
+    # The scatter-add keeps its per-element owners (deterministic sums): unchanged.
     ks.append(stream_kernel("embedding gather + scatter-add", "scatter_add_kernel<bf16>", 1, N * C,
                             BF16 + 2 * F32))
-    # xent_loss_grad_kernel<bf16, bf16> (xent.cu): one 1024-thread block a row, 32 logits a thread;
-    # pass 1 online max and sum (a trip a logit), block reductions, pass 2 re-reads the row (L2:
-    # 264 rows of 64 KiB in flight) and writes the gradient over it.
-    itv = math.ceil(Vp / 1024)
+    # xent_loss_grad_kernel<bf16, bf16> (xent.cu): one 1024-thread block a row, 4 chunks of 8 a
+    # thread a pass; pass 1 online max and sum (a trip a chunk), block reductions, pass 2 re-reads
+    # the row (L2: 264 rows of 64 KiB in flight) and writes the gradient over it. Its arithmetic
+    # (tanh and exp of each logit in both passes) issues about XENT_INSTR SASS instructions a
+    # logit: `instr`.
+    chunks = math.ceil(Vp / (1024 * 8))
     ks.append(Kernel("cross entropy forward + backward (fused)", "xent_loss_grad_kernel<bf16, bf16>",
-                     1, "mem", bytes=e * 2 * N * Vp, blocks=N, threads=1024, dram_trips=itv,
-                     l2_trips=itv, syncs=4))
+                     1, "mem", bytes=e * 2 * N * Vp, blocks=N, threads=1024, regs=32,
+                     dram_trips=chunks, l2_trips=chunks, syncs=4,
+                     instr=XENT_INSTR * math.ceil(Vp / 1024)))
     # The optimizer, every `accum` micro-batches: Muon on every matrix (one GPU owns them all),
     # AdamW on wte and lm_head, the compute copy of the weights Muon does not write, the zeroing.
     mats = sr.block_matrices(c)
     for (r, k_) in mats:
-        ks.append(stream_kernel(MUON_ROW, "muon_momentum_kernel", a, r * k_, 16))
-        ks.append(stream_kernel(MUON_ROW, "muon_apply_kernel<float> (+ bf16 copy)", a, r * k_, 14))
+        ks.append(vec_kernel(MUON_ROW, "muon_momentum_kernel", a, r * k_, 16, W=4))
+        ks.append(vec_kernel(MUON_ROW, "muon_apply_kernel<float> (+ bf16 copy)", a, r * k_, 14,
+                             regs=29))
     for k in ns_kernels(c, GEMM_ROW) + muon_ns_kernels(c, list(range(len(mats))), COPIES_ROW,
                                                        CAST_ROW):
         k.calls *= a
         ks.append(k)
     for _ in range(2):
-        ks.append(stream_kernel("AdamW (embedding, lm_head)", "adamw_kernel", a, Vp * C, 28))
+        ks.append(vec_kernel("AdamW (embedding, lm_head)", "adamw_kernel", a, Vp * C, 28, W=4,
+                             blocks_per_sm=4, regs=46))
     params = sum(r * k_ for r, k_ in mats) + 2 * Vp * C
-    ks.append(stream_kernel(CAST_ROW, "f32_to_bf16_kernel (wte, lm_head)", a, 2 * Vp * C,
-                            F32 + BF16, instr=32))
+    ks.append(vec_kernel(CAST_ROW, "cast_kernel<float, bf16> (wte, lm_head)", a, 2 * Vp * C,
+                         F32 + BF16, regs=30))
     ks.append(Kernel(CAST_ROW, "cudaMemsetAsync (gradients)", a, "memset", bytes=F32 * params))
     return ks
 
@@ -621,6 +651,7 @@ def merge_kernels(table: list[dict]) -> list[dict]:
     return sorted(out, key=lambda d: -d["ms"])
 
 
+ETA_STREAM = 0.85     # what-if: the HBM share STREAM-like kernels reach on Hopper (not fitted)
 PEER_TOK_S = 89972.0  # compiled PyTorch peer, d24 baseline mb 16, H200, 2026-11-26 (same call)
 TOP = 10              # the window's costliest rows the model must reproduce (issue 37)
 TOLERANCE = 0.10
@@ -749,7 +780,12 @@ def main() -> int:
                   f"{eager['outside_s'] * 1e3:.1f} ms host gaps = {eager['step_s'] * 1e3:.1f} ms, "
                   f"{eager['tok_s']:,.0f} tok/s, MFU {100 * eager['mfu']:.1f}%{peer}")
     c = sr.preset("d24", 16)
-    now = step_prediction(current_code_kernels(c, 1), c, H200, cal, rates)
+    ks = current_code_kernels(c, 1)
+    hi = step_prediction(ks, c, H200, replace(cal, eta=ETA_STREAM), rates)
+    print(f"  if the 16-byte kernels reach {100 * ETA_STREAM:.0f}% of HBM (a streaming kernel's "
+          f"share on Hopper) instead of the window's fitted {100 * cal.eta:.0f}%: d24 H200 "
+          f"{hi['step_s'] * 1e3:.1f} ms, {hi['tok_s'] / PEER_TOK_S:.2f}x the peer")
+    now = step_prediction(ks, c, H200, cal, rates)
     print("\n  d24 on the H200, rows of today's code (model) against the window's code (measured):")
     meas = load_measured()
     for line in _fmt_rows(now["rows"], meas):
