@@ -203,14 +203,18 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
     # sum goes into the sub-layer output's buffer, which becomes the stream and the norm's saved
     # input (TrainKit::add_norm, carry_in; prenorm never writes its stream in place): no copy of
     # x, 4 passes (5 with the copy, which shapes that write the stream in place still make).
-    add("residual add + rmsnorm forward (fused)", "add_rmsnorm_forward_kernel<bf16>",
-        (2 * L - 1) * 4 * N * C, (2 * L - 1) * (e * 4 * N * C + F32 * N), calls=2 * L - 1)
-    add("rmsnorm forward (x)", "rmsnorm_forward_kernel<bf16>", 3 * N * C,
-        e * 2 * N * C + F32 * N, calls=1)
+    # The row kernels run a block of C / 8 threads a row (kernels/row_team.cuh: one 16-byte chunk
+    # each, rounded to a warp).
+    row_threads = (C // 8 + 31) // 32 * 32
+    add("residual add + rmsnorm forward (fused)", "add_rmsnorm_forward_kernel<bf16, true, false>",
+        (2 * L - 1) * 4 * N * C, (2 * L - 1) * (e * 4 * N * C + F32 * N), calls=2 * L - 1,
+        threads=row_threads)
+    add("rmsnorm forward (x)", "rmsnorm_forward_kernel<bf16, true, false>", 3 * N * C,
+        e * 2 * N * C + F32 * N, calls=1, threads=row_threads)
     # Backward of the block's two x norms, each adding into the stream's gradient (accumulate):
     # x, dy read, dx read and written.
-    add("rmsnorm backward (x)", "rmsnorm_backward_kernel<bf16>", L * 6 * N * 2 * C,
-        L * (e * 4 * 2 * N * C + F32 * N * 2), calls=2 * L)
+    add("rmsnorm backward (x)", "rmsnorm_backward_kernel<bf16, true, false>", L * 6 * N * 2 * C,
+        L * (e * 4 * 2 * N * C + F32 * N * 2), calls=2 * L, threads=row_threads)
     # RoPE and QK-norm of q and k, one kernel each way (ops::rope_rmsnorm, issue 29): forward
     # reads the pre-RoPE q (k) and writes the normed one; backward reads q (k), dy and rstd and
     # writes dq (dk) in place of dy: 5 passes over N x (qd + kvd) where rope then rmsnorm took 9
@@ -222,16 +226,16 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
     # dK kernels, above): 2 passes.
     per_lane = next(p for p in (1, 2, 4, 8) if hd <= 64 * p)
     if reference_attention:
-        add("rope + QK-norm (fused)", f"rope_rmsnorm_forward_kernel<bf16, {per_lane}>",
+        add("rope + QK-norm (fused)", "rope_rmsnorm_forward_kernel<bf16, true>",
             L * 15 * N * (qd + kvd),
             L * (e * 5 * N * (qd + kvd) + F32 * 2 * N * (H + Hkv) + 4 * 8 * T * hd // 2),
             calls=4 * L)
     else:
-        add("rope + QK-norm (fused)", f"rope_rmsnorm_forward_kernel<bf16, {per_lane}>",
+        add("rope + QK-norm (fused)", "rope_rmsnorm_forward_kernel<bf16, true>",
             L * 6 * N * (qd + kvd),
             L * (e * 2 * N * (qd + kvd) + F32 * N * (H + Hkv) + 2 * 8 * T * hd // 2),
             calls=2 * L)
-    add("relu^2 forward + backward", "relu2_forward_kernel<bf16>", L * 3 * N * F,
+    add("relu^2 forward + backward", "act_forward_kernel<bf16, true>", L * 3 * N * F,
         L * e * (2 * N * F + 3 * N * F), calls=2 * L)
     # The last block's MLP add and the first block's input copy (the norm's saved input); the
     # others are fused above. The baseline's layers attend over their context value itself (no
@@ -244,9 +248,9 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
     # Embedding, final norm, cross entropy.
     add("embedding gather + scatter-add", "gather_kernel<bf16>", N * C,
         F32 * N * C + e * N * C + e * N * C + F32 * 2 * N * C, calls=2)
-    add("rmsnorm forward (x)", "rmsnorm_forward_kernel<bf16>", 3 * N * C * 2,
+    add("rmsnorm forward (x)", "rmsnorm_forward_kernel<bf16, true, false>", 3 * N * C * 2,
         e * 4 * N * C + F32 * 2 * N, calls=2)
-    add("rmsnorm backward (x)", "rmsnorm_backward_kernel<bf16>", 6 * N * C * 2,
+    add("rmsnorm backward (x)", "rmsnorm_backward_kernel<bf16, true, false>", 6 * N * C * 2,
         e * 6 * N * C + F32 * 2 * N, calls=2)
     # Cross entropy fused with its backward (ops::xent_loss_grad, issue 29; the head is not
     # vocabulary-sharded at tp 1): one block a row reads the bf16 logits once from memory (its
@@ -318,7 +322,7 @@ def optimizer_rows(c: dict, accum: int, dp: int = 1, momentum_everywhere: bool =
         # The bf16 compute copy: a cast (read 4, write 2) of the weights Muon does not update; the
         # matrices' copies are written by Muon's applies (2 bytes, no second read of p). The
         # zeroing of every gradient.
-        Row("bf16 copy of the weights, zeroed gradients", "f32_to_bf16_kernel",
+        Row("bf16 copy of the weights, zeroed gradients", "cast_kernel<float, bf16>",
             (2 + (2 if bf16_grads else 0)) * a, 0.0,
             ((F32 + BF16) * other + BF16 * block_params +
              (F32 + (12 if bf16_grads else 0)) * (block_params + other)) * a, False),
