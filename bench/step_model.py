@@ -488,13 +488,14 @@ MUON_ROW = "Muon momentum + apply"
 
 
 def muon_ns_kernels(c: dict, owned: list[int], copies_row: str, cast_row: str) -> list[Kernel]:
-    """Newton-Schulz on a device as src/optim/muon.cc newton_schulz_ops runs it today, one matrix
-    at a time, outside its GEMMs (counted by ns_kernels): X32 <- G (a cudaMemcpyAsync, or the
-    transpose of a tall matrix), the Frobenius normalization (256-block partial sums of squares,
-    the final sum, div_by_norm), the cast of X to bf16, and back: the cast of the result into the
-    output (a tall matrix: into X32, then the transpose). No buffer is zero-filled and the GEMMs
-    read their beta terms in place (GemmArgs::addend): before, five cudaMemsetAsync and ten
-    copies a matrix (window_code_kernels)."""
+    """Newton-Schulz on a device as src/optim/muon.cc newton_schulz_ops runs it today (bf16
+    iterations), one matrix at a time, outside its GEMMs (counted by ns_kernels): the Frobenius
+    norm's sum of squares (up to 1024 blocks, then the final sum), one pass that divides by the
+    norm and rounds to bf16 straight from G (div_by_norm_to), and the cast of the result into the
+    f32 output; a tall matrix is transposed into an f32 X32 first and back at the end. No buffer
+    is zero-filled and the GEMMs read their beta terms in place (GemmArgs::addend): the window's
+    code made five cudaMemsetAsync, eleven copies and two more passes a matrix
+    (window_code_kernels)."""
     mats = sr.block_matrices(c)
     ks: list[Kernel] = []
     for k in owned:
@@ -504,9 +505,6 @@ def muon_ns_kernels(c: dict, owned: list[int], copies_row: str, cast_row: str) -
         if tall:
             ks.append(Kernel(GEMM_ROW, "transpose_kernel<float> (in)", 1, "mem", bytes=2 * F32 * mn,
                              blocks=math.ceil(mn / 1024), threads=256, dram_trips=1, syncs=2))
-        else:
-            ks.append(Kernel(copies_row, "cudaMemcpyAsync (X32 <- G)", 1, "memcpy",
-                             bytes=2 * F32 * mn))
         # reduce.cu: up to 1024 blocks over chunks of 4 f32, one 16-byte load a trip.
         part = vec_kernel(GEMM_ROW, "partial_kernel<float> (sum of squares)", 1, mn, F32, W=4)
         part.blocks = min(math.ceil(mn / 2048), 1024)
@@ -514,10 +512,8 @@ def muon_ns_kernels(c: dict, owned: list[int], copies_row: str, cast_row: str) -
         part.syncs = 2
         ks.append(part)
         ks.append(Kernel(GEMM_ROW, "final_kernel", 1, "mem", blocks=1, threads=256, syncs=2))
-        ks.append(vec_kernel(GEMM_ROW, "div_by_norm_kernel<float>", 1, mn, 2 * F32, W=4,
-                             blocks_per_sm=4, regs=44))
-        ks.append(vec_kernel(cast_row, "cast_kernel<float, bf16> (X)", 1, mn, F32 + BF16,
-                             regs=30))
+        ks.append(vec_kernel(GEMM_ROW, "div_by_norm_to_kernel (f32 -> bf16 X)", 1, mn,
+                             F32 + BF16, blocks_per_sm=4, regs=44))
         ks.append(vec_kernel(cast_row, "cast_kernel<bf16, float> (result)", 1, mn, F32 + BF16))
         if tall:
             ks.append(Kernel(GEMM_ROW, "transpose_kernel<float> (out)", 1, "mem",

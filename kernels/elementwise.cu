@@ -77,6 +77,22 @@ __global__ void __launch_bounds__(kThreads, detail::kHeavyBlocksPerSm)
   });
 }
 
+// y = bf16(float(x / d)): div_by_norm's quotient, then the cast's rounding; chunks of 8 (two f32
+// words in, one bf16 word out).
+__global__ void __launch_bounds__(kThreads, detail::kHeavyBlocksPerSm)
+    div_by_norm_to_kernel(const float* x, __nv_bfloat16* y, int64_t n, const double* sumsq,
+                          double scale, double eps, bool vec) {
+  constexpr int W = 8;
+  const double d = sqrt(*sumsq) * scale + eps;
+  for_each_chunk<W>(n, vec, [&](int64_t i, bool wide, int count) {
+    float r[W];
+    load_chunk<W>(x + i, wide, count, r);
+#pragma unroll
+    for (int e = 0; e < W; ++e) r[e] = static_cast<float>(static_cast<double>(r[e]) / d);
+    store_chunk<W>(y + i, wide, count, r);
+  });
+}
+
 __global__ void add_scalar_kernel(float* t, int64_t index, float value) { t[index] += value; }
 
 // Tiled transpose: a 32x32 tile of x is read with coalesced rows into shared memory (padded to
@@ -209,6 +225,14 @@ void div_by_norm(__nv_bfloat16* x, int64_t n, const double* sumsq, double scale,
   VT_LAUNCH(div_by_norm_kernel<__nv_bfloat16>,
             detail::elementwise_grid(n, kVec<__nv_bfloat16>, detail::kHeavyBlocksPerSm), kThreads,
             0, s, x, n, sumsq, scale, eps, aligned16(x));
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+void div_by_norm_to(const float* x, __nv_bfloat16* y, int64_t n, const double* sumsq, double scale,
+                    double eps, cudaStream_t s) {
+  if (n <= 0) return;
+  VT_LAUNCH(div_by_norm_to_kernel, detail::elementwise_grid(n, 8, detail::kHeavyBlocksPerSm),
+            kThreads, 0, s, x, y, n, sumsq, scale, eps, aligned16(x) && aligned16(y));
   VT_CUDA_CHECK_LAUNCH();
 }
 

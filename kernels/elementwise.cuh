@@ -42,4 +42,8 @@ void div_by_norm(float* x, int64_t n, const double* sumsq, double scale, double 
                  cudaStream_t stream);
 void div_by_norm(__nv_bfloat16* x, int64_t n, const double* sumsq, double scale, double eps,
                  cudaStream_t stream);
+// y = bf16(float(x / d)), d as div_by_norm's: its f32 quotient rounded to bf16 as the cast kernel
+// rounds (nearest even), x not written.
+void div_by_norm_to(const float* x, __nv_bfloat16* y, int64_t n, const double* sumsq, double scale,
+                    double eps, cudaStream_t stream);
 }  // namespace vt::cuda

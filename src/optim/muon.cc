@@ -167,21 +167,29 @@ void newton_schulz_ops(const Tensor& G, int rows, int cols, const Tensor& out, i
   // The iteration runs in `compute` (bf16: bf16 storage, fp32 accumulation in the GEMMs); the
   // normalization always in fp32. Every buffer is written whole before it is read (no zero
   // fill), and the GEMMs read their beta terms from where they are (the addend) instead of
-  // copies: on a GPU each matrix costs its GEMMs and four passes besides (bench/step_model.py).
-  Tensor X32 = Tensor::empty({mn}, DType::kF32, dev);
+  // copies: on a GPU a wide matrix costs its GEMMs, the sum of squares, one pass that normalizes
+  // it into bf16 and the cast of the result (bench/step_model.py).
   const Tensor g = G.flat(0, mn), o = out.flat(0, mn);
-
+  // X32: the f32 X^T of a tall matrix, or (f32 iterations) the normalized copy of G. A wide matrix
+  // iterated in bf16 needs none: G is normalized straight into X (the same bits as through a copy).
+  Tensor X32;
   if (transposed) {
+    X32 = Tensor::empty({mn}, DType::kF32, dev);
     ops::transpose(X32, g, rows, cols);  // X (cols x rows) = G^T
-  } else {
-    X32.copy_from(g);
   }
+  const Tensor src = transposed ? X32 : g;
   // On the device, no host round trip; bitwise the host's division on CPU-kernel backends.
-  ops::normalize_frobenius(X32, coeffs.norm_scale, coeffs.norm_eps);
-  Tensor X = X32;
+  Tensor X;
   if (compute == DType::kBF16) {
     X = Tensor::empty({mn}, DType::kBF16, dev);
-    ops::copy(X, X32);
+    ops::normalize_frobenius(src, coeffs.norm_scale, coeffs.norm_eps, X);
+  } else {
+    if (!transposed) {
+      X32 = Tensor::empty({mn}, DType::kF32, dev);
+      X32.copy_from(g);
+    }
+    ops::normalize_frobenius(X32, coeffs.norm_scale, coeffs.norm_eps);
+    X = X32;
   }
   Tensor Y = Tensor::empty({mn}, compute, dev);
   Tensor A = Tensor::empty({m * m}, compute, dev), B = Tensor::empty({m * m}, compute, dev);

@@ -296,6 +296,33 @@ void DeviceCoefficientOpsMatchCpu() {
   }
 }
 
+// normalize_frobenius into another tensor: on each backend the bits of copying x, normalizing
+// the copy and casting it (f32 and bf16 outputs; an odd-offset view takes the kernels' scalar
+// path), x left as it was; CPU and device within the in-place op's tolerance.
+void NormalizeIntoIsCopyNormalizeCast() {
+  for (DType out_dt : {kF32, kBF16}) {
+    for (int64_t offset : {int64_t(0), int64_t(3)}) {
+      SCOPED_TRACE(testing::Message() << name_of(out_dt) << " offset " << offset);
+      const int64_t n = 4099;
+      Pair x = pair(randn(n + offset, 80, 2.0f), {n + offset});
+      Pair out = zeros({n}, out_dt), ref = zeros({n}, out_dt);
+      for (int dev = 0; dev < 2; ++dev) {
+        const Tensor xs = (dev ? x.g : x.c).flat(offset, n);
+        ops::normalize_frobenius(xs, 1.02, 1e-6, dev ? out.g : out.c);
+        const Tensor copy = Tensor::zeros({n}, kF32, dev ? kGPU : kCPU);
+        copy.copy_from(xs);
+        ops::normalize_frobenius(copy, 1.02, 1e-6);
+        ops::copy(dev ? ref.g : ref.c, copy);
+      }
+      for (int dev = 0; dev < 2; ++dev)
+        EXPECT_EQ(vals(dev ? out.g : out.c), vals(dev ? ref.g : ref.c))
+            << (dev ? "device" : "cpu");
+      EXPECT_TRUE(same(x)) << "x was written";
+      EXPECT_TRUE(close(out, rtol_for(out_dt, 1e-6), 1e-7));
+    }
+  }
+}
+
 void AddScalarMatchesCpuExactly() {
   Pair t = pair(randn(100, 60), {100});
   for (int i = 0; i < 3; ++i) {
@@ -1017,6 +1044,7 @@ void PrintTo(const OpRow& r, std::ostream* os) { *os << r.op; }
 const OpRow kOps[] = {
     {"gemm", GemmMatchesCpu},
     {"gemm_addend", GemmAddendIsCopyThenGemm},
+    {"normalize_frobenius_into", NormalizeIntoIsCopyNormalizeCast},
     {"cast", CastMatchesCpuExactly},
     {"cast_round_trip_bits", CastRoundTripBitExact},
     {"axpy_scale_copy", AxpyAndScaleCopyMatchCpu},

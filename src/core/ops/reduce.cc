@@ -190,4 +190,37 @@ void normalize_frobenius(const Tensor& x, double scale, double eps) {
     xp.p()[i] = static_cast<float>(static_cast<double>(xp.p()[i]) / dn);
 }
 
+void normalize_frobenius(const Tensor& x, double scale, double eps, const Tensor& out) {
+  need_f32("normalize_frobenius", x, "x");
+  need_float("normalize_frobenius", out);
+  VT_CHECK_MSG(out.numel() == x.numel(), "normalize_frobenius: out holds " << out.numel()
+                                             << " elements, x " << x.numel());
+  VT_CHECK_MSG(out.raw() != x.raw() || x.numel() == 0, "normalize_frobenius: out aliases x");
+  if (x.numel() == 0) return;
+  if (out.dtype() == DType::kF32) {  // the in-place op on a copy: the same bits
+    out.copy_from(x);
+    normalize_frobenius(out, scale, eps);
+    return;
+  }
+  auto d = on("normalize_frobenius", {&x, &out});
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    const Scratch sc(rt);
+    sum_squares_into(x, sc, false, s);
+    cuda::div_by_norm_to(f32p(x), bf16p(out), x.numel(), sc.res, scale, eps, s);
+    return;
+  }
+#endif
+  const double dn = std::sqrt(sum_squares_host(x)) * scale + eps;
+  host::In xp(x);
+  std::vector<float> q(static_cast<size_t>(x.numel()));
+  for (int64_t i = 0; i < x.numel(); ++i)
+    q[static_cast<size_t>(i)] = static_cast<float>(static_cast<double>(xp.p()[i]) / dn);
+  const Tensor f = Tensor::from_host(q.data(), {x.numel()}, Device::kCPU);
+  out.copy_from(f.to(out.device(), out.dtype()).reshaped(out.shape()));  // the cast's rounding
+}
+
 }  // namespace vt::ops
