@@ -490,7 +490,7 @@ MUON_ROW = "Muon momentum + apply"
 def muon_ns_kernels(c: dict, owned: list[int], copies_row: str, cast_row: str) -> list[Kernel]:
     """Newton-Schulz on a device as src/optim/muon.cc newton_schulz_ops runs it today (bf16
     iterations), one matrix at a time, outside its GEMMs (counted by ns_kernels): the Frobenius
-    norm's sum of squares (up to 1024 blocks, then the final sum), one pass that divides by the
+    norm's sum of squares (up to 1024 blocks, the last of which adds the partials), one pass that divides by the
     norm and rounds to bf16 straight from G (div_by_norm_to), and the cast of the result into the
     f32 output; a tall matrix is transposed into an f32 X32 first and back at the end. No buffer
     is zero-filled and the GEMMs read their beta terms in place (GemmArgs::addend): the window's
@@ -510,8 +510,8 @@ def muon_ns_kernels(c: dict, owned: list[int], copies_row: str, cast_row: str) -
         part.blocks = min(math.ceil(mn / 2048), 1024)
         part.dram_trips = math.ceil(mn / (part.blocks * 256 * 4))
         part.syncs = 2
+        part.syncs = 4  # and the last block's sum of the partials (no second launch)
         ks.append(part)
-        ks.append(Kernel(GEMM_ROW, "final_kernel", 1, "mem", blocks=1, threads=256, syncs=2))
         ks.append(vec_kernel(GEMM_ROW, "div_by_norm_to_kernel (f32 -> bf16 X)", 1, mn,
                              F32 + BF16, blocks_per_sm=4, regs=44))
         ks.append(vec_kernel(cast_row, "cast_kernel<bf16, float> (result)", 1, mn, F32 + BF16))

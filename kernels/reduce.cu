@@ -1,8 +1,9 @@
-// Reduction kernels (see reduce.cuh): pass 1 has up to kReduceBlocks blocks (fewer for short
+// Reduction kernels (see reduce.cuh): one launch of up to kReduceBlocks blocks (fewer for short
 // inputs: one block per kItemsPerBlock elements, so a 4k-element gradient does not launch 256k
 // threads) each summing a grid-stride slice of chunks (8 bf16 or 4 f32, one 16-byte word where
-// the inputs are 16-byte aligned, kernels/vec_access.cuh) in fp64 into partials[block]; pass 2
-// is one block summing the partials. The grid depends only on n and each thread sums the same
+// the inputs are 16-byte aligned, kernels/vec_access.cuh) in fp64 into partials[block]; the
+// last block to finish sums the partials (no second launch: a step makes hundreds of these).
+// The grid depends only on n and each thread sums the same
 // chunks in the same order on both access paths, so results are deterministic and independent of
 // the inputs' alignment.
 #include "kernels/reduce.cuh"
@@ -31,9 +32,13 @@ int reduce_blocks(int64_t n) {
 }
 
 // y == nullptr: sum of x^2; else sum of x*y. The zeros that pad the last chunk add nothing.
+// Each block writes its partial; the last block to count itself in (partials[kReduceBlocks] as
+// a counter, after a fence that publishes the partial) adds them all in block order, as a
+// separate final kernel would, writes *out and sets the counter back to zero.
 template <class T>
 __global__ void __launch_bounds__(kThreads, detail::kElementwiseBlocksPerSm)
-    partial_kernel(const T* x, const T* y, int64_t n, double* partials, bool vec) {
+    partial_kernel(const T* x, const T* y, int64_t n, double* partials, double* out,
+                   bool accumulate, bool vec) {
   constexpr int W = kVec<T>;
   double acc = 0.0;
   for_each_chunk<W>(n, vec, [&](int64_t i, bool wide, int count) {
@@ -47,14 +52,24 @@ __global__ void __launch_bounds__(kThreads, detail::kElementwiseBlocksPerSm)
     }
   });
   acc = block_sum(acc);
-  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
-}
-
-__global__ void final_kernel(const double* partials, int count, double* out, bool accumulate) {
-  double acc = 0.0;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) *out = accumulate ? *out + acc : acc;
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = acc;
+    __threadfence();
+    unsigned* done = reinterpret_cast<unsigned*>(partials + kReduceBlocks);
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const volatile double* ps = partials;  // the other blocks' partials, not a stale cache line
+  double total = 0.0;
+  for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += blockDim.x) total += ps[i];
+  total = block_sum(total);
+  if (threadIdx.x == 0) {
+    *out = accumulate ? *out + total : total;
+    *reinterpret_cast<unsigned*>(partials + kReduceBlocks) = 0u;
+  }
 }
 
 template <class T>
@@ -63,9 +78,8 @@ void run(const T* x, const T* y, int64_t n, double* partials, double* out, bool 
   // n == 0 still runs: the partial is zero and *out is written (=) or left (+=0).
   const int blocks = reduce_blocks(n);
   const bool vec = aligned16(x) && (y == nullptr || aligned16(y));
-  VT_LAUNCH(partial_kernel<T>, blocks, kThreads, 0, stream, x, y, n, partials, vec);
-  VT_CUDA_CHECK_LAUNCH();
-  VT_LAUNCH(final_kernel, 1, kThreads, 0, stream, partials, blocks, out, accumulate);
+  VT_LAUNCH(partial_kernel<T>, blocks, kThreads, 0, stream, x, y, n, partials, out, accumulate,
+            vec);
   VT_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,12 +10,17 @@
 namespace vt::cuda {
 
 // Blocks of the first pass (at most; 8 x 256 threads per SM of an H100's 132 fill it in one
-// wave, a fixed number for every GPU so sums do not depend on the device); `partials` must hold
-// this many doubles.
+// wave, a fixed number for every GPU so sums do not depend on the device).
 inline constexpr int kReduceBlocks = 1024;
+// The device scratch a reduction needs: kReduceBlocks fp64 partials, then one word whose low 32
+// bits count the blocks that have written theirs. That word must be zero before the first call
+// (cudaMemset the scratch once); each call leaves it zero again.
+inline constexpr int kReduceScratch = kReduceBlocks + 1;
 
-// *out (= or += when accumulate) = sum_i x[i]^2, in fp64. partials: kReduceBlocks doubles of
-// device scratch. Several calls with accumulate sum the squares of several tensors.
+// *out (= or += when accumulate) = sum_i x[i]^2, in fp64, in one launch: each block writes its
+// partial sum, and the last block to finish adds the partials in block order (deterministic).
+// partials: kReduceScratch doubles of device scratch, as above. Several calls with accumulate
+// sum the squares of several tensors.
 void sum_squares(const float* x, int64_t n, double* partials, double* out, bool accumulate,
                  cudaStream_t stream);
 void sum_squares(const __nv_bfloat16* x, int64_t n, double* partials, double* out,

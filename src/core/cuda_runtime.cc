@@ -54,7 +54,9 @@ CudaRuntime::CudaRuntime() {
   VT_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   gemm_ = std::make_unique<cuda::Gemm>();
   VT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&reduce_scratch_),
-                           sizeof(double) * (cuda::kReduceBlocks + 1)));
+                           sizeof(double) * (cuda::kReduceScratch + 1)));
+  // The reductions' block counter starts at zero (kernels/reduce.cuh); each call leaves it so.
+  VT_CUDA_CHECK(cudaMemset(reduce_scratch_, 0, sizeof(double) * (cuda::kReduceScratch + 1)));
   VT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&reduce_host_), sizeof(double)));
 }
 
@@ -181,7 +183,7 @@ void CudaRuntime::reset_peak() {
 // ---------------------------------------------------------------------------------------------
 // Scratch and caches
 
-double* CudaRuntime::reduction_result() { return reduce_scratch_ + cuda::kReduceBlocks; }
+double* CudaRuntime::reduction_result() { return reduce_scratch_ + cuda::kReduceScratch; }
 
 double CudaRuntime::fetch_result(const double* out) {
   VT_CUDA_CHECK(cudaMemcpyAsync(reduce_host_, out, sizeof(double), cudaMemcpyDeviceToHost,

@@ -78,7 +78,8 @@ class CudaRuntime {
   cuda::Gemm& gemm() { return *gemm_; }
   // Guards the reduction scratch and the attention workspace: hold it while using either.
   std::mutex& scratch_mutex() { return scratch_mu_; }
-  // Device: kReduceBlocks partials, then the fp64 result slot (reduction_result()).
+  // Device: the reductions' scratch (kReduceScratch doubles: partials and their counter), then the
+  // fp64 result slot (reduction_result()).
   double* reduction_partials() { return reduce_scratch_; }
   double* reduction_result();
   // The fp64 at `out` (device) -> host; synchronizes the stream. scratch_mutex() held.
@@ -99,7 +100,7 @@ class CudaRuntime {
   std::unique_ptr<cuda::Gemm> gemm_;  // cuBLASLt handle + its workspace
 
   std::mutex scratch_mu_;             // the reduction scratch and the attention workspace
-  double* reduce_scratch_ = nullptr;  // device: kReduceBlocks partials, then the result
+  double* reduce_scratch_ = nullptr;  // device: kReduceScratch (partials, counter), then the result
   double* reduce_host_ = nullptr;     // pinned host copy of the result
   void* attn_ws_ = nullptr;
   size_t attn_ws_bytes_ = 0;

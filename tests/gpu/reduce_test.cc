@@ -2,6 +2,9 @@
 // several tensors; bf16 input; empty input.
 #include "kernels/reduce.cuh"
 
+#include <cstdint>
+#include <cstring>
+
 #include "gpu_test_util.h"
 
 namespace vt::gputest {
@@ -19,7 +22,7 @@ TEST(GpuReduce, SumSquaresAndDotMatchHostFp64) {
   VT_SKIP_WITHOUT_CUDA();
   auto a = randn(1000003, 91), b = randn(777, 92, 10.0f), c = randn(1000003, 93);
   DeviceBuffer<float> dA(a), dB(b), dC(c);
-  DeviceBuffer<double> partials(cuda::kReduceBlocks), out(1);
+  DeviceBuffer<double> partials(std::vector<double>(cuda::kReduceScratch, 0.0)), out(1);
   cuda::sum_squares(dA.get(), a.size(), partials.get(), out.get(), false, nullptr);
   EXPECT_NEAR(out.download()[0], host_dot(a, a), 1e-10 * host_dot(a, a));
   cuda::sum_squares(dB.get(), b.size(), partials.get(), out.get(), true, nullptr);
@@ -38,9 +41,30 @@ TEST(GpuReduce, SumSquaresBf16MatchesHostFp64) {
   VT_SKIP_WITHOUT_CUDA();
   auto a = rounded_bf16(randn(300001, 94));
   DeviceBuffer<__nv_bfloat16> dA(to_bf16(a));
-  DeviceBuffer<double> partials(cuda::kReduceBlocks), out(1);
+  DeviceBuffer<double> partials(std::vector<double>(cuda::kReduceScratch, 0.0)), out(1);
   cuda::sum_squares(dA.get(), a.size(), partials.get(), out.get(), false, nullptr);
   EXPECT_NEAR(out.download()[0], host_dot(a, a), 1e-10 * host_dot(a, a));
+}
+
+// One launch: the last block sums the partials and leaves the counter word at zero for the next
+// call (a counter left at k would make every later call end k blocks early, or never), also for
+// grids of one block and of every block, and on many calls in a row.
+TEST(GpuReduce, OneLaunchLeavesTheCounterAtZero) {
+  VT_SKIP_WITHOUT_CUDA();
+  DeviceBuffer<double> partials(std::vector<double>(cuda::kReduceScratch, 0.0)), out(1);
+  for (size_t n : {size_t(1), size_t(2047), size_t(2048 * 37 + 5), size_t(4000000)}) {
+    SCOPED_TRACE(n);
+    auto a = randn(n, 95 + n % 7);
+    DeviceBuffer<float> d(a);
+    for (int rep = 0; rep < 3; ++rep) {
+      cuda::sum_squares(d.get(), a.size(), partials.get(), out.get(), false, nullptr);
+      ASSERT_NEAR(out.download()[0], host_dot(a, a), 1e-10 * host_dot(a, a));
+      const auto s = partials.download();
+      uint32_t counter;
+      std::memcpy(&counter, &s[cuda::kReduceBlocks], sizeof(counter));
+      ASSERT_EQ(counter, 0u);
+    }
+  }
 }
 
 }  // namespace

@@ -381,7 +381,7 @@ TEST(GpuVectorAccess, Reductions) {
     const auto out = both_paths([&](int off) {
       Placed<float> xf(xv, off), yf(yv, off);
       Placed<bf> xb(as<bf>(xv), off), yb(as<bf>(yv), off);
-      DeviceBuffer<double> partials(cuda::kReduceBlocks), r(4);
+      DeviceBuffer<double> partials(std::vector<double>(cuda::kReduceScratch, 0.0)), r(4);
       cuda::sum_squares(xf.p(), n, partials.get(), r.get() + 0, false, nullptr);
       cuda::sum_squares(xb.p(), n, partials.get(), r.get() + 1, false, nullptr);
       cuda::dot(xf.p(), yf.p(), n, partials.get(), r.get() + 2, false, nullptr);
