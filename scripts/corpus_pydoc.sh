@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/corpus_pydoc.sh owns the second ablation corpus (issue 43 item 6; docs/results.md
 # "Second corpus"): the text of Debian's python3.11-doc (the Python 3.11 documentation, 530
-# Sphinx HTML pages, PSF licence), extracted with tools/html_text.py (about 10.7 MB, 1.5M words of
+# Sphinx HTML pages, PSF licence), extracted with tools/html_text.py (about 10.4 MB, 1.47M words of
 # English technical prose with code samples) and prepared exactly as the KJV was
 # (bpe:4096, 2% validation). Needs apt (for `apt-get download`, no install), dpkg-deb, the venv
 # and a built vtrain. OUT (default data/pydoc) and RAW (default data/raw/pydoc) may be set.
