@@ -388,16 +388,22 @@ def _value_param_shapes(cfg: Config, i: int) -> dict:
 
 def param_group(name: str) -> str:
     """Optimizer group, as vtrain registers it (src/model/gpt.cc): embedding, lm_head,
-    value_table, scalar (AdamW) or matrix (Muon: every 2-D block matrix, value-embed's gate_w)."""
+    value_table, the coefficient groups coef_main / coef_skip / coef_model (AdamW; docs/model.md
+    "Optimizer groups") or matrix (Muon: every 2-D block matrix, value-embed's gate_w)."""
     if name == "wte":
         return "embedding"
     if name == "lm_head":
         return "lm_head"
     if name.endswith("value.table"):
         return "value_table"
-    if name in ("value_plus.logits", "value_plus.scale") or name.rsplit(".", 1)[-1] in (
-            "gain", "lambda1", "lambda2", "dense", "a", "b"):
-        return "scalar"
+    last = name.rsplit(".", 1)[-1]
+    if name in ("value_plus.logits", "value_plus.scale") or last in ("lambda1", "lambda2",
+                                                                      "dense"):
+        return "coef_model"
+    if last in ("gain", "b"):
+        return "coef_skip"
+    if last == "a":
+        return "coef_main"
     if name.rsplit(".", 1)[-1] in ("wq", "wk", "wv", "wo", "fc", "proj", "gate_w") and \
             not name.startswith("smear."):
         return "matrix"
@@ -719,8 +725,8 @@ class _VtrainCore:
                     v = v1
                 elif mode == "v1":
                     v = (cfg.value_coef if cfg.value_coef_fixed else vp.gain) * v1
-                elif mode == "x0v":
-                    ctx = self._project(x0, i, "v")
+                elif mode == "x0v":  # under the smear gate from norm(x0), as gpt_base.py
+                    ctx = self._project(_rms(x0, eps) if cfg.smear_gate else x0, i, "v")
                     v = (cfg.value_coef if cfg.value_coef_fixed else vp.gain) * ctx
                 elif mode == "bov":
                     table = self.value.table if cfg.shared_table else vp.table
@@ -1003,6 +1009,13 @@ class Hyper:
     value_table: tuple = (0.15, 0.8, 0.995, 0.01)
     scalar: tuple = (0.5, 0.8, 0.95, 0.0)
     adam_eps: float = 1e-10
+    # The coefficient groups (--coef-optim paper; "vtrain": every one is `scalar`): the BoV
+    # authors' alpha and beta groups, and the model's weights' settings for ResFormer's
+    # coefficients (lr: matrix_lr, eps 1e-8; src/train/optimizer_setup.cc).
+    coef_optim: str = "paper"
+    coef_main: tuple = (0.005, 0.8, 0.95, 0.05)
+    coef_skip: tuple = (0.5, 0.96, 0.95, 0.0)
+    coef_model_betas: tuple = (0.9, 0.95)
 
     @staticmethod
     def from_vtrain_extra(extra: dict) -> "Hyper":
@@ -1011,13 +1024,21 @@ class Hyper:
                      warmup_steps=extra.get("warmup_steps", 40),
                      warmdown_frac=extra.get("warmdown_frac", 0.65),
                      max_grad_norm=extra.get("max_grad_norm", 0.0),
-                     polar_express=bool(extra.get("polar_express", False)))
+                     polar_express=bool(extra.get("polar_express", False)),
+                     coef_optim=extra.get("coef_optim", "vtrain"))
 
     def adam_group(self, group: str, d_model: int) -> tuple:
-        lr, b1, b2, wd = getattr(self, group)
-        if group != "scalar":
+        """(lr, beta1, beta2, wd, eps) of an AdamW group."""
+        eps = self.adam_eps
+        if group.startswith("coef_") and self.coef_optim == "vtrain":
+            group = "scalar"
+        if group == "coef_model":
+            (b1, b2), lr, wd, eps = self.coef_model_betas, self.matrix_lr, 0.0, 1e-8
+        else:
+            lr, b1, b2, wd = getattr(self, group)
+        if group in ("embedding", "lm_head", "value_table"):
             lr *= (d_model / 768.0) ** -0.5
-        return lr * self.lr_scale, b1, b2, wd
+        return lr * self.lr_scale, b1, b2, wd, eps
 
 
 def lr_multiplier(h: Hyper, step: int, total: int) -> float:
@@ -1069,9 +1090,9 @@ class Optimizer:
             fused_adamw = dev.type == "cuda"
         adam_groups = []
         for g, ps in groups.items():
-            lr, b1, b2, wd = self.h.adam_group(g, d)
+            lr, b1, b2, wd, eps = self.h.adam_group(g, d)
             adam_groups.append(dict(params=ps, lr=lr, base_lr=lr, betas=(b1, b2), weight_decay=wd,
-                                    name=g))
+                                    eps=eps, name=g))
         kw = dict(fused=True) if fused_adamw else dict(foreach=True)
         self.adamw = torch.optim.AdamW(adam_groups, eps=self.h.adam_eps, **kw)
         self.momentum = {n: torch.zeros_like(p) for n, p in self.matrices}

@@ -470,7 +470,32 @@ def paired(g: dict, ref: dict | None, expectations: dict) -> dict | None:
     deltas = paired_stats.paired_deltas(by_seed(g), by_seed(ref))
     mean, lo, hi, n = paired_stats.interval(deltas)
     return {"deltas": deltas, "mean": mean, "low": lo, "high": hi, "n": n,
-            "verdict": paired_stats.verdict(lo, hi, expectations.get(g["arm"]))}
+            "verdict": paired_stats.verdict(lo, hi, expectations.get(g["arm"]),
+                                            paired_stats.is_hybrid(g["arm"]))}
+
+
+def multiple_comparisons_note(comparisons: int, seeds: int) -> str:
+    """What the per-arm 95% intervals do not control: the number of comparisons, and the width of
+    an interval from few seeds."""
+    s = (f"each interval is a 95% interval for one arm, not adjusted for the {comparisons} "
+         f"comparisons against the reference: with no true differences about "
+         f"{0.05 * comparisons:.2f} of them would still exclude 0")
+    if seeds <= 3:
+        s += (f"; with {seeds} seeds the standard deviation behind each interval comes from "
+              f"{seeds - 1} degree(s) of freedom, so the widths themselves are unreliable (two "
+              "arms' widths can differ several-fold by chance): a verdict that hangs on a width "
+              "needs more seeds")
+    return s
+
+
+def recipe_of(extra: list[str]) -> str:
+    """The `--recipe` the runs trained under (from the extra `vtrain train` args)."""
+    for i, a in enumerate(extra):
+        if a == "--recipe" and i + 1 < len(extra):
+            return f"`--recipe {extra[i + 1]}`"
+        if a.startswith("--recipe="):
+            return f"`--recipe {a.split('=', 1)[1]}`"
+    return "vtrain's defaults (no `--recipe`; docs/model.md)"
 
 
 def paired_cells(pr: dict | None) -> tuple[str, str]:
@@ -757,10 +782,17 @@ def main(argv: list[str]) -> int:
         "from the interval against the published direction (reproduced: the whole interval on "
         "the published side of 0; not reproduced: on the other side; not resolved: it contains "
         "0), never from the mean alone (launch/paired_stats.py)",
+        f"- {multiple_comparisons_note(len(args.arms) - 1, len(args.seeds))}",
+        f"- recipe: {recipe_of(args.extra)}",
         "- published directions used: " + "; ".join(
             f"`{a}` {w}" + (f" ({paired_stats.PUBLISHED[a][1]})" if a in paired_stats.PUBLISHED
                             and paired_stats.PUBLISHED[a][0] == w else " (--expect)")
             for a, w in args.expectations.items() if any(x[0] == a for x in args.arms)),
+        *([ "- arms without a published direction: " + "; ".join(
+            f"`{a[0]}`: {paired_stats.note(a[0])}" for a in args.arms
+            if paired_stats.note(a[0]) and a[0] not in args.expectations)]
+          if any(paired_stats.note(a[0]) and a[0] not in args.expectations for a in args.arms)
+          else []),
         f"- tok/s: median of per-step training throughput after {args.warmup_steps} warm-up "
         f"steps; runs were {'sequential' if args.jobs == 1 else f'{args.jobs} at a time'}"
         + (f", {args.threads} thread(s) each" if args.threads else ""),

@@ -37,7 +37,9 @@ const std::vector<Recipe>& recipes() {
         {"muon-wd", "0.28"},
         {"muon-wd-style", "nanochat"},
         {"muon-wd-scale", "nanochat"},
-        {"muon-momentum", "nanochat"}}},
+        {"muon-momentum", "nanochat"},
+        {"lr-batch-scale", "nanochat"},
+        {"coef-optim", "paper"}}},
   };
   return table;
 }

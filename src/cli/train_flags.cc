@@ -59,6 +59,14 @@ const CommandSpec& train_command() {
                  "weights, logits (docs/model.md)"),
         num_flag("gain-lr", 0.01, 0, 1e3,
                  "AdamW peak lr of the block shapes' gains (vskipinit, sas, sas-p)"),
+        choice_flag("coef-optim", "paper", {"paper", "vtrain"},
+                    "paper: each value path's and DenseFormer's coefficients as its paper's code "
+                    "trains them (BoV's gains betas 0.96/0.95, bov-add's a at --scalar-lr x 0.01 "
+                    "with wd 0.05; ResFormer's lambdas and DenseFormer's weights at --matrix-lr, "
+                    "betas 0.9/0.95); vtrain: all at --scalar-lr, betas 0.8/0.95 (docs/model.md)"),
+        choice_flag("lr-batch-scale", "none", {"none", "nanochat"},
+                    "nanochat: every group's peak lr but the smear gate's and the gains' x "
+                    "sqrt(global batch / 2^19), as nanochat's base_train scales them"),
         num_flag("lr-scale", 1.0, 0, 1e6, "multiplies every group's peak learning rate"),
         int_flag("warmup", 40, 0, 1e12, "linear warmup steps"),
         num_flag("warmdown", 0.65, 0, 1, "fraction of the steps in the final linear decay"),
@@ -229,7 +237,8 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.optimizer = f.get_string("optimizer");
   if (o.optimizer == "adamw") {
     for (const char* muon_only : {"matrix-lr", "scalar-lr", "gain-lr", "muon-ns-dtype", "muon-wd",
-                                  "muon-wd-style", "muon-wd-scale", "muon-momentum"})
+                                  "muon-wd-style", "muon-wd-scale", "muon-momentum",
+                                  "lr-batch-scale"})
       if (f.has(muon_only))
         return absl::InvalidArgumentError(absl::StrCat(
             "--", muon_only, " applies to --optimizer muon; --optimizer adamw trains every "
@@ -257,6 +266,8 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.muon_wd_style = f.get_string("muon-wd-style");
   o.muon_wd_scale = f.get_string("muon-wd-scale");
   o.muon_momentum = f.get_string("muon-momentum");
+  o.lr_batch_scale = f.get_string("lr-batch-scale");
+  o.coef_optim = f.get_string("coef-optim");
   for (const char* flag : {"muon-wd-style", "muon-wd-scale"})
     if (o.muon_wd == 0 && f.get_string(flag) == "nanochat")
       return absl::InvalidArgumentError(absl::StrCat(

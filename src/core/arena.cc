@@ -16,6 +16,9 @@ const char* param_group_name(ParamGroup g) {
     case ParamGroup::kScalar: return "scalar";
     case ParamGroup::kSmear: return "smear";
     case ParamGroup::kGain: return "gain";
+    case ParamGroup::kCoefMain: return "coef_main";
+    case ParamGroup::kCoefSkip: return "coef_skip";
+    case ParamGroup::kCoefModel: return "coef_model";
   }
   return "?";
 }

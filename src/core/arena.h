@@ -22,6 +22,12 @@ enum class ParamGroup : uint8_t {
   kScalar,      // lambdas, gates, logits: AdamW
   kGain,        // block-shape gains (shaped attention, sub-layer and projection gains): AdamW
   kSmear,       // the smear gate's weight and lambda (model/smear_gate.h): AdamW, nanochat's group
+  // The value paths' and DenseFormer's coefficients, each in the group its paper's official code
+  // trains it with (docs/model.md "Optimizer groups"; --coef-optim vtrain gives all three the
+  // scalar group's hyperparameters):
+  kCoefMain,    // the BoV authors' "alpha" (main-path) group: bov-add's a
+  kCoefSkip,    // the BoV authors' "beta" (skip-path) group: gamma_v of v1/x0v/bov, bov-add's b
+  kCoefModel,   // trained like the model's weights: ResFormer's lambdas, DenseFormer's weights
 };
 const char* param_group_name(ParamGroup g);
 

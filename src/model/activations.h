@@ -58,6 +58,7 @@ struct BlockActs {
   Tensor q, k, qn, kn, rstd_q, rstd_k;
   Tensor attn_in, mlp_in;               // the sub-layers' (normalized) inputs
   Tensor ctx_v;                         // context value (V projection of n, or of x0 for x0v)
+  Tensor x0n, x0n_rstd;                 // norm(x0) and its rstd (ModelConfig::value_renorms_x0)
   ValueState value;                     // what the value mode keeps
   Tensor v, y, y_soft, lse;             // mixed value, attention output (and its softmax part)
   Tensor attn_out, mlp_out;             // sub-layer outputs (N, C) when a gain multiplies them

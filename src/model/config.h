@@ -89,6 +89,10 @@ struct ModelConfig {
   const ValuePath& value() const { return value_path(value_mode); }
   // QK-norm in effect (--qk-norm, or the block shape's default).
   bool use_qk_norm() const;
+  // A target layer's context value is read from norm(x0) rather than x0: with the smear gate and
+  // a mode whose context value is x0's (x0v), as the BoV authors' gpt_base.py normalizes the
+  // smeared x0 again (docs/model.md "Value paths"). Without the gate x0 is already normalized.
+  bool value_renorms_x0() const;
 
   // Parameters of the whole model (exact, 64-bit; model/config.cc counts what GPT registers).
   int64_t param_count() const;

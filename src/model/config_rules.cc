@@ -39,6 +39,8 @@ bool ModelConfig::use_qk_norm() const {
   return qk_norm < 0 ? block_shape(block).default_qk_norm() : qk_norm == 1;
 }
 
+bool ModelConfig::value_renorms_x0() const { return smear_gate && value().context_from_x0(); }
+
 bool ModelConfig::layer_has_wv(int layer) const {
   if (!is_target(layer)) return true;
   return value().target_has_wv();

@@ -119,7 +119,14 @@ Tensor DecodeKit::attention(const Tensor& n_block, BlockActs&) const {
   Tensor ctx, v = zeros({1, K});
   if (lp.v.defined()) {
     ctx = zeros({1, K});
-    projection::forward_in(model, lp.v, (target && vp.context_from_x0()) ? d_.x0_ : n, ctx);
+    Tensor src = (target && vp.context_from_x0()) ? d_.x0_ : n;
+    if (target && cfg.value_renorms_x0()) {
+      // x0v under the smear gate reads norm(x0), as training does (ModelConfig::value_renorms_x0).
+      Tensor x0n = zeros({1, cfg.n_embd}), rstd = zeros({1});
+      ops::rmsnorm(d_.x0_.reshaped({1, cfg.n_embd}), x0n, rstd, 1.0f, cfg.norm_eps);
+      src = x0n;
+    }
+    projection::forward_in(model, lp.v, src, ctx);
     if (model.keeps_value(i)) d_.ctx_values_[i] = ctx;
   }
   if (!target) {

@@ -28,13 +28,13 @@ int register_weights(ParamRegistrar& r, int block) {
   const std::vector<int> s = inputs(r.config(), block);
   if (s.empty()) return -1;
   const int n = static_cast<int>(s.size());
-  return r.scalar("blocks." + std::to_string(block) + ".dwa", n,
-                  InitRule::make([n](uint64_t) {
-                    std::vector<float> a(n, 0.0f);
-                    a.back() = 1.0f;
-                    return a;
-                  }),
-                  block);
+  return r.coef("blocks." + std::to_string(block) + ".dwa", n,
+                InitRule::make([n](uint64_t) {
+                  std::vector<float> a(n, 0.0f);
+                  a.back() = 1.0f;
+                  return a;
+                }),
+                block, ParamGroup::kCoefModel);
 }
 
 }  // namespace vt::dense

@@ -21,9 +21,13 @@ int ParamRegistrar::add(const std::string& name, Shape global, ParamGroup group,
   return idx;
 }
 
-int ParamRegistrar::scalar(const std::string& name, int64_t n, InitRule init, int layer,
-                           bool pp_replicated) {
-  return add(name, {n}, ParamGroup::kScalar, -1, std::move(init), {layer, pp_replicated});
+int ParamRegistrar::coef(const std::string& name, int64_t n, InitRule init, int layer,
+                         ParamGroup group, bool pp_replicated) {
+  VT_CHECK_MSG(group == ParamGroup::kCoefMain || group == ParamGroup::kCoefSkip ||
+                   group == ParamGroup::kCoefModel,
+               name << ": a coefficient goes into a coefficient group, not "
+                    << param_group_name(group));
+  return add(name, {n}, group, -1, std::move(init), {layer, pp_replicated});
 }
 
 int ParamRegistrar::gain(const std::string& name, int64_t n, InitRule init, int layer) {

@@ -21,9 +21,11 @@ class ParamRegistrar {
 
   const ModelConfig& config() const { return cfg_; }
 
-  // Scalars and small vectors replicated over TP (AdamW's scalar group).
-  int scalar(const std::string& name, int64_t n, InitRule init, int layer,
-             bool pp_replicated = false);
+  // A value path's or DenseFormer's coefficient, replicated over TP, in `group` (one of the
+  // coefficient groups ParamGroup::kCoefMain, kCoefSkip, kCoefModel: the group its paper trains
+  // it in, docs/model.md "Optimizer groups").
+  int coef(const std::string& name, int64_t n, InitRule init, int layer, ParamGroup group,
+           bool pp_replicated = false);
   // A block shape's gains, replicated over TP (AdamW's gain group).
   int gain(const std::string& name, int64_t n, InitRule init, int layer);
   // A block shape's per-head gains (H,), split over TP with the heads (gain group).

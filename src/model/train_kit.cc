@@ -176,7 +176,14 @@ Tensor TrainKit::attention(const Tensor& n_block, BlockActs& a) const {
   const bool target = cfg.is_target(layer_);
   if (lp.v.defined()) {
     a.ctx_v = act({B, T, Hkv, hd});
-    const Tensor& src = (target && vp.context_from_x0()) ? bundle_->x0 : n;
+    Tensor src = (target && vp.context_from_x0()) ? bundle_->x0 : n;
+    if (target && cfg.value_renorms_x0()) {
+      // x0v under the smear gate reads the smeared x0 normalized again (gpt_base.py's x0n).
+      a.x0n = act({N, C});
+      a.x0n_rstd = f32({N});
+      ops::rmsnorm(bundle_->x0.reshaped({N, C}), a.x0n, a.x0n_rstd, 1.0f, cfg.norm_eps);
+      src = a.x0n;
+    }
     projection::forward_in(m_, lp.v, src, a.ctx_v.reshaped({N, kvd}));
     if (m_.keeps_value(layer_)) bundle_->values[layer_] = a.ctx_v;
   }
@@ -305,8 +312,16 @@ Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
     const Tensor dctx2 = dctx.reshaped({N, kvd});
     if (target && vp.context_from_x0()) {
       Tensor dx0 = act({N, C});
-      projection::backward_in(m_, lp.v, acts_.x0.reshaped({N, C}), dctx2, dx0, false);
+      const bool renorm = cfg.value_renorms_x0();
+      projection::backward_in(m_, lp.v, renorm ? a.x0n : acts_.x0.reshaped({N, C}), dctx2, dx0,
+                              false);
       tp::reduce_input_grads(tp_comm, dx0);
+      if (renorm) {
+        // Through norm(x0): d x0 += J^T d x0n (the norm's input is x0, its rstd saved).
+        Tensor dx0_in = act({N, C});
+        ops::rmsnorm_backward(acts_.x0.reshaped({N, C}), a.x0n_rstd, dx0, dx0_in, 1.0f, false);
+        dx0 = dx0_in;
+      }
       ops::axpy(bundle_->x0, dx0);
     } else {
       projection::backward_in(m_, lp.v, n, dctx2, dn, true);

@@ -28,6 +28,9 @@ const AdamWHyper& AdamWConfig::for_group(ParamGroup g) const {
     case ParamGroup::kScalar: return scalar;
     case ParamGroup::kGain: return gain;
     case ParamGroup::kSmear: return smear;
+    case ParamGroup::kCoefMain: return coef_main;
+    case ParamGroup::kCoefSkip: return coef_skip;
+    case ParamGroup::kCoefModel: return coef_model;
     case ParamGroup::kMatrix:
       if (matrix.lr > 0.0) return matrix;
       break;

@@ -43,6 +43,17 @@ struct AdamWConfig {
   // The smear gate (--smear-gate on): nanochat's own group, lr 0.2 not scaled with the width
   // (gpt_base.py setup_optimizer).
   AdamWHyper smear{0.2, 0.8, 0.95, 0.0};
+  // The coefficient groups (ParamGroup::kCoef*), as the papers' official code trains them at
+  // vtrain's default lrs (docs/model.md "Optimizer groups"; the run's lrs: train/optimizer_setup.h):
+  // the BoV authors' alpha group, lr scalar_lr * 0.01, betas (0.8, 0.95), wd 0.05, and beta
+  // group, lr scalar_lr, betas (0.96, 0.95), wd 0 (RiddleHe/nanochat research/bank_of_values
+  // nanochat/model/gpt_base.py setup_optimizer, lines 1003 and 1005); the model's weights'
+  // AdamW settings for ResFormer's and DenseFormer's (lr: Muon's matrix lr; betas (0.9, 0.95),
+  // eps 1e-8 as Zcchill/Value-Residual-Learning scripts/run_llama_resformer_82M.sh and
+  // epfml/DenseFormer experiments/config/base.py give every weight).
+  AdamWHyper coef_main{0.005, 0.8, 0.95, 0.05};
+  AdamWHyper coef_skip{0.5, 0.96, 0.95, 0.0};
+  AdamWHyper coef_model{0.02, 0.9, 0.95, 0.0, 1e-8};
 
   // The defaults of docs/model.md "Optimizer groups": embedding, lm_head and value-table lrs scaled
   // by (d_model / 768)^-0.5, scalars not scaled.

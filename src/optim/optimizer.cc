@@ -25,7 +25,10 @@ nlohmann::json OptimizerConfig::to_json() const {
                 {"scalar", hyper_json(adamw.scalar)},
                 {"gain", hyper_json(adamw.gain)},
                 {"matrix", hyper_json(adamw.matrix)},
-                {"smear", hyper_json(adamw.smear)}};
+                {"smear", hyper_json(adamw.smear)},
+                {"coef_main", hyper_json(adamw.coef_main)},
+                {"coef_skip", hyper_json(adamw.coef_skip)},
+                {"coef_model", hyper_json(adamw.coef_model)}};
   j["optimizer"] = adamw_matrices ? "adamw" : "muon";
   j["muon"] = {{"lr", muon.lr},
                {"weight_decay", muon.weight_decay},

@@ -24,7 +24,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"adamw_lr", adamw_lr},       {"weight_decay", weight_decay},
           {"polar_express", polar_express}, {"device", device},
           {"muon_wd", muon_wd}, {"muon_wd_style", muon_wd_style}, {"muon_wd_scale", muon_wd_scale},
-          {"muon_momentum", muon_momentum},
+          {"muon_momentum", muon_momentum}, {"lr_batch_scale", lr_batch_scale},
+          {"coef_optim", coef_optim},
           {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute_name(recompute)},
           {"table_offload", table_offload}, {"grad_sync", grad_sync},
           {"muon_ns_dtype", muon_ns_dtype}, {"core_every", core_every}, {"core_dir", core_dir}};

@@ -60,6 +60,12 @@ struct TrainOptions {
   std::string muon_wd_style = "decoupled";    // decoupled | nanochat (cautious, cosine)
   std::string muon_wd_scale = "none";         // none | nanochat (base_train's batch/horizon scaling)
   std::string muon_momentum = "warmup";       // warmup | nanochat
+  // none | nanochat: every group's lr but the smear gate's and the gains' times
+  // sqrt(global_batch / 2^19), as nanochat's base_train.py (train/optimizer_setup.h).
+  std::string lr_batch_scale = "none";
+  // paper | vtrain: the value paths' and DenseFormer's coefficients in the groups their papers'
+  // code trains them with, or all in the scalar group (docs/model.md "Optimizer groups").
+  std::string coef_optim = "paper";
   int64_t log_every = 1;
   int64_t health_every = 50;     // per-rank health report every N steps (train/rank_health.h)
   double straggler_margin = 0.2, straggler_min_s = 0.02;

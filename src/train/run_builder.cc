@@ -20,6 +20,7 @@
 #include "parallel/failure.h"
 #include "plan/memory_estimate.h"
 #include "train/metrics.h"
+#include "train/optimizer_setup.h"
 #include "train/preflight.h"
 #include "data/tokenizer_files.h"
 
@@ -198,40 +199,7 @@ void build_optimizer(const TrainOptions& o, Run& r) {
   r.store.finalize(r.device.device, r.device.act_dtype);
   r.model->init_params(o.seed);
   r.engine = std::make_unique<PipelineEngine>(*r.model, *r.grid);
-  optim::OptimizerConfig oc = optim::OptimizerConfig::defaults(o.model.n_embd);
-  oc.muon.lr = o.matrix_lr * o.lr_scale;
-  oc.adamw.scalar.lr = o.scalar_lr;
-  oc.adamw.gain.lr = o.gain_lr;
-  for (optim::AdamWHyper* h : {&oc.adamw.embedding, &oc.adamw.lm_head, &oc.adamw.value_table,
-                               &oc.adamw.scalar, &oc.adamw.gain, &oc.adamw.smear})
-    h->lr *= o.lr_scale;
-  if (o.optimizer == "adamw") {
-    // One AdamW for every parameter (the official SAS code's: HF AdamW, betas (0.9, 0.999),
-    // eps 1e-8; no weight decay on gains; our scalars, which it has none of, likewise).
-    oc.adamw_matrices = true;
-    const double lr = o.adamw_lr * o.lr_scale;
-    for (optim::AdamWHyper* h : {&oc.adamw.embedding, &oc.adamw.lm_head, &oc.adamw.value_table,
-                                 &oc.adamw.matrix})
-      *h = {lr, 0.9, 0.999, o.weight_decay, 1e-8};
-    for (optim::AdamWHyper* h : {&oc.adamw.scalar, &oc.adamw.gain, &oc.adamw.smear})
-      *h = {lr, 0.9, 0.999, 0.0, 1e-8};
-  }
-  oc.schedule.warmup_steps = o.warmup_steps;
-  oc.schedule.warmdown_frac = o.warmdown_frac;
-  oc.schedule.final_lr_frac = o.final_lr_frac;
-  oc.max_grad_norm = o.max_grad_norm;
-  if (o.polar_express) oc.muon.ns = optim::NsKind::kPolarExpress;
-  oc.muon.weight_decay = o.muon_wd;
-  if (o.muon_wd_scale == "nanochat") {
-    // parse_train_options and check_batch have vetted the config and the batch.
-    auto scale = nanochat_wd_scale(o.model, o.global_batch);
-    VT_CHECK_MSG(scale.ok(), scale.status().message());
-    oc.muon.weight_decay *= *scale;
-  }
-  if (o.muon_wd_style == "nanochat") oc.muon.wd_style = optim::MuonWdStyle::kNanochat;
-  if (o.muon_momentum == "nanochat")
-    oc.schedule.momentum_schedule = optim::MomentumSchedule::kNanochat;
-  oc.muon.ns_dtype = o.muon_ns_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  const optim::OptimizerConfig oc = optimizer_config(o);
   r.opt = std::make_unique<optim::DistributedOptimizer>(&r.store, oc, *r.grid);
   r.dp_sync = std::make_unique<optim::OverlappedGradSync>(
       &r.store, r.grid->dp(), int64_t{4} << 20, o.grad_sync == "bf16" ? DType::kBF16 : DType::kF32);

@@ -776,6 +776,9 @@ def forward_logits(params, inputs, config, v1_override=None, fixed=None):
     x0 = rms_norm(p["wte"][inputs], eps)  # (B, T, d)
     if config.get("smear_gate", False):
         x0 = smear(x0, p)  # x0 (and DenseFormer's x_0) is the first block's input
+    # x0v's source: the smeared x0 normalized again, as the BoV authors' gpt_base.py
+    # (CausalSelfAttention.forward: x0n = norm(x0), v = c_v(x0n)); x0 itself without the gate.
+    x0_for_value = rms_norm(x0, eps) if config.get("smear_gate", False) else x0
     x = x0
     xs = [x0]  # DenseFormer: x_0 and the block outputs
     v1 = None  # layer 0's context value, as read by later layers
@@ -797,7 +800,7 @@ def forward_logits(params, inputs, config, v1_override=None, fixed=None):
             return (1.0 - hx) * z + hx * x0 if hx else z
 
         if has_v:
-            src = x0 if (is_target and path.context_from_x0) else attn_input(n)
+            src = x0_for_value if (is_target and path.context_from_x0) else attn_input(n)
             ctx = project(src, p, b, "v", fixed)
         if i == 0 and path.reads_v1:
             v1 = jax.lax.stop_gradient(ctx) if detach else ctx

@@ -62,7 +62,9 @@ inline StepRun run_steps(const ModelConfig& cfg, Device device, DType act, int s
     std::vector<float> host = store.params_tensor().to_host_f32();
     Rng rng(seed ^ 0x5eedULL);
     for (const ParamInfo& p : store.infos()) {
-      const double amp = p.group == ParamGroup::kScalar ? 4 * perturb : perturb;
+      const bool coef = p.group == ParamGroup::kScalar || p.group == ParamGroup::kCoefMain ||
+                        p.group == ParamGroup::kCoefSkip || p.group == ParamGroup::kCoefModel;
+      const double amp = coef ? 4 * perturb : perturb;
       for (int64_t i = 0; i < p.numel(); ++i)
         host[p.offset + i] += static_cast<float>(rng.normal(0.0, amp));
     }
@@ -73,7 +75,8 @@ inline StepRun run_steps(const ModelConfig& cfg, Device device, DType act, int s
   optim::OptimizerConfig oc = optim::OptimizerConfig::defaults(cfg.n_embd);
   oc.muon.lr *= lr_scale;
   for (optim::AdamWHyper* h : {&oc.adamw.embedding, &oc.adamw.lm_head, &oc.adamw.value_table,
-                               &oc.adamw.scalar})
+                               &oc.adamw.scalar, &oc.adamw.coef_main, &oc.adamw.coef_skip,
+                               &oc.adamw.coef_model})
     h->lr *= lr_scale;
   oc.schedule.warmup_steps = 0;
   optim::DistributedOptimizer opt(&store, oc, grid);

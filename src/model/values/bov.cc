@@ -49,7 +49,7 @@ class Bov final : public ValuePath {
                       ValueLayerParams& p) const override {
     const ModelConfig& cfg = r.config();
     const std::string b = "blocks." + std::to_string(layer) + ".value.";
-    p.p[kGain] = r.scalar(b + "gain", 1, InitRule::constant(1.0), layer);
+    p.p[kGain] = r.coef(b + "gain", 1, InitRule::constant(1.0), layer, ParamGroup::kCoefSkip);
     if (cfg.shared_table) {
       p.table = shared.p[kSharedTable];
       return;

@@ -31,8 +31,8 @@ class BovAdd final : public ValuePath {
     const ModelConfig& cfg = r.config();
     const std::string b = "blocks." + std::to_string(layer) + ".value.";
     if (!cfg.bov_add_fixed) {
-      p.p[kA] = r.scalar(b + "a", 1, InitRule::constant(1.0), layer);
-      p.p[kB] = r.scalar(b + "b", 1, InitRule::constant(0.0), layer);
+      p.p[kA] = r.coef(b + "a", 1, InitRule::constant(1.0), layer, ParamGroup::kCoefMain);
+      p.p[kB] = r.coef(b + "b", 1, InitRule::constant(0.0), layer, ParamGroup::kCoefSkip);
     }
     const ModelConfig c = cfg;
     p.table = r.table(b + "table", cfg.kv_dim(),

@@ -27,13 +27,13 @@ class ResformerDense final : public ValuePath {
   void register_layer(ParamRegistrar& r, int layer, const ValueSharedParams&,
                       ValueLayerParams& p) const override {
     const int i = layer;
-    p.p[kDense] = r.scalar("blocks." + std::to_string(i) + ".value.dense", i + 1,
-                           InitRule::make([i](uint64_t) {
-                             std::vector<float> out(i + 1, static_cast<float>(1.0 / i));
-                             out.back() = 1.0f;
-                             return out;
-                           }),
-                           layer);
+    p.p[kDense] = r.coef("blocks." + std::to_string(i) + ".value.dense", i + 1,
+                         InitRule::make([i](uint64_t) {
+                           std::vector<float> out(i + 1, static_cast<float>(1.0 / i));
+                           out.back() = 1.0f;
+                           return out;
+                         }),
+                         layer, ParamGroup::kCoefModel);
   }
   void forward(const ValueLayerCtx& c, const ValueSources& src, ValueState&,
                const Tensor& v) const override {

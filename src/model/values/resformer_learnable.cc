@@ -22,8 +22,10 @@ class ResformerLearnable final : public ValuePath {
   void register_layer(ParamRegistrar& r, int layer, const ValueSharedParams&,
                       ValueLayerParams& p) const override {
     const std::string b = "blocks." + std::to_string(layer) + ".value.";
-    p.p[kLambda1] = r.scalar(b + "lambda1", 1, InitRule::constant(0.5), layer);
-    p.p[kLambda2] = r.scalar(b + "lambda2", 1, InitRule::constant(0.5), layer);
+    p.p[kLambda1] = r.coef(b + "lambda1", 1, InitRule::constant(0.5), layer,
+                           ParamGroup::kCoefModel);
+    p.p[kLambda2] = r.coef(b + "lambda2", 1, InitRule::constant(0.5), layer,
+                           ParamGroup::kCoefModel);
   }
   void forward(const ValueLayerCtx& c, const ValueSources& src, ValueState&,
                const Tensor& v) const override {

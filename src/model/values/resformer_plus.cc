@@ -73,15 +73,15 @@ class ResformerPlus final : public ValuePath {
                                     for (int i : targets) a.push_back(std::log(float(i)));
                                     return a;
                                   });
-    shared.p[kLogits] = r.scalar("value_plus.logits", n, logits, -1, true);
+    shared.p[kLogits] = r.coef("value_plus.logits", n, logits, -1, ParamGroup::kCoefModel, true);
     if (cfg.plus_scale != "fixed")
-      shared.p[kScale] = r.scalar("value_plus.scale", 1, InitRule::constant(cfg.n_layer), -1,
-                                  true);
+      shared.p[kScale] = r.coef("value_plus.scale", 1, InitRule::constant(cfg.n_layer), -1,
+                                ParamGroup::kCoefModel, true);
   }
   void register_layer(ParamRegistrar& r, int layer, const ValueSharedParams&,
                       ValueLayerParams& p) const override {
-    p.p[kLambda2] = r.scalar("blocks." + std::to_string(layer) + ".value.lambda2", 1,
-                             InitRule::constant(0.5), layer);
+    p.p[kLambda2] = r.coef("blocks." + std::to_string(layer) + ".value.lambda2", 1,
+                           InitRule::constant(0.5), layer, ParamGroup::kCoefModel);
   }
   // coef_k = s p_k with p = softmax(a); coef is followed by one more entry, s itself.
   void begin_pass(const ModelConfig& cfg, const ParamStore& store,

@@ -27,8 +27,8 @@ class X0v final : public ValuePath {
   void register_layer(ParamRegistrar& r, int layer, const ValueSharedParams&,
                       ValueLayerParams& p) const override {
     if (r.config().value_coef_fixed) return;
-    p.p[kGain] = r.scalar("blocks." + std::to_string(layer) + ".value.gain", 1,
-                          InitRule::constant(1.0), layer);
+    p.p[kGain] = r.coef("blocks." + std::to_string(layer) + ".value.gain", 1,
+                        InitRule::constant(1.0), layer, ParamGroup::kCoefSkip);
   }
   void forward(const ValueLayerCtx& c, const ValueSources& src, ValueState&,
                const Tensor& v) const override {
