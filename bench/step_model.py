@@ -512,7 +512,7 @@ def muon_ns_kernels(c: dict, owned: list[int], copies_row: str, cast_row: str) -
         part.syncs = 2
         part.syncs = 4  # and the last block's sum of the partials (no second launch)
         ks.append(part)
-        ks.append(vec_kernel(GEMM_ROW, "div_by_norm_to_kernel (f32 -> bf16 X)", 1, mn,
+        ks.append(vec_kernel(GEMM_ROW, "div_by_norm_kernel<float, bf16> (G -> bf16 X)", 1, mn,
                              F32 + BF16, blocks_per_sm=4, regs=44))
         ks.append(vec_kernel(cast_row, "cast_kernel<bf16, float> (result)", 1, mn, F32 + BF16))
         if tall:

@@ -61,28 +61,15 @@ __global__ void double_to_float_kernel(const double* src, float* dst) {
   *dst = static_cast<float>(*src);
 }
 
-// x = x / d, d = sqrt(*sumsq) * scale + eps, the division in double (a subroutine: the heavy
-// register budget).
-template <class T>
+// y = x / d, d = sqrt(*sumsq) * scale + eps, the division in double (a subroutine: the heavy
+// register budget), the f32 quotient rounded to Out as the cast rounds. In place when y == x
+// (each element read and written by one thread). Chunks of W: a 16-byte word of one type, or 8
+// elements where f32 and bf16 mix (two f32 words, one bf16 word).
+template <class In, class Out>
 __global__ void __launch_bounds__(kThreads, detail::kHeavyBlocksPerSm)
-    div_by_norm_kernel(T* x, int64_t n, const double* sumsq, double scale, double eps, bool vec) {
-  constexpr int W = kVec<T>;
-  const double d = sqrt(*sumsq) * scale + eps;
-  for_each_chunk<W>(n, vec, [&](int64_t i, bool wide, int count) {
-    float r[W];
-    load_chunk<W>(x + i, wide, count, r);
-#pragma unroll
-    for (int e = 0; e < W; ++e) r[e] = static_cast<float>(static_cast<double>(r[e]) / d);
-    store_chunk<W>(x + i, wide, count, r);
-  });
-}
-
-// y = bf16(float(x / d)): div_by_norm's quotient, then the cast's rounding; chunks of 8 (two f32
-// words in, one bf16 word out).
-__global__ void __launch_bounds__(kThreads, detail::kHeavyBlocksPerSm)
-    div_by_norm_to_kernel(const float* x, __nv_bfloat16* y, int64_t n, const double* sumsq,
-                          double scale, double eps, bool vec) {
-  constexpr int W = 8;
+    div_by_norm_kernel(const In* x, Out* y, int64_t n, const double* sumsq, double scale,
+                       double eps, bool vec) {
+  constexpr int W = sizeof(In) == sizeof(Out) ? kVec<In> : 8;
   const double d = sqrt(*sumsq) * scale + eps;
   for_each_chunk<W>(n, vec, [&](int64_t i, bool wide, int count) {
     float r[W];
@@ -211,29 +198,28 @@ void double_to_float(const double* src, float* dst, cudaStream_t s) {
   VT_LAUNCH(double_to_float_kernel, 1, 1, 0, s, src, dst);
   VT_CUDA_CHECK_LAUNCH();
 }
-void div_by_norm(float* x, int64_t n, const double* sumsq, double scale, double eps,
-                 cudaStream_t s) {
+template <class In, class Out>
+void div_by_norm_launch(const In* x, Out* y, int64_t n, const double* sumsq, double scale,
+                        double eps, cudaStream_t s) {
   if (n <= 0) return;
-  VT_LAUNCH(div_by_norm_kernel<float>,
-            detail::elementwise_grid(n, kVec<float>, detail::kHeavyBlocksPerSm), kThreads, 0, s, x,
-            n, sumsq, scale, eps, aligned16(x));
-  VT_CUDA_CHECK_LAUNCH();
-}
-void div_by_norm(__nv_bfloat16* x, int64_t n, const double* sumsq, double scale, double eps,
-                 cudaStream_t s) {
-  if (n <= 0) return;
-  VT_LAUNCH(div_by_norm_kernel<__nv_bfloat16>,
-            detail::elementwise_grid(n, kVec<__nv_bfloat16>, detail::kHeavyBlocksPerSm), kThreads,
-            0, s, x, n, sumsq, scale, eps, aligned16(x));
+  constexpr int W = sizeof(In) == sizeof(Out) ? kVec<In> : 8;
+  auto* kernel = &div_by_norm_kernel<In, Out>;  // no comma in a macro argument
+  VT_LAUNCH(kernel, detail::elementwise_grid(n, W, detail::kHeavyBlocksPerSm), kThreads, 0, s, x,
+            y, n, sumsq, scale, eps, aligned16(x) && aligned16(y));
   VT_CUDA_CHECK_LAUNCH();
 }
 
+void div_by_norm(float* x, int64_t n, const double* sumsq, double scale, double eps,
+                 cudaStream_t s) {
+  div_by_norm_launch(x, x, n, sumsq, scale, eps, s);
+}
+void div_by_norm(__nv_bfloat16* x, int64_t n, const double* sumsq, double scale, double eps,
+                 cudaStream_t s) {
+  div_by_norm_launch(x, x, n, sumsq, scale, eps, s);
+}
 void div_by_norm_to(const float* x, __nv_bfloat16* y, int64_t n, const double* sumsq, double scale,
                     double eps, cudaStream_t s) {
-  if (n <= 0) return;
-  VT_LAUNCH(div_by_norm_to_kernel, detail::elementwise_grid(n, 8, detail::kHeavyBlocksPerSm),
-            kThreads, 0, s, x, y, n, sumsq, scale, eps, aligned16(x) && aligned16(y));
-  VT_CUDA_CHECK_LAUNCH();
+  div_by_norm_launch(x, y, n, sumsq, scale, eps, s);
 }
 
 }  // namespace vt::cuda
