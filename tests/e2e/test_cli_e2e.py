@@ -59,7 +59,8 @@ def test_training_loss_falls(trained):
     assert evals[-1]["val_bpb"] < evals[0]["val_bpb"] - 0.3
     for x in train:
         assert set(x) >= {"step", "loss", "lr", "tokens", "tok_per_s", "mfu"}
-    assert re.search(r"step 60/60 \| loss [0-9.]+ \| lr .* tok/s \| mfu .* \| eta", r.stdout)
+    assert re.search(r"step 60/60 \| loss [0-9.]+ \(smoothed [0-9.]+\) \| lr .* tok/s \| mfu .* \| eta",
+                     r.stdout)
 
 
 def test_eval_matches_training_eval(trained, datadir):
