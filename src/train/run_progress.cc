@@ -167,7 +167,12 @@ std::string format_run_summary(const RunSummary& s) {
   }
   if (!s.tensorboard.empty())
     line(&out, "tensorboard", absl::StrCat(".venv/bin/tensorboard --logdir ", shell_word(s.tensorboard)));
-  if (!s.resume_command.empty() && !s.checkpoint.empty()) {
+  if (!s.checkpoint.empty() && s.slurm_job) {
+    line(&out, "resume", s.stopped ? "submit the job again (launch/vtrain.sbatch requeues itself on "
+                                     "the time-limit signal and always passes --resume auto)"
+                                   : "(the run is complete) to train further, submit the job again "
+                                     "with a larger --steps (VTRAIN_STEPS)");
+  } else if (!s.resume_command.empty() && !s.checkpoint.empty()) {
     if (s.stopped)
       line(&out, "resume", s.resume_command);
     else

@@ -68,6 +68,7 @@ struct RunSummary {
   std::string checkpoint;      // the newest complete checkpoint ("" if none)
   std::string ckpt_dir, metrics, tensorboard;  // as given ("" if not)
   std::string resume_command;  // the command line that continues the run ("" if it cannot)
+  bool slurm_job = false;      // a Slurm job of several ranks: the advice is to submit it again
 };
 
 // The evaluations a metrics file holds for steps up to `up_to_step` (the checkpoint a run resumes:

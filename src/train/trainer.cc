@@ -582,10 +582,8 @@ void Trainer::print_summary(bool stopped) const {
     s.checkpoint = (fs::path(o_.ckpt_dir) / checkpoint_file_name(committed_step_)).string();
   s.metrics = o_.metrics_path;  // a failed sink was named when it failed
   s.tensorboard = o_.tensorboard_dir;
-  if (std::getenv("SLURM_JOB_ID") != nullptr && world_->size() > 1)
-    s.resume_command = "submit the job again (launch/vtrain.sbatch passes --resume auto)";
-  else if (!o_.command.empty())
-    s.resume_command = resume_command_line(o_.command, world_->size());
+  s.slurm_job = std::getenv("SLURM_JOB_ID") != nullptr && world_->size() > 1;
+  if (!o_.command.empty()) s.resume_command = resume_command_line(o_.command, world_->size());
   std::printf("%s", format_run_summary(s).c_str());
   std::fflush(stdout);
 }

@@ -10,7 +10,8 @@ Slurm on the same hosts (one slurmd per host): launch/vtrain.sbatch across three
 starts its daemons with srun), with the time-limit signal, requeue and resume. The namespaces,
 the daemons and every process in them are always removed.
 
-The training job is cluster_util.MULTIRANK_TRAIN (the stand-in until vtrain runs multi-rank)."""
+The training job is cluster_util.MULTIRANK_TRAIN (the real build/vtrain unless
+VTRAIN_CLUSTER_TRAIN names the stand-in)."""
 import os
 import re
 import signal

@@ -149,6 +149,15 @@ TEST(FormatRunSummary, StoppedAndUnresumableRuns) {
   EXPECT_EQ(out.find("throughput"), std::string::npos) << out;  // no step timed
   EXPECT_EQ(out.find("tensorboard"), std::string::npos) << out;
   // Without --ckpt-dir there is nothing to resume from, and no resume line.
+  s.slurm_job = true;  // a Slurm job: submitting it again is the way on
+  out = format_run_summary(s);
+  EXPECT_NE(out.find("resume       submit the job again (launch/vtrain.sbatch requeues itself"),
+            std::string::npos) << out;
+  s.stopped = false;
+  out = format_run_summary(s);
+  EXPECT_NE(out.find("(the run is complete) to train further, submit the job again with a larger --steps"),
+            std::string::npos) << out;
+  s.slurm_job = false;
   s.ckpt_dir.clear();
   s.checkpoint.clear();
   out = format_run_summary(s);
