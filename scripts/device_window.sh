@@ -29,8 +29,9 @@
 # Usage: bash scripts/device_window.sh
 #   env: OUT (default ./window-out), WINDOW_BUNDLE (.device/root.tar.gz or .tar.xz), WINDOW_DEADLINE
 #   (540 s), WINDOW_STAGES (comma list, default all), WINDOW_PYTHON (python3), WINDOW_WORK
-#   (/tmp/vtrain-window), WINDOW_TEST_LIMIT (60 s per test binary), WINDOW_LIMITS
-#   ("stage=seconds,...": other stage limits than the defaults below)
+#   (/tmp/vtrain-window), WINDOW_TEST_LIMIT (60 s per test binary), WINDOW_TEST_LIMITS
+#   ("binary=seconds,...": other limits for some test binaries), WINDOW_LIMITS ("stage=seconds,...":
+#   other stage limits than the defaults below)
 # Exit: 0 when every stage that ran is ok or skipped, 1 when one failed or timed out, 2 when the
 # bundle cannot be used at all (the summary still comes out).
 set -uo pipefail
@@ -291,7 +292,8 @@ stage_tests() {
       cmd=("$B/mpirun" -np "$(awk '{print $1}' "$ROOT/tests/$name.ranks")" "$t")
     fi
     echo "== $name ${filter[*]}"
-    local lim=$TEST_LIMIT s
+    local lim=$TEST_LIMIT s o
+    for o in ${WINDOW_TEST_LIMITS//,/ }; do [ "${o%%=*}" = "$name" ] && lim=${o#*=}; done
     timeout -k 5 "$lim" "${cmd[@]}" --gtest_color=no "${filter[@]}" \
       --gtest_output="json:$rep/$name.json" > "$rep/$name.log" 2>&1
     s=$?
@@ -353,6 +355,12 @@ for o in "${overrides[@]}"; do
     { echo "WINDOW_LIMITS: '$o' is not STAGE=SECONDS with a known stage (${!LIMIT[*]})"; exit 2; }
   LIMIT[$k]=$v
 done
+IFS=, read -r -a overrides <<< "${WINDOW_TEST_LIMITS:-}"
+for o in "${overrides[@]}"; do
+  [[ "$o" =~ ^[A-Za-z0-9_]+=[0-9]+$ ]] ||
+    { echo "WINDOW_TEST_LIMITS: '$o' is not BINARY=SECONDS (e.g. rope_test=30)"; exit 2; }
+done
+export WINDOW_TEST_LIMITS=${WINDOW_TEST_LIMITS:-}
 worst=0
 IFS=, read -r -a todo <<< "$STAGES"
 for s in "${todo[@]}"; do
