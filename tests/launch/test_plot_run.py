@@ -287,7 +287,7 @@ def test_real_tiny_run(tmp_path):
     (tmp_path / "run").mkdir()
     r = subprocess.run([str(vtrain), "prepare", "--input", str(tmp_path / "c.txt"), "--out",
                         str(tmp_path / "data"), "--tokenizer", "bpe:300", "--val-fraction", "0.1"],
-                       capture_output=True, text=True, timeout=60, env=env)
+                       capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr
     r = subprocess.run([str(vtrain), "train", "--data", str(tmp_path / "data"), "--layers", "2",
                         "--dim", "64", "--heads", "2", "--seq-len", "32", "--micro-batch", "2",
