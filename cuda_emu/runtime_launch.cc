@@ -75,7 +75,11 @@ bool profiling() {
 }
 
 std::string dims(dim3 d) {
-  return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+  // snprintf, not `"(" + std::to_string(...) + ...`: g++ 12 at -O3 warns -Wrestrict on a
+  // string literal + std::string there (a false positive, GCC bug 105329).
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "(%u,%u,%u)", d.x, d.y, d.z);
+  return buf;
 }
 
 }  // namespace

@@ -7,10 +7,18 @@
 # RANKS=1 runs one process); eval and sampling then load the checkpoint on one process.
 # Environment knobs: STEPS (default 300), VALUE (default bov), OUT (default runs/demo),
 # RANKS, TP, PP.
+# It builds only what it runs (the vtrain binary; `bash scripts/build.sh` builds the tests too),
+# showing cmake's progress, and says how long each part took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+T0=$SECONDS
+since() { local s=$((SECONDS - $1)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
 bash scripts/setup.sh
-bash scripts/build.sh >/dev/null
+T=$SECONDS
+echo "[demo] building build/vtrain (a first build compiles about 200 files: see docs/status.md" \
+     "\"The demo\" for the time it takes; cmake's percentage follows)"
+bash scripts/build.sh vtrain
+echo "[demo] build done in $(since $T)"
 STEPS=${STEPS:-300}
 RANKS=${RANKS:-4}
 TP=${TP:-2}
@@ -36,10 +44,12 @@ else
 fi
 DP=$((RANKS / (TP * PP)))
 echo "[demo] training a tiny '$VALUE' model for $STEPS steps on $RANKS rank(s): dp $DP x tp $TP x pp $PP"
+T=$SECONDS
 "${LAUNCH[@]}" ./build/vtrain train --data "$DATA" --preset tiny --value "$VALUE" \
   --tp "$TP" --pp "$PP" --micro-batch $((8 / DP)) --global-batch 2048 --steps "$STEPS" \
   --eval-every 50 --eval-tokens 16384 --log-every 10 \
   --ckpt-dir "$OUT/ckpt" --metrics "$OUT/metrics.jsonl" --tensorboard "$OUT/tensorboard" --seed 1337
+echo "[demo] training done in $(since $T)"
 CKPT="$OUT/ckpt/$(cat "$OUT/ckpt/latest")"
 echo "[demo] evaluating $CKPT"
 ./build/vtrain eval --ckpt "$CKPT" --data "$DATA" --tokens 23000
@@ -62,3 +72,4 @@ print(f"[demo] train loss {train[0]['loss']:.3f} -> {train[-1]['loss']:.3f}; "
 if not (train[-1]["loss"] < train[0]["loss"] - 1.0 and evals[-1]["val_bpb"] < evals[0]["val_bpb"]):
     sys.exit("[demo] the loss did not fall as it should")
 PY
+echo "[demo] done in $(since $T0) (setup, build, data, training, evaluation, samples, plots)"

@@ -146,6 +146,9 @@ def stats(run: Run) -> dict:
     _, toks = run.values("tokens")
     out["tokens"] = float(toks[-1]) if len(toks) else nan
     out["final_loss"] = (float(loss[-1]), int(steps[-1])) if len(loss) else (nan, None)
+    # vtrain's own smoothed loss (loss_smooth: nanochat's EMA), in files that have it.
+    ss, smooth = run.values("loss_smooth")
+    out["final_smooth"] = (float(smooth[-1]), int(ss[-1])) if len(smooth) else (nan, None)
     i = int(np.argmin(loss)) if len(loss) else None
     out["best_loss"] = (float(loss[i]), int(steps[i])) if i is not None else (nan, None)
     es, bpb = run.values("val_bpb", run.evals)
@@ -198,6 +201,7 @@ def summary(runs: list[Run], images=("steps.png", "tokens.png")) -> str:
         ("steps", lambda s: "-" if s["steps"] is None else str(s["steps"])),
         ("tokens", lambda s: si(s["tokens"])),
         ("final train loss", lambda s: at(s["final_loss"])),
+        ("final train loss, smoothed", lambda s: at(s["final_smooth"])),
         ("lowest train loss", lambda s: at(s["best_loss"])),
         ("final val bpb", lambda s: at(s["final_bpb"])),
         ("lowest val bpb", lambda s: at(s["best_bpb"])),

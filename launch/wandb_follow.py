@@ -321,6 +321,13 @@ def main(argv: list[str]) -> int:
     exit_code = 0
     try:
         f.log_records(backlog)
+        if not args.once and not f.done:
+            # Says that the file's present records are logged and what ends the following (also
+            # the moment a test may append, knowing the follower has read what came before).
+            until = (f"the run's final record ({final[0]} of step {final[1]})" if final
+                     else f"{args.idle:g} s with nothing new (--idle)")
+            say(f"following {path}: {f.logged} records logged up to step {f.last_step}; "
+                f"waiting for more until {until}")
         last_new = time.monotonic()
         while not args.once and not f.done and stop["signal"] is None:
             time.sleep(args.poll)

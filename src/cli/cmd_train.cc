@@ -28,6 +28,7 @@ int cmd_train(int argc, char** argv) {
     // one node; MPMD launches give ranks different flags): agreed over the world, so any rank's
     // error ends every rank promptly with that rank's message, printed once by rank 0.
     VT_RETURN_IF_ERROR(all_ok(comm, o.status()));
+    o->command.assign(argv, argv + argc);
     absl::Status st = run_train(*o, comm);
     if (absl::IsAborted(st)) {  // stopped by a signal after saving: resumable
       requeue = true;

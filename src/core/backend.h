@@ -76,5 +76,14 @@ int cuda_device_count_or_zero();
 // One line per usable CUDA device: index, name, memory, compute capability (`vtrain devices`).
 // The CUDA emulation names its devices as emulated.
 std::vector<std::string> cuda_device_descriptions();
+// Whether the usable CUDA devices are vtrain's CUDA emulation (cuda_emu/: the GPU code path on the
+// CPU), not GPUs: told by the name the emulation gives its devices, as a program would see a
+// GPU's name (no build switch in product code). False without any CUDA device.
+bool cuda_devices_are_emulated();
+// The environment variable that allows `--device cuda` on the CUDA emulation (its value "1"):
+// without it the emulation is refused there, as it is thousands of times slower than a GPU and a
+// script asking for a GPU must not silently get it. The test suite and the GPU window's
+// rehearsal set it (docs/usage.md "GPUs").
+inline constexpr const char* kAllowEmulatedCudaEnv = "VTRAIN_ALLOW_EMULATED_CUDA";
 
 }  // namespace vt

@@ -258,6 +258,17 @@ std::vector<std::string> cuda_device_descriptions() {
   return out;
 }
 
+bool cuda_devices_are_emulated() {
+  if (cuda::cuda_device_count() <= 0) return false;
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  // cuda_emu/runtime_launch.cc names its devices "vtrain CUDA emulation (...)".
+  return std::strncmp(prop.name, "vtrain CUDA emulation", 21) == 0;
+}
+
 namespace {
 
 // CUDA events on one stream, a pool reused after each recycle().

@@ -138,13 +138,14 @@ std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts) {
       static_cast<int>(shown.size()), static_cast<int>(seen.size()));
   s += kColumns;
   for (const LayoutPlan* l : shown) s += row(*l);
-  s += "\n" + checkpoint(p, in) + "\n" + format_breakdown(p.fitting.front());
-  s += kCaveat;
+  // StrAppend, not `"\n" + std::string + ...`: g++ 12 at -O3 warns -Wrestrict on a string
+  // literal + std::string (a false positive, GCC bug 105329).
+  absl::StrAppend(&s, "\n", checkpoint(p, in), "\n", format_breakdown(p.fitting.front()), kCaveat);
   return s;
 }
 
 std::string format_layout(const PlanInput& in, const Plan& p, const LayoutPlan& l) {
-  std::string s = header(in, p) + "\n" + kColumns + row(l);
+  std::string s = absl::StrCat(header(in, p), "\n", kColumns, row(l));  // (see format_plan)
   absl::StrAppendFormat(&s, "%s\n", l.fits ? "fits" : "DOES NOT FIT");
   if (in.vpp > 1)
     absl::StrAppendFormat(&s, "%s\n",
@@ -153,7 +154,7 @@ std::string format_layout(const PlanInput& in, const Plan& p, const LayoutPlan& 
                               : absl::StrCat("plain 1F1B: --vpp ", in.vpp,
                                              " needs pp > 1 dividing into equal chunks of the layers per "
                                              "stage and micro-batches a multiple of pp"));
-  s += "\n" + checkpoint(p, in) + "\n" + format_breakdown(l);
+  absl::StrAppend(&s, "\n", checkpoint(p, in), "\n", format_breakdown(l));
   const std::vector<MemoryEstimate> stages = stage_memory(in, l.layout);
   if (stages.size() > 1) {
     s += "every stage (the start-up estimate, without the allowance):\n";

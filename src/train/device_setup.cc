@@ -2,6 +2,7 @@
 #include "train/device_setup.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/backend.h"
@@ -44,10 +45,23 @@ absl::StatusOr<DevicePlan> setup_device(const TrainOptions& o, Communicator* wor
         "rebuild on a machine with the CUDA toolkit, or run with --device cpu"));
 #endif
   }
+  // The CUDA emulation is thousands of times slower than a GPU: a run (or a script) asking for a
+  // GPU does not get it without saying so.
+  const char* allow = std::getenv(kAllowEmulatedCudaEnv);
+  double emulated = cuda_devices_are_emulated() && !(allow != nullptr && std::string(allow) == "1") ? 1.0 : 0.0;
+  world->all_reduce_sum(&emulated, 1);
+  if (emulated > 0)
+    return agreed(absl::FailedPreconditionError(absl::StrCat(
+        "--device cuda: the only CUDA device here is vtrain's CUDA emulation (cuda_emu/: the GPU "
+        "code path run on the CPU, thousands of times slower than a GPU), not a GPU; run with "
+        "--device cpu, or set ", kAllowEmulatedCudaEnv, "=1 to run the GPU code path on the "
+        "emulation (the test suite does)")));
   set_device_backend(make_cuda_backend());
   plan.description = absl::StrCat("cuda (", backend(Device::kCUDA).name(), ", ", gpus,
-                                  " visible GPU(s) per rank), ", dtype_name(plan.act_dtype),
-                                  " activations");
+                                  cuda_devices_are_emulated()
+                                      ? " device(s) of vtrain's CUDA emulation per rank: emulated, not a GPU), "
+                                      : " visible GPU(s) per rank), ",
+                                  dtype_name(plan.act_dtype), " activations");
   return plan;
 }
 

@@ -140,13 +140,14 @@ std::string format_duration(double s) {
   return absl::StrFormat("%ds", t);
 }
 
-std::string progress_line(int step, int total, double loss, double lr, double tok_per_s,
-                          double mfu, double eta_seconds) {
+std::string progress_line(int64_t step, int64_t total, double loss, double loss_smooth, double lr,
+                          double tok_per_s, double mfu, double eta_seconds) {
   std::string tps = tok_per_s >= 1e6   ? absl::StrFormat("%.2fM", tok_per_s / 1e6)
                     : tok_per_s >= 1e3 ? absl::StrFormat("%.1fk", tok_per_s / 1e3)
                                        : absl::StrFormat("%.0f", tok_per_s);
-  return absl::StrFormat("step %d/%d | loss %.4f | lr %.2e | %s tok/s | mfu %.1f%% | eta %s", step,
-                         total, loss, lr, tps, 100.0 * mfu, format_duration(eta_seconds));
+  return absl::StrFormat("step %d/%d | loss %.4f (smoothed %.4f) | lr %.2e | %s tok/s | mfu %.1f%% | eta %s",
+                         step, total, loss, loss_smooth, lr, tps, 100.0 * mfu,
+                         eta_seconds < 0 ? "(measuring)" : format_duration(eta_seconds));
 }
 
 }  // namespace vt

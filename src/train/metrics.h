@@ -57,9 +57,10 @@ class MetricsLog {
 };
 
 
-// "step 120/500 | loss 3.4521 | lr 1.00e-02 | 12.3k tok/s | mfu 21.0% | eta 3m12s"
-std::string progress_line(int step, int total, double loss, double lr_mult, double tok_per_s,
-                          double mfu, double eta_seconds);
+// "step 120/500 | loss 3.4521 (smoothed 3.5012) | lr 1.00e-02 | 12.3k tok/s | mfu 21.0% |
+// eta 3m12s"; a negative eta prints as "eta (measuring)" (train/run_progress.h EtaWindow).
+std::string progress_line(int64_t step, int64_t total, double loss, double loss_smooth, double lr,
+                          double tok_per_s, double mfu, double eta_seconds);
 std::string format_duration(double seconds);
 
 }  // namespace vt

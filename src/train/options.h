@@ -97,6 +97,9 @@ struct TrainOptions {
   std::string recipe = "vtrain";           // --recipe (cli/recipes.h)
   std::vector<std::string> recipe_flags;   // the flags it filled in, "--flag value"
   int64_t max_nonfinite_steps = 3;    // skip-step: stop after this many in a row
+  // The command line as given (the binary and its arguments): the run summary's resume line.
+  // Not an option of the run: not in to_json().
+  std::vector<std::string> command;
 
   int64_t tokens_per_micro() const { return static_cast<int64_t>(micro_batch) * model.seq_len; }
   nlohmann::json to_json() const;

@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace vt {
@@ -17,6 +20,7 @@ namespace vt {
 namespace {
 
 constexpr int kHostChars = 64;  // host names are gathered as this many floats (one per byte)
+constexpr int kHostFloats = kHostChars + 1;  // and the host's CPUs online after them
 
 double median_of(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -53,18 +57,29 @@ RankHealth::RankHealth(Communicator* world, int every, double margin, double min
     : world_(world), every_(every), margin_(margin), min_s_(min_s) {
   char host[kHostChars + 1] = {0};
   gethostname(host, kHostChars);
-  std::vector<float> mine(kHostChars, 0.0f), all(static_cast<size_t>(kHostChars) * world->size());
+  std::vector<float> mine(kHostFloats, 0.0f), all(static_cast<size_t>(kHostFloats) * world->size());
   for (int i = 0; i < kHostChars && host[i]; ++i) mine[i] = static_cast<unsigned char>(host[i]);
-  world->all_gather(mine.data(), all.data(), kHostChars);
+  // The CPUs online on the host (not this rank's affinity mask: a rank bound to one core would
+  // make every bound job look oversubscribed).
+  mine[kHostChars] = static_cast<float>(std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN)));
+  world->all_gather(mine.data(), all.data(), kHostFloats);
+  std::map<std::string, std::pair<int, int>> per_host;  // name -> (ranks, CPUs)
   for (int r = 0; r < world->size(); ++r) {
+    const float* row = all.data() + static_cast<size_t>(r) * kHostFloats;
     std::string name;
     for (int i = 0; i < kHostChars; ++i) {
-      const int c = static_cast<int>(all[static_cast<size_t>(r) * kHostChars + i]);
+      const int c = static_cast<int>(row[i]);
       if (c == 0) break;
       name.push_back(static_cast<char>(c));
     }
     hosts_.push_back(name.empty() ? "?" : name);
+    auto& [ranks, cpus] = per_host[hosts_.back()];
+    ++ranks;
+    cpus = std::max(cpus, static_cast<int>(row[kHostChars]));
   }
+  for (const auto& [name, rc] : per_host)
+    if (rc.first > rc.second)
+      oversubscribed_.push_back(absl::StrFormat("%s: %d ranks on %d CPUs", name, rc.first, rc.second));
 }
 
 void RankHealth::add_step(double step_s, double comm_s, double data_s) {
@@ -86,6 +101,7 @@ std::optional<HealthReport> RankHealth::maybe_report(int64_t step) {
   r.step = step;
   r.steps = steps_;
   r.hosts = hosts_;
+  r.oversubscribed = oversubscribed_;
   std::vector<double> compute;
   for (int q = 0; q < n; ++q) {
     RankTimes t;
@@ -122,6 +138,12 @@ std::string format_health(const HealthReport& r) {
         r.median_compute_s > 0 ? t.compute_s / r.median_compute_s : 0.0, r.median_compute_s,
         r.steps, wait);
   }
+  if (!r.oversubscribed.empty())
+    absl::StrAppendFormat(
+        &s,
+        "  (oversubscribed: %s; ranks there take turns on the CPUs, so their compute times "
+        "include waiting for one and a straggler there is the machine's load, not a slow rank)\n",
+        absl::StrJoin(r.oversubscribed, "; "));
   return s;
 }
 
@@ -142,7 +164,8 @@ nlohmann::json health_json(const HealthReport& r) {
   return {{"step", r.step},
           {"health",
            {{"steps", r.steps}, {"compute_s", compute}, {"comm_s", comm}, {"data_s", data},
-            {"median_compute_s", r.median_compute_s}, {"hosts", r.hosts}}},
+            {"median_compute_s", r.median_compute_s}, {"hosts", r.hosts},
+            {"oversubscribed", r.oversubscribed}}},
           {"straggler", stragglers}};
 }
 

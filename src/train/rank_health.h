@@ -4,7 +4,9 @@
 // those steps (one small all-gather) and rank 0 logs them. In a synchronous step every rank's
 // wall time is the same, the slow rank's shows as compute and everyone else's as waiting, so a
 // rank whose compute is above the median by more than `margin` (a fraction) and `min_s` seconds
-// is a straggler, named with its host in the log and the metrics.
+// is a straggler, named with its host in the log and the metrics. A host running more ranks
+// than it has CPUs (oversubscribed: the demo's 4 ranks on 2 cores) makes compute times include
+// waiting for a CPU: its straggler lines say so, as the slowness is the machine's, not the rank's.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -26,6 +28,8 @@ struct HealthReport {
   int64_t steps = 0;            // steps in the window
   std::vector<RankTimes> ranks;
   std::vector<std::string> hosts;
+  // Hosts running more ranks than they have CPUs online: "vm: 4 ranks on 2 CPUs".
+  std::vector<std::string> oversubscribed;
   double median_compute_s = 0;
   std::vector<int> stragglers;  // ranks, slowest first
 };
@@ -45,7 +49,8 @@ struct SlowRank {
 
 class RankHealth {
  public:
-  // Collective over `world` (gathers the host names). every <= 0: never reports.
+  // Collective over `world` (gathers the host names and their CPUs online). every <= 0: never
+  // reports.
   RankHealth(Communicator* world, int every, double margin, double min_s);
   // This rank's times of one step: its wall seconds, the seconds inside communication calls and
   // the seconds spent reading the batch.
@@ -59,15 +64,18 @@ class RankHealth {
   int every_;
   double margin_, min_s_;
   std::vector<std::string> hosts_;
+  std::vector<std::string> oversubscribed_;
   RankTimes sum_;
   int64_t steps_ = 0;
 };
 
 // Rank 0's log line(s): each straggler with its host, compute against the median, and what the
-// others waited; or one line saying the ranks are even.
+// others waited (and, on an oversubscribed host, that its ranks share its CPUs); or one line
+// saying the ranks are even.
 std::string format_health(const HealthReport& r);
 // The metrics line: {"step", "health": {"compute_s": [...], "comm_s": [...], "data_s": [...],
-// "median_compute_s"}, "straggler": [{"rank", "host", "compute_s", "ratio"}...]}.
+// "median_compute_s", "hosts", "oversubscribed": [...]}, "straggler": [{"rank", "host",
+// "compute_s", "ratio"}...]}.
 nlohmann::json health_json(const HealthReport& r);
 
 }  // namespace vt

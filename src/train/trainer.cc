@@ -10,6 +10,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -85,6 +86,7 @@ Trainer::Trainer(const TrainOptions& options, Communicator* world)
 Trainer::~Trainer() = default;
 
 absl::Status Trainer::setup() {
+  t_setup_ = now_seconds();
   VT_ASSIGN_OR_RETURN(run_, build_run(o_, world_));
   run_->engine->set_stop_check([] { return stop_signal_received() != 0; });
   VT_ASSIGN_OR_RETURN(slow_, SlowRank::from_env());
@@ -95,10 +97,16 @@ absl::Status Trainer::setup() {
   health_ = std::make_unique<RankHealth>(world_, static_cast<int>(o_.health_every),
                                          o_.straggler_margin, o_.straggler_min_s);
   VT_RETURN_IF_ERROR(resume());
+  if (const auto* mix = dynamic_cast<const data::MixtureLoader*>(run_->train.get())) data_stage_ = mix->stage();
   if (!o_.ckpt_dir.empty() && rank0_) {
     VT_RETURN_IF_ERROR(run_->tokenizer->save((fs::path(o_.ckpt_dir) / "tokenizer.json").string()));
   }
   if (rank0_) {
+    // The evaluations of the run before this invocation, for the summary's best val bpb.
+    if (!resumed_from_.empty() && !o_.metrics_path.empty()) {
+      evals_ = earlier_evaluations(o_.metrics_path, completed_step_);
+      earlier_evals_ = static_cast<int64_t>(evals_.size());
+    }
     VT_RETURN_IF_ERROR(metrics_.open(o_.metrics_path));
     if (!o_.tensorboard_dir.empty()) {
       // Steps after the checkpoint are this run's: TensorBoard drops what earlier files logged
@@ -176,6 +184,15 @@ void Trainer::print_banner() const {
   std::printf("batch: %lld tokens/step = %d rows x %d tokens x dp %d x %d micro-batches; %lld steps\n",
               static_cast<long long>(o_.global_batch), o_.micro_batch, cfg.seq_len, run_->shape.dp,
               run_->micro_batches, static_cast<long long>(o_.steps));
+  if (o_.data.is_mixture()) {
+    // The blend now and the stages to come (a line says when each starts).
+    std::string later;
+    for (size_t k = data_stage_ + 1; k < o_.data.stages.size(); ++k)
+      absl::StrAppend(&later, "; stage ", k + 1, " from token ", o_.data.stages[k].start_tokens, ": ",
+                      o_.data.describe_stage(k));
+    std::printf("data: mixture, stage %zu of %zu: %s%s\n", data_stage_ + 1, o_.data.stages.size(),
+                o_.data.describe_stage(data_stage_).c_str(), later.c_str());
+  }
   std::printf("device: %s | communication: %s\n", run_->device.description.c_str(), run_->comm_desc.c_str());
   if (run_->shape.dp > 1 || o_.grad_sync != "fp32") {
     // The payload of the step's data-parallel all-reduces on this rank (the arena, padding and
@@ -329,11 +346,13 @@ std::string Trainer::latest_note() const {
 
 absl::Status Trainer::evaluate(int64_t step, int64_t max_tokens) {
   op_profile::Pause no_profile;
-  // Each source's validation split (a mixture's: up to max_tokens each); the mixture's figures
-  // are the sources' weighted by the weights of the stage the run is in.
+  // Each source's validation split (a mixture's: up to max_tokens each). The mixture's figures
+  // are the sources' weighted by the --data weights (the first stage's), fixed for the whole run
+  // so that a stage switch does not move them; with stages, also under the weights of the stage
+  // the run is in (docs/usage.md "Data mixtures").
   const auto* mix = dynamic_cast<const data::MixtureLoader*>(run_->train.get());
   std::vector<EvalResult> per;
-  EvalResult r;
+  EvalResult r, r_stage;
   for (const data::MixtureSource& s : o_.data.sources) {
     VT_ASSIGN_OR_RETURN(EvalResult one, vt::evaluate(*run_->engine, *run_->grid, s.dir,
                                                      o_.micro_batch, max_tokens, run_->token_bytes));
@@ -343,15 +362,20 @@ absl::Status Trainer::evaluate(int64_t step, int64_t max_tokens) {
   if (mix == nullptr || per.size() < o_.data.sources.size() || !per.back().complete()) {
     r = per.back();  // one directory's, or the partial pass a stop left
   } else {
-    const std::vector<double>& w = o_.data.stages[mix->stage()].weights;
-    r.loss = r.bpb = 0;
-    r.tokens = r.planned_tokens = 0;
-    for (size_t k = 0; k < per.size(); ++k) {
-      r.loss += w[k] * per[k].loss;
-      r.bpb += w[k] * per[k].bpb;
-      r.tokens += per[k].tokens;
-      r.planned_tokens += per[k].planned_tokens;
-    }
+    auto blend = [&](const std::vector<double>& w) {
+      EvalResult b;
+      b.loss = b.bpb = 0;
+      b.tokens = b.planned_tokens = 0;
+      for (size_t k = 0; k < per.size(); ++k) {
+        b.loss += w[k] * per[k].loss;
+        b.bpb += w[k] * per[k].bpb;
+        b.tokens += per[k].tokens;
+        b.planned_tokens += per[k].planned_tokens;
+      }
+      return b;
+    };
+    r = blend(o_.data.stages[0].weights);
+    r_stage = blend(o_.data.stages[mix->stage()].weights);
   }
   if (run_->engine->stopped() || !r.complete()) {
     // A partial pass is not the evaluation: nothing is recorded; the checkpoint the stop saves
@@ -368,11 +392,22 @@ absl::Status Trainer::evaluate(int64_t step, int64_t max_tokens) {
     return absl::OkStatus();
   }
   if (pending_eval_step_ == step) pending_eval_step_ = -1;
+  evals_.push_back({step, r.bpb});
   if (rank0_) {
-    std::printf("eval step %lld | val loss %.4f | val bpb %.4f (%lld tokens)\n",
-                static_cast<long long>(step), r.loss, r.bpb, static_cast<long long>(r.tokens));
+    const bool staged = mix != nullptr && o_.data.stages.size() > 1;
+    std::printf("eval step %lld | val loss %.4f | val bpb %.4f (%lld tokens%s\n",
+                static_cast<long long>(step), r.loss, r.bpb, static_cast<long long>(r.tokens),
+                staged ? absl::StrFormat(", --data weights) | stage %d's weights: val loss %.4f | "
+                                         "val bpb %.4f",
+                                         mix->stage() + 1, r_stage.loss, r_stage.bpb).c_str()
+                       : ")");
     nlohmann::json rec = {{"step", step}, {"val_loss", r.loss}, {"val_bpb", r.bpb},
                           {"val_tokens", r.tokens}};
+    if (staged) {
+      rec["val_loss_stage"] = r_stage.loss;
+      rec["val_bpb_stage"] = r_stage.bpb;
+      rec["data_stage"] = mix->stage() + 1;
+    }
     if (mix != nullptr) {
       for (size_t k = 0; k < per.size(); ++k) {
         const std::string& n = o_.data.sources[k].name;
@@ -495,6 +530,7 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
     run_->opt->set_step_count(step_1based);
     tokens_seen_ += o_.global_batch;
     loader_state_ = run_->train->state_json();
+    note_data_stage(step_1based);
     check_health(step_1based, now_seconds() - t_begin, comm_seconds_total() - comm_begin);
     return StepOutcome::kSkipped;
   }
@@ -507,9 +543,49 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
   const double comm_s = comm_seconds_total() - comm_before;
   // The pipeline's idle share (PipelineEngine::StepTimes, reduced over the pipeline ranks):
   // bench/bench_layouts.py compares wait / busy with the theory (pp-1) / (vpp M).
+  note_data_stage(step_1based);
   log_step(step_1based, loss, st, comm_s, run_->engine->last_step_times());
   check_health(step_1based, now_seconds() - t_begin, comm_seconds_total() - comm_begin);
   return StepOutcome::kApplied;
+}
+
+void Trainer::note_data_stage(int64_t done) {
+  const auto* mix = dynamic_cast<const data::MixtureLoader*>(run_->train.get());
+  if (mix == nullptr || mix->stage() == data_stage_) return;
+  data_stage_ = mix->stage();
+  if (!rank0_) return;
+  const data::MixtureStage& st = o_.data.stages[data_stage_];
+  std::printf("data: stage %zu of %zu starts in step %lld (from token %lld): %s; val loss and "
+              "bpb stay under the --data weights (%s), also shown under this stage's\n",
+              data_stage_ + 1, o_.data.stages.size(), static_cast<long long>(done),
+              static_cast<long long>(st.start_tokens), o_.data.describe_stage(data_stage_).c_str(),
+              o_.data.describe_stage(0).c_str());
+  std::fflush(stdout);
+}
+
+void Trainer::print_summary(bool stopped) const {
+  if (!rank0_) return;
+  RunSummary s;
+  s.stopped = stopped;
+  s.first_step = first_step_;
+  s.last_step = completed_step_;
+  s.total_steps = o_.steps;
+  s.tokens_start = tokens_at_start_;
+  s.tokens_end = tokens_seen_;
+  s.wall_seconds = now_seconds() - t_setup_;
+  s.tok_per_s = step_tok_per_s_;
+  s.mfu = step_mfu_;
+  s.evals = evals_;
+  s.earlier_evals = earlier_evals_;
+  s.ckpt_dir = o_.ckpt_dir;
+  if (!o_.ckpt_dir.empty() && committed_step_ >= 0)
+    s.checkpoint = (fs::path(o_.ckpt_dir) / checkpoint_file_name(committed_step_)).string();
+  s.metrics = o_.metrics_path;  // a failed sink was named when it failed
+  s.tensorboard = o_.tensorboard_dir;
+  s.slurm_job = std::getenv("SLURM_JOB_ID") != nullptr && world_->size() > 1;
+  if (!o_.command.empty()) s.resume_command = resume_command_line(o_.command, world_->size());
+  std::printf("%s", format_run_summary(s).c_str());
+  std::fflush(stdout);
 }
 
 void Trainer::check_health(int64_t step, double step_s, double comm_s) {
@@ -525,8 +601,13 @@ void Trainer::check_health(int64_t step, double step_s, double comm_s) {
 void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s,
                        const PipelineEngine::StepTimes& pp) {
   const double t = now_seconds();
-  const double tok_per_s = o_.global_batch / std::max(1e-9, t - t_last_);
+  const double step_s = t - t_last_;  // from the end of what came before (an evaluation excluded)
+  const double tok_per_s = o_.global_batch / std::max(1e-9, step_s);
   const double mfu = run_->flops_per_token * tok_per_s / run_->peak_flops;
+  const double loss_smooth = smooth_loss_.add(loss);
+  eta_.add(step_s);
+  step_tok_per_s_.push_back(tok_per_s);
+  step_mfu_.push_back(mfu);
   if (o_.profile) {  // the first step (allocations, first touches) is left out
     if (done == first_step_ + 1) {
       op_profile::reset();
@@ -538,8 +619,9 @@ void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, do
   t_last_ = t;
   if (!rank0_) return;
   nlohmann::json by_source = run_->train->tokens_by_source();
-  metrics_.write({{"step", done},
+  nlohmann::json rec = {{"step", done},
                   {"loss", loss},
+                  {"loss_smooth", loss_smooth},
                   {"lr", st.matrix_lr},
                   {"tokens", tokens_seen_},
                   {"tok_per_s", tok_per_s},
@@ -553,11 +635,12 @@ void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, do
                   {"pp_replay_s", pp.replay_s},
                   {"device_bytes", device_bytes()},
                   {"device_peak_bytes", device_peak_bytes()},
-                  {"tokens_by_source", std::move(by_source)}});
+                  {"tokens_by_source", std::move(by_source)}};
+  if (o_.data.stages.size() > 1) rec["data_stage"] = data_stage_ + 1;
+  metrics_.write(rec);
   if (done % o_.log_every == 0 || done == o_.steps || done == first_step_ + 1) {
-    const double elapsed = t - t_start_;
-    const double eta = elapsed / static_cast<double>(done - first_step_) * static_cast<double>(o_.steps - done);
-    std::printf("%s\n", progress_line(done, o_.steps, loss, st.matrix_lr, tok_per_s, mfu, eta).c_str());
+    std::printf("%s\n", progress_line(done, o_.steps, loss, loss_smooth, st.matrix_lr, tok_per_s, mfu,
+                                      eta_.eta(o_.steps - done)).c_str());
     if (done == first_step_ + 1 && run_->device.device != Device::kCPU)
       std::printf("device memory after the first step: %.2f GiB in use, peak %.2f GiB\n",
                   device_bytes() / 1073741824.0, device_peak_bytes() / 1073741824.0);
@@ -579,11 +662,13 @@ absl::Status Trainer::stop_here(const std::string& why) {
                   why.c_str(), static_cast<long long>(completed_step_), kExitRequeue);
     std::fflush(stdout);
   }
+  print_summary(/*stopped=*/true);
   return absl::AbortedError("stopped after saving a checkpoint");
 }
 
 absl::Status Trainer::run() {
   first_step_ = completed_step_;
+  tokens_at_start_ = tokens_seen_;
   const std::string signal_stop = "stop signal received";
   // An evaluation the checkpoint marks pending (cut short by a stop, or the final one, which
   // runs after the final checkpoint is saved) runs first.
@@ -672,6 +757,7 @@ absl::Status Trainer::run() {
   if (skipped_steps_ > 0 && rank0_)
     std::printf("%lld step(s) were skipped for non-finite values (--on-nonfinite skip-step)\n",
                 static_cast<long long>(skipped_steps_));
+  print_summary(/*stopped=*/false);
   return absl::OkStatus();
 }
 

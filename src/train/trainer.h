@@ -21,6 +21,7 @@
 #include "train/options.h"
 #include "train/rank_health.h"
 #include "train/run_builder.h"
+#include "train/run_progress.h"
 #include "train/run_state.h"
 
 namespace vt {
@@ -71,6 +72,11 @@ class Trainer {
   absl::Status save(int64_t step);
   absl::Status finish_saves();  // waits for a background write; its error, agreed
   void print_banner() const;
+  // Rank 0: a line when the data mixture's loader enters another stage (docs/usage.md "Data
+  // mixtures"); called after every step.
+  void note_data_stage(int64_t done);
+  // Rank 0: the summary block at the end of the invocation (run_progress.h).
+  void print_summary(bool stopped) const;
   void log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s,
                 const PipelineEngine::StepTimes& pp);
   void replay_forward(const BlockOutputHook& observer);
@@ -105,6 +111,14 @@ class Trainer {
 
   int64_t nonfinite_in_row_ = 0, skipped_steps_ = 0;
   double t_start_ = 0, t_last_ = 0;
+  double t_setup_ = 0;          // when setup() began (the summary's wall time)
+  int64_t tokens_at_start_ = 0; // tokens_seen_ when run() started
+  SmoothedLoss smooth_loss_;    // rank 0's console and metrics (run_progress.h)
+  EtaWindow eta_;
+  std::vector<double> step_tok_per_s_, step_mfu_;  // applied steps of this invocation
+  std::vector<EvalPoint> evals_;  // completed evaluations (rank 0: the earlier ones on a resume)
+  int64_t earlier_evals_ = 0;     // how many of evals_ a resume read from the metrics file
+  size_t data_stage_ = 0;       // the mixture's stage after the last step
   double profile_wall_ = 0;    // --profile: wall seconds of the profiled steps
   int64_t profile_steps_ = 0;
   std::unique_ptr<op_profile::DeviceClock> profile_clock_;  // --profile on a GPU: its events

@@ -17,7 +17,7 @@ import pytest
 
 import cluster_util as cu
 
-JOB_TIMEOUT = 150  # seconds for any one job, requeues included
+JOB_TIMEOUT = 900  # seconds for any one job, requeues included (a safety net: jobs take 10-60 s)
 SBATCH = cu.ROOT / "launch" / "vtrain.sbatch"
 DAEMONS = ["munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "scancel", "srun"]
 
@@ -153,7 +153,7 @@ PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE St
                                f"--log-file={self.log_dir / 'munged.log'}",
                                f"--pid-file={self.munge_dir / 'munged.pid'}",
                                f"--seed-file={self.munge_dir / 'munged.seed'}", "--num-threads=2"])
-        deadline = time.time() + 20
+        deadline = time.time() + 300  # safety nets: the daemons start in seconds
         while not self.socket.exists() and time.time() < deadline:
             self._skip_if_dead("munged", "munge could not start")
             time.sleep(0.2)
@@ -165,7 +165,7 @@ PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE St
         self._spawn("slurmctld", self._on(self.nodes[0], ["slurmctld", "-D", "-f", self.conf]))
         for n in self.nodes:
             self._spawn(f"slurmd-{n}", self._on(n, ["slurmd", "-D", "-f", self.conf, "-N", n]))
-        deadline = time.time() + 60
+        deadline = time.time() + 300
         state = ""
         while time.time() < deadline:
             self._skip_if_dead("slurmctld", "the Slurm controller could not start")
@@ -295,7 +295,7 @@ def signal_and_wait_requeue(slurm, job, log, metrics, at_step):
     """Once the run logged `at_step`, sends what --signal=B:USR1 sends near the time limit;
     waits for the requeue and then the end. Returns (step when signalled, final job info)."""
     slurm.wait(job, lambda i: i.get("JobState") == "RUNNING", log=log)
-    deadline = time.time() + 90
+    deadline = time.time() + 600
     while time.time() < deadline and max(cu.train_steps(metrics), default=0) < at_step:
         time.sleep(0.2)
     step = max(cu.train_steps(metrics), default=0)

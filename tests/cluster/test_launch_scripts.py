@@ -61,6 +61,27 @@ def test_sbatch_rejects_bad_settings(tmp_path):
     assert r.returncode != 0 and "VTRAIN_RANKS_PER_NODE" in r.stdout
 
 
+def test_sbatch_dry_run_creates_nothing_and_says_fresh_or_resume(tmp_path):
+    # A dry run prints the plan and writes nothing: no run directory, no checkpoint directory.
+    run_dir = tmp_path / "run"
+    r = sbatch_dry(tmp_path, VTRAIN_CKPT_DIR=tmp_path / "elsewhere" / "ckpt",
+                   VTRAIN_METRICS=tmp_path / "m" / "metrics.jsonl")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "dry run (VTRAIN_DRY_RUN=1): nothing created, nothing started" in r.stdout, r.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+    # A fresh start says so; it does not claim to resume from step 0.
+    assert "starting fresh: no checkpoint in" in r.stdout and "resuming" not in r.stdout, r.stdout
+    r = sbatch_dry(tmp_path)
+    assert not run_dir.exists() and "starting fresh" in r.stdout, r.stdout
+    # With a checkpoint directory that names its latest checkpoint: the step it resumes from.
+    (run_dir / "ckpt").mkdir(parents=True)
+    (run_dir / "ckpt" / "latest").write_text("step_00000120.h5\n")
+    r = sbatch_dry(tmp_path, VTRAIN_STEPS=500)
+    assert f"resuming from step 120 of 500 in {run_dir / 'ckpt'}" in r.stdout, r.stdout
+    assert "starting fresh" not in r.stdout
+    assert sorted(p.name for p in (run_dir / "ckpt").iterdir()) == ["latest"]
+
+
 def test_sbatch_asks_for_the_time_limit_signal_and_requeue():
     head = SBATCH.read_text()
     assert "#SBATCH --signal=B:USR1@" in head and "#SBATCH --requeue" in head

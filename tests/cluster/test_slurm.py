@@ -8,8 +8,9 @@ again and resumes from the latest checkpoint to completion; then the same cycle 
 one-minute time limit. The daemons and every process started under this cluster are always torn
 down.
 
-Multi-rank runs launch cluster_util.MULTIRANK_TRAIN (the stand-in until vtrain runs multi-rank
-jobs); the single-rank runs are the real build/vtrain."""
+Multi-rank runs launch cluster_util.MULTIRANK_TRAIN (the real build/vtrain unless
+VTRAIN_CLUSTER_TRAIN says otherwise); the requeue tests whose signal must land mid-run use the
+paced stand-in (standin_train.c), and the real vtrain's requeue has its own test."""
 import re
 import time
 from pathlib import Path

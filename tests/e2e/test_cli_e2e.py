@@ -59,7 +59,8 @@ def test_training_loss_falls(trained):
     assert evals[-1]["val_bpb"] < evals[0]["val_bpb"] - 0.3
     for x in train:
         assert set(x) >= {"step", "loss", "lr", "tokens", "tok_per_s", "mfu"}
-    assert re.search(r"step 60/60 \| loss [0-9.]+ \| lr .* tok/s \| mfu .* \| eta", r.stdout)
+    assert re.search(r"step 60/60 \| loss [0-9.]+ \(smoothed [0-9.]+\) \| lr .* tok/s \| mfu .* \| eta",
+                     r.stdout)
 
 
 def test_eval_matches_training_eval(trained, datadir):
@@ -153,6 +154,39 @@ def test_user_errors_are_clear(datadir, tmp_path):
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert re.search(r"--device cuda: (a rank sees no CUDA device|this vtrain was built without "
                      r"CUDA)", r.stderr), r.stderr
+
+
+def test_the_cuda_emulation_is_not_taken_for_a_gpu(datadir, tmp_path):
+    # Where the only CUDA device is vtrain's CUDA emulation (a build without a GPU: CI, this
+    # machine), `devices` says so and exits 4, and --device cuda runs on it only with
+    # VTRAIN_ALLOW_EMULATED_CUDA=1, for train and for eval alike.
+    env = {k: v for k, v in os.environ.items() if k != "VTRAIN_ALLOW_EMULATED_CUDA"}
+    d = subprocess.run([VTRAIN, "devices"], capture_output=True, text=True, env=env)
+    if d.returncode in (0, 3) and "emulat" not in d.stdout:
+        pytest.skip(f"no CUDA emulation in this build (`vtrain devices` exit {d.returncode})")
+    assert d.returncode == 4, (d.returncode, d.stdout)
+    assert "emulated, not a GPU" in d.stdout and "VTRAIN_ALLOW_EMULATED_CUDA=1" in d.stdout, d.stdout
+    assert "vtrain CUDA emulation" in d.stdout and "\n0 GPUs usable" in d.stdout, d.stdout
+    ckpt = tmp_path / "ck"
+    args = ["train", "--data", str(datadir), *TINY, "--steps", "1", "--device", "cuda",
+            "--final-eval-tokens", "0", "--ckpt-dir", str(ckpt)]
+    r = subprocess.run([VTRAIN, *args], capture_output=True, text=True, env=env)
+    assert r.returncode == 2, (r.returncode, r.stdout[-800:], r.stderr)
+    assert "--device cuda: the only CUDA device here is vtrain's CUDA emulation" in r.stderr, r.stderr
+    assert "VTRAIN_ALLOW_EMULATED_CUDA=1" in r.stderr and "--device cpu" in r.stderr, r.stderr
+    assert not ckpt.exists() or not any(ckpt.iterdir())  # refused before anything was written
+    for bad in ("0", "yes", ""):  # only "1" opts in
+        r = subprocess.run([VTRAIN, *args], capture_output=True, text=True,
+                           env=dict(env, VTRAIN_ALLOW_EMULATED_CUDA=bad))
+        assert r.returncode == 2 and "CUDA emulation" in r.stderr, (bad, r.stderr)
+    ok = subprocess.run([VTRAIN, *args], capture_output=True, text=True,
+                        env=dict(env, VTRAIN_ALLOW_EMULATED_CUDA="1"))
+    assert ok.returncode == 0, ok.stderr
+    assert "emulated, not a GPU" in ok.stdout and "step 1/1" in ok.stdout, ok.stdout[-1500:]
+    ev = subprocess.run([VTRAIN, "eval", "--ckpt", str(ckpt / "step_00000001.h5"), "--data",
+                         str(datadir), "--tokens", "512", "--device", "cuda"],
+                        capture_output=True, text=True, env=env)
+    assert ev.returncode == 2 and "CUDA emulation" in ev.stderr, ev.stderr
 
 
 def test_corrupt_data_is_refused(datadir, tmp_path):

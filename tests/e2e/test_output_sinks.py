@@ -214,7 +214,7 @@ def test_plan_file_readers_refuse_what_is_not_a_small_regular_file(tmp_path, fla
     with open(tmp_path / "big", "wb") as f:  # sparse: larger than either limit, no disk used
         f.truncate(300 << 20)
     path = what if what.startswith("/") else f"{tmp_path}/{what}"
-    r = vt("plan", "--preset", "d12", "--tokens", "1e9", "--gpus", 8, flag, path, timeout=60)
+    r = vt("plan", "--preset", "d12", "--tokens", "1e9", "--gpus", 8, flag, path, timeout=600)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert f"{flag} {path}: " in r.stderr and why in r.stderr, r.stderr
 

@@ -35,7 +35,7 @@ def data_dir(tmp_path_factory):
     out = tmp / "data"
     r = subprocess.run([str(vtrain()), "prepare", "--input", str(tmp / "corpus.txt"), "--out",
                         str(out), "--tokenizer", "bpe:300", "--val-fraction", "0.1"],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     return out
 

@@ -8,17 +8,20 @@ GPU machine, at tiny shapes:
 - in a mount namespace that hides this machine's Open MPI, HDF5, OpenBLAS and abseil
   (scripts/without_system_libs.sh): the system build no longer starts there, the bundle does;
 - faults: a hung stage is cut at its limit, a failing one is recorded, a hung test binary is cut
-  at the per-binary limit while the others run, and the stages after them still run; exit 1;
+  at its own limit while the others run, and the stages after them still run; exit 1;
 - the deadline: a stage that no longer fits is skipped, not started;
 - an unusable bundle: exit 2 and still a summary.
+The window's limits are wall-clock limits made for a GPU machine; here every stage, test binary
+and the deadline get limits no busy machine reaches (GENEROUS), except the ones a test cuts on
+purpose, and those only on programs that hang: no outcome depends on how busy the machine is.
 Skipped where the build has no emulated CUDA path (VTRAIN_CUDA off)."""
 import json
 import os
 import shutil
 import subprocess
 import sys
+import re
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,11 @@ BUILD = Path(os.environ.get("VTRAIN_BUILD", ROOT / "build"))
 WINDOW = ROOT / "scripts" / "device_window.sh"
 STAGES = ["facts", "attention", "train", "tests", "gemm", "torch_peer", "bov", "cli"]
 GPU_TEST_BINARIES = sorted(p.stem for p in (ROOT / "tests" / "gpu").glob("*_test.cc"))
+
+# Limits a busy 2-core machine stays far below (the defaults are a GPU machine's: 60 s a test
+# binary, 540 s in all); a test that cuts something on purpose overrides the one it needs.
+GENEROUS = {"WINDOW_DEADLINE": 7200, "WINDOW_TEST_LIMIT": 1200,
+            "WINDOW_LIMITS": ",".join(f"{s}=3600" for s in STAGES)}
 
 if not (BUILD / "gemm_bench").exists():
     pytest.skip("no CUDA build here (gemm_bench missing): the window has nothing to run",
@@ -44,7 +52,7 @@ def bundle(tmp_path_factory):
     env = dict(os.environ, VTRAIN_BUNDLE_EMULATED="1", VTRAIN_DEVICE_BUILD=str(BUILD),
                VTRAIN_BUNDLE_OUT=str(out))
     r = subprocess.run(["bash", str(ROOT / "scripts" / "device_bundle.sh")], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     path = out / "root.tar.gz"
     with tarfile.open(path) as t:
@@ -54,19 +62,27 @@ def bundle(tmp_path_factory):
 
 
 def window(tmp_path, bundle_path, wrap=(), **env_extra):
-    """Runs the window; returns (exit code, stdout, OUT dir, numbers or None, seconds)."""
+    """Runs the window with the GENEROUS limits (env_extra overrides them; WINDOW_LIMITS given
+    there come after the generous ones, so they win); returns (exit code, stdout, OUT dir,
+    numbers or None)."""
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), WINDOW_BUNDLE=str(bundle_path),
                WINDOW_WORK=str(tmp_path / "work"), WINDOW_PYTHON=sys.executable)
+    env.update({k: str(v) for k, v in GENEROUS.items()})
+    if "WINDOW_LIMITS" in env_extra:
+        env_extra = dict(env_extra, WINDOW_LIMITS=f"{GENEROUS['WINDOW_LIMITS']},{env_extra['WINDOW_LIMITS']}")
     env.update({k: str(v) for k, v in env_extra.items()})
-    t0 = time.time()
     r = subprocess.run([*wrap, "bash", str(WINDOW)], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=900)
-    secs = time.time() - t0
+                       text=True, timeout=14400)
     numbers = None
     if (out / "numbers.json").exists():
         numbers = json.loads((out / "numbers.json").read_text())
-    return r.returncode, r.stdout + r.stderr, out, numbers, secs
+    return r.returncode, r.stdout + r.stderr, out, numbers
+
+
+def not_ok(binaries, but=()):
+    """{binary: status} of the test binaries that did not pass (leaving out `but`)."""
+    return {k: v["status"] for k, v in binaries.items() if k not in but and v["status"] != "ok"}
 
 
 def status(numbers):
@@ -92,7 +108,7 @@ def modified_bundle(tmp_path, bundle_path, scripts):
 
 
 def test_window_end_to_end_on_the_emulation(tmp_path, bundle):
-    rc, log, out, num, _ = window(tmp_path, bundle)
+    rc, log, out, num = window(tmp_path, bundle)
     assert rc == 0, log[-4000:]
     assert sorted(p.name for p in out.iterdir()) == ["logs.tar.gz", "numbers.json", "summary.txt"]
     summary = (out / "summary.txt").read_text()
@@ -122,6 +138,7 @@ def test_window_end_to_end_on_the_emulation(tmp_path, bundle):
     assert num["bov"]["value"] == "bov" and num["train"]["value"] == "baseline"
     tests = num["tests"]
     assert sorted(tests["binaries"]) == GPU_TEST_BINARIES
+    assert not not_ok(tests["binaries"]), f"test binaries not ok: {not_ok(tests['binaries'])}"
     assert tests["failed"] == 0 and tests["passed"] >= len(GPU_TEST_BINARIES) - 1, tests
     names = [r["name"] for r in num["gemm"]["rows"]]
     assert len(names) == 15 and "lm_head.dW" in names and num["gemm"]["all_tflops"] >= 0
@@ -135,9 +152,9 @@ def test_window_end_to_end_on_the_emulation(tmp_path, bundle):
     # emulated, and with --allow-emulated labels everything it would write.
     results = [sys.executable, str(ROOT / "scripts" / "window_results.py"), str(out / "numbers.json"),
                "--repo", str(ROOT), "--dry-run"]
-    r = subprocess.run(results, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(results, capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "emulated" in r.stdout + r.stderr, r.stdout + r.stderr
-    r = subprocess.run(results + ["--allow-emulated"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(results + ["--allow-emulated"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "EMULATED (not a GPU number): attention forward" in r.stdout
     assert "would write" in r.stdout and "plan_calibration-EMULATED.json" in r.stdout
@@ -152,10 +169,11 @@ def test_window_in_a_namespace_without_the_system_libraries(tmp_path, bundle):
     # The libraries are really hidden: the system build cannot start.
     assert probe.returncode != 0, probe.stdout[-500:]
     assert "file too short" in probe.stderr or "cannot open" in probe.stderr, probe.stderr[-500:]
-    rc, log, out, num, _ = window(tmp_path, bundle, wrap=hide,
-                                  WINDOW_STAGES="facts,attention,train,tests,gemm")
+    rc, log, out, num = window(tmp_path, bundle, wrap=hide,
+                               WINDOW_STAGES="facts,attention,train,tests,gemm")
     assert rc == 0, log[-4000:]
     assert all(v == "ok" for v in status(num).values()), status(num)
+    assert not not_ok(num["tests"]["binaries"]), f"not ok: {not_ok(num['tests']['binaries'])}"
     assert num["facts"]["libs_ok"] == "yes" and num["facts"]["mpirun_devices"] == "ok"
     assert num["train"]["loss_last"] < num["train"]["loss_first"]
 
@@ -169,31 +187,34 @@ def test_window_survives_hangs_and_failures(tmp_path, bundle):
         "usr/bin/gemm_bench": "#!/bin/sh\nexit 3\n",     # a stage that fails
         "tests/rope_test": hung_test,                    # one test binary that hangs
     })
-    rc, log, out, num, secs = window(tmp_path, mod, WINDOW_STAGES="attention,gemm,tests,train",
-                                     WINDOW_LIMITS="attention=6", WINDOW_TEST_LIMIT=6)
+    # Only what hangs gets a short limit: the hung stage (6 s) and the hung binary (6 s of its
+    # own); every other binary and stage has the generous limits.
+    rc, log, out, num = window(tmp_path, mod, WINDOW_STAGES="attention,gemm,tests,train",
+                               WINDOW_LIMITS="attention=6", WINDOW_TEST_LIMITS="rope_test=6")
     assert rc == 1, log[-4000:]
     st = status(num)
     assert st == {"attention": "timeout", "gemm": "failed", "tests": "failed", "train": "ok"}, st
     bins = num["tests"]["binaries"]
-    assert bins["rope_test"]["status"] == "timeout"
-    assert all(v["status"] == "ok" for k, v in bins.items() if k != "rope_test"), bins
+    assert bins["rope_test"]["status"] == "timeout", bins["rope_test"]
+    assert not not_ok(bins, but=["rope_test"]), f"test binaries not ok: {not_ok(bins, ['rope_test'])}"
+    assert "stage attention (limit 6s" in log and "stage attention: timeout" in log, log[-3000:]
     assert num["train"]["loss_last"] < num["train"]["loss_first"]
     assert "not ok: attention, gemm, tests" in (out / "summary.txt").read_text()
-    assert secs < 200, secs
 
 
 def test_window_skips_what_the_deadline_cannot_fit(tmp_path, bundle):
     # 15 s of the deadline are kept for the summary and the packing, and a stage starts only with
-    # 10 s left: a hung attention stage is cut by the 30 s deadline (not its own 90 s limit), and
-    # train, which no longer fits, is skipped rather than started.
+    # 10 s left: a hung attention stage (its own limit 3600 s) is cut by the 90 s deadline, and
+    # train, which no longer fits, is skipped rather than started. (The unpacking before the
+    # first stage may take up to 65 s of the 90 on a busy machine; the hang outlasts any.)
     mod = modified_bundle(tmp_path, bundle, {"usr/bin/attention_bench": "#!/bin/sh\nsleep 1000\n"})
-    rc, log, out, num, secs = window(tmp_path, mod, WINDOW_STAGES="facts,attention,train",
-                                     WINDOW_DEADLINE=30)
+    rc, log, out, num = window(tmp_path, mod, WINDOW_STAGES="attention,train", WINDOW_DEADLINE=90)
     assert rc == 1, log[-3000:]
     st = status(num)
-    assert st == {"facts": "ok", "attention": "timeout", "train": "skipped"}, st
+    assert st == {"attention": "timeout", "train": "skipped"}, (st, log[-3000:])
+    lim = int(re.search(r"stage attention \(limit (\d+)s", log).group(1))
+    assert lim <= 90 - 15, log[-3000:]  # the deadline's limit, not the stage's 3600 s
     assert "stage train: skipped (the deadline leaves" in log
-    assert secs < 30 + 10, secs
 
 
 def test_window_unpacks_an_xz_bundle_where_xz_is_broken(tmp_path, bundle):
@@ -209,14 +230,14 @@ def test_window_unpacks_an_xz_bundle_where_xz_is_broken(tmp_path, bundle):
     fake.mkdir()
     (fake / "xz").write_text("#!/bin/sh\necho 'xz: broken' >&2\nexit 1\n")
     (fake / "xz").chmod(0o755)
-    rc, log, out, num, _ = window(tmp_path, xz_bundle, WINDOW_STAGES="facts",
-                                  PATH=f"{fake}:{os.environ['PATH']}")
+    rc, log, out, num = window(tmp_path, xz_bundle, WINDOW_STAGES="facts",
+                               PATH=f"{fake}:{os.environ['PATH']}")
     assert rc == 0, log[-3000:]
     assert status(num) == {"facts": "ok"} and num["facts"]["libs_ok"] == "yes"
 
 
 def test_window_without_a_bundle_still_summarizes(tmp_path):
-    rc, log, out, num, _ = window(tmp_path, tmp_path / "missing.tar.gz")
+    rc, log, out, num = window(tmp_path, tmp_path / "missing.tar.gz")
     assert rc == 2, log[-2000:]
     assert "no bundle at" in log
     assert status(num) == {"unpack": "failed"}
@@ -227,6 +248,6 @@ def test_window_refuses_a_work_directory_it_did_not_make(tmp_path, bundle):
     keep = tmp_path / "work"
     keep.mkdir()
     (keep / "precious.txt").write_text("not the window's")
-    rc, log, _, _, _ = window(tmp_path, bundle)
+    rc, log, _, _ = window(tmp_path, bundle)
     assert rc == 2 and "was not made by a window" in log, log[-1000:]
     assert (keep / "precious.txt").read_text() == "not the window's"

@@ -140,7 +140,7 @@ def test_layout_names_every_source_and_test_folder():
     layout = text[text.index("## Layout"):text.index("\n## ", text.index("## Layout") + 3)]
     try:  # the folders git tracks (a checkout may hold untracked work in progress)
         files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "src", "tests"], check=True,
-                               capture_output=True, text=True, timeout=60).stdout.split()
+                               capture_output=True, text=True, timeout=600).stdout.split()
         folders = sorted({"/".join(f.split("/")[:2]) + "/" for f in files if f.count("/") >= 2})
     except (OSError, subprocess.SubprocessError):  # no git: the folders on disk
         folders = [f"{top}/{d.name}/" for top in ("src", "tests")

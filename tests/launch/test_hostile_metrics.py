@@ -198,7 +198,7 @@ def test_plot_diagnose_refuses_devices_and_a_directory_out(tmp_path):
                       ([tmp_path / "d.json", "--out", tmp_path], "is a directory")):
         if "--out" not in args:
             args = args + ["--out", tmp_path / "o.png"]
-        r = py("plot_diagnose.py", *args, timeout=30)
+        r = py("plot_diagnose.py", *args, timeout=600)
         assert r.returncode == 2 and why in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = py("plot_diagnose.py", tmp_path / "d.json", "--out", tmp_path / "o.png")
     assert r.returncode == 0, r.stderr

@@ -87,7 +87,7 @@ def run(repo, numbers, *args):
     path = repo.parent / "numbers.json"
     path.write_text(json.dumps(numbers))
     return subprocess.run([sys.executable, str(SCRIPT), str(path), "--repo", str(repo), *args],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=600)
 
 
 def block_of(text):

@@ -111,13 +111,15 @@ TEST(Watchdog, StuckMessageNamesOpGroupAndPeer) {
 TEST(Watchdog, CallsShorterThanTheTimeoutPass) {
   MpiCommunicator world(MPI_COMM_WORLD);
   const double before = comm_timeout();
-  set_comm_timeout(2);
+  // 30 s: far above the 1 s the others wait below, also when a busy machine keeps rank 0 off
+  // the CPU a while longer (with 2 s, one more second of that would have aborted the job).
+  set_comm_timeout(30);
   start_comm_watchdog();
   {
     CommOpScope outer("outer", intern_group_name("test"));
     CommOpScope inner("inner", intern_group_name("test"));
   }
-  // Rank 0 arrives 1 s late: the others wait 1 s in the barrier, under the 2 s timeout.
+  // Rank 0 arrives 1 s late: the others wait 1 s in the barrier, under the 30 s timeout.
   if (world.rank() == 0) std::this_thread::sleep_for(std::chrono::seconds(1));
   world.barrier();
   double v = 1;

@@ -68,13 +68,15 @@ def records(path):
 
 
 def test_same_on_one_process_and_dp2_pp2(sources, tmp_path):
-    runs = {}
+    runs, logs = {}, {}
     for name, np_, layout in (("one", 1, []), ("dp2pp2", 4, ["--pp", "2"])):
         m = tmp_path / f"{name}.jsonl"
         r = vt("train", "--data", mix(sources), "--data-stage", STAGE, *MODEL, *layout,
-               "--global-batch", GLOBAL, "--steps", STEPS, "--metrics", m, np_=np_)
+               "--global-batch", GLOBAL, "--steps", STEPS, "--metrics", m, "--eval-every", 4,
+               np_=np_)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         runs[name] = records(m)
+        logs[name] = r.stdout
     (one, one_eval), (four, four_eval) = runs["one"], runs["dp2pp2"]
     np.testing.assert_allclose([x["loss"] for x in four], [x["loss"] for x in one], rtol=1e-5)
     assert [x["tokens_by_source"] for x in four] == [x["tokens_by_source"] for x in one]
@@ -85,12 +87,28 @@ def test_same_on_one_process_and_dp2_pp2(sources, tmp_path):
     last4 = {k: by[-1][k] - by[3][k] for k in by[3]}
     assert first4["gen"] > first4["psa"] > first4["mat"] > 0
     assert last4["mat"] > 0.7 * sum(last4.values()), last4
-    # Validation: the blend and each source's, on both layouts alike.
+    # Validation: the blend and each source's, on both layouts alike. The blend is under the
+    # --data weights for the whole run (a stage switch does not move it), and with stages also
+    # under the weights of the stage the run is in (docs/usage.md "Data mixtures").
     assert set(one_eval[-1]["val_by_source"]) == {"gen", "psa", "mat"}
-    w = {"gen": 0.1, "psa": 0.1, "mat": 0.8}  # the stage the run ends in
-    blend = sum(w[k] * v["val_loss"] for k, v in one_eval[-1]["val_by_source"].items())
-    assert one_eval[-1]["val_loss"] == pytest.approx(blend, rel=1e-12)
+    fixed = {"gen": 0.5, "psa": 0.3, "mat": 0.2}    # --data
+    stage2 = {"gen": 0.1, "psa": 0.1, "mat": 0.8}   # the stage the run ends in
+    for e, stage, w in ((one_eval[0], 1, {"gen": 0.5, "psa": 0.3, "mat": 0.2}),
+                        (one_eval[-1], 2, stage2)):
+        by = e["val_by_source"]
+        for key in ("val_loss", "val_bpb"):
+            assert e[key] == pytest.approx(sum(fixed[k] * by[k][key] for k in by), rel=1e-12)
+            assert e[key + "_stage"] == pytest.approx(sum(w[k] * by[k][key] for k in by), rel=1e-12)
+        assert e["data_stage"] == stage, e
+    assert [x["data_stage"] for x in one] == [1] * 4 + [2] * (STEPS - 4)
     np.testing.assert_allclose(four_eval[-1]["val_loss"], one_eval[-1]["val_loss"], rtol=1e-5)
+    np.testing.assert_allclose(four_eval[-1]["val_loss_stage"], one_eval[-1]["val_loss_stage"],
+                               rtol=1e-5)
+    for out in logs.values():  # the stage switch is said, once, in the step it happens
+        assert out.count("data: stage 2 of 2 starts in step 5 (from token 2048): gen 0.1, "
+                         "psa 0.1, mat 0.8") == 1, out[-3000:]
+        assert "data: mixture, stage 1 of 2: gen 0.5, psa 0.3, mat 0.2; stage 2 from token " \
+               "2048: gen 0.1, psa 0.1, mat 0.8" in out, out[:3000]
 
 
 def test_resume_on_another_layout_with_other_weights(sources, tmp_path):

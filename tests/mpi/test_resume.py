@@ -82,7 +82,7 @@ def test_kill_during_save_keeps_previous_checkpoint(datadir, tmp_path, async_sav
     for attempt in range(3):
         p = subprocess.Popen(cmd + (["--resume", "auto"] if attempt else []), env=ENV,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 60
+        deadline = time.time() + 900  # a safety net: the run ends on its own long before
         while time.time() < deadline and p.poll() is None:
             tmps = list(ckpt.glob("*.tmp")) if ckpt.exists() else []
             done = list(ckpt.glob("step_*.h5")) if ckpt.exists() else []
@@ -157,9 +157,13 @@ def test_killed_and_resumed_run_ends_with_the_same_loss(datadir, tmp_path):
     cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2", VTRAIN, "train",
            "--data", str(datadir), *MODEL, "--steps", str(STEPS), "--pp", "2", "--ckpt-dir",
            str(ckpt), "--ckpt-every", "2", "--metrics", str(metrics)]
-    p = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    # Rank 0 pauses 1.5 s at the start of every step (VTRAIN_INJECT_SLOW_RANK; the losses are
+    # those of an unpaused run): once step 4's checkpoint exists, the 4 steps left take at least
+    # 6 s, so the kill lands mid-run however slowly this test polls on a busy machine.
+    p = subprocess.Popen(cmd, env=dict(ENV, VTRAIN_INJECT_SLOW_RANK="0:1.5"),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True)
-    deadline = time.time() + 120
+    deadline = time.time() + 900
     while time.time() < deadline and p.poll() is None:
         if (ckpt / "step_00000004.h5").exists():
             os.killpg(p.pid, signal.SIGKILL)  # mpirun and both ranks, mid-run
@@ -169,7 +173,7 @@ def test_killed_and_resumed_run_ends_with_the_same_loss(datadir, tmp_path):
     # mpirun's ranks may outlive it for a moment: make sure nothing of the killed run still runs
     # (it would keep writing into the same checkpoint directory).
     subprocess.run(["pkill", "-9", "-f", str(ckpt)])
-    deadline = time.time() + 30
+    deadline = time.time() + 300
     while time.time() < deadline and subprocess.run(["pgrep", "-f", str(ckpt)],
                                                     capture_output=True).returncode == 0:
         time.sleep(0.05)

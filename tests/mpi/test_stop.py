@@ -25,9 +25,22 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
 # micro-batches).
 MODEL = ["--layers", "2", "--dim", "32", "--heads", "2", "--seq-len", "16", "--window", "8",
          "--micro-batch", "1", "--eval-tokens", "256", "--final-eval-tokens", "0", "--seed", "5"]
-# About 0.1-0.3 s a step: SIGTERM reaches the ranks 1 s after mpirun gets it (at step 2), well
-# before the run could finish; a save takes a few ms of the 1 s before mpirun's SIGKILL.
+# About 0.1-0.3 s a step unpaused (the reference run), 3 s more when paused: a signalled run is
+# far from its end when the signal comes.
 STEPS = 60
+# A signal meant to land inside step 3's micro-batches: rank 0 (the first pipeline stage, whose
+# votes decide) sleeps PAUSE_S at the start of every step of the signalled run, before its first
+# micro-batch's vote (VTRAIN_INJECT_SLOW_RANK, docs/design.md "Test hooks"); the test signals
+# SIGNAL_AFTER_S after step 2's metrics record. The record is written a few operations before
+# step 2's end-of-step check, so the signal lands in step 3's pause unless rank 0 is kept off
+# the CPU for SIGNAL_AFTER_S within those operations (a busy machine delays it by milliseconds),
+# or the test process sleeps past the pause (PAUSE_S - SIGNAL_AFTER_S later). The losses do not
+# change (the pause is a sleep).
+PAUSE_S, SIGNAL_AFTER_S = 3.0, 1.0
+PAUSED = dict(ENV, VTRAIN_INJECT_SLOW_RANK=f"0:{PAUSE_S}")
+# SIGTERM to mpirun reaches the ranks odls_base_sigkill_timeout seconds later and SIGKILL as
+# long again after that: 10 s leaves a save that may wait for the end of a pause (3 s) the rest.
+PAUSED_TERM = dict(PAUSED, OMPI_MCA_odls_base_sigkill_timeout="10")
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +65,7 @@ def losses(metrics):
     return {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l}
 
 
-def wait_for_step(metrics, step, proc, timeout=300):
+def wait_for_step(metrics, step, proc, timeout=900):
     t0 = time.time()
     while time.time() - t0 < timeout:
         assert proc.poll() is None, "the run ended before it could be signalled"
@@ -74,11 +87,14 @@ def reference(datadir, tmp_path_factory):
 @pytest.mark.parametrize("sig", ["USR1", "TERM"])
 def test_signal_to_mpirun_stops_within_the_step_and_resumes_exactly(datadir, tmp_path, reference, sig):
     ckpt, m = tmp_path / "ckpt", tmp_path / "m.jsonl"
+    # SIGUSR1 reaches the ranks at once: into step 3's pause. SIGTERM reaches them 10 s later
+    # (PAUSED_TERM), at a step the test does not choose (both outcomes are checked below).
     p = subprocess.Popen(cmd(datadir, ckpt, m, 4, 2), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+                         stderr=subprocess.PIPE, text=True,
+                         env=PAUSED if sig == "USR1" else PAUSED_TERM, start_new_session=True)
     try:
         wait_for_step(m, 2, p)
-        time.sleep(0.05)  # past step 2's end-of-step check, into step 3's micro-batches
+        time.sleep(SIGNAL_AFTER_S)
         p.send_signal(getattr(signal, "SIG" + sig))
         out, err = p.communicate(timeout=300)
     finally:
@@ -159,10 +175,10 @@ def test_signal_stops_an_interleaved_step_and_resumes_exactly(datadir, tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     ckpt, m = tmp_path / "ckpt", tmp_path / "m.jsonl"
     p = subprocess.Popen(vcmd(ckpt, m), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=ENV, start_new_session=True)
+                         env=PAUSED, start_new_session=True)
     try:
         wait_for_step(m, 2, p)
-        time.sleep(0.05)
+        time.sleep(SIGNAL_AFTER_S)  # into step 3's pause (PAUSED)
         p.send_signal(signal.SIGUSR1)
         out, err = p.communicate(timeout=300)
     finally:

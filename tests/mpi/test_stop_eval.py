@@ -31,7 +31,7 @@ def datadir(tmp_path_factory):
                          "--val-fraction", "0.5")
 
 
-def run_until(args, marker, timeout=300):
+def run_until(args, marker, timeout=900):
     """Starts vtrain; sends SIGUSR1 when a line containing `marker` is printed; returns (exit
     code, output)."""
     proc = subprocess.Popen([VTRAIN, *map(str, args)], stdout=subprocess.PIPE,
@@ -44,7 +44,7 @@ def run_until(args, marker, timeout=300):
             proc.send_signal(signal.SIGUSR1)
             sent = True
         assert time.monotonic() < deadline, "".join(out[-30:])
-    proc.wait(timeout=60)
+    proc.wait(timeout=600)
     assert sent, "the marker never appeared:\n" + "".join(out[-30:])
     return proc.returncode, "".join(out)
 

@@ -55,6 +55,12 @@ def test_a_slowed_rank_is_named_with_its_host(datadir, tmp_path):
         assert h["compute_s"][2] - h["median_compute_s"] > SLOW_S / 2
         for q in (0, 1, 3):
             assert h["comm_s"][q] > SLOW_S * 0.5, h
+        # 4 ranks on one host: oversubscribed where it has fewer CPUs (this 2-core machine), and
+        # the straggler lines say that the ranks share its CPUs.
+        cpus = os.cpu_count()
+        assert h["oversubscribed"] == ([f"{host}: 4 ranks on {cpus} CPUs"] if cpus < 4 else []), h
+    assert (f"(oversubscribed: {host}: 4 ranks on {os.cpu_count()} CPUs;" in r.stdout) == \
+        (os.cpu_count() < 4), r.stdout
 
 
 def test_a_bad_injection_is_refused_by_name(datadir, tmp_path):

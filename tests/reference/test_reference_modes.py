@@ -115,7 +115,7 @@ def _exporter() -> str:
 
 def _choices(args, pattern):
     r = subprocess.run([_exporter(), "--out", os.devnull, *args], capture_output=True, text=True,
-                       timeout=60)
+                       timeout=600)
     assert r.returncode != 0, r.stdout
     m = re.search(pattern, r.stderr)
     assert m, r.stderr

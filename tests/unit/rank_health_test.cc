@@ -38,11 +38,14 @@ class FakeWorld final : public Communicator {
   int next_ = 0;
 };
 
-std::vector<float> host_row(const std::vector<std::string>& names) {
+// The other ranks' host names, each followed by its host's CPUs online (64 CPUs unless given).
+std::vector<float> host_row(const std::vector<std::string>& names, std::vector<int> cpus = {}) {
   std::vector<float> row;
-  for (const std::string& name : names) {
-    std::vector<float> h(64, 0.0f);
-    for (size_t i = 0; i < name.size(); ++i) h[i] = static_cast<unsigned char>(name[i]);
+  cpus.resize(names.size(), 64);
+  for (size_t k = 0; k < names.size(); ++k) {
+    std::vector<float> h(65, 0.0f);
+    for (size_t i = 0; i < names[k].size(); ++i) h[i] = static_cast<unsigned char>(names[k][i]);
+    h[64] = static_cast<float>(cpus[k]);
     row.insert(row.end(), h.begin(), h.end());
   }
   return row;
@@ -95,11 +98,41 @@ TEST(RankHealth, ReportsEveryNStepsWithTheWindowsAveragesAndHosts) {
     EXPECT_EQ(j["straggler"][0]["rank"], 2);
     EXPECT_EQ(j["straggler"][0]["host"], "node-c");
     EXPECT_EQ(j["health"]["compute_s"].size(), 4u);
+    EXPECT_TRUE(j["health"]["oversubscribed"].empty());  // one rank per host, 64 CPUs each
+    EXPECT_EQ(line.find("oversubscribed"), std::string::npos) << line;
   }
   // The window starts again: nothing before the next multiple of 3.
   health.add_step(1.0, 0.25, 0.05);
   EXPECT_FALSE(health.maybe_report(4).has_value());
   EXPECT_EQ(world.gathers(), 2);
+}
+
+TEST(RankHealth, AStragglerOnAnOversubscribedHostSaysSo) {
+  // Ranks 1..3 on node-b, which has 2 CPUs: 3 ranks there. Rank 0 is this machine (a host of its
+  // own, whatever its CPUs). Rank 3 is slow.
+  FakeWorld world(4, {host_row({"node-b", "node-b", "node-b"}, {2, 2, 2}),
+                      {0.7f, 0.3f, 0.0f, 0.7f, 0.3f, 0.0f, 1.5f, 0.0f, 0.0f}});
+  RankHealth health(&world, 1, 0.2, 0.0);
+  health.add_step(1.0, 0.3, 0.0);
+  auto r = health.maybe_report(1);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->stragglers, (std::vector<int>{3}));
+  ASSERT_EQ(r->oversubscribed.size(), 1u);
+  EXPECT_EQ(r->oversubscribed[0], "node-b: 3 ranks on 2 CPUs");
+  const std::string line = format_health(*r);
+  EXPECT_NE(line.find("straggler at step 1: rank 3 (host node-b)"), std::string::npos) << line;
+  EXPECT_NE(line.find("(oversubscribed: node-b: 3 ranks on 2 CPUs; ranks there take turns"),
+            std::string::npos) << line;
+  EXPECT_EQ(health_json(*r)["health"]["oversubscribed"][0], "node-b: 3 ranks on 2 CPUs");
+  // The same job on hosts with CPUs enough: a plain straggler line.
+  FakeWorld roomy(4, {host_row({"node-b", "node-b", "node-b"}, {8, 8, 8}),
+                      {0.7f, 0.3f, 0.0f, 0.7f, 0.3f, 0.0f, 1.5f, 0.0f, 0.0f}});
+  RankHealth h2(&roomy, 1, 0.2, 0.0);
+  h2.add_step(1.0, 0.3, 0.0);
+  auto r2 = h2.maybe_report(1);
+  ASSERT_TRUE(r2.has_value());
+  EXPECT_TRUE(r2->oversubscribed.empty());
+  EXPECT_EQ(format_health(*r2).find("oversubscribed"), std::string::npos);
 }
 
 TEST(RankHealth, EvenRanksAndReportsOff) {
