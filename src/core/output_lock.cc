@@ -27,8 +27,15 @@ absl::Status OutputLock::acquire(const std::string& lock_path, const std::string
       return absl::Status(fd.status().code(),
                           absl::StrCat("cannot lock --out ", out, ": ", fd.status().message()));
     if (::flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+      // The holder writes "pid N on HOST" right after it takes the lock: a run that loses a race
+      // by microseconds waits for that line (at most 2 s) so that it can name the winner.
       char buf[256] = {};
-      const ssize_t n = ::pread(*fd, buf, sizeof(buf) - 1, 0);
+      ssize_t n = 0;
+      for (int wait = 0; wait < 200; ++wait) {
+        n = ::pread(*fd, buf, sizeof(buf) - 1, 0);
+        if (n > 0 && buf[n - 1] == '\n') break;
+        ::usleep(10000);
+      }
       ::close(*fd);
       std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
       while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
