@@ -31,6 +31,7 @@
 #include "parallel/failure.h"
 #include "parallel/mpi_communicator.h"
 #include "train/evaluate.h"
+#include "train/optimizer_setup.h"
 #include "plan/memory_estimate.h"
 #include "train/preflight.h"
 
@@ -174,6 +175,17 @@ void Trainer::print_banner() const {
                                                : "decoupled",
                 o_.muon_momentum == "nanochat" ? "0.85 -> 0.97 over 400 steps, to 0.90 in warmdown"
                                                : "0.85 -> 0.95 over 300 steps");
+  }
+  if (o_.lr_batch_scale == "nanochat") {
+    // base_train.py's batch factor is applied as the authors' code applies it, whatever the
+    // batch; below 2^15 tokens a step it shrinks every scaled lr by more than 4x, which a short
+    // run cannot recover from: say so, with the flag that keeps the reference lrs.
+    const double b = lr_batch_scale(o_);
+    std::printf("lr: every scaled group x%.4g (--lr-batch-scale nanochat: sqrt(%lld / 2^19))%s\n",
+                b, static_cast<long long>(o_.global_batch),
+                b < 0.25 ? "; at this small batch a short run barely trains: "
+                           "--lr-batch-scale none keeps the recipe's reference lrs"
+                         : "");
   }
   std::string layers;
   for (const auto& [b, e] : run_->chunks) absl::StrAppend(&layers, layers.empty() ? "" : ", ", b, "..", e - 1);

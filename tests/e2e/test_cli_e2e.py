@@ -103,6 +103,7 @@ def test_bov_recipe_trains_saves_evaluates_and_generates(datadir, tmp_path):
             "--micro-batch", "4", "--steps", "40", "--eval-tokens", "4096", "--ckpt-dir", ck,
             "--metrics", tmp_path / "m.jsonl", "--seed", "3", "--lr-batch-scale", "none")
     assert "recipe: bov set --window-keys w+1 --smear-gate on --muon-wd 0.28" in r.stdout
+    assert "--lr-batch-scale nanochat" not in r.stdout  # overridden: no factor, no notice
     V = int(re.search(r"vocab (\d+)", r.stdout).group(1))
     Vp = (V + 63) // 64 * 64
     p_model = 12 * 2 * 64 ** 2 + 64 * Vp
@@ -119,6 +120,20 @@ def test_bov_recipe_trains_saves_evaluates_and_generates(datadir, tmp_path):
         evals[-1]["val_bpb"], abs=1e-3)
     g = run("generate", "--ckpt", ckpt, "--prompt", "And God said", "--max-tokens", "10")
     assert g.stdout.startswith("And God said")
+
+
+def test_bov_recipe_says_its_batch_factor(datadir, tmp_path):
+    """--recipe bov keeps base_train.py's sqrt(B / 2^19) on the lrs at any batch, and the banner
+    says the factor (here 4 rows x 64 tokens: sqrt(256 / 2^19)) and, below 2^15 tokens a step,
+    how to keep the reference lrs instead."""
+    r = run("train", "--data", datadir, *TINY, "--recipe", "bov", "--value", "baseline",
+            "--micro-batch", "4", "--steps", "1", "--eval-tokens", "1024")
+    m = re.search(r"lr: every scaled group x([0-9.e+-]+) \(--lr-batch-scale nanochat: "
+                  r"sqrt\((\d+) / 2\^19\)\)(.*)", r.stdout)
+    assert m, r.stdout
+    assert int(m.group(2)) == 4 * 64
+    assert float(m.group(1)) == pytest.approx(np.sqrt(256 / 2 ** 19), rel=1e-3)
+    assert "--lr-batch-scale none keeps the recipe's reference lrs" in m.group(3)
 
 
 def expect_error(args, pattern):
