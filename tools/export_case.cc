@@ -41,7 +41,7 @@ static const CommandSpec& export_command() {
         int_flag("seed", 1234, 0, 9.2e18, ""),
         bool_flag("no-perturb", "keep the weights at their init"),
         num_flag("perturb-scale", 1.0, 0, 100, "multiplies the perturbation amplitudes"),
-        choice_flag("block", "prenorm", block_names(), ""),
+        choice_flag("block", block_shape_name(ModelConfig{}.block), block_names(), ""),
         choice_flag("window-keys", "w", {"w", "w+1"}, ""),
         choice_flag("smear-gate", "off", {"on", "off"}, ""),
     };

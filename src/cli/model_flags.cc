@@ -78,7 +78,7 @@ std::vector<FlagSpec> model_flag_specs() {
   for (const DeclaredOption& d : value_mode_options()) out.push_back(d.option.flag);
   out.push_back(flag_heading("blocks (docs/model.md)"));
   out.push_back(
-      choice_flag("block", "prenorm", block_shape_names(), "the shape of every block (shapes below)"));
+      choice_flag("block", block_shape_name(ModelConfig{}.block), block_shape_names(), "the shape of every block (shapes below)"));
   for (const ModelOption& o : shared_block_options()) out.push_back(o.flag);
   for (const DeclaredOption& d : block_shape_options()) out.push_back(d.option.flag);
   for (const ModelOption& o : dense_options()) out.push_back(o.flag);

@@ -245,7 +245,7 @@ absl::StatusOr<ModelConfig> ModelConfig::from_json(const nlohmann::json& j) {
   in.number("qk_norm_scale", c.qk_norm_scale);
   in.number("logit_softcap", c.logit_softcap);
   in.number("mlp_ratio", c.mlp_ratio);
-  std::string block = "prenorm", value_mode;
+  std::string block = block_shape_name(ModelConfig{}.block), value_mode;
   in.text("block", block, true);
   in.boolean("norm_none", c.norm_none, true);
   if (j.contains("qk_norm")) {

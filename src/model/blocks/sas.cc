@@ -16,32 +16,17 @@
 namespace vt {
 namespace {
 
-class Sas final : public BlockShape {
+class Sas final : public simplified::SimplifiedBlock {
  public:
   const char* name() const override { return "sas"; }
   const char* help() const override {
     return "simplified attention block: shaped attention, W_Q = 0, identity W_V / W_O (layer "
            "0's W_V reparameterized)";
   }
-  std::vector<ModelOption> options() const override { return simplified::options(); }
-  absl::Status validate(const ModelConfig& cfg) const override {
-    return simplified::validate(cfg, name());
-  }
-  bool default_qk_norm() const override { return false; }
   void register_layer(ParamRegistrar& r, int layer, LayerParams& lp) const override {
-    simplified::register_attention_side(r, layer, lp);
+    SimplifiedBlock::register_layer(r, layer, lp);
     lp.mlp_skip = r.gain("blocks." + std::to_string(layer) + ".mlp_skip", 1,
                            InitRule::constant(1.0), layer);
-  }
-  std::vector<float> initial_value_projection(const ModelConfig& cfg, int layer,
-                                              uint64_t) const override {
-    return simplified::projection_base(cfg, layer, false);
-  }
-  std::vector<float> projection_base(const ModelConfig& cfg, int layer, bool out) const override {
-    return simplified::projection_base(cfg, layer, out);
-  }
-  bool opens_with_norm(const ModelConfig& cfg, int layer) const override {
-    return simplified::keeps_norm(cfg, layer);
   }
   void forward(const BlockKit& k, Tensor& x, BlockActs& a) const override {
     const LayerParams& lp = k.params();

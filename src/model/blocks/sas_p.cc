@@ -12,29 +12,11 @@
 namespace vt {
 namespace {
 
-class SasP final : public BlockShape {
+class SasP final : public simplified::SimplifiedBlock {
  public:
   const char* name() const override { return "sas-p"; }
   const char* help() const override {
     return "simplified parallel block: the attention of sas beside the MLP, no skip";
-  }
-  std::vector<ModelOption> options() const override { return simplified::options(); }
-  absl::Status validate(const ModelConfig& cfg) const override {
-    return simplified::validate(cfg, name());
-  }
-  bool default_qk_norm() const override { return false; }
-  void register_layer(ParamRegistrar& r, int layer, LayerParams& lp) const override {
-    simplified::register_attention_side(r, layer, lp);
-  }
-  std::vector<float> initial_value_projection(const ModelConfig& cfg, int layer,
-                                              uint64_t) const override {
-    return simplified::projection_base(cfg, layer, false);
-  }
-  std::vector<float> projection_base(const ModelConfig& cfg, int layer, bool out) const override {
-    return simplified::projection_base(cfg, layer, out);
-  }
-  bool opens_with_norm(const ModelConfig& cfg, int layer) const override {
-    return simplified::keeps_norm(cfg, layer);
   }
   void forward(const BlockKit& k, Tensor& x, BlockActs& a) const override {
     const LayerParams& lp = k.params();
