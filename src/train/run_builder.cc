@@ -216,7 +216,7 @@ absl::Status open_checkpoint_dir(const TrainOptions& o, Run& r) {
 
 // Phase 7: MFU's terms. The peak: on GPUs the bf16 dense peak of an H100/H200 SXM (989 TFLOP/s
 // per GPU; set VTRAIN_PEAK_TFLOPS for other parts), on CPUs a nominal figure per core.
-void measure_peak(const TrainOptions& o, Run& r) {
+void set_mfu_terms(const TrainOptions& o, Run& r) {
   r.flops_per_token = flops_per_token(o.model);
   const char* peak_env = std::getenv("VTRAIN_PEAK_TFLOPS");
   r.peak_flops = o.device == "cuda"
@@ -236,7 +236,7 @@ absl::StatusOr<std::unique_ptr<Run>> build_run(TrainOptions& o, Communicator* wo
   VT_RETURN_IF_ERROR(open_data(o, *r));
   build_optimizer(o, *r);
   VT_RETURN_IF_ERROR(open_checkpoint_dir(o, *r));
-  measure_peak(o, *r);
+  set_mfu_terms(o, *r);
   return r;
 }
 
