@@ -113,7 +113,7 @@ class Kernel:
     row: str                 # the bench/static_report.py row (and GPU window profile row) it is in
     name: str
     calls: float
-    kind: str                # "mem", "memcpy", "memset", "gemm", "ns", "attn"
+    kind: str                # "mem", "memcpy", "memset", "gemm", "ns", "ns_batch", "attn"
     bytes: float = 0.0       # HBM bytes per call
     flops: float = 0.0       # per call (attention: useful FLOPs, FlashAttention's convention)
     blocks: int = 0          # grid
@@ -154,6 +154,8 @@ def predict_call(k: Kernel, dev: Device, cal: Calibration, rates: Rates) -> floa
         return k.flops / (rates.gemm[k.name] * 1e12) + cal.t_launch
     if k.kind == "ns":
         return k.flops / (cal.ns_tflops * 1e12)
+    if k.kind == "ns_batch":
+        return k.flops / (ns_batched_tflops(rates) * 1e12)
     if k.kind == "attn":
         return k.flops / (rates.attn[k.attn] * 1e12)
     if k.kind == "memset":
@@ -487,37 +489,84 @@ CAST_ROW = "bf16 copy of the weights, zeroed gradients"
 MUON_ROW = "Muon momentum + apply"
 
 
-def muon_ns_kernels(c: dict, owned: list[int], copies_row: str, cast_row: str) -> list[Kernel]:
-    """Newton-Schulz on a device as src/optim/muon.cc newton_schulz_ops runs it today (bf16
-    iterations), one matrix at a time, outside its GEMMs (counted by ns_kernels): the Frobenius
-    norm's sum of squares (up to 1024 blocks, the last of which adds the partials), one pass that divides by the
-    norm and rounds to bf16 straight from G (div_by_norm_to), and the cast of the result into the
-    f32 output; a tall matrix is transposed into an f32 X32 first and back at the end. No buffer
-    is zero-filled and the GEMMs read their beta terms in place (GemmArgs::addend): the window's
-    code made five cudaMemsetAsync, eleven copies and two more passes a matrix
-    (window_code_kernels)."""
+# Muon's batch cap (src/optim/muon.h kNsBatchElements): a round gives each owner at most this
+# many elements of matrices, its newton_schulz_batched call batches them by shape.
+NS_BATCH_ELEMENTS = 64 << 20
+
+
+def ns_batched_tflops(rates: Rates) -> float:
+    """ASSUMED (not measured): a batched Newton-Schulz GEMM (a strided batch of 7 to 28 problems
+    of 1536-wide matrices at d24) runs at the FLOP-weighted rate the window measured for d24's
+    layer GEMMs (cuBLASLt, about 723 TFLOP/s on the H200), where the one-matrix GEMMs were fitted
+    at CALIBRATION.ns_tflops. A prediction until a window times the batched GEMMs."""
+    ks = gemm_kernels(d24_window_preset(), "")
+    flops = sum(k.calls * k.flops for k in ks)
+    return flops / sum(k.calls * k.flops / rates.gemm[k.name] for k in ks)
+
+
+def muon_rounds(mats: list[tuple[int, int]], owned: list[int]) -> list[list[int]]:
+    """The batches one owner runs (src/optim/distributed_optimizer.cc plan_muon_rounds and
+    muon_order, every matrix owned by this GPU): rounds of consecutive matrices within
+    NS_BATCH_ELEMENTS, each round's matrices grouped by shape (groups in first-seen order)."""
+    rounds, cur, size = [], [], 0
+    for k in owned:
+        e = mats[k][0] * mats[k][1]
+        if cur and size + e > NS_BATCH_ELEMENTS:
+            rounds.append(cur)
+            cur, size = [], 0
+        cur.append(k)
+        size += e
+    if cur:
+        rounds.append(cur)
+    batches = []
+    for r in rounds:
+        shapes = list(dict.fromkeys(mats[k] for k in r))
+        batches += [[k for k in r if mats[k] == sh] for sh in shapes]
+    return batches
+
+
+def muon_ns_batched_kernels(c: dict, owned: list[int], cast_row: str) -> list[Kernel]:
+    """Newton-Schulz as src/optim/muon.cc newton_schulz_batched runs it for one GPU that owns
+    every matrix (bf16 iterations; without TP each batch's Nesterov directions and results lie one
+    after another, so each step is one op a batch): per batch of `b` same-shape matrices the 15
+    GEMMs as strided batched GEMMs (kind ns_batch), the segmented sum of squares (one partial
+    launch over b x the per-matrix blocks, one combine launch), the segmented division into bf16
+    X, and the result cast to f32 into the output; a tall batch is transposed in (one launch) and
+    out after a cast of the whole batch."""
     mats = sr.block_matrices(c)
     ks: list[Kernel] = []
-    for k in owned:
-        r, k_ = mats[k]
-        mn = r * k_
+    for batch in muon_rounds(mats, owned):
+        r, k_ = mats[batch[0]]
+        b = len(batch)
+        m, n = min(r, k_), max(r, k_)
+        mn = m * n
         tall = r > k_
+        for name, flops in (("A = X X^T", 2 * m * m * n), ("B = b A + c A A", 2 * m * m * m),
+                            ("Y = a X + B X", 2 * m * m * n)):
+            ks.append(Kernel(GEMM_ROW, f"Newton-Schulz batched GEMM {name}", 5, "ns_batch",
+                             flops=b * flops))
         if tall:
-            ks.append(Kernel(GEMM_ROW, "transpose_kernel<float> (in)", 1, "mem", bytes=2 * F32 * mn,
-                             blocks=math.ceil(mn / 1024), threads=256, dram_trips=1, syncs=2))
-        # reduce.cu: up to 1024 blocks over chunks of 4 f32, one 16-byte load a trip.
-        part = vec_kernel(GEMM_ROW, "partial_kernel<float> (sum of squares)", 1, mn, F32, W=4)
-        part.blocks = min(math.ceil(mn / 2048), 1024)
-        part.dram_trips = math.ceil(mn / (part.blocks * 256 * 4))
-        part.syncs = 2
-        part.syncs = 4  # and the last block's sum of the partials (no second launch)
+            ks.append(Kernel(GEMM_ROW, "transpose_kernel<float> (batch in)", 1, "mem",
+                             bytes=2 * F32 * b * mn, blocks=b * math.ceil(mn / 1024), threads=256,
+                             dram_trips=1, syncs=2))
+        per = min(math.ceil(mn / 2048), 1024)
+        part = Kernel(GEMM_ROW, "segment_partial_kernel<float> (sums of squares)", 1, "mem",
+                      bytes=F32 * b * mn, blocks=b * per, threads=256,
+                      dram_trips=math.ceil(mn / (per * 256 * 4)), syncs=2)
         ks.append(part)
-        ks.append(vec_kernel(GEMM_ROW, "div_by_norm_kernel<float, bf16> (G -> bf16 X)", 1, mn,
-                             F32 + BF16, blocks_per_sm=4, regs=44))
-        ks.append(vec_kernel(cast_row, "cast_kernel<bf16, float> (result)", 1, mn, F32 + BF16))
+        ks.append(Kernel(GEMM_ROW, "segment_combine_kernel", 1, "mem", bytes=8 * b * per,
+                         blocks=b, threads=256, dram_trips=math.ceil(per / 256), syncs=2))
+        div = vec_kernel(GEMM_ROW, "div_by_norm_segments_kernel<float, bf16> (G -> bf16 X)", 1,
+                         mn, F32 + BF16, blocks_per_sm=4, regs=44)
+        div.blocks *= b
+        div.bytes *= b
+        ks.append(div)
+        cast = vec_kernel(cast_row, "cast_kernel<bf16, float> (batch result)", 1, b * mn,
+                          F32 + BF16)
+        ks.append(cast)
         if tall:
-            ks.append(Kernel(GEMM_ROW, "transpose_kernel<float> (out)", 1, "mem",
-                             bytes=2 * F32 * mn, blocks=math.ceil(mn / 1024), threads=256,
+            ks.append(Kernel(GEMM_ROW, "transpose_kernel<float> (batch out)", 1, "mem",
+                             bytes=2 * F32 * b * mn, blocks=b * math.ceil(mn / 1024), threads=256,
                              dram_trips=1, syncs=2))
     return ks
 
@@ -595,8 +644,7 @@ def current_code_kernels(c: dict, accum: int = 1) -> list[Kernel]:
         ks.append(vec_kernel(MUON_ROW, "muon_momentum_kernel", a, r * k_, 16, W=4))
         ks.append(vec_kernel(MUON_ROW, "muon_apply_kernel<float> (+ bf16 copy)", a, r * k_, 14,
                              regs=29))
-    for k in ns_kernels(c, GEMM_ROW) + muon_ns_kernels(c, list(range(len(mats))), COPIES_ROW,
-                                                       CAST_ROW):
+    for k in muon_ns_batched_kernels(c, list(range(len(mats))), CAST_ROW):
         k.calls *= a
         ks.append(k)
     for _ in range(2):
@@ -618,7 +666,7 @@ def kernel_table(ks: list[Kernel], dev: Device, cal: Calibration, rates: Rates) 
     for k in ks:
         t = predict_call(k, dev, cal, rates)
         d = dict(row=k.row, kernel=k.name, calls=k.calls, ms=k.calls * t * 1e3, kind=k.kind)
-        if k.kind in ("gemm", "ns", "attn"):
+        if k.kind in ("gemm", "ns", "ns_batch", "attn"):
             d["tflops"] = k.flops / t / 1e12
             d["of_peak"] = k.flops / t / dev.tc_peak
         else:

@@ -80,6 +80,23 @@ __global__ void __launch_bounds__(kThreads, detail::kHeavyBlocksPerSm)
   });
 }
 
+// div_by_norm_kernel on segment blockIdx.y (x and y offset by blockIdx.y * n, its own sum).
+template <class In, class Out>
+__global__ void __launch_bounds__(kThreads, detail::kHeavyBlocksPerSm)
+    div_by_norm_segments_kernel(const In* x, Out* y, int64_t n, const double* sumsq, double scale,
+                                double eps, bool vec) {
+  constexpr int W = sizeof(In) == sizeof(Out) ? kVec<In> : 8;
+  const int64_t base = static_cast<int64_t>(blockIdx.y) * n;
+  const double d = sqrt(sumsq[blockIdx.y]) * scale + eps;
+  for_each_chunk<W>(n, vec, [&](int64_t i, bool wide, int count) {
+    float r[W];
+    load_chunk<W>(x + base + i, wide, count, r);
+#pragma unroll
+    for (int e = 0; e < W; ++e) r[e] = static_cast<float>(static_cast<double>(r[e]) / d);
+    store_chunk<W>(y + base + i, wide, count, r);
+  });
+}
+
 __global__ void add_scalar_kernel(float* t, int64_t index, float value) { t[index] += value; }
 
 // Tiled transpose: a 32x32 tile of x is read with coalesced rows into shared memory (padded to
@@ -91,6 +108,8 @@ template <class E>
 __global__ void transpose_kernel(const E* __restrict__ x, E* __restrict__ y, int64_t rows,
                                  int64_t cols) {
   __shared__ E tile[kTile][kTile + 1];
+  x += static_cast<int64_t>(blockIdx.z) * rows * cols;  // matrix blockIdx.z of a batch
+  y += static_cast<int64_t>(blockIdx.z) * rows * cols;
   const int64_t tiles_c = (cols + kTile - 1) / kTile, tiles_r = (rows + kTile - 1) / kTile;
   for (int64_t tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
     for (int64_t tc = blockIdx.x; tc < tiles_c; tc += gridDim.x) {
@@ -121,11 +140,14 @@ __global__ void scale_matrix_kernel(T* c, int64_t M, int64_t N, int64_t ldc, flo
 }
 
 template <class E>
-void transpose_impl(const E* x, E* y, int64_t rows, int64_t cols, cudaStream_t stream) {
-  if (rows == 0 || cols == 0) return;
+void transpose_impl(const E* x, E* y, int64_t rows, int64_t cols, cudaStream_t stream,
+                    int64_t batch = 1) {
+  if (rows == 0 || cols == 0 || batch == 0) return;
+  VT_CUDA_REQUIRE(batch >= 1 && batch <= 65535, "transpose: a batch of 1 to 65535 matrices");
   const int64_t tiles_c = (cols + kTile - 1) / kTile, tiles_r = (rows + kTile - 1) / kTile;
   const dim3 grid(static_cast<unsigned>(tiles_c < 65535 * 16 ? tiles_c : 65535 * 16),
-                  static_cast<unsigned>(tiles_r < 65535 ? tiles_r : 65535));
+                  static_cast<unsigned>(tiles_r < 65535 ? tiles_r : 65535),
+                  static_cast<unsigned>(batch));
   VT_LAUNCH(transpose_kernel<E>, grid, dim3(kTile, kTileRows), 0, stream, x, y, rows, cols);
   VT_CUDA_CHECK_LAUNCH();
 }
@@ -146,6 +168,11 @@ void add_scalar(float* t, int64_t index, float value, cudaStream_t stream) {
 }
 
 // The transpose moves bits: bf16 as 16-bit words, f32 / i32 as 32-bit words.
+void transpose_batched(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols,
+                       cudaStream_t stream) {
+  transpose_impl(reinterpret_cast<const uint32_t*>(x), reinterpret_cast<uint32_t*>(y), rows, cols,
+                 stream, batch);
+}
 void transpose(const float* x, float* y, int64_t rows, int64_t cols, cudaStream_t stream) {
   transpose_impl(reinterpret_cast<const uint32_t*>(x), reinterpret_cast<uint32_t*>(y), rows, cols,
                  stream);
@@ -207,6 +234,33 @@ void div_by_norm_launch(const In* x, Out* y, int64_t n, const double* sumsq, dou
   VT_LAUNCH(kernel, detail::elementwise_grid(n, W, detail::kHeavyBlocksPerSm), kThreads, 0, s, x,
             y, n, sumsq, scale, eps, aligned16(x) && aligned16(y));
   VT_CUDA_CHECK_LAUNCH();
+}
+
+template <class Out>
+void div_by_norm_segments_launch(const float* x, Out* y, int64_t n, int64_t segments,
+                                 const double* sumsq, double scale, double eps, cudaStream_t s) {
+  if (n <= 0 || segments <= 0) return;
+  VT_CUDA_REQUIRE(segments <= 65535, "div_by_norm_segments: at most 65535 segments");
+  constexpr int W = sizeof(float) == sizeof(Out) ? kVec<float> : 8;
+  // Per segment the grid of one div_by_norm over n elements, whose blocks the segments share
+  // (at most one wave in all would leave each segment a sliver of the GPU: chunk-to-thread
+  // assignment does not change any element's value).
+  const unsigned gx = detail::elementwise_grid(n, W, detail::kHeavyBlocksPerSm);
+  const bool vec = aligned16(x) && aligned16(y) && (n * int64_t(sizeof(Out))) % 16 == 0 &&
+                   (n * int64_t(sizeof(float))) % 16 == 0;
+  auto* kernel = &div_by_norm_segments_kernel<float, Out>;  // no comma in a macro argument
+  VT_LAUNCH(kernel, dim3(gx, unsigned(segments)), kThreads, 0, s, x, y, n, sumsq, scale, eps,
+            vec);
+  VT_CUDA_CHECK_LAUNCH();
+}
+
+void div_by_norm_segments(const float* x, float* y, int64_t n, int64_t segments,
+                          const double* sumsq, double scale, double eps, cudaStream_t s) {
+  div_by_norm_segments_launch(x, y, n, segments, sumsq, scale, eps, s);
+}
+void div_by_norm_segments(const float* x, __nv_bfloat16* y, int64_t n, int64_t segments,
+                          const double* sumsq, double scale, double eps, cudaStream_t s) {
+  div_by_norm_segments_launch(x, y, n, segments, sumsq, scale, eps, s);
 }
 
 void div_by_norm(float* x, int64_t n, const double* sumsq, double scale, double eps,

@@ -17,6 +17,10 @@ void add_scalar(float* t, int64_t index, float value, cudaStream_t stream);
 // y (cols, rows) = x (rows, cols)^T, both contiguous row-major. A bit-exact copy of the
 // elements (32x32 tiles through shared memory). y must not overlap x.
 void transpose(const float* x, float* y, int64_t rows, int64_t cols, cudaStream_t stream);
+// `batch` (<= 65535) rows x cols matrices one after another, each transposed in place of its
+// slot in y (one launch).
+void transpose_batched(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols,
+                       cudaStream_t stream);
 void transpose(const __nv_bfloat16* x, __nv_bfloat16* y, int64_t rows, int64_t cols,
                cudaStream_t stream);
 void transpose(const int32_t* x, int32_t* y, int64_t rows, int64_t cols, cudaStream_t stream);
@@ -46,4 +50,10 @@ void div_by_norm(__nv_bfloat16* x, int64_t n, const double* sumsq, double scale,
 // rounds (nearest even), x not written.
 void div_by_norm_to(const float* x, __nv_bfloat16* y, int64_t n, const double* sumsq, double scale,
                     double eps, cudaStream_t stream);
+// Segmented: segment s (elements [s n, (s + 1) n)) divided by its own norm from sumsq[s],
+// each element as div_by_norm / div_by_norm_to compute it. y may be x (f32 only).
+void div_by_norm_segments(const float* x, float* y, int64_t n, int64_t segments,
+                          const double* sumsq, double scale, double eps, cudaStream_t stream);
+void div_by_norm_segments(const float* x, __nv_bfloat16* y, int64_t n, int64_t segments,
+                          const double* sumsq, double scale, double eps, cudaStream_t stream);
 }  // namespace vt::cuda

@@ -83,7 +83,54 @@ void run(const T* x, const T* y, int64_t n, double* partials, double* out, bool 
   VT_CUDA_CHECK_LAUNCH();
 }
 
+// Segment blockIdx.y of sum_squares_segments: partial_kernel's first half on x + y * n.
+template <class T>
+__global__ void __launch_bounds__(kThreads, detail::kElementwiseBlocksPerSm)
+    segment_partial_kernel(const T* x, int64_t n, double* partials, bool vec) {
+  constexpr int W = kVec<T>;
+  const T* xs = x + static_cast<int64_t>(blockIdx.y) * n;
+  double acc = 0.0;
+  for_each_chunk<W>(n, vec, [&](int64_t i, bool wide, int count) {
+    float a[W];
+    load_chunk<W>(xs + i, wide, count, a);
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      const double ad = a[e];
+      acc = fma(ad, ad, acc);
+    }
+  });
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) partials[static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = acc;
+}
+
+// Block s adds segment s's `blocks` partials as partial_kernel's last block adds its grid's.
+__global__ void __launch_bounds__(kThreads)
+    segment_combine_kernel(const double* partials, int blocks, double* out) {
+  const double* ps = partials + static_cast<int64_t>(blockIdx.x) * blocks;
+  double total = 0.0;
+  for (int i = threadIdx.x; i < blocks; i += blockDim.x) total += ps[i];
+  total = block_sum(total);
+  if (threadIdx.x == 0) out[blockIdx.x] = total;
+}
+
 }  // namespace
+
+int64_t segment_partials(int64_t n) { return reduce_blocks(n); }
+
+void sum_squares_segments(const float* x, int64_t n, int64_t segments, double* partials,
+                          double* out, cudaStream_t stream) {
+  VT_CUDA_REQUIRE(segments >= 1 && segments <= 65535, "sum_squares_segments: 1 to 65535 segments");
+  const int blocks = reduce_blocks(n);
+  // Every segment as aligned as the first (whole 16-byte words apart): the vector path for all,
+  // as for each alone (either path gives the same sums).
+  const bool vec = aligned16(x) && (n * int64_t(sizeof(float))) % 16 == 0;
+  VT_LAUNCH(segment_partial_kernel<float>, dim3(unsigned(blocks), unsigned(segments)), kThreads,
+            0, stream, x, n, partials, vec);
+  VT_CUDA_CHECK_LAUNCH();
+  VT_LAUNCH(segment_combine_kernel, unsigned(segments), kThreads, 0, stream, partials, blocks,
+            out);
+  VT_CUDA_CHECK_LAUNCH();
+}
 
 void sum_squares(const float* x, int64_t n, double* partials, double* out, bool accumulate,
                  cudaStream_t stream) {

@@ -32,4 +32,12 @@ void dot(const float* x, const float* y, int64_t n, double* partials, double* ou
 void dot(const __nv_bfloat16* x, const __nv_bfloat16* y, int64_t n, double* partials,
          double* out, bool accumulate, cudaStream_t stream);
 
+// Segmented sums of squares: out[s] = sum_i x[s * n + i]^2 for s in [0, segments), each segment
+// reduced exactly as sum_squares reduces n elements alone (the same blocks, chunks and combine
+// order: the same bits), in two launches for all segments. partials: segments *
+// segment_partials() doubles of device scratch (no counter: a second launch combines).
+int64_t segment_partials(int64_t n);
+void sum_squares_segments(const float* x, int64_t n, int64_t segments, double* partials,
+                          double* out, cudaStream_t stream);
+
 }  // namespace vt::cuda

@@ -61,32 +61,35 @@ Gemm::~Gemm() {
 
 void Gemm::operator()(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                      float* C, int64_t ldc, cudaStream_t stream, const float* C_in) {
+                      float* C, int64_t ldc, cudaStream_t stream, const float* C_in,
+                      GemmBatch batch) {
   matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_32F, CUDA_R_32F,
-         stream, C_in);
+         stream, C_in, batch);
 }
 
 void Gemm::operator()(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
                       float beta, __nv_bfloat16* C, int64_t ldc, cudaStream_t stream,
-                      const __nv_bfloat16* C_in) {
+                      const __nv_bfloat16* C_in, GemmBatch batch) {
   matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_16BF,
-         CUDA_R_16BF, stream, C_in);
+         CUDA_R_16BF, stream, C_in, batch);
 }
 
 void Gemm::operator()(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
                       float beta, float* C, int64_t ldc, cudaStream_t stream,
-                      const float* C_in) {
+                      const float* C_in, GemmBatch batch) {
   matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_16BF,
-         CUDA_R_32F, stream, C_in);
+         CUDA_R_32F, stream, C_in, batch);
 }
 
 void Gemm::matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
                   int64_t ldc, cudaDataType_t ab_type, cudaDataType_t c_type,
-                  cudaStream_t stream, const void* C_in) {
+                  cudaStream_t stream, const void* C_in, GemmBatch batch) {
   VT_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0, "gemm dimensions must be >= 0");
+  VT_CUDA_REQUIRE(batch.count >= 1 && batch.count <= INT32_MAX, "gemm batch count out of range");
+  if (batch.count == 1) batch = GemmBatch{};  // one plan for every unbatched call
   if (M == 0 || N == 0) return;
   // Row-major leading dims: A is (M,K) or (K,M) when trans_a, etc.
   VT_CUDA_REQUIRE(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N) && ldc >= N,
@@ -95,9 +98,20 @@ void Gemm::matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   // something to rely on: rejected.
   VT_CUDA_REQUIRE(K > 0, "gemm with K = 0 is not supported");
 
+  // Every problem of a batch starts stride elements after the previous one: its alignment is
+  // the lesser of the base pointer's and the stride's in bytes.
+  const size_t ab_size = ab_type == CUDA_R_32F ? 4 : 2, c_size = c_type == CUDA_R_32F ? 4 : 2;
+  auto aligned = [&](const void* p, int64_t stride, size_t size) {
+    const uint32_t al = alignment_of(p);
+    if (batch.count == 1) return al;
+    return std::min(al, alignment_of(reinterpret_cast<const void*>(uintptr_t(stride) * size)));
+  };
+  const uint32_t al_c = std::min(aligned(C, batch.stride_c, c_size),
+                                 C_in ? aligned(C_in, batch.stride_c, c_size) : 256u);
   const Key key{trans_a, trans_b, M,        N,        K,        lda,
-                ldb,     ldc,     int(ab_type), int(c_type), alignment_of(A), alignment_of(B),
-                std::min(alignment_of(C), C_in ? alignment_of(C_in) : alignment_of(C))};
+                ldb,     ldc,     int(ab_type), int(c_type), aligned(A, batch.stride_a, ab_size),
+                aligned(B, batch.stride_b, ab_size), al_c,
+                batch.count, batch.stride_a, batch.stride_b, batch.stride_c};
   const Plan& p = plan(key);
   VT_CUBLASLT_CHECK(cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C_in ? C_in : C,
                                    p.c, C, p.c, &p.algo, workspace_, workspace_bytes_, stream));
@@ -111,7 +125,8 @@ const Gemm::Plan& Gemm::plan(const Key& key) {
     return *it->second;
   }
   ++misses_;
-  const auto [trans_a, trans_b, M, N, K, lda, ldb, ldc, ab, ct, al_A, al_B, al_C] = key;
+  const auto [trans_a, trans_b, M, N, K, lda, ldb, ldc, ab, ct, al_A, al_B, al_C, count, stride_A,
+              stride_B, stride_C] = key;
   const cudaDataType_t ab_type = cudaDataType_t(ab), c_type = cudaDataType_t(ct);
   // Column-major problem: C'(m = N, n = M) = op'(A') op'(B'), A' = B, B' = A.
   const uint64_t m = uint64_t(N), n = uint64_t(M), k = uint64_t(K);
@@ -130,6 +145,18 @@ const Gemm::Plan& Gemm::plan(const Key& key) {
   VT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d->a, ab_type, a_rows, a_cols, ldb));
   VT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d->b, ab_type, b_rows, b_cols, lda));
   VT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d->c, c_type, m, n, ldc));
+  if (count > 1) {  // A' = B, B' = A: each layout takes its operand's stride
+    const int32_t batch_count = static_cast<int32_t>(count);
+    const int64_t strides[3] = {stride_B, stride_A, stride_C};
+    const cublasLtMatrixLayout_t layouts[3] = {d->a, d->b, d->c};
+    for (int i = 0; i < 3; ++i) {
+      VT_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(
+          layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch_count, sizeof(batch_count)));
+      VT_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(
+          layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+          sizeof(strides[i])));
+    }
+  }
 
   cublasLtMatmulPreference_t pref = nullptr;
   VT_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));

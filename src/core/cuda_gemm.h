@@ -12,6 +12,10 @@
 // Calls may come from several host threads but must be ordered (one stream, or otherwise: they
 // share the workspace).
 //
+// A strided batch (GemmBatch): `count` problems, problem i at i * stride_* elements of each
+// operand (C_in shares C's stride), one cuBLASLt call (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and
+// _STRIDED_BATCH_OFFSET on the three layouts).
+//
 // Plans are cached: the matmul descriptor, the three matrix layouts and the algorithm the
 // heuristic picked are made once per problem key (transposes, M, N, K, leading dims, types and
 // the alignment of each pointer) and reused by every later call with that key, so a training
@@ -30,6 +34,11 @@
 
 namespace vt::cuda {
 
+struct GemmBatch {
+  int64_t count = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
 class Gemm {
  public:
   // 32 MiB: what NVIDIA recommends for cuBLASLt on Hopper.
@@ -40,15 +49,16 @@ class Gemm {
 
   void operator()(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                  int64_t ldc, cudaStream_t stream, const float* C_in = nullptr);
+                  int64_t ldc, cudaStream_t stream, const float* C_in = nullptr,
+                  GemmBatch batch = {});
   void operator()(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
                   float beta, __nv_bfloat16* C, int64_t ldc, cudaStream_t stream,
-                  const __nv_bfloat16* C_in = nullptr);
+                  const __nv_bfloat16* C_in = nullptr, GemmBatch batch = {});
   void operator()(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
                   float beta, float* C, int64_t ldc, cudaStream_t stream,
-                  const float* C_in = nullptr);
+                  const float* C_in = nullptr, GemmBatch batch = {});
 
  // Cached plans, and how many calls found theirs (hits) or made one (misses).
   size_t plans() const;
@@ -58,15 +68,15 @@ class Gemm {
  private:
   struct Plan;
   // trans_a, trans_b, M, N, K, lda, ldb, ldc, ab type, c type, alignments of A, B, C (the lesser
-  // of C's and C_in's).
+  // of C's and C_in's), batch count and the strides of A, B, C.
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
-                         int, uint32_t, uint32_t, uint32_t>;
+                         int, uint32_t, uint32_t, uint32_t, int64_t, int64_t, int64_t, int64_t>;
   const Plan& plan(const Key& key);
 
   void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
               int64_t ldc, cudaDataType_t ab_type, cudaDataType_t c_type, cudaStream_t stream,
-              const void* C_in);
+              const void* C_in, GemmBatch batch);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

@@ -95,6 +95,7 @@ DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig co
       adam_.push_back(a);
     }
   }
+  plan_muon_rounds();
   const Device dev = store_->device();
   momentum_ = Tensor::zeros({momentum_size}, DType::kF32, dev);
   update_ = Tensor::zeros({momentum_size}, DType::kF32, dev);
@@ -212,6 +213,52 @@ const Tensor& DistributedOptimizer::state_tensor(const AdamPlan& a, const std::s
   return a.host ? exp_avg_sq_host_ : exp_avg_sq_;
 }
 
+void DistributedOptimizer::plan_muon_rounds() {
+  const int S = grid_.stage()->size();
+  const size_t M = matrices_.size();
+  muon_round_begin_.clear();
+  std::vector<int64_t> share(static_cast<size_t>(S), 0);
+  for (size_t k = 0; k < M; ++k) {
+    const MatrixPlan& m = matrices_[k];
+    int64_t& mine = share[static_cast<size_t>(m.owner)];
+    if (muon_round_begin_.empty() || (mine > 0 && mine + m.rows * m.cols > kNsBatchElements)) {
+      muon_round_begin_.push_back(k);
+      std::fill(share.begin(), share.end(), 0);
+    }
+    mine += m.rows * m.cols;
+  }
+  // update_: the held matrices round by round, owner by owner, in muon_order.
+  int64_t update = 0;
+  for (size_t r = 0; r < muon_round_begin_.size(); ++r) {
+    const size_t lo = muon_round_begin_[r];
+    const size_t hi = r + 1 < muon_round_begin_.size() ? muon_round_begin_[r + 1] : M;
+    for (int owner = 0; owner < S; ++owner) {
+      for (size_t k : muon_order(lo, hi, owner)) {
+        MatrixPlan& m = matrices_[k];
+        if (!m.held) continue;
+        m.update = update;
+        update += store_->info(m.param).numel();
+      }
+    }
+  }
+}
+
+std::vector<size_t> DistributedOptimizer::muon_order(size_t lo, size_t hi, int owner) const {
+  std::vector<std::pair<int64_t, int64_t>> shapes;  // in the order of their first matrix
+  std::vector<size_t> order;
+  for (size_t k = lo; k < hi; ++k) {
+    const MatrixPlan& m = matrices_[k];
+    if (m.owner != owner) continue;
+    if (std::find(shapes.begin(), shapes.end(), std::pair{m.rows, m.cols}) == shapes.end())
+      shapes.push_back({m.rows, m.cols});
+  }
+  for (const auto& shape : shapes)
+    for (size_t k = lo; k < hi; ++k)
+      if (matrices_[k].owner == owner && std::pair{matrices_[k].rows, matrices_[k].cols} == shape)
+        order.push_back(k);
+  return order;
+}
+
 void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, double weight_decay,
                                      std::vector<char>& fresh_copy) {
   const double lr = config_.muon.lr * lr_multiplier;
@@ -231,7 +278,7 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
     const ParamInfo& info = store_->info(m.param);
     const int64_t n = info.numel();
     ops::muon_momentum(grads.flat(info.offset, n), momentum_.flat(m.state, n),
-                       update_.flat(m.state, n), momentum);
+                       update_.flat(m.update, n), momentum);
   }
 
   // 2. The owner's TP group assembles each whole matrix; only the owner keeps it.
@@ -241,7 +288,7 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
     if (!m.held) continue;  // another DP replica's TP group gathers this one
     const ParamInfo& info = store_->info(m.param);
     const int64_t n = info.numel();
-    const Tensor local = update_.flat(m.state, n);
+    const Tensor local = update_.flat(m.update, n);
     const bool keep = m.owner == me;
     if (info.split.axis < 0 || T == 1) {
       if (keep) whole[k] = local;  // newton_schulz reads it, writes elsewhere
@@ -262,22 +309,41 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
   }
 
   // 3-4. Owners orthogonalize their whole matrices and broadcast the results over the stage,
-  // round by round: round r is matrices [r S, (r + 1) S), one per stage rank (owner k % S).
-  // Round r's broadcasts are started (on the communicator's own stream where it has one), round
-  // r + 1's Newton-Schulz runs meanwhile, then the wait, and every rank applies its own slice of
-  // round r. With bf16 Newton-Schulz the results are bf16 values (newton_schulz_ops rounds its
-  // last iterate), so they travel as bf16: the same bits in half the bytes.
+  // round by round: a round is consecutive matrices, as many as keep every owner's share (owner
+  // k % S) within kNsBatchElements elements (one matrix at least), and each owner runs its share
+  // of a round as one newton_schulz_batched call (batched by shape). Round r's broadcasts are
+  // started (on the communicator's own stream where it has one), round r + 1's Newton-Schulz
+  // runs meanwhile, then the wait, and every rank applies its own slice of round r. With bf16
+  // Newton-Schulz the results are bf16 values (the batch rounds its last iterate), so they travel
+  // as bf16: the same bits in half the bytes. The rounds depend only on matrices_, the same on
+  // every rank of the stage.
   const int S = stage->size();
   const bool bf16_wire = config_.muon.ns_dtype == DType::kBF16 && S > 1;  // alone: no wire
   const DType wire = bf16_wire ? DType::kBF16 : DType::kF32;
   std::vector<Tensor> ortho(M), sent(M);
-  auto orthogonalize = [&](size_t k) {
-    if (matrices_[k].owner != me) return;
-    const MatrixPlan& m = matrices_[k];
-    ortho[k] = Tensor::empty({m.rows * m.cols}, DType::kF32, whole[k].device());  // written whole
-    newton_schulz(whole[k], static_cast<int>(m.rows), static_cast<int>(m.cols), ortho[k],
-                  config_.muon.ns_steps, coeffs_, config_.muon.ns_dtype);
-    whole[k] = Tensor();
+  const size_t rounds = muon_round_begin_.size();
+  auto round_range = [&](size_t r) {
+    return std::pair<size_t, size_t>{muon_round_begin_[r],
+                                     r + 1 < rounds ? muon_round_begin_[r + 1] : M};
+  };
+  // This owner's share of a round as one newton_schulz_batched call; the results in one buffer,
+  // in the list's order (each batch's outputs one after another).
+  auto orthogonalize = [&](size_t lo, size_t hi) {
+    const std::vector<size_t> mine = muon_order(lo, hi, me);
+    if (mine.empty()) return;
+    int64_t total = 0;
+    for (size_t k : mine) total += matrices_[k].rows * matrices_[k].cols;
+    const Tensor results = Tensor::empty({total}, DType::kF32, dev);  // written whole
+    std::vector<NsMatrix> batch;
+    int64_t at = 0;
+    for (size_t k : mine) {
+      const MatrixPlan& m = matrices_[k];
+      ortho[k] = results.flat(at, m.rows * m.cols);
+      at += m.rows * m.cols;
+      batch.push_back({whole[k], static_cast<int>(m.rows), static_cast<int>(m.cols), ortho[k]});
+    }
+    newton_schulz_batched(batch, config_.muon.ns_steps, coeffs_, config_.muon.ns_dtype);
+    for (size_t k : mine) whole[k] = Tensor();
   };
   auto start_broadcast = [&](size_t k) {
     const MatrixPlan& m = matrices_[k];
@@ -311,18 +377,13 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
                     nanochat ? weight_decay * scale : weight_decay, scale, nanochat, copy);
     if (copy.defined()) fresh_copy[static_cast<size_t>(m.param)] = 1;
   };
-  const size_t rounds = (M + S - 1) / S;
-  auto round_range = [&](size_t r) {
-    return std::pair<size_t, size_t>{r * S, std::min(M, (r + 1) * S)};
-  };
-  if (rounds > 0)
-    for (size_t k = 0; k < round_range(0).second; ++k) orthogonalize(k);
+  if (rounds > 0) orthogonalize(round_range(0).first, round_range(0).second);
   for (size_t r = 0; r < rounds; ++r) {
     const auto [lo, hi] = round_range(r);
     for (size_t k = lo; k < hi; ++k) start_broadcast(k);
     if (r + 1 < rounds) {
       const auto [nlo, nhi] = round_range(r + 1);
-      for (size_t k = nlo; k < nhi; ++k) orthogonalize(k);
+      orthogonalize(nlo, nhi);
     }
     stage->all_reduce_wait();
     for (size_t k = lo; k < hi; ++k) apply(k);

@@ -12,11 +12,13 @@
 // buffer lives only in the owner's DP replica, on the local TP shards of that replica's TP group
 // (so a rank keeps and updates about 1/dp of the stage's momentum). That TP group updates the
 // momentum of its shards, all-gathers the Nesterov directions (columns reordered for column
-// splits), and the owner runs newton_schulz on the whole matrix. Owners work round by round
-// (round r: matrices [r S, (r+1) S), one per stage rank): round r's results are broadcast over
-// the stage in matrix order (Communicator::broadcast_start; as bf16 where Newton-Schulz ran in
-// bf16 and the stage has several ranks: the same bits) while round r+1 is orthogonalized, and
-// every rank applies its own slice of round r with the scale of the GLOBAL shape.
+// splits), and the owner orthogonalizes the whole matrix. Owners work round by round (a round:
+// consecutive matrices, as many as keep each owner's share within kNsBatchElements elements),
+// each running its share of a round as one newton_schulz_batched call (same-shape matrices
+// batched; each result bitwise newton_schulz's): round r's results are broadcast over the stage
+// in matrix order (Communicator::broadcast_start; as bf16 where Newton-Schulz ran in bf16 and the
+// stage has several ranks: the same bits) while round r+1 is orthogonalized, and every rank
+// applies its own slice of round r with the scale of the GLOBAL shape.
 //
 // AdamW (everything else) with ZeRO-1: a parameter's local shard of n elements is cut into dp
 // contiguous chunks of ceil(n / dp) elements (the last ones shorter or empty); DP rank d keeps
@@ -102,7 +104,8 @@ class DistributedOptimizer {
     int param = 0;          // ParamStore index
     int owner = 0;          // stage rank running newton_schulz
     int64_t rows = 0, cols = 0;  // global shape
-    int64_t state = -1;     // offset in momentum_ / the local update buffer (held only)
+    int64_t state = -1;     // offset in momentum_ (held only)
+    int64_t update = -1;    // offset in update_ (held only; see muon_order)
     bool held = false;      // this DP replica keeps its momentum (owner / tp == dp coordinate)
   };
   struct AdamPlan {
@@ -128,6 +131,12 @@ class DistributedOptimizer {
   // applies wrote (ops::muon_apply's copy), for refresh_compute_copy to skip.
   void muon_step(double lr_multiplier, double momentum, double weight_decay,
                  std::vector<char>& fresh_copy);
+  // Muon's rounds (muon_round_begin_) and, within round [lo, hi), the matrices `owner`
+  // orthogonalizes, grouped by shape (groups in the order of their first matrix): the order of
+  // its newton_schulz_batched list, and of update_ for the held ones, so that each batch's
+  // Nesterov directions (without TP) and results lie one after another.
+  void plan_muon_rounds();
+  std::vector<size_t> muon_order(size_t lo, size_t hi, int owner) const;
   const AdamPlan& adam_plan(int param, const std::string& who) const;
   const MatrixPlan& matrix_plan(int param, const std::string& who) const;
 
@@ -146,7 +155,8 @@ class DistributedOptimizer {
   Tensor momentum_;
   Tensor exp_avg_, exp_avg_sq_;
   Tensor exp_avg_host_, exp_avg_sq_host_;  // host memory, for parameters kept there
-  Tensor update_;  // Muon's Nesterov directions (momentum_'s layout), reused every step
+  Tensor update_;  // Muon's Nesterov directions (MatrixPlan::update), reused every step
+  std::vector<size_t> muon_round_begin_;  // first matrix of each Muon round
 };
 
 }  // namespace vt::optim

@@ -218,6 +218,159 @@ void newton_schulz_ops(const Tensor& G, int rows, int cols, const Tensor& out, i
   }
 }
 
+namespace {
+
+// C_i = alpha op(A_i) op(B_i) + beta addend_i for i < batch, every operand's problems `stride_*`
+// elements apart (one strided batched GEMM).
+void gemm_f32_batched(int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c,
+                      bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                      const Tensor& A, int64_t lda, const Tensor& B, int64_t ldb, float beta,
+                      const Tensor& C, int64_t ldc, const Tensor& addend = Tensor()) {
+  GemmArgs g;
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.M = M, g.N = N, g.K = K;
+  g.alpha = alpha, g.beta = beta;
+  g.A = A, g.B = B, g.C = C;
+  g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+  g.addend = addend;
+  g.batch = batch;
+  g.stride_a = stride_a, g.stride_b = stride_b, g.stride_c = stride_c;
+  ops::gemm(g);
+}
+
+// The f32 tensors t(0..count) as one tensor of count * mn elements when each follows the last in
+// memory (a batch the caller laid out contiguously), else undefined.
+template <class Get>
+Tensor contiguous(int64_t count, int64_t mn, Get t) {
+  const char* base = static_cast<const char*>(t(0).raw());
+  for (int64_t i = 1; i < count; ++i)
+    if (static_cast<const char*>(t(i).raw()) != base + i * mn * static_cast<int64_t>(sizeof(float)))
+      return Tensor();
+  return Tensor::view(const_cast<char*>(base), {count * mn}, DType::kF32, t(0).device());
+}
+
+// One batch: matrices ms[idx[0..]], all rows x cols. newton_schulz_ops's steps, each on the whole
+// batch where it was on one matrix; the inputs (outputs) are read (written) in one op where they
+// lie one after another in memory, else one op a matrix.
+void newton_schulz_batch(const std::vector<NsMatrix>& ms, const std::vector<size_t>& idx,
+                         int64_t rows, int64_t cols, int steps, const NsCoefficients& coeffs,
+                         DType compute) {
+  const int64_t count = static_cast<int64_t>(idx.size());
+  const bool tall = rows > cols;
+  const int64_t m = tall ? cols : rows, n = tall ? rows : cols;  // X is m x n
+  const int64_t mn = m * n, mm = m * m;
+  const Device dev = ms[idx[0]].in.device();
+  auto in = [&](int64_t i) { return ms[idx[static_cast<size_t>(i)]].in.flat(0, mn); };
+  auto out = [&](int64_t i) { return ms[idx[static_cast<size_t>(i)]].out.flat(0, mn); };
+  const Tensor in_all = contiguous(count, mn, in), out_all = contiguous(count, mn, out);
+  // X32: the f32 batch, each matrix as newton_schulz_ops's X32 (G^T of a tall one, a copy of G
+  // for f32 iterations); a wide batch iterated in bf16 is normalized straight from G where G is
+  // one tensor (the same bits as through the copy).
+  Tensor X32, src;
+  if (tall || compute == DType::kF32 || !in_all.defined()) {
+    X32 = Tensor::empty({count * mn}, DType::kF32, dev);
+    if (tall && in_all.defined()) {
+      ops::transpose(X32, in_all, rows, cols, count);
+    } else if (in_all.defined()) {
+      X32.copy_from(in_all);
+    } else {
+      for (int64_t i = 0; i < count; ++i) {
+        if (tall)
+          ops::transpose(X32.flat(i * mn, mn), in(i), rows, cols);
+        else
+          X32.flat(i * mn, mn).copy_from(in(i));
+      }
+    }
+    src = X32;
+  } else {
+    src = in_all;
+  }
+  Tensor X;
+  if (compute == DType::kBF16) {
+    X = Tensor::empty({count * mn}, DType::kBF16, dev);
+    ops::normalize_frobenius_segments(src, count, coeffs.norm_scale, coeffs.norm_eps, X);
+  } else {
+    ops::normalize_frobenius_segments(X32, count, coeffs.norm_scale, coeffs.norm_eps);
+    X = X32;
+  }
+  Tensor Y = Tensor::empty({count * mn}, compute, dev);
+  Tensor A = Tensor::empty({count * mm}, compute, dev), B = Tensor::empty({count * mm}, compute, dev);
+  for (int k = 0; k < steps; ++k) {
+    const auto& abc = coeffs.at(k);
+    const float a = static_cast<float>(abc[0]);
+    const float b = static_cast<float>(abc[1]);
+    const float c = static_cast<float>(abc[2]);
+    gemm_f32_batched(count, mn, mn, mm, false, true, m, m, n, 1.0f, X, n, X, n, 0.0f, A, m);
+    gemm_f32_batched(count, mm, mm, mm, false, false, m, m, m, c, A, m, A, m, b, B, m, A);
+    gemm_f32_batched(count, mm, mn, mn, false, false, m, n, m, 1.0f, B, m, X, n, a, Y, n, X);
+    std::swap(X, Y);
+  }
+  // Out of the batch: a wide matrix's result is its slot of X (cast to f32 where bf16); a tall
+  // one's the transpose of its f32 slot (bf16 iterates cast back first, as newton_schulz_ops).
+  if (tall && compute == DType::kBF16) {
+    ops::copy(X32, X);
+    X = X32;
+  }
+  if (out_all.defined()) {
+    if (tall)
+      ops::transpose(out_all, X, m, n, count);
+    else if (compute == DType::kBF16)
+      ops::copy(out_all, X);
+    else
+      out_all.copy_from(X);
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const Tensor x = X.flat(i * mn, mn);
+    if (tall)
+      ops::transpose(out(i), x, m, n);
+    else if (compute == DType::kBF16)
+      ops::copy(out(i), x);
+    else
+      out(i).copy_from(x);
+  }
+}
+
+}  // namespace
+
+void newton_schulz_batched(const std::vector<NsMatrix>& ms, int steps,
+                           const NsCoefficients& coeffs, DType compute,
+                           int64_t max_batch_elements) {
+  VT_CHECK_MSG(compute == DType::kF32 || compute == DType::kBF16,
+               "newton_schulz: compute dtype must be f32 or bf16");
+  VT_CHECK_MSG(max_batch_elements >= 1, "newton_schulz_batched: a batch cap of "
+                                            << max_batch_elements << " elements");
+  for (const NsMatrix& x : ms) {
+    check_ns_tensors(x.in, x.rows, x.cols, x.out);
+    VT_CHECK_MSG(x.in.device() == ms[0].in.device(),
+                 "newton_schulz_batched: matrices on different devices");
+  }
+  // Groups by shape, in the order of their first matrix; each cut into batches.
+  std::vector<std::pair<std::pair<int, int>, std::vector<size_t>>> groups;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const std::pair<int, int> shape{ms[i].rows, ms[i].cols};
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == shape; });
+    if (it == groups.end()) {
+      groups.push_back({shape, {}});
+      it = groups.end() - 1;
+    }
+    it->second.push_back(i);
+  }
+  for (const auto& [shape, members] : groups) {
+    const auto [rows, cols] = shape;
+    const size_t per_batch = static_cast<size_t>(
+        std::max<int64_t>(1, max_batch_elements / (static_cast<int64_t>(rows) * cols)));
+    for (size_t lo = 0; lo < members.size(); lo += per_batch) {
+      const std::vector<size_t> idx(
+          members.begin() + static_cast<std::ptrdiff_t>(lo),
+          members.begin() + static_cast<std::ptrdiff_t>(std::min(members.size(), lo + per_batch)));
+      newton_schulz_batch(ms, idx, rows, cols, steps, coeffs, compute);
+    }
+  }
+}
+
 double muon_scale(int64_t rows, int64_t cols, MuonAspect aspect) {
   VT_CHECK(rows > 0 && cols > 0);
   const double ratio = aspect == MuonAspect::kFanOutOverFanIn

@@ -1,7 +1,8 @@
 // Muon for every block matrix (ParamGroup::kMatrix, docs/model.md "Optimizer groups"), fp32
 // throughout: its formulas, and the Newton-Schulz orthogonalization as a standalone function on a
-// whole matrix (the optimizer, distributed_optimizer.h, gathers a matrix and calls exactly
-// newton_schulz, so every layout gives the same result).
+// whole matrix, and batched over same-shape matrices (the optimizer, distributed_optimizer.h,
+// gathers whole matrices and runs newton_schulz_batched, which gives each exactly newton_schulz's
+// result, so every layout gives the same result).
 //
 // One step for a matrix P (rows x cols as stored) with gradient G, momentum m (scheduled),
 // lr = peak matrix lr * lr_multiplier; this is the lerp form of modded-nanogpt / nanochat
@@ -82,6 +83,37 @@ void newton_schulz(const Tensor& G, int rows, int cols, const Tensor& out, int s
 // order and multiplies by the fp32 reciprocal.
 void newton_schulz_ops(const Tensor& G, int rows, int cols, const Tensor& out, int steps,
                        const NsCoefficients& coeffs, DType compute = DType::kF32);
+
+// Batched Newton-Schulz (the distributed optimizer's owners run it on their matrices): each
+// matrix's newton_schulz_ops, with the matrices of one shape stacked in a batch and iterated
+// together: one strided batched GEMM (GemmArgs::batch) per GEMM of the iteration, one segmented
+// normalization (ops::normalize_frobenius_segments: each matrix by its own norm) and, for tall
+// matrices, one batched transpose in and one out, where the unbatched path makes those calls
+// per matrix. Inputs (outputs) that lie one after another in memory, in list order, are read
+// (written) by one op for the batch; otherwise one copy or transpose a matrix gathers (scatters)
+// them. Every step computes each matrix exactly as newton_schulz_ops does (the batched GEMM is
+// the unbatched one per problem, the segmented normalization bit for bit the per-matrix one),
+// so the results are bitwise newton_schulz_ops's on the CPU backend, the device emulator and the
+// CUDA emulation, and newton_schulz's where that equals newton_schulz_ops (CPU tensors, the
+// device emulator). On a real GPU cuBLASLt's heuristic sees the batch count and may pick another
+// kernel (another fp32 summation order) for a batch than for one matrix: there a result equals
+// the one-matrix path to the GEMMs' round-off (the op-parity `gemm` bound per GEMM, 1e-6
+// sqrt(K) of the output's magnitude, carried through five iterations whose bf16 roundings may
+// flip by one ulp), as the CUDA path already differs from the host's. Groups run in the order of
+// their first matrix; a batch holds at most max(1, max_batch_elements / (rows * cols)) matrices:
+// bounded memory, an f32 batch buffer of up to max_batch_elements floats, X and Y of that many
+// in the iteration dtype, A and B of min(rows, cols) / max(rows, cols) of it.
+struct NsMatrix {
+  Tensor in;  // f32, rows * cols elements (any shape), row-major rows x cols
+  int rows = 0, cols = 0;
+  Tensor out;  // f32, rows * cols elements, not aliasing in; the same device as every in
+};
+// 64 Mi floats: 256 MiB per f32 buffer (d24's 1536 x 1536 matrices: 28 a batch; its 1536 x 6144
+// and 6144 x 1536: 7).
+inline constexpr int64_t kNsBatchElements = int64_t{64} << 20;
+void newton_schulz_batched(const std::vector<NsMatrix>& ms, int steps,
+                           const NsCoefficients& coeffs, DType compute = DType::kF32,
+                           int64_t max_batch_elements = kNsBatchElements);
 
 enum class MuonAspect {
   kFanOutOverFanIn,  // scale = max(1, cols/rows)^0.5 for (in, out) storage (default)

@@ -197,6 +197,134 @@ void GemmAddendIsCopyThenGemm() {
   EXPECT_DEATH(ops::gemm(size), "addend holds 12 elements, C 16");
 }
 
+// GemmArgs::batch (strided batched GEMM, Muon's batched Newton-Schulz): on each backend every
+// problem of the batch is bit for bit the unbatched GEMM on its matrices (strides padded past
+// each problem's span, transposes, an addend, bf16 and f32), the padding between C's problems
+// untouched; CPU and device within GemmMatchesCpu's tolerance. Refused: a batch count below 1,
+// strides that let C's problems overlap, operands too short for the last problem.
+void GemmBatchedIsEachProblem() {
+  const int64_t M = 13, N = 22, K = 31, batch = 3;
+  struct Types {
+    DType ab, c;
+  };
+  uint64_t seed = 300;
+  for (Types ty : {Types{kF32, kF32}, Types{kBF16, kBF16}, Types{kBF16, kF32}}) {
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int addend = 0; addend < 2; ++addend) {
+        SCOPED_TRACE(testing::Message() << name_of(ty.ab) << "->" << name_of(ty.c) << " ta=" << ta
+                                        << " addend=" << addend);
+        const int64_t lda = ta ? M : K, ldb = N, ldc = N + 2;
+        const int64_t sa = M * K + 5, sb = K * N + 8, sc = M * ldc + 3;  // padded strides
+        Pair A = pair(randn(batch * sa, seed++), {batch * sa}, ty.ab);
+        Pair B = pair(randn(batch * sb, seed++), {batch * sb}, ty.ab);
+        const auto c0 = randn(batch * sc, seed++);
+        Pair Cin = pair(randn(batch * sc, seed++), {batch * sc}, ty.c);
+        Pair C = pair(c0, {batch * sc}, ty.c), ref = pair(c0, {batch * sc}, ty.c);
+        for (int dev = 0; dev < 2; ++dev) {
+          GemmArgs g;
+          g.trans_a = ta;
+          g.M = M, g.N = N, g.K = K;
+          g.alpha = 0.75f, g.beta = -1.5f;
+          g.A = dev ? A.g : A.c, g.B = dev ? B.g : B.c, g.C = dev ? C.g : C.c;
+          g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+          if (addend) g.addend = dev ? Cin.g : Cin.c;
+          g.batch = batch, g.stride_a = sa, g.stride_b = sb, g.stride_c = sc;
+          ops::gemm(g);
+          for (int64_t i = 0; i < batch; ++i) {  // the unbatched calls, one per problem
+            GemmArgs one = g;
+            one.batch = 1, one.stride_a = one.stride_b = one.stride_c = 0;
+            one.A = g.A.flat(i * sa, sa), one.B = g.B.flat(i * sb, sb);
+            one.C = (dev ? ref.g : ref.c).flat(i * sc, sc);
+            if (addend) one.addend = g.addend.flat(i * sc, sc);
+            ops::gemm(one);
+          }
+        }
+        for (int dev = 0; dev < 2; ++dev)
+          EXPECT_EQ(vals(dev ? C.g : C.c), vals(dev ? ref.g : ref.c))
+              << (dev ? "device" : "cpu") << ": batched differs from the problems one by one";
+        // Outside each problem's M x N window (the padding) the device's C keeps its old values
+        // (the host copies a whole addend into C first: padding included, GemmArgs::addend).
+        const auto got = vals(C.g), old = vals(host(c0, {batch * sc}, ty.c));
+        std::vector<float> win_c, win_g;  // the problems' windows, CPU and device
+        const auto cpu = vals(C.c);
+        for (int64_t i = 0; i < batch; ++i)
+          for (int64_t e = 0; e < sc; ++e) {
+            const int64_t r = e / ldc, col = e % ldc;
+            const size_t at = size_t(i * sc + e);
+            if (r >= M || col >= N) {
+              ASSERT_EQ(got[at], old[at]) << "padding written at " << at;
+            } else {
+              win_c.push_back(cpu[at]);
+              win_g.push_back(got[at]);
+            }
+          }
+        const double mx = std::max(1.0, max_abs(win_c));
+        EXPECT_TRUE(all_close(win_g, win_c, rtol_for(ty.c, 1e-5), 1e-6 * std::sqrt(double(K)) * mx));
+      }
+    }
+  }
+  GemmArgs g;
+  g.M = 4, g.N = 4, g.K = 4, g.lda = 4, g.ldb = 4, g.ldc = 4;
+  g.A = host(randn(32, 1), {32}), g.B = host(randn(32, 2), {32}), g.C = host(randn(32, 3), {32});
+  g.batch = 2, g.stride_a = 16, g.stride_b = 16, g.stride_c = 16;
+  GemmArgs zero = g;
+  zero.batch = 0;
+  EXPECT_DEATH(ops::gemm(zero), "batch count 0 must be >= 1");
+  GemmArgs overlap = g;
+  overlap.stride_c = 8;
+  EXPECT_DEATH(ops::gemm(overlap), "C's problems span 16 elements");
+  GemmArgs short_c = g;
+  short_c.batch = 3;
+  EXPECT_DEATH(ops::gemm(short_c), "a batch of 3 needs");
+}
+
+// normalize_frobenius_segments: on each backend bit for bit normalize_frobenius on each segment
+// alone (in place; into f32 and bf16; segment lengths that are whole 16-byte words and ones that
+// are not, which take the kernels' scalar path from the second segment on; one segment longer
+// than a reduction grid's worth), x left as it was; CPU and device within the per-segment op's
+// tolerance (DeviceCoefficientOpsMatchCpu). Refused: a length that is not whole segments.
+void NormalizeSegmentsIsEachSegment() {
+  uint64_t seed = 320;
+  for (int64_t n : {int64_t(4096), int64_t(4099), int64_t(1) << 20}) {
+    const int64_t segs = n > 5000 ? 2 : 5;
+    for (int into = 0; into < 3; ++into) {  // 0: in place, 1: f32 out, 2: bf16 out
+      SCOPED_TRACE(testing::Message() << "n " << n << " into " << into);
+      const DType out_dt = into == 2 ? kBF16 : kF32;
+      auto v = randn(segs * n, seed++, 1.0f);
+      for (int64_t s = 0; s < segs; ++s)  // segments of different norms
+        for (int64_t i = 0; i < n; ++i) v[size_t(s * n + i)] *= float(1 + 3 * s);
+      Pair x = pair(v, {segs * n});
+      Pair out = zeros({segs * n}, out_dt), ref = zeros({segs * n}, out_dt);
+      for (int dev = 0; dev < 2; ++dev) {
+        const Tensor& xs = dev ? x.g : x.c;
+        const Tensor& o = dev ? out.g : out.c;
+        const Tensor& r = dev ? ref.g : ref.c;
+        if (into == 0) {
+          o.copy_from(xs);
+          ops::normalize_frobenius_segments(o, segs, 1.02, 1e-6);
+        } else {
+          ops::normalize_frobenius_segments(xs, segs, 1.02, 1e-6, o);
+        }
+        for (int64_t s = 0; s < segs; ++s) {
+          if (into == 0) {
+            r.flat(s * n, n).copy_from(xs.flat(s * n, n));
+            ops::normalize_frobenius(r.flat(s * n, n), 1.02, 1e-6);
+          } else {
+            ops::normalize_frobenius(xs.flat(s * n, n), 1.02, 1e-6, r.flat(s * n, n));
+          }
+        }
+      }
+      for (int dev = 0; dev < 2; ++dev)
+        EXPECT_EQ(vals(dev ? out.g : out.c), vals(dev ? ref.g : ref.c))
+            << (dev ? "device" : "cpu");
+      EXPECT_TRUE(same(x)) << "x was written";
+      EXPECT_TRUE(close(out, rtol_for(out_dt, 1e-6), 1e-7));
+    }
+  }
+  EXPECT_DEATH(ops::normalize_frobenius_segments(host(randn(10, 1), {10}), 3, 1.0, 1e-7),
+               "10 elements are not 3 equal segments");
+}
+
 // Round to nearest even on both sides: bitwise equal (no NaNs, whose payloads may differ).
 void CastMatchesCpuExactly() {
   auto x = randn(4099, 30, 3.0f);
@@ -1044,7 +1172,9 @@ void PrintTo(const OpRow& r, std::ostream* os) { *os << r.op; }
 const OpRow kOps[] = {
     {"gemm", GemmMatchesCpu},
     {"gemm_addend", GemmAddendIsCopyThenGemm},
+    {"gemm_batched", GemmBatchedIsEachProblem},
     {"normalize_frobenius_into", NormalizeIntoIsCopyNormalizeCast},
+    {"normalize_frobenius_segments", NormalizeSegmentsIsEachSegment},
     {"cast", CastMatchesCpuExactly},
     {"cast_round_trip_bits", CastRoundTripBitExact},
     {"axpy_scale_copy", AxpyAndScaleCopyMatchCpu},

@@ -100,3 +100,31 @@ def test_cli_labels_predictions():
                          capture_output=True, text=True, check=True).stdout
     assert out.startswith("PREDICTED (step model")
     assert "xent_loss_grad_kernel" in out
+
+
+def test_batched_newton_schulz_inventory():
+    # Every matrix in exactly one batch, a batch of one shape within one round, a round within
+    # the cap (src/optim/distributed_optimizer.cc plan_muon_rounds, one owner).
+    for preset, mb in (("d24", 16), ("d32", 8)):
+        c = sr.preset(preset, mb)
+        mats = sr.block_matrices(c)
+        batches = sm.muon_rounds(mats, list(range(len(mats))))
+        assert sorted(k for b in batches for k in b) == list(range(len(mats)))
+        for b in batches:
+            assert len({mats[k] for k in b}) == 1, b
+            assert b == sorted(b)
+            if len(b) > 1:
+                assert sum(mats[k][0] * mats[k][1] for k in b) <= sm.NS_BATCH_ELEMENTS
+        # Batching moves no FLOPs: the batched GEMMs do the per-matrix iterations' work.
+        ks = sm.current_code_kernels(c, 1)
+        ns = sum(k.calls * k.flops for k in ks if k.kind == "ns_batch")
+        assert math.isclose(ns, sum(sr.ns_cost(*m)[0] for m in mats), rel_tol=1e-9), preset
+        # 15 GEMMs a batch, not 15 a matrix.
+        assert sum(k.calls for k in ks if k.kind == "ns_batch") == 15 * len(batches)
+    c = sr.preset("d24", 16)
+    assert len(sm.muon_rounds(sr.block_matrices(c), list(range(144)))) == 32
+    # The assumed batched rate is a d24 layer GEMM rate the window measured (a prediction), above
+    # the one-matrix rate fitted on the window.
+    rate = sm.ns_batched_tflops(sm.window_rates())
+    assert min(sm.WINDOW_GEMM_TFLOPS.values()) <= rate <= max(sm.WINDOW_GEMM_TFLOPS.values())
+    assert rate > sm.CALIBRATION.ns_tflops

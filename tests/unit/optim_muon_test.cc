@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "core/arena.h"
@@ -141,6 +142,58 @@ TEST(NewtonSchulz, TransposedInputGivesTransposedOutput) {
   newton_schulz(gt.data(), n, n, xt.data(), 5, NsCoefficients::standard());
   for (int r = 0; r < n; ++r)
     for (int c = 0; c < n; ++c) EXPECT_NEAR(xt[c * n + r], x[r * n + c], 1e-4);
+}
+
+// The batched Newton-Schulz on CPU tensors: each matrix bit for bit the host function, whether
+// the batch reads its inputs and writes its outputs as one tensor (one after another in memory)
+// or matrix by matrix, over batch caps that cut a shape's group into several batches.
+TEST(NewtonSchulz, BatchedIsTheHostFunctionBitForBit) {
+  const std::vector<std::pair<int, int>> shapes = {{8, 20}, {20, 8}, {8, 20}, {20, 8},
+                                                   {12, 12}, {12, 12}, {8, 20}, {5, 3}};
+  int64_t total = 0;
+  for (const auto& [r, c] : shapes) total += int64_t{r} * c;
+  for (NsKind kind : {NsKind::kStandard, NsKind::kPolarExpress}) {
+    const NsCoefficients co = NsCoefficients::of(kind);
+    for (bool one_tensor : {false, true}) {
+      for (int64_t cap : {kNsBatchElements, int64_t{2 * 8 * 20}, int64_t{1}}) {
+        SCOPED_TRACE(::testing::Message() << ns_kind_name(kind) << " one tensor " << one_tensor
+                                          << " cap " << cap);
+        // one_tensor: the matrices of each shape follow each other in memory, in list order (the
+        // list grouped by shape); otherwise each matrix has its own tensors.
+        std::vector<std::pair<int, int>> order = shapes;
+        if (one_tensor)
+          std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+            auto first = [&](const std::pair<int, int>& s) {
+              return std::find(shapes.begin(), shapes.end(), s) - shapes.begin();
+            };
+            return first(a) < first(b);
+          });
+        const Tensor in_all = Tensor::empty({total}), out_all = Tensor::empty({total});
+        std::vector<NsMatrix> ms;
+        std::vector<std::vector<float>> g;
+        int64_t at = 0;
+        for (size_t i = 0; i < order.size(); ++i) {
+          const auto [r, c] = order[i];
+          const int64_t n = int64_t{r} * c;
+          g.push_back(randn(n, 40 + i));
+          Tensor in = one_tensor ? in_all.flat(at, n) : Tensor::empty({n});
+          Tensor out = one_tensor ? out_all.flat(at, n) : Tensor::empty({n});
+          at += n;
+          std::copy(g.back().begin(), g.back().end(), in.f32());
+          std::fill(out.f32(), out.f32() + n, std::nanf(""));
+          ms.push_back({in, r, c, out});
+        }
+        newton_schulz_batched(ms, 5, co, DType::kF32, cap);
+        for (size_t i = 0; i < order.size(); ++i) {
+          const auto [r, c] = order[i];
+          std::vector<float> want(g[i].size());
+          newton_schulz(g[i].data(), r, c, want.data(), 5, co);
+          EXPECT_EQ(ms[i].out.to_host_f32(), want) << "matrix " << i << " " << r << "x" << c;
+          EXPECT_EQ(ms[i].in.to_host_f32(), g[i]) << "input written";
+        }
+      }
+    }
+  }
 }
 
 TEST(NewtonSchulz, InvariantToInputScale) {

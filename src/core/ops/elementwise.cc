@@ -195,9 +195,15 @@ void axpy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t ind
   axpy_on(d.backend(), y, x, host::f32_of(coef)[index]);
 }
 
-void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols) {
-  VT_CHECK(x.numel() == rows * cols && y.numel() == rows * cols && x.dtype() == y.dtype());
+void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols, int64_t batch) {
+  VT_CHECK_MSG(batch >= 1, "transpose: a batch of " << batch << " matrices");
+  const int64_t mn = rows * cols;
+  VT_CHECK(x.numel() == batch * mn && y.numel() == batch * mn && x.dtype() == y.dtype());
   if (x.numel() == 0) return;
+  if (batch > 1 && x.dtype() != DType::kF32) {  // one matrix at a time
+    for (int64_t i = 0; i < batch; ++i) transpose(y.flat(i * mn, mn), x.flat(i * mn, mn), rows, cols);
+    return;
+  }
   auto d = on("transpose", {&y, &x});
 #if VTRAIN_HAS_CUDA
   if (CudaRuntime* rt = d.cuda()) {
@@ -206,7 +212,12 @@ void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols) {
     const cudaStream_t s = rt->stream();
     VT_CHECK_MSG(y.dtype() == x.dtype(), "transpose: dtypes differ");
     switch (x.dtype()) {
-      case DType::kF32: cuda::transpose(f32p(x), f32p(y), rows, cols, s); break;
+      case DType::kF32:
+        if (batch > 1)
+          cuda::transpose_batched(f32p(x), f32p(y), batch, rows, cols, s);
+        else
+          cuda::transpose(f32p(x), f32p(y), rows, cols, s);
+        break;
       case DType::kBF16: cuda::transpose(bf16p(x), bf16p(y), rows, cols, s); break;
       case DType::kI32:
         cuda::transpose(static_cast<const int32_t*>(x.raw()), static_cast<int32_t*>(y.raw()),
@@ -218,8 +229,12 @@ void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols) {
 #endif
   host::In xp(x);
   host::Out yp(y);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) yp.p()[c * rows + r] = xp.p()[r * cols + c];
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* xb = xp.p() + b * mn;
+    float* yb = yp.p() + b * mn;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) yb[c * rows + r] = xb[r * cols + c];
+  }
 }
 
 }  // namespace vt::ops

@@ -21,8 +21,9 @@ void add_scalar(const Tensor& t, int64_t index, double value);
 // Device-side coefficients: y = coef[index] * x; y += coef[index] * x (coef f32, same device).
 void scale_copy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index = 0);
 void axpy_coef(const Tensor& y, const Tensor& x, const Tensor& coef, int64_t index = 0);
-// y (cols, rows) = x (rows, cols)^T.
-void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols);
+// y (cols, rows) = x (rows, cols)^T; with batch > 1, x and y hold `batch` such matrices one after
+// another, each transposed (f32 on a GPU: one launch).
+void transpose(const Tensor& y, const Tensor& x, int64_t rows, int64_t cols, int64_t batch = 1);
 
 namespace detail {
 // The unchecked, unprofiled pieces other core code composes (on b, whose device holds y and x):

@@ -36,12 +36,38 @@ void check_addend(const GemmArgs& g) {
                "gemm: the addend overlaps C");
 }
 
+// A strided batch: a positive count, and each operand holding its last problem (the elements a
+// row-major rows x cols matrix with leading dimension ld spans, past (batch - 1) * stride);
+// C's problems may not overlap (stride_c at least C's span).
+void check_batch(const GemmArgs& g) {
+  VT_CHECK_MSG(g.batch >= 1, "gemm: batch count " << g.batch << " must be >= 1");
+  if (g.batch == 1) return;
+  VT_CHECK_MSG(g.K > 0, "gemm: a batched GEMM needs K > 0");
+  auto span = [](int64_t rows, int64_t cols, int64_t ld) {
+    return rows == 0 || cols == 0 ? int64_t{0} : (rows - 1) * ld + cols;
+  };
+  const int64_t sa = span(g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, g.lda);
+  const int64_t sb = span(g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, g.ldb);
+  const int64_t sc = span(g.M, g.N, g.ldc);
+  VT_CHECK_MSG(g.stride_a >= 0 && g.stride_b >= 0 && g.stride_c >= sc,
+               "gemm: batch strides " << g.stride_a << ", " << g.stride_b << ", " << g.stride_c
+                                      << " (C's problems span " << sc << " elements each)");
+  const int64_t last = g.batch - 1;
+  VT_CHECK_MSG(g.A.numel() >= last * g.stride_a + sa && g.B.numel() >= last * g.stride_b + sb &&
+                   g.C.numel() >= last * g.stride_c + sc,
+               "gemm: a batch of " << g.batch << " needs A, B, C of at least "
+                                   << last * g.stride_a + sa << ", " << last * g.stride_b + sb
+                                   << ", " << last * g.stride_c + sc << " elements, got "
+                                   << g.A.numel() << ", " << g.B.numel() << ", " << g.C.numel());
+}
+
 }  // namespace
 
 void gemm(const GemmArgs& g) {
   const bool addend = g.addend.defined();
   if (addend) check_addend(g);
-  const double flops = 2.0 * g.M * g.N * g.K;
+  check_batch(g);
+  const double flops = 2.0 * g.M * g.N * g.K * g.batch;
   auto d = addend ? on("gemm", {&g.A, &g.B, &g.C, &g.addend}, flops)
                   : on("gemm", {&g.A, &g.B, &g.C}, flops);
   if (g.M == 0 || g.N == 0) return;
@@ -65,15 +91,16 @@ void gemm(const GemmArgs& g) {
       return;
     }
     cuda::Gemm& mm = rt->gemm();
+    const cuda::GemmBatch batch{g.batch, g.stride_a, g.stride_b, g.stride_c};
     if (ta == DType::kF32) {
       mm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, f32p(g.A), g.lda, f32p(g.B), g.ldb, g.beta,
-         f32p(g.C), g.ldc, s, addend ? f32p(g.addend) : nullptr);
+         f32p(g.C), g.ldc, s, addend ? f32p(g.addend) : nullptr, batch);
     } else if (tc == DType::kBF16) {
       mm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, bf16p(g.A), g.lda, bf16p(g.B), g.ldb,
-         g.beta, bf16p(g.C), g.ldc, s, addend ? bf16p(g.addend) : nullptr);
+         g.beta, bf16p(g.C), g.ldc, s, addend ? bf16p(g.addend) : nullptr, batch);
     } else {
       mm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, bf16p(g.A), g.lda, bf16p(g.B), g.ldb,
-         g.beta, f32p(g.C), g.ldc, s, addend ? f32p(g.addend) : nullptr);
+         g.beta, f32p(g.C), g.ldc, s, addend ? f32p(g.addend) : nullptr, batch);
     }
     return;
   }
@@ -85,8 +112,9 @@ void gemm(const GemmArgs& g) {
   VT_CHECK_MSG(bf || g.C.dtype() == DType::kF32, "gemm: f32 A/B need an f32 C");
   host::In a(g.A), b(g.B);
   host::InOut c(g.C);
-  cpu::gemm<float>(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, a.p(), g.lda, b.p(), g.ldb,
-                   g.beta, c.p(), g.ldc);
+  for (int64_t i = 0; i < g.batch; ++i)  // each problem the unbatched call
+    cpu::gemm<float>(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, a.p() + i * g.stride_a, g.lda,
+                     b.p() + i * g.stride_b, g.ldb, g.beta, c.p() + i * g.stride_c, g.ldc);
 }
 
 void matmul(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate) {

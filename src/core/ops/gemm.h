@@ -22,6 +22,13 @@ struct GemmArgs {
   // layout, ldc) instead of C, which is then only written: C = alpha op(A) op(B) + beta addend. The same bits as copying
   // addend into C first; on a GPU it saves that copy's pass. It may not overlap C.
   Tensor addend;
+  // Strided batch: `batch` independent GEMMs of these dimensions, problem i reading A at
+  // i * stride_a elements, B at i * stride_b and writing C (and reading the addend) at
+  // i * stride_c (cuBLASLt's BATCH_COUNT / STRIDED_BATCH_OFFSET). Each problem is computed
+  // exactly as the unbatched call on its matrices (the host loops over them; cuBLASLt's batched
+  // kernel, like the emulation, computes each problem alone). Batches of C may not overlap.
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 };
 
 namespace ops {

@@ -223,4 +223,67 @@ void normalize_frobenius(const Tensor& x, double scale, double eps, const Tensor
   out.copy_from(f.to(out.device(), out.dtype()).reshaped(out.shape()));  // the cast's rounding
 }
 
+namespace {
+
+// out == x (undefined out) in place. Checks, then per segment on the host backends, or the two
+// segmented kernels on the CUDA backend.
+void normalize_segments(const Tensor& x, int64_t segments, double scale, double eps,
+                        const Tensor& out) {
+  need_f32("normalize_frobenius_segments", x, "x");
+  VT_CHECK_MSG(segments >= 1 && x.numel() % segments == 0,
+               "normalize_frobenius_segments: " << x.numel() << " elements are not " << segments
+                                                << " equal segments");
+  const bool in_place = !out.defined();
+  if (!in_place) {
+    need_float("normalize_frobenius_segments", out);
+    VT_CHECK_MSG(out.numel() == x.numel(), "normalize_frobenius_segments: out holds "
+                                               << out.numel() << " elements, x " << x.numel());
+    VT_CHECK_MSG(out.raw() != x.raw() || x.numel() == 0,
+                 "normalize_frobenius_segments: out aliases x");
+  }
+  if (x.numel() == 0) return;
+  const int64_t n = x.numel() / segments;
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = backend(x.device()).cuda()) {
+    using namespace cuda_acts;
+    auto d = in_place ? on("normalize_frobenius_segments", {&x})
+                      : on("normalize_frobenius_segments", {&x, &out});
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    VT_CHECK_MSG(segments <= 65535, "normalize_frobenius_segments: at most 65535 segments, got "
+                                        << segments);
+    // fp64 scratch (stream-ordered: freed after the kernels that use it): every segment's
+    // block partials, then the segments' sums.
+    const int64_t partials = segments * cuda::segment_partials(n);
+    const Tensor scratch = Tensor::empty({2 * (partials + segments)}, DType::kF32, x.device());
+    double* ps = static_cast<double*>(scratch.raw());
+    double* sums = ps + partials;
+    cuda::sum_squares_segments(f32p(x), n, segments, ps, sums, s);
+    const Tensor& y = in_place ? x : out;
+    if (y.dtype() == DType::kF32)
+      cuda::div_by_norm_segments(f32p(x), f32p(y), n, segments, sums, scale, eps, s);
+    else
+      cuda::div_by_norm_segments(f32p(x), bf16p(y), n, segments, sums, scale, eps, s);
+    return;
+  }
+#endif
+  for (int64_t k = 0; k < segments; ++k) {  // the per-segment op itself
+    if (in_place)
+      normalize_frobenius(x.flat(k * n, n), scale, eps);
+    else
+      normalize_frobenius(x.flat(k * n, n), scale, eps, out.flat(k * n, n));
+  }
+}
+
+}  // namespace
+
+void normalize_frobenius_segments(const Tensor& x, int64_t segments, double scale, double eps) {
+  normalize_segments(x, segments, scale, eps, Tensor());
+}
+
+void normalize_frobenius_segments(const Tensor& x, int64_t segments, double scale, double eps,
+                                  const Tensor& out) {
+  normalize_segments(x, segments, scale, eps, out);
+}
+
 }  // namespace vt::ops

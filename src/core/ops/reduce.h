@@ -23,5 +23,14 @@ void normalize_frobenius(const Tensor& x, double scale, double eps);
 // out = x / (sqrt(sum(x^2)) * scale + eps), x (f32) left as it is: the bits of copying x into an f32
 // tensor, normalizing that and casting it to out's dtype (f32 or bf16), in one pass over x.
 void normalize_frobenius(const Tensor& x, double scale, double eps, const Tensor& out);
+// Segmented (a batch of matrices, Muon's batched Newton-Schulz): x (f32) holds `segments` equal
+// segments of x.numel() / segments elements one after another, each divided by its own norm,
+// sqrt(sum of its squares) * scale + eps: bit for bit normalize_frobenius on each segment alone
+// (on every backend: the CUDA kernels reduce each segment with that op's blocks and combine
+// order), in place or into out (f32 or bf16, not aliasing x). Two kernels for all segments on
+// a GPU where the per-segment op takes two per segment.
+void normalize_frobenius_segments(const Tensor& x, int64_t segments, double scale, double eps);
+void normalize_frobenius_segments(const Tensor& x, int64_t segments, double scale, double eps,
+                                  const Tensor& out);
 
 }  // namespace vt::ops
