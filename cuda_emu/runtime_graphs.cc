@@ -27,7 +27,9 @@
 // before writing reads NaN; the graph owns that memory (freed when the graph and every
 // instantiation of it are destroyed and their launches have run). cudaFreeAsync on a capturing
 // stream of a block allocated in the same capture records nothing; of any other block it is
-// refused (a replay would free it again).
+// refused (a replay would free it again). A block allocated in the capture must be freed in it:
+// CUDA lets such a block outlive the launch (the caller frees it before the next launch), which
+// this emulation does not model, so the capture is invalidated instead.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -67,6 +69,7 @@ struct Capture {
   std::map<const Stream*, Clock> clocks;  // the member streams and what each is ordered after
   std::shared_ptr<OwnedMemory> memory = std::make_shared<OwnedMemory>();
   std::set<void*> allocated;  // blocks allocated in this capture (owned by its graph)
+  std::set<void*> freed;      // those of them freed in it
   std::string invalid;        // why the capture was invalidated; empty while valid
 };
 
@@ -279,7 +282,10 @@ cudaError_t capture_free(Stream* s, void* p, bool* handled) {
   Capture* c = capture_of_locked(s);
   *handled = c != nullptr;
   if (!c) return cudaSuccess;
-  if (c->allocated.count(p)) return cudaSuccess;  // the graph owns it; freed with the graph
+  if (c->allocated.count(p)) {  // the graph owns it; freed with the graph
+    c->freed.insert(p);
+    return cudaSuccess;
+  }
   const std::string why =
       "cudaFreeAsync on a capturing stream of memory allocated outside the capture (each replay "
       "would free it again)";
@@ -348,6 +354,11 @@ cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t* graph) {
       if (o == origin_clock.end() || o->second < clock.at(member))
         unjoined = "a stream forked into the capture was not joined back into the origin stream";
     }
+    if (c->freed.size() != c->allocated.size())
+      invalidate_locked(c, std::to_string(c->allocated.size() - c->freed.size()) +
+                               " block(s) allocated in the capture are not freed in it (the "
+                               "emulation keeps no graph allocation beyond a launch: allocate "
+                               "what outlives the step before capturing)");
     for (auto it = C().by_stream.begin(); it != C().by_stream.end();)
       it = it->second == c ? C().by_stream.erase(it) : std::next(it);
     C().live.erase(c);

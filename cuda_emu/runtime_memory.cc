@@ -301,9 +301,13 @@ cudaError_t memset_impl(void* p, int value, size_t n, cudaStream_t h, bool legac
 }  // namespace
 
 void free_device_now(void* p) {
+  {
+    Memory& m = M();
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (!m.allocs.count(reinterpret_cast<uintptr_t>(p))) return;  // freed already: no error
+  }
   size_t size = 0;
   if (take_device(p, true, "free_device_now", &size) == cudaSuccess) release_bytes(p, size);
-  clear_last_error();
 }
 
 Region classify(const void* p, size_t bytes) {

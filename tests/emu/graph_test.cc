@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/launch.cuh"
@@ -370,6 +371,21 @@ TEST(EmuGraph, StreamOrderedAllocationInsideTheCaptureBelongsToTheGraph) {
   ASSERT_EQ(cudaGraphExecDestroy(ex), cudaSuccess);
   cudaFree(out);
   cudaFree(x);
+  cudaStreamDestroy(s);
+}
+
+TEST(EmuGraph, AnAllocationThatOutlivesTheCaptureIsRefused) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  float* kept = nullptr;
+  ASSERT_EQ(cudaMallocAsync(reinterpret_cast<void**>(&kept), 64, s), cudaSuccess);
+  VT_LAUNCH(square_kernel, 1, 16, 0, s, kept, 16);
+  cudaGraph_t g;
+  EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  const std::string why = cudaGetErrorString(cudaErrorStreamCaptureInvalidated);
+  EXPECT_NE(why.find("not freed in it"), std::string::npos) << why;
+  cudaGetLastError();
   cudaStreamDestroy(s);
 }
 
