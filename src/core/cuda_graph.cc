@@ -67,7 +67,10 @@ absl::Status CudaStepGraph::run(const GraphKey& key, const std::function<void()>
     drop();
   }
   (void)cudaGetLastError();
-  VT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  // Thread-local mode: this thread's unsafe calls (cudaMalloc, synchronous copies, ...) fail the
+  // capture; other threads of the process (a loader allocating pinned memory, a checkpoint
+  // writer) may go on with theirs.
+  VT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   vt::cuda::capture_label() = name_.c_str();
   body();
   vt::cuda::capture_label() = nullptr;

@@ -13,7 +13,8 @@
 // device memory the caller updates before run() (a copy from pinned memory inside the body is
 // captured and reads the pinned value at every replay), never as a kernel argument.
 //
-// Refusal. The body runs while the stream captures (stream capture, global mode): work queued
+// Refusal. The body runs while the stream captures (stream capture in thread-local mode: the
+// calling thread's unsafe calls are refused, other threads' are not): work queued
 // on the stream is recorded, not run. A call a graph cannot hold (a host read of a result, a
 // stream synchronization, an allocation outside the stream, an NCCL call on the emulation, a
 // free of memory allocated before the capture) fails the capture; run() then returns an error
