@@ -371,6 +371,12 @@ ncclResult_t submit(Work w, const char* api, cudaStream_t stream) {
     return err(c, ncclInvalidUsage, std::string(api) + ": stream of device " +
                                          std::to_string(stream_device(s)) +
                                          ", communicator of device " + std::to_string(c->device));
+  if (is_capturing(s)) {
+    refuse_if_capturing(s, api);  // invalidates the capture
+    return err(c, ncclInvalidUsage,
+               std::string(api) + ": NCCL calls on a capturing stream are not emulated (the "
+                                  "emulation keeps collectives outside CUDA graphs)");
+  }
   w.stream = s;
   if (w.count == 0 && w.kind != Kind::kSend && w.kind != Kind::kRecv) return ncclSuccess;
   if (tl_group_depth > 0) {

@@ -70,9 +70,12 @@ struct Dep {
 // default stream). nullptr when the handle is not a live stream.
 Stream* resolve(cudaStream_t s);
 int stream_device(const Stream* s);
+bool stream_is_legacy(const Stream* s);
+bool stream_is_nonblocking(const Stream* s);
 // Queues fn on s after `deps` (plus the implicit legacy-stream order); returns its sequence
 // number. fn runs on the stream's worker thread; it is skipped when the device has a sticky
-// error.
+// error. On a capturing stream fn is recorded into the capture instead (it does not run; deps
+// are implied by the capture's order) and 0 is returned.
 uint64_t enqueue(Stream* s, std::function<void()> fn, std::vector<Dep> deps = {});
 // Blocks until s has completed operation `seq`.
 void wait_for(Stream* s, uint64_t seq);
@@ -83,5 +86,34 @@ uint64_t submitted(const Stream* s);
 void synchronize_device(int d);
 // Waits for every stream of every device (MPI_Finalize does this before finalizing).
 void synchronize_all();
+
+// Unregisters and frees the device allocation at p now (no synchronization; errors ignored).
+void free_device_now(void* p);
+
+// --- stream capture (runtime_graphs.cc; the model is described there) -------------------------
+// When s is capturing: records fn (moved from) into its capture and returns true. Also notes
+// work on a legacy stream that invalidates a capture of a blocking stream.
+bool capture_record(Stream* s, std::function<void()>& fn);
+bool is_capturing(const Stream* s);
+// A call that would wait for s: cudaErrorStreamCaptureUnsupported (and the capture invalidated)
+// when s is capturing, else cudaSuccess.
+cudaError_t refuse_if_capturing(const Stream* s, const std::string& api);
+// A "potentially unsafe" call (cudaMalloc, cudaFree, synchronous copies, cudaDeviceSynchronize):
+// cudaErrorStreamCaptureUnsupported while a global-mode capture is under way on any thread or a
+// thread-local one on this thread, else cudaSuccess.
+cudaError_t refuse_if_unsafe(const std::string& api);
+// cudaEventRecord on s: *handled when s is capturing (the event then marks a point of the
+// capture and no operation is queued).
+cudaError_t capture_event_record(cudaEvent_t e, Stream* s, bool* handled);
+// cudaStreamWaitEvent(s, e): *handled when the wait is part of a capture (s capturing, or e
+// recorded in a capture: s joins it). Errors for waits that cross a capture's boundary.
+cudaError_t capture_event_wait(Stream* s, cudaEvent_t e, bool event_recorded, bool* handled);
+// Whether e was last recorded in a capture still under way (host waits on it are refused).
+bool event_in_live_capture(cudaEvent_t e);
+// cudaMallocAsync of p (rounded size `bytes`) on capturing s: the graph owns p.
+void capture_note_allocation(Stream* s, void* p, size_t bytes);
+// cudaFreeAsync of p on s: *handled when s is capturing (nothing to do for a block of the same
+// capture; refused for any other).
+cudaError_t capture_free(Stream* s, void* p, bool* handled);
 
 }  // namespace vt_emu

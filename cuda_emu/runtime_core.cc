@@ -129,6 +129,21 @@ const ErrorText kErrors[] = {
      "invalid device function"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
     {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
+    {cudaErrorIllegalState, "cudaErrorIllegalState", "the operation is not permitted in the current state"},
+    {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
+     "operation not permitted when stream is capturing"},
+    {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
+     "operation failed due to a previous error during capture"},
+    {cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched",
+     "capture was not initiated in this stream"},
+    {cudaErrorStreamCaptureUnjoined, "cudaErrorStreamCaptureUnjoined",
+     "capturing stream has unjoined work"},
+    {cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation",
+     "dependency created on uncaptured work in another stream"},
+    {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {cudaErrorStreamCaptureWrongThread, "cudaErrorStreamCaptureWrongThread",
+     "attempt to terminate a thread-local capture sequence from another thread"},
 };
 
 const ErrorText* find_error(cudaError_t e) {
@@ -268,6 +283,7 @@ cudaError_t cudaDriverGetVersion(int* v) {
 
 cudaError_t cudaDeviceSynchronize(void) {
   if (cudaError_t e = api_begin()) return e;
+  if (cudaError_t e = refuse_if_unsafe("cudaDeviceSynchronize")) return e;
   synchronize_device(current_device());
   return api_begin();
 }

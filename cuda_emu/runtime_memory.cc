@@ -230,6 +230,13 @@ cudaError_t run_copy(cudaStream_t h, const CopyPlan& plan, bool sync_call, const
                      const std::string& api) {
   Stream* s = resolve(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle, api + ": not a live stream");
+  if (sync_call) {
+    if (cudaError_t e = refuse_if_unsafe(api)) return e;
+  } else if ((plan.src == Side::kHostPageable || plan.dst == Side::kHostPageable) &&
+             is_capturing(s)) {
+    // A graph cannot copy from or to pageable memory (the runtime stages or waits for those).
+    return refuse_if_capturing(s, api + " from or to pageable host memory");
+  }
   std::shared_ptr<std::vector<unsigned char>> staging;
   const void* from = src;
   if (!sync_call && plan.src == Side::kHostPageable && plan.dst != Side::kHostPageable) {
@@ -277,7 +284,7 @@ cudaError_t memcpy2d_impl(void* dst, size_t dpitch, const void* src, size_t spit
                   api);
 }
 
-cudaError_t memset_impl(void* p, int value, size_t n, cudaStream_t h, const char* api) {
+cudaError_t memset_impl(void* p, int value, size_t n, cudaStream_t h, bool legacy_call, const char* api) {
   if (cudaError_t e = api_begin()) return e;
   if (n == 0) return cudaSuccess;
   Side side;
@@ -285,11 +292,23 @@ cudaError_t memset_impl(void* p, int value, size_t n, cudaStream_t h, const char
     return e;
   Stream* s = resolve(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle, std::string(api) + ": not a live stream");
+  if (legacy_call)  // cudaMemset: on the legacy stream, an unsafe call during capture
+    if (cudaError_t e = refuse_if_unsafe(api)) return e;
   enqueue(s, [p, value, n] { std::memset(p, value, n); });
   return cudaSuccess;
 }
 
 }  // namespace
+
+void free_device_now(void* p) {
+  {
+    Memory& m = M();
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (!m.allocs.count(reinterpret_cast<uintptr_t>(p))) return;  // freed already: no error
+  }
+  size_t size = 0;
+  if (take_device(p, true, "free_device_now", &size) == cudaSuccess) release_bytes(p, size);
+}
 
 Region classify(const void* p, size_t bytes) {
   std::lock_guard<std::mutex> lock(M().mu);
@@ -308,12 +327,16 @@ using namespace vt_emu;
 
 extern "C" {
 
-cudaError_t cudaMalloc(void** p, size_t bytes) { return device_alloc(p, bytes, false, "cudaMalloc"); }
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  if (cudaError_t e = refuse_if_unsafe("cudaMalloc")) return e;
+  return device_alloc(p, bytes, false, "cudaMalloc");
+}
 
 // cudaFree synchronizes the device before it frees, as the CUDA runtime does.
 cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
   if (cudaError_t e = api_begin()) return e;
+  if (cudaError_t e = refuse_if_unsafe("cudaFree")) return e;
   synchronize_device(current_device());
   size_t size = 0;
   if (cudaError_t e = take_device(p, true, "cudaFree", &size)) return e;
@@ -348,8 +371,12 @@ cudaError_t cudaDeviceReset(void) {
 }
 
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t h) {
-  if (!resolve(h)) return fail(cudaErrorInvalidResourceHandle, "cudaMallocAsync: not a live stream");
-  return device_alloc(p, bytes, true, "cudaMallocAsync");
+  Stream* s = resolve(h);
+  if (!s) return fail(cudaErrorInvalidResourceHandle, "cudaMallocAsync: not a live stream");
+  const cudaError_t e = device_alloc(p, bytes, true, "cudaMallocAsync");
+  if (e == cudaSuccess && *p && is_capturing(s))
+    capture_note_allocation(s, *p, (bytes + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign);
+  return e;
 }
 
 // The block goes back only after the work queued before on the stream has run.
@@ -358,6 +385,9 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t h) {
   if (cudaError_t e = api_begin()) return e;
   Stream* s = resolve(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle, "cudaFreeAsync: not a live stream");
+  bool in_capture = false;
+  if (cudaError_t e = capture_free(s, p, &in_capture)) return e;
+  if (in_capture) return cudaSuccess;  // a block of the capture: its graph frees it
   // Unregistered now (a later use is an error), released after the queued work has run.
   size_t size = 0;
   if (cudaError_t e = take_device(p, true, "cudaFreeAsync", &size)) return e;
@@ -370,6 +400,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 }
 
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int flags) {
+  if (cudaError_t e = refuse_if_unsafe("cudaHostAlloc")) return e;
   if (cudaError_t e = api_begin()) return e;
   if (!p) return fail(cudaErrorInvalidValue, "cudaHostAlloc: pointer is null");
   (void)flags;
@@ -383,6 +414,7 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int flags) {
 }
 
 cudaError_t cudaFreeHost(void* p) {
+  if (cudaError_t e = refuse_if_unsafe("cudaFreeHost")) return e;
   if (p == nullptr) return cudaSuccess;
   if (cudaError_t e = api_begin()) return e;
   synchronize_device(current_device());
@@ -520,10 +552,10 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int, const void* src, int, size_t n, 
 // cudaMemset is asynchronous with respect to the host for device memory (it runs on the NULL
 // stream), like cudaMemsetAsync on a stream.
 cudaError_t cudaMemset(void* p, int value, size_t n) {
-  return memset_impl(p, value, n, nullptr, "cudaMemset");
+  return memset_impl(p, value, n, nullptr, true, "cudaMemset");
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
-  return memset_impl(p, value, n, s, "cudaMemsetAsync");
+  return memset_impl(p, value, n, s, false, "cudaMemsetAsync");
 }
 
 }  // extern "C"

@@ -139,8 +139,11 @@ Stream* resolve(cudaStream_t h) {
 }
 
 int stream_device(const Stream* s) { return s->device; }
+bool stream_is_legacy(const Stream* s) { return s->legacy; }
+bool stream_is_nonblocking(const Stream* s) { return s->nonblocking; }
 
 uint64_t enqueue(Stream* s, std::function<void()> fn, std::vector<Dep> deps) {
+  if (capture_record(s, fn)) return 0;
   std::lock_guard<std::mutex> lock(S().mu);
   return enqueue_locked(s, std::move(fn), std::move(deps));
 }
@@ -237,6 +240,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t h) {
   std::lock_guard<std::mutex> lock(st.mu);
   if (!st.live.count(h))
     return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a live stream");
+  if (cudaError_t e = refuse_if_capturing(static_cast<Stream*>(h), "cudaStreamDestroy")) return e;
   st.live.erase(h);
   h->destroyed = true;
   if (!h->worker_started) {
@@ -251,6 +255,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h) {
   if (cudaError_t e = api_begin()) return e;
   Stream* s = resolve(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: not a live stream");
+  if (cudaError_t e = refuse_if_capturing(s, "cudaStreamSynchronize")) return e;
   wait_for(s, submitted(s));
   return fail(sticky(stream_device(s)), error_detail(sticky(stream_device(s))));
 }
@@ -259,6 +264,7 @@ cudaError_t cudaStreamQuery(cudaStream_t h) {
   if (cudaError_t e = api_begin()) return e;
   Stream* s = resolve(h);
   if (!s) return fail(cudaErrorInvalidResourceHandle, "cudaStreamQuery: not a live stream");
+  if (cudaError_t e = refuse_if_capturing(s, "cudaStreamQuery")) return e;
   return completed(s, submitted(s)) ? cudaSuccess : cudaErrorNotReady;
 }
 
@@ -276,6 +282,14 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t ev, unsigned int fla
   CUevent_st* e = live_event(ev);
   if (!e) return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: not a live event");
   if (flags != 0) return fail(cudaErrorInvalidValue, "cudaStreamWaitEvent: flags must be 0");
+  bool recorded;
+  {
+    std::lock_guard<std::mutex> lock(S().mu);
+    recorded = e->stream != nullptr;
+  }
+  bool handled = false;
+  if (cudaError_t err = capture_event_wait(s, ev, recorded, &handled)) return err;
+  if (handled) return cudaSuccess;
   std::lock_guard<std::mutex> lock(S().mu);
   if (e->stream == nullptr) return cudaSuccess;  // never recorded: nothing to wait for
   enqueue_locked(s, [] {}, {Dep{static_cast<Stream*>(e->stream), e->seq}});
@@ -318,6 +332,9 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t h) {
   if (!s) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live stream");
   CUevent_st* e = live_event(ev);
   if (!e) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live event");
+  bool handled = false;
+  if (cudaError_t err = capture_event_record(ev, s, &handled)) return err;
+  if (handled) return cudaSuccess;
   std::lock_guard<std::mutex> lock(S().mu);
   e->stream = s;
   e->seq = enqueue_locked(s, [e] { e->time_ms = now_ms(); }, {});
@@ -327,6 +344,9 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t h) {
 cudaError_t cudaEventQuery(cudaEvent_t ev) {
   CUevent_st* e = live_event(ev);
   if (!e) return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery: not a live event");
+  if (event_in_live_capture(ev))
+    return fail(cudaErrorStreamCaptureUnsupported,
+                "cudaEventQuery: the event was recorded in a capture under way");
   if (e->stream == nullptr) return cudaSuccess;
   return completed(static_cast<Stream*>(e->stream), e->seq) ? cudaSuccess : cudaErrorNotReady;
 }
@@ -335,6 +355,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
   if (cudaError_t e = api_begin()) return e;
   CUevent_st* e = live_event(ev);
   if (!e) return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: not a live event");
+  if (event_in_live_capture(ev))
+    return fail(cudaErrorStreamCaptureUnsupported,
+                "cudaEventSynchronize: the event was recorded in a capture under way");
   if (e->stream) wait_for(static_cast<Stream*>(e->stream), e->seq);
   return api_begin();
 }

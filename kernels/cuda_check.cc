@@ -8,9 +8,20 @@
 
 namespace vt::cuda {
 
+const char*& capture_label() {
+  static thread_local const char* label = nullptr;
+  return label;
+}
+
 void cuda_fail(cudaError_t err, const char* expr, const char* file, int line) {
   std::fprintf(stderr, "%s:%d: CUDA error %s: %s in %s\n", file, line, cudaGetErrorName(err),
                cudaGetErrorString(err), expr);
+  if (const char* graph = capture_label())
+    std::fprintf(stderr,
+                 "  (while capturing the CUDA graph '%s': this call cannot be part of a graph; "
+                 "move it out of the captured step or run the step without graphs)\n",
+                 graph);
+  std::fflush(stderr);
   std::abort();
 }
 

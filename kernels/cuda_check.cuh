@@ -9,8 +9,12 @@
 
 namespace vt::cuda {
 
-// Prints "<file>:<line>: CUDA error <name>: <message> in <expr>" to stderr and aborts.
+// Prints "<file>:<line>: CUDA error <name>: <message> in <expr>" to stderr and aborts; while
+// the calling thread captures a CUDA graph (capture_label non-null) the message also names the
+// graph, since a call the graph cannot hold is then the likely cause.
 [[noreturn]] void cuda_fail(cudaError_t err, const char* expr, const char* file, int line);
+// The name of the CUDA graph the calling thread is capturing (src/core/cuda_graph.h), or nullptr.
+const char*& capture_label();
 // Prints "<file>:<line>: check failed: <cond>: <msg>" to stderr and aborts (argument checks of
 // the kernel launchers, which do not depend on vtrain_lib's VT_CHECK).
 [[noreturn]] void require_fail(const char* cond, const char* msg, const char* file, int line);

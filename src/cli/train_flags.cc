@@ -150,6 +150,10 @@ const CommandSpec& train_command() {
                   "keep the value tables (bov, bov-add, value-embed) and their AdamW states in "
                   "host memory; only the rows a step reads go to the device"),
         bool_flag("no-overlap-grad-sync", "sum data-parallel gradients after backward, not during it"),
+        choice_flag("cuda-graphs", "off", {"off", "micro-step"},
+                    "micro-step: replay each micro-batch's forward + backward from a CUDA graph "
+                    "after an eager first step (--device cuda, one GPU, no pipeline, tensor or "
+                    "data parallelism, no --table-offload or --profile)"),
         choice_flag("grad-sync", "fp32", {"fp32", "bf16"},
                     "the data-parallel gradient sum's wire format: bf16 sends half the bytes "
                     "(each rank's gradient rounded to bf16, every addition done in fp32 and "
@@ -284,6 +288,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
         o.model.value().name(), " has none (bov, bov-add and value-embed do)"));
   o.overlap_grad_sync = !f.get_bool("no-overlap-grad-sync");
   o.grad_sync = f.get_string("grad-sync");
+  o.cuda_graphs = f.get_string("cuda-graphs");
   o.skip_memory_check = f.get_bool("skip-memory-check");
   if (f.has("memory-limit-gib")) o.memory_limit_gib = f.get_double("memory-limit-gib");
   o.async_save = f.get_bool("async-save");

@@ -83,6 +83,9 @@ struct Activations {
   Tensor dlogits;
   float dlogits_scale = 0.0f;
   std::vector<float> token_loss;         // (N) cross-entropy of each target (last stage), host
+  // When defined ((N) f32 on the device): head_forward writes the per-token losses here and
+  // leaves token_loss empty (no host read: GPT::forward_backward_on_device).
+  Tensor loss_out;
   Tensor x0;                             // normalized embedding (modes reading x0)
   std::vector<Tensor> values;            // context values read by later layers (see Bundle)
   std::vector<Tensor> dense;             // DenseFormer inputs read by later averages

@@ -369,7 +369,7 @@ void GPT::blocks_backward(Bundle& grad, Activations& acts, const PassHooks& hook
 
 double GPT::head_forward(const Bundle& bundle, Activations& acts,
                          std::optional<float> grad_scale) const {
-  VT_CHECK(is_last_stage() && !acts.targets.empty());
+  VT_CHECK(is_last_stage() && acts.target_ids.defined());
   const int64_t N = static_cast<int64_t>(acts.B) * cfg_.seq_len, C = cfg_.n_embd;
   acts.head_x = bundle.x;
   acts.head_n = act({N, C});
@@ -379,7 +379,8 @@ double GPT::head_forward(const Bundle& bundle, Activations& acts,
   ops::matmul(acts.head_n, W(lm_head_), acts.logits);
   const XentArgs xa = xent_args(acts);
   acts.lse = f32({N});
-  Tensor loss = f32({N});
+  Tensor loss = acts.loss_out.defined() ? acts.loss_out : f32({N});
+  VT_CHECK(loss.numel() == N && loss.dtype() == DType::kF32);
   if (grad_scale && par_.tp_size() == 1) {
     // The whole vocabulary is here: loss and gradient in one pass, the gradient in place.
     ops::xent_loss_grad(xa, *grad_scale, acts.lse, loss, acts.logits);
@@ -392,6 +393,7 @@ double GPT::head_forward(const Bundle& bundle, Activations& acts,
     tp::combine_xent_stats(par_.tp_comm(), row_max, row_sum, target_z);  // the vocabulary shards
     ops::xent_finish(row_max, row_sum, target_z, acts.lse, loss);
   }
+  if (acts.loss_out.defined()) return 0.0;  // left on the device
   acts.token_loss = loss.to_host_f32();
   double loss_sum = 0.0;
   for (float l : acts.token_loss) loss_sum += l;
@@ -445,6 +447,31 @@ void GPT::embed_backward(Bundle& grad, Activations& acts) const {
   Tensor demb = act(acts.emb_raw.shape());
   ops::rmsnorm_backward(acts.emb_raw, acts.emb_rstd, d, demb, 1.0f, false);
   ops::embedding_backward(demb, acts.input_ids, vocab_offset_, G(wte_));
+}
+
+void GPT::forward_backward_on_device(const Tensor& input_ids, const Tensor& target_ids, int B,
+                                     float grad_scale, const Tensor& token_loss) {
+  VT_CHECK_MSG(is_first_stage() && is_last_stage(), "forward_backward runs a single-stage model");
+  VT_CHECK_MSG(!table_rows_.active(),
+               "forward_backward_on_device: host-kept value tables read the ids on the host");
+  const int64_t N = static_cast<int64_t>(B) * cfg_.seq_len;
+  VT_CHECK(input_ids.numel() == N && target_ids.numel() == N && token_loss.numel() == N);
+  VT_CHECK(input_ids.dtype() == DType::kI32 && target_ids.dtype() == DType::kI32);
+  VT_CHECK(input_ids.device() == device() && target_ids.device() == device() &&
+           token_loss.device() == device());
+  Activations acts;
+  acts.B = B;
+  acts.chunk = 0;
+  acts.blocks.assign(chunk_end(0) - chunk_begin(0), BlockActs{});
+  acts.input_ids = input_ids;
+  acts.target_ids = target_ids;
+  acts.loss_out = token_loss;
+  Bundle bundle = embed_forward(acts);
+  blocks_forward(bundle, acts);
+  head_forward(bundle, acts, grad_scale);
+  Bundle grad = head_backward(acts, grad_scale);
+  blocks_backward(grad, acts);
+  embed_backward(grad, acts);
 }
 
 double GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int B,

@@ -124,6 +124,13 @@ class GPT {
   // accumulated with d loss_sum * grad_scale.
   double forward_backward(const int32_t* inputs, const int32_t* targets, int B, float grad_scale,
                           bool backward = true);
+  // The same forward and backward with the ids already on the model's device and the per-token
+  // losses left there: no host read and no upload, the form a CUDA graph can hold
+  // (core/cuda_graph.h). input_ids, target_ids: (B*T) i32 on the device, in the vocabulary
+  // (the caller checks them when it uploads them); token_loss: (B*T) f32, written. Not with
+  // host-kept value tables (--table-offload), which read the ids on the host.
+  void forward_backward_on_device(const Tensor& input_ids, const Tensor& target_ids, int B,
+                                  float grad_scale, const Tensor& token_loss);
 
   // Activation recomputation (model/recompute.h): what each block's forward drops and its
   // backward reruns. Same results as without (the reruns are deterministic).

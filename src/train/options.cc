@@ -28,6 +28,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"coef_optim", coef_optim},
           {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute_name(recompute)},
           {"table_offload", table_offload}, {"grad_sync", grad_sync},
+          {"cuda_graphs", cuda_graphs},
           {"muon_ns_dtype", muon_ns_dtype}, {"core_every", core_every}, {"core_dir", core_dir}};
 }
 

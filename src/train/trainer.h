@@ -37,6 +37,8 @@ void install_stop_signal_handlers();
 // The stop signal received so far (0: none).
 int stop_signal_received();
 
+class GraphMicroSteps;
+
 class Trainer {
  public:
   // Every rank of `world` (a SelfCommunicator for one process) builds one.
@@ -89,6 +91,7 @@ class Trainer {
   Communicator* world_;
   bool rank0_ = false;
   std::unique_ptr<Run> run_;  // the run's objects (run_builder.h)
+  std::unique_ptr<GraphMicroSteps> graphs_;  // --cuda-graphs micro-step, made at the first step
   std::unique_ptr<RankHealth> health_;
   double data_s_ = 0;  // seconds this step spent reading batches
   SlowRank slow_;      // VTRAIN_INJECT_SLOW_RANK

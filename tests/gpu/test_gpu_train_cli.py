@@ -12,6 +12,8 @@ there, and the d12 runs are 2 layers of d12 at a short sequence):
   the CPU run (skipped on a machine with one GPU; on the emulation each rank has its own);
 - dp 2 with --grad-sync bf16 over NCCL gives the CPU's bf16-wire losses (1e-4);
 - a GPU checkpoint resumes on the CPU with the same next losses (1e-4);
+- --cuda-graphs micro-step gives the eager run's losses and gradient norms bit for bit, and
+  names itself and the reason where it does not apply;
 - d12 with baseline and bov trains a few steps (tokens/s and memory are printed for the record;
   the assertion is only that the loss is finite and falls)."""
 import json
@@ -59,7 +61,7 @@ def datadir(tmp_path_factory):
     return out
 
 
-def train(datadir, out, args, np_=1, timeout=900, env=None):
+def train(datadir, out, args, np_=1, timeout=900, env=None, stdout=None):
     cmd = [VTRAIN, "train", "--data", str(datadir), "--metrics", str(out / "m.jsonl"),
            "--ckpt-dir", str(out / "ckpt"), "--eval-tokens", "4096", *args]
     if np_ > 1:
@@ -67,6 +69,8 @@ def train(datadir, out, args, np_=1, timeout=900, env=None):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env or ENV, timeout=timeout)
     print(r.stdout[-4000:])
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    if stdout is not None:
+        stdout.append(r.stdout)
     rows = [json.loads(l) for l in open(out / "m.jsonl") if '"loss"' in l]
     return np.array([x["loss"] for x in rows]), rows
 
@@ -156,6 +160,40 @@ def test_gpu_checkpoint_resumes_on_cpu(datadir, tmp_path):
     resumed, _ = train(datadir, tmp_path / "resumed",
                        args + ["--device", "cpu", "--resume", str(tmp_path / "stop" / "step_00000003.h5")])
     np.testing.assert_allclose(resumed, full[3:], rtol=1e-4)
+
+
+def _global_batch_of_two_micro_batches():
+    rows = int(TINY[TINY.index("--micro-batch") + 1])
+    seq = int(TINY[TINY.index("--seq-len") + 1])
+    return str(2 * rows * seq)
+
+
+@pytest.mark.parametrize("mode,dtype", [("baseline", "bf16"), ("bov", "bf16"), ("value-embed", "f32")])
+def test_cuda_graphs_give_the_eager_losses_bit_for_bit(mode, dtype, datadir, tmp_path):
+    """--cuda-graphs micro-step: every micro-batch's forward + backward replayed from a CUDA graph
+    after an eager first step (2 micro-batches a step) gives the eager run's losses and gradient
+    norms exactly (the metrics hold the doubles at full precision)."""
+    args = TINY + ["--value", mode, "--steps", "4", "--device", "cuda", "--act-dtype", dtype,
+                   "--global-batch", _global_batch_of_two_micro_batches()]
+    eager, eager_rows = train(datadir, tmp_path / "eager", args)
+    log = []
+    graphs, graph_rows = train(datadir, tmp_path / "graphs", args + ["--cuda-graphs", "micro-step"],
+                               stdout=log)
+    # Step 1 runs eagerly, step 2's first micro-batch captures, the 5 micro-steps after replay.
+    assert log[0].count("cuda graphs: captured the training micro-step") == 1, log[0][-3000:]
+    assert len(eager) == 4
+    assert list(graphs) == list(eager)
+    assert [r["grad_norm"] for r in graph_rows] == [r["grad_norm"] for r in eager_rows]
+    assert len(set(eager)) == 4, "the steps must differ for the comparison to mean anything"
+
+
+def test_cuda_graphs_refuse_a_layout_they_do_not_cover(datadir, tmp_path):
+    """Where graphs do not apply the run stops with the flag's name and the reason."""
+    cmd = [VTRAIN, "train", "--data", str(datadir), *TINY, "--steps", "2", "--device", "cpu",
+           "--cuda-graphs", "micro-step", "--metrics", str(tmp_path / "m.jsonl")]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    assert r.returncode != 0
+    assert "--cuda-graphs micro-step: it needs --device cuda" in r.stdout + r.stderr
 
 
 D12 = (["--layers", "2", "--seq-len", "256", "--micro-batch", "2", "--steps", "6"] if EMULATED

@@ -1,0 +1,112 @@
+// GraphMicroSteps (see graph_micro_steps.h).
+#include "train/graph_micro_steps.h"
+
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/arena.h"
+#include "core/backend.h"
+#include "core/check.h"
+#if VTRAIN_HAS_CUDA
+#include "core/cuda_graph.h"
+#endif
+#include "model/gpt.h"
+#include "train/options.h"
+#include "train/run_builder.h"
+
+namespace vt {
+
+#if !VTRAIN_HAS_CUDA
+
+std::string GraphMicroSteps::unsupported(const TrainOptions&, const Run&) {
+  return "this build has no CUDA";
+}
+GraphMicroSteps::GraphMicroSteps(GPT& model, ParamStore& store, int B, int64_t T, int vocab)
+    : model_(model), store_(store), B_(B), T_(T), vocab_(vocab) {
+  VT_CHECK_MSG(false, "GraphMicroSteps without CUDA");
+}
+GraphMicroSteps::~GraphMicroSteps() = default;
+absl::StatusOr<double> GraphMicroSteps::run(int, float, const FetchBatch&) {
+  return absl::UnimplementedError("--cuda-graphs: this build has no CUDA");
+}
+int GraphMicroSteps::captures() const { return 0; }
+int64_t GraphMicroSteps::replays() const { return 0; }
+
+#else
+
+std::string GraphMicroSteps::unsupported(const TrainOptions& o, const Run& run) {
+  if (o.device != "cuda") return "it needs --device cuda";
+  if (!has_backend(Device::kCUDA) || backend(Device::kCUDA).cuda() == nullptr)
+    return "no CUDA backend is in use";
+  if (run.shape.pp != 1 || run.shape.tp != 1 || run.shape.dp != 1 || run.chunks.size() != 1)
+    return absl::StrCat("it runs on one GPU without pipeline, tensor or data parallelism (this "
+                        "layout: tp ", run.shape.tp, ", pp ", run.shape.pp, ", dp ", run.shape.dp,
+                        ", ", run.chunks.size(), " model chunk(s))");
+  if (o.table_offload) return "--table-offload reads each micro-batch's ids on the host";
+  if (o.model.value_mode == ValueMode::kResformerPlus)
+    return "resformer-plus reads its learned logits on the host in every pass";
+  if (o.profile) return "--profile times each op with its own events";
+  if (run.inject.where != FaultInjection::Where::kNone)
+    return "fault injection (VTRAIN_INJECT_NONFINITE) hooks into the passes";
+  return "";
+}
+
+GraphMicroSteps::GraphMicroSteps(GPT& model, ParamStore& store, int B, int64_t T, int vocab)
+    : model_(model),
+      store_(store),
+      B_(B),
+      T_(T),
+      vocab_(vocab),
+      ids_(Tensor::zeros({int64_t(B) * T}, DType::kI32, Device::kCUDA)),
+      targets_(Tensor::zeros({int64_t(B) * T}, DType::kI32, Device::kCUDA)),
+      loss_(Tensor::zeros({int64_t(B) * T}, DType::kF32, Device::kCUDA)),
+      graph_(std::make_unique<CudaStepGraph>("training micro-step",
+                                             *backend(Device::kCUDA).cuda())) {}
+
+GraphMicroSteps::~GraphMicroSteps() = default;
+int GraphMicroSteps::captures() const { return graph_->captures(); }
+int64_t GraphMicroSteps::replays() const { return graph_->replays(); }
+
+absl::StatusOr<double> GraphMicroSteps::run(int M, float grad_scale, const FetchBatch& fetch) {
+  const int64_t N = int64_t(B_) * T_;
+  std::vector<int32_t> in(static_cast<size_t>(N)), tg(static_cast<size_t>(N));
+  char shapes[160];
+  std::snprintf(shapes, sizeof shapes, "B=%d T=%lld grad_scale=%a", B_,
+                static_cast<long long>(T_), static_cast<double>(grad_scale));
+  const GraphKey key{shapes,
+                     {ids_.raw(), targets_.raw(), loss_.raw(), store_.params_tensor().raw(),
+                      store_.grads_tensor().raw()}};
+  auto body = [&] { model_.forward_backward_on_device(ids_, targets_, B_, grad_scale, loss_); };
+  double loss_sum = 0.0;
+  for (int i = 0; i < M; ++i) {
+    fetch(i, in.data(), tg.data());
+    for (int64_t n = 0; n < N; ++n) {  // as GPT::start_activations checks them
+      VT_CHECK_MSG(in[n] >= 0 && in[n] < vocab_,
+                   "token id " << in[n] << " outside the vocabulary [0, " << vocab_ << ")");
+      VT_CHECK_MSG(tg[n] >= 0 && tg[n] < vocab_, "target id " << tg[n] << " outside the vocabulary");
+    }
+    ids_.copy_from(Tensor::view(in.data(), {N}, DType::kI32));
+    targets_.copy_from(Tensor::view(tg.data(), {N}, DType::kI32));
+    if (!warmed_up_) {
+      body();  // the first step: eager
+    } else {
+      const int before = graph_->captures();
+      absl::Status st = graph_->run(key, body);
+      if (!st.ok()) return st;
+      if (graph_->captures() != before)
+        std::printf("cuda graphs: captured the training micro-step (%s); replayed from now on\n",
+                    shapes);
+    }
+    // The sum GPT::head_forward forms of its host copy: in token order, in double.
+    double sum = 0.0;
+    for (float l : loss_.to_host_f32()) sum += l;
+    loss_sum += sum;
+  }
+  warmed_up_ = true;
+  return loss_sum;
+}
+
+#endif  // VTRAIN_HAS_CUDA
+
+}  // namespace vt
