@@ -40,7 +40,7 @@ std::string header(const PlanInput& in, const Plan& p) {
       "assumed: MFU %.2f%s at large GEMMs, lowered for micro-batches of fewer tokens by the GEMM "
       "curve (%s); recompute costs x%.2f compute; %s; %.0f kernel launches per layer and "
       "micro-batch at %.1f us each; pipeline sends of the residual stream not overlapped; "
-      "data-parallel all-reduce 2(dp-1)/dp x %s grads at %.0f GB/s in a node, %.0f GB/s "
+      "data-parallel %s x %s grads at %.0f GB/s in a node, %.0f GB/s "
       "across nodes, %s; tensor-parallel all-reduces (4 per layer and micro-batch, 6 with "
       "recompute) at the in-node rate, not overlapped; the optimizer's broadcast of Muon's "
       "matrices (bf16) and ZeRO-1 all-gather over the stage at the all-reduce's rate, not "
@@ -52,6 +52,8 @@ std::string header(const PlanInput& in, const Plan& p) {
                                 "else x(1 + (pp-1)/m)").c_str()
                  : "1F1B bubble x(1 + (pp-1)/m)",
       kKernelsPerLayerPass, in.launch_us,
+      in.zero == 2 ? "reduce-scatter into the optimizer's owners (--zero 2) (dp-1)/dp"
+                   : "all-reduce 2(dp-1)/dp",
       in.grad_sync_bf16 ? "bf16 (--grad-sync bf16)" : "fp32", in.intra_node_gbps,
       in.inter_node_gbps,
       in.overlap_grad_sync ? "its layers' buckets overlapped with the last micro-batch's backward "
