@@ -11,6 +11,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/str_format.h"
 #include "core/arena.h"
 #include "model/flops.h"
 #include "model/gpt.h"
@@ -292,8 +293,16 @@ TEST(Plan, Zero2HalvesTheGradientSum) {
     EXPECT_DOUBLE_EQ(z2.optimizer_comm_s, z1.optimizer_comm_s);
     auto p = make_plan(in);
     ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_NE(format_plan(in, *p, 3).find("reduce-scatter into the optimizer's owners (--zero 2)"),
+    const std::string text = format_plan(in, *p, 3);
+    EXPECT_NE(text.find("reduce-scatter into the optimizer's owners (--zero 2)"),
               std::string::npos);
+    // The winner's reason, in numbers.
+    const LayoutPlan& w = p->fitting.front();
+    EXPECT_NE(text.find(absl::StrFormat("why: tp %d pp %d dp %d mb %d wins at %.3f s a step",
+                                        w.layout.tp, w.layout.pp, w.layout.dp,
+                                        w.layout.micro_batch, w.step_s)),
+              std::string::npos)
+        << text;
   }
 }
 
