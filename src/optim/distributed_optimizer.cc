@@ -238,6 +238,22 @@ void DistributedOptimizer::start_final_reduces(DType wire) {
   }
 }
 
+void DistributedOptimizer::whole_grads() {
+  if (zero_stage_ != 2 || grid_.dp()->size() == 1) return;
+  for (const AdamPlan& a : adam_) {
+    const Tensor g = store_->grad(a.param);
+    const int64_t n = g.numel();
+    if (a.lo > 0) g.flat(0, a.lo).zero_();
+    if (a.hi < n) g.flat(a.hi, n - a.hi).zero_();
+  }
+  for (const MatrixPlan& m : matrices_)
+    if (!m.held) {
+      const Tensor g = store_->grad(m.param);
+      if (g.numel() > 0) g.flat(0, g.numel()).zero_();
+    }
+  all_reduce_grads(*store_, grid_.dp());
+}
+
 void DistributedOptimizer::reduce_grads(DType wire) {
   VT_CHECK_MSG(zero_stage_ == 2, "reduce_grads is ZeRO-2's gradient sum; this optimizer runs "
                                  "stage " << zero_stage_);

@@ -90,6 +90,11 @@ class DistributedOptimizer {
   void layer_grads_done(int layer, DType wire);
   void head_grads_done(DType wire);
   int zero_stage() const { return zero_stage_; }
+  // Stage 2, after reduce_grads: the whole summed gradient on every DP rank (the parts this rank
+  // does not own zeroed, then an f32 all-reduce over DP, which adds zeros to each owned sum),
+  // for the non-finite report, which reads the first replica's arena. Collective over DP; a
+  // no-op with stage 1 (the gradients are whole already).
+  void whole_grads();
 
   // One update at 0-based step `step_index` of `total_steps` (same schedules, clipping and
   // stats on every layout). Gradients must already be summed over DP (stage 1: whole; stage 2:

@@ -238,11 +238,13 @@ absl::Status Trainer::save(int64_t step) {
   double sq = ops::sum_squares(run_->store.params_tensor());
   if (run_->store.has_host_params()) sq += ops::sum_squares(run_->store.host_params_tensor());
   world_->all_reduce_sum(&sq, 1);
-  if (!std::isfinite(sq))
+  if (!std::isfinite(sq)) {
+    run_->opt->whole_grads();  // --zero 2: the report reads the whole summed gradient
     return agreed(absl::DataLossError(absl::StrCat(
         "the weights after step ", step, " are not finite (",
         diagnose_nonfinite(*run_->model, run_->store, *run_->grid, {}), "); no checkpoint was written; lower the "
         "learning rate (--lr-scale) or enable --max-grad-norm")));
+  }
   // A background save of an earlier step still running is waited for first (saves more frequent
   // than the disk allows): reported apart from the snapshot's own pause.
   const double w0 = now_seconds();
@@ -466,6 +468,7 @@ void Trainer::replay_forward(const BlockOutputHook& observer) {
 }
 
 absl::Status Trainer::nonfinite_step(int64_t index, double loss, double grad_norm, bool* skip) {
+  run_->opt->whole_grads();  // --zero 2: the report reads the whole summed gradient
   const std::string where = diagnose_nonfinite(
       *run_->model, run_->store, *run_->grid, [this](const BlockOutputHook& obs) { replay_forward(obs); });
   const std::string what = absl::StrCat(

@@ -350,6 +350,9 @@ TEST(Bf16Wire, Zero2GradsFollowTheModel) {
       int sum = owned;
       MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
       EXPECT_EQ(sum, total) << what;
+      // whole_grads (the non-finite report's view): every element the owner's sum, everywhere.
+      opt.whole_grads();
+      expect_store(a, W, what);
     }
   set_device_backend(nullptr);
 }
