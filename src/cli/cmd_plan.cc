@@ -68,6 +68,9 @@ const CommandSpec& plan_command() {
              choice_flag("grad-sync", "fp32", {"fp32", "bf16"},
                          "as vtrain train's flag: bf16 sends half the bytes of the data-parallel "
                          "all-reduce"),
+             int_flag("zero", 1, 1, 2,
+                      "as vtrain train's flag: 2 reduce-scatters the gradients into the "
+                      "optimizer's owners (half the all-reduce's bytes)"),
              num_flag("intra-node-gbps", 400, 0.001, 1e6,
                       "GB/s (gigabytes) per GPU for the gradient all-reduce inside a node"),
              num_flag("inter-node-gbps", 50, 0.001, 1e6,
@@ -222,6 +225,7 @@ absl::StatusOr<plan::PlanInput> plan_input(const Flags& f) {
   in.launch_us = f.get_double("launch-us");
   in.overlap_grad_sync = !f.get_bool("no-overlap-grad-sync");
   in.grad_sync_bf16 = f.get_string("grad-sync") == "bf16";
+  in.zero = static_cast<int>(f.get_int("zero"));
   in.intra_node_gbps = f.get_double("intra-node-gbps");
   in.inter_node_gbps = f.get_double("inter-node-gbps");
   in.disk_gbps = f.get_double("disk-gbps");

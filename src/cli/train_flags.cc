@@ -158,6 +158,10 @@ const CommandSpec& train_command() {
                     "the data-parallel gradient sum's wire format: bf16 sends half the bytes "
                     "(each rank's gradient rounded to bf16, every addition done in fp32 and "
                     "rounded to bf16; also rounds with dp 1)"),
+        int_flag("zero", 1, 1, 2,
+                 "ZeRO stage of the data-parallel optimizer: 1 all-reduces the gradients, 2 "
+                 "reduce-scatters them into the ranks that own their optimizer states (half "
+                 "the bytes; the wire is --grad-sync's)"),
         bool_flag("skip-memory-check",
                   "start even when the memory estimate exceeds the free host/device memory"),
         no_default(num_flag("memory-limit-gib", 0, 0.001, 1e9,
@@ -289,6 +293,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
   o.overlap_grad_sync = !f.get_bool("no-overlap-grad-sync");
   o.grad_sync = f.get_string("grad-sync");
   o.cuda_graphs = f.get_string("cuda-graphs");
+  o.zero = static_cast<int>(f.get_int("zero"));
   o.skip_memory_check = f.get_bool("skip-memory-check");
   if (f.has("memory-limit-gib")) o.memory_limit_gib = f.get_double("memory-limit-gib");
   o.async_save = f.get_bool("async-save");

@@ -2,6 +2,7 @@
 // staging) and its bf16-wire sum (pack, the buffer call, unpack).
 #include "core/communicator.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "core/bf16.h"
@@ -132,6 +133,54 @@ void Communicator::all_reduce_sum_bf16(const Tensor& t) {
     if (h.raw() != b.raw()) b.copy_from(h);
   }
   ops::copy(t, b);
+}
+
+void Communicator::reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+  VT_CHECK_MSG(size() == 1, "this communicator has no bf16-wire reduce-scatter for a group of "
+                                << size());
+  if (in != out) std::memmove(out, in, n * sizeof(uint16_t));
+}
+
+void Communicator::reduce_scatter_sum_bf16(const Tensor& in, const Tensor& out) {
+  check_pair(in, out, -size(), "reduce_scatter_sum_bf16");
+  VT_CHECK_MSG(in.dtype() == DType::kF32,
+               "reduce_scatter_sum_bf16 sums f32 tensors, got " << dtype_name(in.dtype()));
+  if (out.numel() == 0) return;
+  // Rounded where `in` lives (a cast kernel on a device), reduced through host memory, widened
+  // back where `out` lives.
+  Tensor bi = Tensor::empty({in.numel()}, DType::kBF16, in.device());
+  ops::copy(bi, in.flat(0, in.numel()));
+  Tensor hi = bi.on_host() ? bi : bi.to(Device::kCPU);
+  Tensor ho = Tensor::empty({out.numel()}, DType::kBF16, Device::kCPU);
+  reduce_scatter_sum_bf16(hi.bf16(), ho.bf16(), out.numel());
+  Tensor bo = out.on_host() ? ho : ho.to(out.device());
+  ops::copy(out.flat(0, out.numel()), bo);
+}
+
+namespace {
+std::atomic<double> g_comm_bytes{0.0};
+}  // namespace
+
+double comm_bytes_total() { return g_comm_bytes.load(std::memory_order_relaxed); }
+
+void count_comm_bytes(double bytes) {
+  double cur = g_comm_bytes.load(std::memory_order_relaxed);
+  while (!g_comm_bytes.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed)) {
+  }
+}
+
+double ring_bytes(CommKind kind, double payload_bytes, int group_size) {
+  if (group_size <= 1) return 0.0;
+  const double share = static_cast<double>(group_size - 1) / group_size * payload_bytes;
+  switch (kind) {
+    case CommKind::kAllReduce: return 2.0 * share;
+    case CommKind::kSend: return payload_bytes;
+    default: return share;
+  }
+}
+
+void count_collective(CommKind kind, int64_t elements, int64_t elem_bytes, int group_size) {
+  count_comm_bytes(ring_bytes(kind, static_cast<double>(elements * elem_bytes), group_size));
 }
 
 Communicator* self_communicator() {

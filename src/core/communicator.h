@@ -74,7 +74,49 @@ class Communicator {
   // The wire itself: n bf16 values (their bits) summed in place by the rule above, in the
   // memory the float* calls take. Default: nothing for a group of one, else refused.
   virtual void all_reduce_sum_bf16(uint16_t* data, int64_t n);
+
+  // The bf16 wire for the reduce-scatter (--zero 2): in (f32, size() * n) and out (f32, n) as in
+  // reduce_scatter_sum, each rank's values rounded to bf16 and the reduction's additions done in
+  // fp32 with bf16 results (the all-reduce's rule above; a group of one rounds). Default: the
+  // values are packed to bf16 where `in` lives and reduced by the host buffer call below.
+  virtual void reduce_scatter_sum_bf16(const Tensor& in, const Tensor& out);
+  // The wire of the call above: in (size() * n bf16 bits), out (n). Default: a copy for a group
+  // of one, else refused.
+  virtual void reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out, int64_t n);
+  // Sum to one rank: root's t ends with the sum over the group; the other ranks' t is left
+  // unspecified (the default, an all-reduce, leaves the sum there too). f32 tensors.
+  virtual void reduce_sum(const Tensor& t, int root) { all_reduce_sum(t); }
+  // The same on the bf16 wire (root's t gets the bf16-rounded sum widened back; a group of one
+  // rounds). Default: all_reduce_sum_bf16.
+  virtual void reduce_sum_bf16(const Tensor& t, int root) { all_reduce_sum_bf16(t); }
+  // Non-blocking variants of the four calls above, completed by all_reduce_wait() with the
+  // started sums (same rules as all_reduce_sum_start: in, out and t untouched and alive until
+  // the wait). Default: the blocking calls.
+  virtual void reduce_scatter_sum_start(const Tensor& in, const Tensor& out) {
+    reduce_scatter_sum(in, out);
+  }
+  virtual void reduce_scatter_sum_bf16_start(const Tensor& in, const Tensor& out) {
+    reduce_scatter_sum_bf16(in, out);
+  }
+  virtual void reduce_sum_start(const Tensor& t, int root) { reduce_sum(t, root); }
+  virtual void reduce_sum_bf16_start(const Tensor& t, int root) { reduce_sum_bf16(t, root); }
 };
+
+// Communication volume (the `comm_bytes` metric): the bytes this process has put on the wire,
+// summed over every communicator of the process. Each collective counts this rank's share of
+// the bandwidth-optimal ring/pipeline algorithm (what NCCL runs on large messages), so the count
+// depends only on the call, not on the library's choice of algorithm: for a payload of B bytes
+// (the whole tensor; for reduce-scatter the whole input, for all-gather the whole output) over a
+// group of D ranks, an all-reduce sends 2 (D - 1) / D * B, a reduce-scatter, all-gather,
+// broadcast or reduce (D - 1) / D * B, a send B; a group of one sends nothing. bf16 wires count
+// 2 bytes a value. The implementations (MPI, NCCL) count; wrappers (HybridCommunicator) do not.
+double comm_bytes_total();
+void count_comm_bytes(double bytes);
+// This rank's ring share, as above: `kind` is one of these.
+enum class CommKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kSend };
+double ring_bytes(CommKind kind, double payload_bytes, int group_size);
+// count_comm_bytes(ring_bytes(kind, elements * elem_bytes, group_size)).
+void count_collective(CommKind kind, int64_t elements, int64_t elem_bytes, int group_size);
 
 // Derived communicators pull the Tensor overloads into scope with this (they override the
 // host overloads by name, which would otherwise hide them).
@@ -87,7 +129,8 @@ class Communicator {
   using Communicator::send;                    \
   using Communicator::send_async;              \
   using Communicator::recv;                    \
-  using Communicator::all_reduce_sum_bf16
+  using Communicator::all_reduce_sum_bf16;      \
+  using Communicator::reduce_scatter_sum_bf16
 
 // The group of one process.
 class SelfCommunicator final : public Communicator {

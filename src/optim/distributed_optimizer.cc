@@ -3,6 +3,7 @@
 #include "optim/distributed_optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "core/check.h"
@@ -20,9 +21,15 @@ constexpr int64_t kGatherBucket = int64_t{4} << 20;
 }  // namespace
 
 DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig config,
-                                           const ProcessGrid& grid)
-    : store_(store), config_(config), grid_(grid), coeffs_(NsCoefficients::of(config.muon.ns)) {
+                                           const ProcessGrid& grid, int zero_stage)
+    : store_(store),
+      config_(config),
+      zero_stage_(zero_stage),
+      grid_(grid),
+      coeffs_(NsCoefficients::of(config.muon.ns)) {
   VT_CHECK(store_ != nullptr);
+  VT_CHECK_MSG(zero_stage_ == 1 || zero_stage_ == 2,
+               "the ZeRO stage is 1 or 2, got " << zero_stage_);
   VT_CHECK_MSG(store_->finalized(), "DistributedOptimizer needs a finalized ParamStore");
   VT_CHECK_MSG(config_.muon.ns_steps >= 1, "Muon ns_steps must be >= 1");
   const int tp = grid_.shape().tp, dp = grid_.shape().dp;
@@ -114,6 +121,11 @@ DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig co
                                           << " hold different block matrices (this rank: "
                                           << matrices_.size() << ")");
   norm_mask_ = grad_norm_mask(*store_, grid_);
+  final_.assign(static_cast<size_t>(store_->size()), 0);
+  bucket_started_.assign(buckets_.size(), 0);
+  matrix_started_.assign(matrices_.size(), 0);
+  reduce_send_.assign(buckets_.size(), Tensor());
+  reduce_recv_.assign(buckets_.size(), Tensor());
 }
 
 void DistributedOptimizer::set_step_count(int64_t t) {
@@ -125,7 +137,147 @@ StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps) {
   return step(step_index, total_steps, grad_norm());
 }
 
-double DistributedOptimizer::grad_norm() { return global_grad_norm(*store_, grid_, norm_mask_); }
+double DistributedOptimizer::grad_norm() {
+  if (zero_stage_ == 2) return owned_grad_norm();
+  return global_grad_norm(*store_, grid_, norm_mask_);
+}
+
+double DistributedOptimizer::owned_grad_norm() const {
+  // Device parts and parameters kept in host memory apart (as global_grad_norm does).
+  std::vector<Tensor> device_parts, host_parts;
+  const bool split = store_->device() != Device::kCPU;
+  for (const AdamPlan& a : adam_)
+    if (norm_mask_[a.param] && a.hi > a.lo)
+      (split && a.host ? host_parts : device_parts)
+          .push_back(store_->grad(a.param).flat(a.lo, a.hi - a.lo));
+  for (const MatrixPlan& m : matrices_)
+    if (norm_mask_[m.param] && m.held) device_parts.push_back(store_->grad(m.param));
+  double s = ops::sum_squares_list(device_parts) + ops::sum_squares_list(host_parts);
+  grid_.dp()->all_reduce_sum(&s, 1);
+  grid_.tp()->all_reduce_sum(&s, 1);
+  grid_.pp()->all_reduce_sum(&s, 1);
+  return std::sqrt(s);
+}
+
+namespace {
+void check_wire(DType wire) {
+  VT_CHECK_MSG(wire == DType::kF32 || wire == DType::kBF16,
+               "the gradient sum's wire is f32 or bf16, got " << dtype_name(wire));
+}
+}  // namespace
+
+void DistributedOptimizer::layer_grads_done(int layer, DType wire) {
+  VT_CHECK_MSG(zero_stage_ == 2, "layer_grads_done is ZeRO-2's; this optimizer runs stage "
+                                     << zero_stage_);
+  check_wire(wire);
+  for (int i = 0; i < store_->size(); ++i)
+    if (store_->info(i).layer == layer) final_[i] = 1;
+  start_final_reduces(wire);
+}
+
+void DistributedOptimizer::head_grads_done(DType wire) {
+  VT_CHECK_MSG(zero_stage_ == 2, "head_grads_done is ZeRO-2's; this optimizer runs stage "
+                                     << zero_stage_);
+  check_wire(wire);
+  for (int i = 0; i < store_->size(); ++i) {
+    const ParamInfo& info = store_->info(i);
+    if (info.group == ParamGroup::kLmHead && !info.pp_replicated) final_[i] = 1;
+  }
+  start_final_reduces(wire);
+}
+
+void DistributedOptimizer::start_final_reduces(DType wire) {
+  Communicator* dp = grid_.dp();
+  const int D = dp->size();
+  const bool bf16 = wire == DType::kBF16;
+  if (D == 1 && !bf16) return;
+  // AdamW: a bucket whose parameters are all final is packed by owner (the gather's layout)
+  // and its reduce-scatter started; the owned sums are written back after the wait.
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    const Bucket& b = buckets_[bi];
+    if (bucket_started_[bi]) continue;
+    bool ready = true;
+    for (int k = b.begin; k < b.end && ready; ++k) ready = final_[adam_[k].param] != 0;
+    if (!ready) continue;
+    bucket_started_[bi] = 1;
+    const Device dev = b.host ? Device::kCPU : store_->device();
+    const Tensor send = Tensor::zeros({b.size * D}, DType::kF32, dev);
+    const Tensor recv = Tensor::zeros({b.size}, DType::kF32, dev);
+    for (int k = b.begin; k < b.end; ++k) {
+      const AdamPlan& a = adam_[k];
+      const Tensor g = store_->grad(a.param);
+      const int64_t n = g.numel();
+      if (n == 0) continue;
+      const Tensor flat = g.flat(0, n);
+      const int64_t full = std::min<int64_t>(D, n / a.chunk);  // ranks with a whole chunk
+      ops::copy_2d(send, a.pack, b.size, flat, 0, a.chunk, full, a.chunk);
+      const int64_t rest = n - full * a.chunk;
+      if (rest > 0)
+        ops::copy_2d(send, full * b.size + a.pack, rest, flat, full * a.chunk, rest, 1, rest);
+    }
+    if (bf16)
+      dp->reduce_scatter_sum_bf16_start(send, recv);
+    else
+      dp->reduce_scatter_sum_start(send, recv);
+    reduce_send_[bi] = send;
+    reduce_recv_[bi] = recv;
+  }
+  // Muon: each final matrix's shard reduced to the DP rank of its owner's replica (the same
+  // rank of every TP group: owner / tp), in place.
+  const int tp = grid_.shape().tp;
+  for (size_t k = 0; k < matrices_.size(); ++k) {
+    const MatrixPlan& m = matrices_[k];
+    if (matrix_started_[k] || !final_[m.param]) continue;
+    matrix_started_[k] = 1;
+    const Tensor g = store_->grad(m.param);
+    if (g.numel() == 0) continue;
+    const Tensor flat = g.flat(0, g.numel());
+    if (bf16)
+      dp->reduce_sum_bf16_start(flat, m.owner / tp);
+    else
+      dp->reduce_sum_start(flat, m.owner / tp);
+  }
+}
+
+void DistributedOptimizer::whole_grads() {
+  if (zero_stage_ != 2 || grid_.dp()->size() == 1) return;
+  for (const AdamPlan& a : adam_) {
+    const Tensor g = store_->grad(a.param);
+    const int64_t n = g.numel();
+    if (a.lo > 0) g.flat(0, a.lo).zero_();
+    if (a.hi < n) g.flat(a.hi, n - a.hi).zero_();
+  }
+  for (const MatrixPlan& m : matrices_)
+    if (!m.held) {
+      const Tensor g = store_->grad(m.param);
+      if (g.numel() > 0) g.flat(0, g.numel()).zero_();
+    }
+  all_reduce_grads(*store_, grid_.dp());
+}
+
+void DistributedOptimizer::reduce_grads(DType wire) {
+  VT_CHECK_MSG(zero_stage_ == 2, "reduce_grads is ZeRO-2's gradient sum; this optimizer runs "
+                                 "stage " << zero_stage_);
+  check_wire(wire);
+  std::fill(final_.begin(), final_.end(), 1);
+  start_final_reduces(wire);
+  grid_.dp()->all_reduce_wait();
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    if (!reduce_recv_[bi].defined()) continue;
+    const Bucket& b = buckets_[bi];
+    for (int k = b.begin; k < b.end; ++k) {
+      const AdamPlan& a = adam_[k];
+      if (a.hi > a.lo)
+        store_->grad(a.param).flat(a.lo, a.hi - a.lo).copy_from(
+            reduce_recv_[bi].flat(a.pack, a.hi - a.lo));
+    }
+    reduce_send_[bi] = Tensor();
+    reduce_recv_[bi] = Tensor();
+  }
+  std::fill(final_.begin(), final_.end(), 0);
+  std::fill(bucket_started_.begin(), bucket_started_.end(), 0);
+  std::fill(matrix_started_.begin(), matrix_started_.end(), 0);
+}
 
 StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps, double grad_norm) {
   StepStats s;

@@ -31,6 +31,20 @@
 // backend's multi-threaded AdamW) on a side thread while the device runs the other updates and
 // Muon, and their buckets are gathered after it joins. A CPU store runs them in line.
 //
+// Gradient sum (the ZeRO stage, --zero): with stage 1 the gradients arrive whole, summed over DP
+// by all_reduce_grads / OverlappedGradSync (grad_sync.h). With stage 2, reduce_grads() sums them
+// INTO THE OWNERS instead: each bucket of AdamW parameters (the gather buckets below) is packed
+// by owner (rank r's chunks at r * bucket size + pack, zero padded: the gather's layout) and
+// reduce-scattered, so DP rank d receives the sums of its own chunks; each Muon matrix's local
+// shard is reduced (Communicator::reduce_sum) to the DP rank of its owner's replica, the only one
+// that keeps its momentum. The rest of the gradient arena keeps this rank's unsummed values,
+// which nothing reads: the norm is computed from the owned parts (every element of the model
+// counted once: an owned range of a parameter the norm mask counts), the AdamW update reads its
+// chunk, the Muon momentum its held matrices. Wire: f32, or the bf16 wire (each rank's values
+// rounded to bf16, fp32 additions rounded to bf16; a group of one rounds) as --grad-sync bf16.
+// Per rank and step that sends (dp - 1) / dp of the parameters' bytes on the wire (plus the
+// AdamW buckets' padding, under dp elements a parameter), against twice that for the all-reduce.
+//
 // Collectives: step() on every rank of the grid; gather_state() of any parameter on every rank of
 // the DP group, in the same order (AdamW: the chunks' all-gather; Muon: a broadcast from the
 // owner's replica). scatter_state() is local (keeps what this rank stores).
@@ -60,10 +74,33 @@ class DistributedOptimizer {
   // The store must be finalized and, with the grid, outlive the optimizer. Collective over the
   // grid (checks that the stage's ranks hold the same matrices; finds PP-replicated parameters).
   // Block matrices must be 2-D and split evenly over TP with TP rank r holding slice r.
-  DistributedOptimizer(ParamStore* store, OptimizerConfig config, const ProcessGrid& grid);
+  // zero_stage: 1 (gradients summed whole before step) or 2 (reduce_grads, see above).
+  DistributedOptimizer(ParamStore* store, OptimizerConfig config, const ProcessGrid& grid,
+                       int zero_stage = 1);
+
+  // ZeRO-2's gradient sum over DP into the owners (see above), in the wire format `wire` (kF32
+  // or kBF16). Collective over the DP group, after the gradients are final on this rank (summed
+  // over PP for PP-replicated parameters). Needs zero_stage 2.
+  void reduce_grads(DType wire);
+  // The same started during backward (the trainer's hooks, as OverlappedGradSync): once layer
+  // `layer`'s gradients are final (after the last micro-batch's backward of the layer), resp.
+  // the output head's, starts the reduces of its Muon matrices and of every AdamW bucket whose
+  // parameters are then all final (non-blocking: Communicator::reduce_scatter_sum_start,
+  // reduce_sum_start and their bf16 forms); reduce_grads() then starts the rest (embedding,
+  // parameters shared over the pipeline, kept in host memory), waits for everything and writes
+  // the AdamW sums back. Every DP rank calls them in the same order, with the same wire.
+  void layer_grads_done(int layer, DType wire);
+  void head_grads_done(DType wire);
+  int zero_stage() const { return zero_stage_; }
+  // Stage 2, after reduce_grads: the whole summed gradient on every DP rank (the parts this rank
+  // does not own zeroed, then an f32 all-reduce over DP, which adds zeros to each owned sum),
+  // for the non-finite report, which reads the first replica's arena. Collective over DP; a
+  // no-op with stage 1 (the gradients are whole already).
+  void whole_grads();
 
   // One update at 0-based step `step_index` of `total_steps` (same schedules, clipping and
-  // stats on every layout). Gradients must already be summed over DP. Clipping scales the
+  // stats on every layout). Gradients must already be summed over DP (stage 1: whole; stage 2:
+  // by reduce_grads). Clipping scales the
   // store's grads in place; grads are not zeroed.
   StepStats step(int64_t step_index, int64_t total_steps);
   // The same with the global grad norm already computed by grad_norm() (the trainer checks it
@@ -140,8 +177,19 @@ class DistributedOptimizer {
   const AdamPlan& adam_plan(int param, const std::string& who) const;
   const MatrixPlan& matrix_plan(int param, const std::string& who) const;
 
+  // Stage 2's norm: the squared owned parts of the counted parameters, summed over the grid.
+  double owned_grad_norm() const;
+  // Stage 2: starts the reduce of every bucket and matrix whose parameters are all final
+  // (final_) and that has not started this step.
+  void start_final_reduces(DType wire);
+  std::vector<char> final_;           // per parameter: its gradient is final this step
+  std::vector<char> bucket_started_;  // per bucket / matrix, this step
+  std::vector<char> matrix_started_;
+  std::vector<Tensor> reduce_send_, reduce_recv_;  // per bucket: packed input, owned sums
+
   ParamStore* store_;
   OptimizerConfig config_;
+  int zero_stage_ = 1;
   const ProcessGrid& grid_;
   NsCoefficients coeffs_;
   int64_t step_count_ = 0;

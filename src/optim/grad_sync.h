@@ -18,8 +18,8 @@ namespace vt::optim {
 // default), or DType::kBF16, Communicator::all_reduce_sum_bf16 (each rank's gradient rounded to
 // bf16, fp32 additions rounded to bf16, the result widened back into the f32 arena; a group of
 // one rounds too). Parameters kept in host memory (--table-offload) follow the same rule.
-// It is an all-reduce, not a reduce-scatter: the distributed optimizer needs the whole summed
-// gradient on every replica (ZeRO-1 AdamW chunks per parameter, Muon momentum everywhere).
+// These are ZeRO-1's all-reduces (every replica gets the whole sum); ZeRO-2's reduce into the
+// owners of the optimizer state is DistributedOptimizer::reduce_grads (same wire rule).
 
 // Sums the whole grad arena over `dp` (in place), in contiguous buckets of at most bucket_elems
 // floats issued in arena order. The trainer scales gradients by 1 / global-batch-tokens, so the

@@ -53,6 +53,24 @@ class HybridCommunicator final : public Communicator {
     pick(t)->all_reduce_sum_bf16_start(t);
   }
   void all_reduce_sum_bf16(uint16_t* d, int64_t n) override { host_->all_reduce_sum_bf16(d, n); }
+  void reduce_scatter_sum_bf16(const Tensor& in, const Tensor& out) override {
+    pick(in)->reduce_scatter_sum_bf16(in, out);
+  }
+  void reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out, int64_t n) override {
+    host_->reduce_scatter_sum_bf16(in, out, n);
+  }
+  void reduce_sum(const Tensor& t, int root) override { pick(t)->reduce_sum(t, root); }
+  void reduce_sum_bf16(const Tensor& t, int root) override { pick(t)->reduce_sum_bf16(t, root); }
+  void reduce_scatter_sum_start(const Tensor& in, const Tensor& out) override {
+    pick(in)->reduce_scatter_sum_start(in, out);
+  }
+  void reduce_scatter_sum_bf16_start(const Tensor& in, const Tensor& out) override {
+    pick(in)->reduce_scatter_sum_bf16_start(in, out);
+  }
+  void reduce_sum_start(const Tensor& t, int root) override { pick(t)->reduce_sum_start(t, root); }
+  void reduce_sum_bf16_start(const Tensor& t, int root) override {
+    pick(t)->reduce_sum_bf16_start(t, root);
+  }
   void all_reduce_wait() override {
     host_->all_reduce_wait();
     device_->all_reduce_wait();

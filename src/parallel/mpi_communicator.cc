@@ -8,6 +8,7 @@
 
 #include "core/bf16.h"
 #include "core/check.h"
+#include "core/ops.h"
 #include "parallel/comm_watchdog.h"
 
 namespace vt {
@@ -102,19 +103,23 @@ void MpiCommunicator::all_reduce(void* data, int64_t n, MPI_Datatype type, size_
 }
 
 void MpiCommunicator::all_reduce_sum(float* data, int64_t n) {
+  count_collective(CommKind::kAllReduce, n, 4, size_);
   all_reduce(data, n, MPI_FLOAT, sizeof(float), MPI_SUM, "all-reduce");
 }
 
 void MpiCommunicator::all_reduce_sum(double* data, int64_t n) {
+  count_collective(CommKind::kAllReduce, n, 8, size_);
   all_reduce(data, n, MPI_DOUBLE, sizeof(double), MPI_SUM, "all-reduce");
 }
 
 void MpiCommunicator::all_reduce_max(float* data, int64_t n) {
+  count_collective(CommKind::kAllReduce, n, 4, size_);
   all_reduce(data, n, MPI_FLOAT, sizeof(float), MPI_MAX, "all-reduce(max)");
 }
 
 void MpiCommunicator::all_gather(const float* in, float* out, int64_t n) {
   CommOpScope watch("all-gather", watch_name_);
+  count_collective(CommKind::kAllGather, n * size_, 4, size_);
   VT_CHECK_MSG(n <= kChunk, "all_gather of " << n << " elements is too large for one call");
   check(MPI_Allgather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT,
                       comm_),
@@ -123,6 +128,7 @@ void MpiCommunicator::all_gather(const float* in, float* out, int64_t n) {
 
 void MpiCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
   CommOpScope watch("reduce-scatter", watch_name_);
+  count_collective(CommKind::kReduceScatter, n * size_, 4, size_);
   VT_CHECK_MSG(n <= kChunk, "reduce_scatter of " << n << " elements is too large for one call");
   check(MPI_Reduce_scatter_block(in, out, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_),
         "reduce-scatter");
@@ -130,6 +136,7 @@ void MpiCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n)
 
 void MpiCommunicator::broadcast(float* data, int64_t n, int root) {
   CommOpScope watch("broadcast", watch_name_);
+  count_collective(CommKind::kBroadcast, n, 4, size_);
   for (int64_t o = 0; o < n; o += kChunk)
     check(MPI_Bcast(data + o, static_cast<int>(std::min(kChunk, n - o)), MPI_FLOAT, root, comm_),
           "broadcast");
@@ -137,6 +144,7 @@ void MpiCommunicator::broadcast(float* data, int64_t n, int root) {
 
 void MpiCommunicator::send(const float* data, int64_t n, int peer, int tag) {
   CommOpScope watch("send", watch_name_, peer);
+  count_collective(CommKind::kSend, n, 4, size_);
   for (int64_t o = 0; o < n; o += kChunk)
     check(MPI_Send(data + o, static_cast<int>(std::min(kChunk, n - o)), MPI_FLOAT, peer, tag,
                    comm_),
@@ -153,6 +161,7 @@ void MpiCommunicator::recv(float* data, int64_t n, int peer, int tag) {
 
 void MpiCommunicator::send_async(const float* data, int64_t n, int peer, int tag) {
   VT_CHECK_MSG(n <= kChunk, "send_async of " << n << " elements is too large for one call");
+  count_collective(CommKind::kSend, n, 4, size_);
   pending_buf_.emplace_back(data, data + n);
   pending_.emplace_back();
   check(MPI_Isend(pending_buf_.back().data(), static_cast<int>(n), MPI_FLOAT, peer, tag, comm_,
@@ -168,6 +177,7 @@ void MpiCommunicator::all_reduce_sum_start(const Tensor& t) {
   }
   float* data = t.f32();
   const int64_t n = t.numel();
+  count_collective(CommKind::kAllReduce, n, 4, size_);
   for (int64_t o = 0; o < n; o += kChunk) {
     reductions_.emplace_back();
     check(MPI_Iallreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
@@ -187,6 +197,7 @@ void MpiCommunicator::broadcast_start(const Tensor& t, int root) {
   char* data = static_cast<char*>(t.raw());
   const size_t elem = bf16 ? 2 : 4;
   const int64_t n = t.numel();
+  count_collective(CommKind::kBroadcast, n, static_cast<int64_t>(elem), size_);
   for (int64_t o = 0; o < n; o += kChunk) {
     reductions_.emplace_back();
     check(MPI_Ibcast(data + o * elem, static_cast<int>(std::min(kChunk, n - o)), type, root,
@@ -198,7 +209,64 @@ void MpiCommunicator::broadcast_start(const Tensor& t, int root) {
 void MpiCommunicator::all_reduce_sum_bf16(uint16_t* data, int64_t n) {
   if (size() == 1 || n == 0) return;
   const Bf16Wire& w = bf16_wire();
+  count_collective(CommKind::kAllReduce, n, 2, size_);
   all_reduce(data, n, w.type, sizeof(uint16_t), w.op, "all-reduce(bf16)");
+}
+
+void MpiCommunicator::reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+  if (size_ == 1) {
+    Communicator::reduce_scatter_sum_bf16(in, out, n);
+    return;
+  }
+  CommOpScope watch("reduce-scatter(bf16)", watch_name_);
+  VT_CHECK_MSG(n <= kChunk, "reduce_scatter of " << n << " elements is too large for one call");
+  count_collective(CommKind::kReduceScatter, n * size_, 2, size_);
+  const Bf16Wire& w = bf16_wire();
+  check(MPI_Reduce_scatter_block(in, out, static_cast<int>(n), w.type, w.op, comm_),
+        "reduce-scatter(bf16)");
+}
+
+void MpiCommunicator::reduce(void* data, int64_t n, MPI_Datatype type, size_t elem_bytes,
+                             MPI_Op op, int root, const char* what) {
+  CommOpScope watch(what, watch_name_);
+  count_collective(CommKind::kReduce, n, static_cast<int64_t>(elem_bytes), size_);
+  char* bytes = static_cast<char*>(data);
+  for (int64_t o = 0; o < n; o += kChunk) {
+    const int count = static_cast<int>(std::min(kChunk, n - o));
+    char* p = bytes + o * elem_bytes;
+    // The root reduces in place; the others' buffers are only read.
+    check(MPI_Reduce(rank_ == root ? MPI_IN_PLACE : p, rank_ == root ? p : nullptr, count, type,
+                     op, root, comm_),
+          what);
+  }
+}
+
+void MpiCommunicator::reduce_sum(const Tensor& t, int root) {
+  VT_CHECK_MSG(t.dtype() == DType::kF32, "reduce_sum sums f32 tensors, got " << dtype_name(t.dtype()));
+  if (size_ == 1 || t.numel() == 0) return;
+  const int64_t n = t.numel();
+  // Host memory (a device tensor through a host copy).
+  Tensor h = t.on_host() ? t : t.to(Device::kCPU);
+  reduce(h.f32(), n, MPI_FLOAT, sizeof(float), MPI_SUM, root, "reduce");
+  if (rank_ == root && h.raw() != t.raw()) t.copy_from(h);
+}
+
+void MpiCommunicator::reduce_sum_bf16(const Tensor& t, int root) {
+  VT_CHECK_MSG(t.dtype() == DType::kF32,
+               "reduce_sum_bf16 sums f32 tensors, got " << dtype_name(t.dtype()));
+  if (t.numel() == 0) return;
+  // Rounded where t lives, reduced as bf16 bits through host memory, widened back into t
+  // (every rank, as a group of one rounds: the non-roots' values are unspecified anyway).
+  const int64_t n = t.numel();
+  Tensor b = Tensor::empty({n}, DType::kBF16, t.device());
+  ops::copy(b, t.flat(0, n));
+  if (size_ > 1) {
+    Tensor h = b.on_host() ? b : b.to(Device::kCPU);
+    const Bf16Wire& w = bf16_wire();
+    reduce(h.bf16(), n, w.type, sizeof(uint16_t), w.op, root, "reduce(bf16)");
+    if (h.raw() != b.raw()) b.copy_from(h);
+  }
+  ops::copy(t.flat(0, n), b);
 }
 
 void MpiCommunicator::all_reduce_sum_bf16_start(const Tensor& t) {
@@ -207,7 +275,8 @@ void MpiCommunicator::all_reduce_sum_bf16_start(const Tensor& t) {
     return;
   }
   const int64_t n = t.numel();
-  Bf16Sum s{t, Tensor::empty({n}, DType::kBF16, Device::kCPU)};
+  count_collective(CommKind::kAllReduce, n, 2, size_);
+  Bf16Sum s{t, Tensor::empty({n}, DType::kBF16, Device::kCPU), Tensor()};
   const float* x = t.f32();
   uint16_t* data = s.wire.bf16();
   for (int64_t i = 0; i < n; ++i) data[i] = f32_to_bf16(x[i]);  // the blocking call's rounding
@@ -217,6 +286,88 @@ void MpiCommunicator::all_reduce_sum_bf16_start(const Tensor& t) {
     check(MPI_Iallreduce(MPI_IN_PLACE, data + o, static_cast<int>(std::min(kChunk, n - o)),
                          w.type, w.op, comm_, &reductions_.back()),
           "all_reduce_sum_bf16 (start)");
+  }
+  bf16_sums_.push_back(std::move(s));
+}
+
+void MpiCommunicator::reduce_scatter_sum_start(const Tensor& in, const Tensor& out) {
+  if (size_ == 1 || !in.on_host() || !out.on_host() || in.dtype() != DType::kF32 ||
+      out.dtype() != DType::kF32 || out.numel() == 0) {
+    reduce_scatter_sum(in, out);
+    return;
+  }
+  const int64_t n = out.numel();
+  VT_CHECK_MSG(in.numel() == n * size_, "reduce_scatter_sum_start: sizes " << in.numel() << " and "
+                                                                           << n << " do not match");
+  VT_CHECK_MSG(n <= kChunk, "reduce_scatter of " << n << " elements is too large for one call");
+  count_collective(CommKind::kReduceScatter, n * size_, 4, size_);
+  reductions_.emplace_back();
+  check(MPI_Ireduce_scatter_block(in.f32(), out.f32(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                                  comm_, &reductions_.back()),
+        "reduce-scatter (start)");
+}
+
+void MpiCommunicator::reduce_scatter_sum_bf16_start(const Tensor& in, const Tensor& out) {
+  if (size_ == 1 || !in.on_host() || !out.on_host() || in.dtype() != DType::kF32 ||
+      out.dtype() != DType::kF32 || out.numel() == 0) {
+    reduce_scatter_sum_bf16(in, out);
+    return;
+  }
+  const int64_t n = out.numel();
+  VT_CHECK_MSG(in.numel() == n * size_, "reduce_scatter_sum_bf16_start: sizes "
+                                            << in.numel() << " and " << n << " do not match");
+  VT_CHECK_MSG(n <= kChunk, "reduce_scatter of " << n << " elements is too large for one call");
+  count_collective(CommKind::kReduceScatter, n * size_, 2, size_);
+  Bf16Sum s{out, Tensor::empty({n}, DType::kBF16, Device::kCPU),
+            Tensor::empty({n * size_}, DType::kBF16, Device::kCPU)};
+  const float* x = in.f32();
+  uint16_t* packed = s.input.bf16();
+  for (int64_t i = 0; i < n * size_; ++i) packed[i] = f32_to_bf16(x[i]);
+  const Bf16Wire& w = bf16_wire();
+  reductions_.emplace_back();
+  check(MPI_Ireduce_scatter_block(packed, s.wire.bf16(), static_cast<int>(n), w.type, w.op, comm_,
+                                  &reductions_.back()),
+        "reduce-scatter(bf16) (start)");
+  bf16_sums_.push_back(std::move(s));
+}
+
+void MpiCommunicator::reduce_sum_start(const Tensor& t, int root) {
+  if (size_ == 1 || !t.on_host() || t.dtype() != DType::kF32 || t.numel() == 0) {
+    reduce_sum(t, root);
+    return;
+  }
+  const int64_t n = t.numel();
+  count_collective(CommKind::kReduce, n, 4, size_);
+  float* data = t.f32();
+  for (int64_t o = 0; o < n; o += kChunk) {
+    float* p = data + o;
+    reductions_.emplace_back();
+    check(MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : p, rank_ == root ? p : nullptr,
+                      static_cast<int>(std::min(kChunk, n - o)), MPI_FLOAT, MPI_SUM, root, comm_,
+                      &reductions_.back()),
+          "reduce (start)");
+  }
+}
+
+void MpiCommunicator::reduce_sum_bf16_start(const Tensor& t, int root) {
+  if (size_ == 1 || !t.on_host() || t.dtype() != DType::kF32 || t.numel() == 0) {
+    reduce_sum_bf16(t, root);
+    return;
+  }
+  const int64_t n = t.numel();
+  count_collective(CommKind::kReduce, n, 2, size_);
+  Bf16Sum s{t, Tensor::empty({n}, DType::kBF16, Device::kCPU), Tensor()};
+  const float* x = t.f32();
+  uint16_t* data = s.wire.bf16();
+  for (int64_t i = 0; i < n; ++i) data[i] = f32_to_bf16(x[i]);
+  const Bf16Wire& w = bf16_wire();
+  for (int64_t o = 0; o < n; o += kChunk) {
+    uint16_t* p = data + o;
+    reductions_.emplace_back();
+    check(MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : p, rank_ == root ? p : nullptr,
+                      static_cast<int>(std::min(kChunk, n - o)), w.type, w.op, root, comm_,
+                      &reductions_.back()),
+          "reduce(bf16) (start)");
   }
   bf16_sums_.push_back(std::move(s));
 }

@@ -48,6 +48,17 @@ class MpiCommunicator final : public Communicator {
   // Host f32 tensors: packed into a bf16 buffer of this communicator and MPI_Iallreduce'd;
   // all_reduce_wait() widens the sums back into the tensors. Device tensors: the blocking call.
   void all_reduce_sum_bf16_start(const Tensor& t) override;
+  // The reduce-scatter's bf16 wire: MPI_Reduce_scatter_block with the same type and op.
+  void reduce_scatter_sum_bf16(const uint16_t* in, uint16_t* out, int64_t n) override;
+  // MPI_Reduce to root (f32, or the bf16 type and op); a device tensor goes through host memory.
+  void reduce_sum(const Tensor& t, int root) override;
+  void reduce_sum_bf16(const Tensor& t, int root) override;
+  // Host f32 tensors: MPI_Ireduce_scatter_block / MPI_Ireduce (bf16: packed into buffers of this
+  // communicator, widened back into out / t by all_reduce_wait); device tensors: blocking.
+  void reduce_scatter_sum_start(const Tensor& in, const Tensor& out) override;
+  void reduce_scatter_sum_bf16_start(const Tensor& in, const Tensor& out) override;
+  void reduce_sum_start(const Tensor& t, int root) override;
+  void reduce_sum_bf16_start(const Tensor& t, int root) override;
 
   MPI_Comm comm() const { return comm_; }
   const std::string& name() const { return name_; }
@@ -59,11 +70,15 @@ class MpiCommunicator final : public Communicator {
   // In-place MPI_Allreduce of n elements in chunks that fit MPI's int counts.
   void all_reduce(void* data, int64_t n, MPI_Datatype type, size_t elem_bytes, MPI_Op op,
                   const char* what);
+  // MPI_Reduce of n elements to root (in place there), in chunks.
+  void reduce(void* data, int64_t n, MPI_Datatype type, size_t elem_bytes, MPI_Op op, int root,
+              const char* what);
   MPI_Comm comm_;
   std::string name_;
   std::vector<MPI_Request> reductions_;         // sums and broadcasts started (the *_start calls)
   struct Bf16Sum {
     Tensor target, wire;  // the f32 tensor and its bf16 values on the wire
+    Tensor input;         // a reduce-scatter's packed bf16 input, alive until the wait
   };
   std::vector<Bf16Sum> bf16_sums_;              // started by all_reduce_sum_bf16_start
   std::vector<MPI_Request> pending_;            // sends started by send_async

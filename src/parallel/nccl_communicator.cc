@@ -36,6 +36,14 @@ void check_cuda(cudaError_t err, int rank, const char* op) {
   if (err != cudaSuccess) die(rank, op, cudaGetErrorString(err));
 }
 
+int64_t nccl_bytes(ncclDataType_t type) {
+  switch (type) {
+    case ncclFloat64: return 8;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    default: return 4;
+  }
+}
+
 ncclDataType_t nccl_type(const Tensor& t, int rank, const char* op) {
   switch (t.dtype()) {
     case DType::kF32: return ncclFloat32;
@@ -181,6 +189,7 @@ void NcclCommunicator::order_before_backend(const char* op) {
 void NcclCommunicator::all_reduce_sum(float* data, int64_t n) {
   order_after_backend("all_reduce_sum");
   flush_sends("all_reduce_sum");
+  count_collective(CommKind::kAllReduce, n, 4, size_);
   check(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclSum, comm_, stream()),
         "all_reduce_sum(f32)");
   order_before_backend("all_reduce_sum(f32)");
@@ -189,6 +198,7 @@ void NcclCommunicator::all_reduce_sum(float* data, int64_t n) {
 void NcclCommunicator::all_reduce_sum(double* data, int64_t n) {
   order_after_backend("all_reduce_sum");
   flush_sends("all_reduce_sum");
+  count_collective(CommKind::kAllReduce, n, 8, size_);
   check(ncclAllReduce(data, data, size_t(n), ncclFloat64, ncclSum, comm_, stream()),
         "all_reduce_sum(f64)");
   order_before_backend("all_reduce_sum(f64)");
@@ -197,6 +207,7 @@ void NcclCommunicator::all_reduce_sum(double* data, int64_t n) {
 void NcclCommunicator::all_reduce_max(float* data, int64_t n) {
   order_after_backend("all_reduce_max");
   flush_sends("all_reduce_max");
+  count_collective(CommKind::kAllReduce, n, 4, size_);
   check(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclMax, comm_, stream()),
         "all_reduce_max");
   order_before_backend("all_reduce_max");
@@ -205,6 +216,7 @@ void NcclCommunicator::all_reduce_max(float* data, int64_t n) {
 void NcclCommunicator::all_gather(const float* in, float* out, int64_t n) {
   order_after_backend("all_gather");
   flush_sends("all_gather");
+  count_collective(CommKind::kAllGather, n * size_, 4, size_);
   check(ncclAllGather(in, out, size_t(n), ncclFloat32, comm_, stream()), "all_gather");
   order_before_backend("all_gather");
 }
@@ -212,6 +224,7 @@ void NcclCommunicator::all_gather(const float* in, float* out, int64_t n) {
 void NcclCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
   order_after_backend("reduce_scatter_sum");
   flush_sends("reduce_scatter_sum");
+  count_collective(CommKind::kReduceScatter, n * size_, 4, size_);
   check(ncclReduceScatter(in, out, size_t(n), ncclFloat32, ncclSum, comm_, stream()),
         "reduce_scatter_sum");
   order_before_backend("reduce_scatter_sum");
@@ -220,6 +233,7 @@ void NcclCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n
 void NcclCommunicator::broadcast(float* data, int64_t n, int root) {
   order_after_backend("broadcast");
   flush_sends("broadcast");
+  count_collective(CommKind::kBroadcast, n, 4, size_);
   check(ncclBroadcast(data, data, size_t(n), ncclFloat32, root, comm_, stream()), "broadcast");
   order_before_backend("broadcast");
 }
@@ -282,6 +296,9 @@ void NcclCommunicator::issue_with_pending(const void* send_buf, void* recv_buf, 
   const cudaStream_t s = stream();
   check(ncclGroupStart(), op);
   for (const PendingSend& ps : pending_)
+    count_collective(CommKind::kSend, int64_t(ps.count), nccl_bytes(ps.type), size_);
+  if (send_buf != nullptr) count_collective(CommKind::kSend, int64_t(count), nccl_bytes(type), size_);
+  for (const PendingSend& ps : pending_)
     check(ncclSend(ps.buf, ps.count, ps.type, ps.peer, comm_, stream()), op);
   if (send_buf != nullptr) check(ncclSend(send_buf, count, type, peer, comm_, s), op);
   if (recv_buf != nullptr) check(ncclRecv(recv_buf, count, type, peer, comm_, s), op);
@@ -313,6 +330,7 @@ void NcclCommunicator::all_reduce(const Tensor& t, ncclRedOp_t red, const char* 
   flush_sends(op);
   {
     Staged b(t, true, stream(), compute_stream_ != nullptr, rank_, op);
+    count_collective(CommKind::kAllReduce, t.numel(), nccl_bytes(type), size_);
     check(ncclAllReduce(b.p(), b.p(), size_t(t.numel()), type, red, comm_, stream()), op);
     b.store_back();
   }
@@ -347,6 +365,7 @@ void NcclCommunicator::all_reduce_sum_start(const Tensor& t) {
   const ncclDataType_t type = nccl_type(t, rank_, op);
   flush_sends(op);
   order_async_after_all(op);
+  count_collective(CommKind::kAllReduce, t.numel(), nccl_bytes(type), size_);
   check(ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, ncclSum, comm_, async_stream_),
         op);
   async_pending_ = true;
@@ -362,6 +381,7 @@ void NcclCommunicator::broadcast_start(const Tensor& t, int root) {
   const ncclDataType_t type = nccl_type(t, rank_, op);
   flush_sends(op);
   order_async_after_all(op);
+  count_collective(CommKind::kBroadcast, t.numel(), nccl_bytes(type), size_);
   check(ncclBroadcast(t.raw(), t.raw(), size_t(t.numel()), type, root, comm_, async_stream_), op);
   async_pending_ = true;
 }
@@ -384,6 +404,7 @@ void NcclCommunicator::all_reduce_sum_bf16(uint16_t* data, int64_t n) {
   if (size_ == 1 || n == 0) return;
   order_after_backend("all_reduce_sum(bf16)");
   flush_sends("all_reduce_sum(bf16)");
+  count_collective(CommKind::kAllReduce, n, 2, size_);
   check(ncclAllReduce(data, data, size_t(n), ncclBfloat16, ncclSum, comm_, stream()),
         "all_reduce_sum(bf16)");
   order_before_backend("all_reduce_sum(bf16)");
@@ -417,6 +438,53 @@ void NcclCommunicator::all_reduce_sum_bf16_start(const Tensor& t) {
   bf16_sums_.push_back(std::move(b));
 }
 
+void NcclCommunicator::reduce_scatter_sum_bf16(const Tensor& in, const Tensor& out) {
+  const char* op = "reduce_scatter_sum_bf16(tensor)";
+  if (in.dtype() != DType::kF32 || out.dtype() != DType::kF32)
+    die(rank_, op, std::string("sums f32 tensors, got ") + dtype_name(in.dtype()));
+  if (out.numel() == 0) return;
+  if (in.device() == Device::kCUDA && compute_stream_ == nullptr)
+    die(rank_, op, "device tensors without the CUDA backend (the device emulator)");
+  // Packed where the tensors live, reduce-scattered by NCCL in bf16 (ncclBfloat16: fp32 adds
+  // rounded to bf16 at each step), widened back. A group of one rounds.
+  Tensor bi = Tensor::empty({in.numel()}, DType::kBF16, in.device());
+  Tensor bo = Tensor::empty({out.numel()}, DType::kBF16, out.device());
+  ops::copy(bi, in.flat(0, in.numel()));
+  if (size_ == 1)
+    ops::copy(bo, bi);
+  else
+    reduce_scatter_sum(bi, bo);
+  ops::copy(out.flat(0, out.numel()), bo);
+}
+
+void NcclCommunicator::reduce_sum(const Tensor& t, int root) {
+  const char* op = "reduce_sum(tensor)";
+  if (size_ == 1 || t.numel() == 0) return;
+  const ncclDataType_t type = nccl_type(t, rank_, op);
+  order_after_backend(op);
+  flush_sends(op);
+  {
+    Staged b(t, true, stream(), compute_stream_ != nullptr, rank_, op);
+    count_collective(CommKind::kReduce, t.numel(), nccl_bytes(type), size_);
+    check(ncclReduce(b.p(), b.p(), size_t(t.numel()), type, ncclSum, root, comm_, stream()), op);
+    if (rank_ == root) b.store_back();
+  }
+  done(op, t.on_host());
+}
+
+void NcclCommunicator::reduce_sum_bf16(const Tensor& t, int root) {
+  const char* op = "reduce_sum_bf16(tensor)";
+  if (t.dtype() != DType::kF32)
+    die(rank_, op, std::string("sums f32 tensors, got ") + dtype_name(t.dtype()));
+  if (t.numel() == 0) return;
+  if (t.device() == Device::kCUDA && compute_stream_ == nullptr)
+    die(rank_, op, "device tensors without the CUDA backend (the device emulator)");
+  Tensor b = Tensor::empty({t.numel()}, DType::kBF16, t.device());
+  ops::copy(b, t.flat(0, t.numel()));
+  reduce_sum(b, root);
+  ops::copy(t.flat(0, t.numel()), b);
+}
+
 void NcclCommunicator::all_reduce_sum(const Tensor& t) {
   all_reduce(t, ncclSum, "all_reduce_sum(tensor)");
 }
@@ -434,6 +502,7 @@ void NcclCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   flush_sends(op);
   {
     Staged bi(in, true, stream(), compute_stream_ != nullptr, rank_, op), bo(out, false, stream(), compute_stream_ != nullptr, rank_, op);
+    count_collective(CommKind::kAllGather, out.numel(), nccl_bytes(type), size_);
     check(ncclAllGather(bi.p(), bo.p(), size_t(in.numel()), type, comm_, stream()), op);
     bo.store_back();
   }
@@ -449,6 +518,7 @@ void NcclCommunicator::reduce_scatter_sum(const Tensor& in, const Tensor& out) {
   flush_sends(op);
   {
     Staged bi(in, true, stream(), compute_stream_ != nullptr, rank_, op), bo(out, false, stream(), compute_stream_ != nullptr, rank_, op);
+    count_collective(CommKind::kReduceScatter, in.numel(), nccl_bytes(type), size_);
     check(ncclReduceScatter(bi.p(), bo.p(), size_t(out.numel()), type, ncclSum, comm_, stream()),
           op);
     bo.store_back();
@@ -464,6 +534,7 @@ void NcclCommunicator::broadcast(const Tensor& t, int root) {
   flush_sends(op);
   {
     Staged b(t, rank_ == root, stream(), compute_stream_ != nullptr, rank_, op);
+    count_collective(CommKind::kBroadcast, t.numel(), nccl_bytes(type), size_);
     check(ncclBroadcast(b.p(), b.p(), size_t(t.numel()), type, root, comm_, stream()), op);
     if (rank_ != root) b.store_back();
   }

@@ -114,6 +114,13 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_sum_bf16(const Tensor& t) override;
   void all_reduce_sum_bf16_start(const Tensor& t) override;
   void all_reduce_sum_bf16(uint16_t* data, int64_t n) override;
+  // The reduce-scatter's bf16 wire: cast to bf16 on the tensors' device, ncclReduceScatter in
+  // ncclBfloat16, cast back (host tensors staged).
+  void reduce_scatter_sum_bf16(const Tensor& in, const Tensor& out) override;
+  // ncclReduce to root in the tensor's dtype (f32); the bf16 form casts to bf16 on t's device,
+  // reduces in ncclBfloat16 and casts back (non-roots get their own rounded values back).
+  void reduce_sum(const Tensor& t, int root) override;
+  void reduce_sum_bf16(const Tensor& t, int root) override;
 
   int device() const { return device_; }
   // The stream the calls run on: the one given to set_stream, else the compute stream it was

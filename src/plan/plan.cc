@@ -190,9 +190,11 @@ static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimat
   // A dp group is tp ranks apart (tp varies fastest): it stays in a node while tp x dp does.
   p.allreduce_gbps =
       l.tp * l.dp <= in.gpus_per_node ? in.intra_node_gbps : in.inter_node_gbps;
-  // max_grads counts fp32 gradients; the bf16 wire (--grad-sync bf16) sends half of them.
-  p.allreduce_s = 2.0 * (l.dp - 1) / l.dp * max_grads * (in.grad_sync_bf16 ? 0.5 : 1.0) /
-                  (p.allreduce_gbps * 1e9);
+  // max_grads counts fp32 gradients; the bf16 wire (--grad-sync bf16) sends half of them. An
+  // all-reduce sends 2 (dp-1)/dp of them a rank; ZeRO-2's reduce-scatter into the optimizer's
+  // owners (--zero 2) (dp-1)/dp.
+  p.allreduce_s = (in.zero == 2 ? 1.0 : 2.0) * (l.dp - 1) / l.dp * max_grads *
+                  (in.grad_sync_bf16 ? 0.5 : 1.0) / (p.allreduce_gbps * 1e9);
   // Backward of the last micro-batch: 2 of the 3 passes' FLOPs, plus the rerun (3 of 4 with
   // --recompute block).
   const double extra = 3.0 * (rerun - 1.0);

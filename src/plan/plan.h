@@ -65,6 +65,9 @@ struct PlanInput {
   double launch_us = 4;            // fixed cost of one kernel launch (--launch-us)
   bool overlap_grad_sync = true;   // as vtrain train (--no-overlap-grad-sync)
   bool grad_sync_bf16 = false;     // as vtrain train --grad-sync bf16: half the all-reduce's bytes
+  // As vtrain train --zero: 1 all-reduces the gradients (2 (dp-1)/dp of them on the wire); 2
+  // reduce-scatters them into the optimizer's owners ((dp-1)/dp: half the bytes).
+  int zero = 1;
 };
 
 struct Layout {
@@ -91,7 +94,8 @@ struct LayoutPlan {
   double send_s = 0;          // pipeline sends of one step: the residual stream (micro-batch x
                               // seq-len x d activations) per micro-batch, forward and backward,
                               // across nodes when a stage fills them, not overlapped
-  double allreduce_s = 0;     // the data-parallel gradient all-reduce (fp32 or bf16), whole
+  double allreduce_s = 0;     // the data-parallel gradient sum (fp32 or bf16; an all-reduce,
+                              // or with zero 2 a reduce-scatter), whole
   double allreduce_exposed_s = 0;  // what of it backward does not hide (exposed_grad_sum_s)
   double allreduce_gbps = 0;  // the bandwidth it was estimated with
   // Tensor-parallel all-reduces of one step on a dp rank: 4 per layer and micro-batch (attention

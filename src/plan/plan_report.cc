@@ -40,7 +40,7 @@ std::string header(const PlanInput& in, const Plan& p) {
       "assumed: MFU %.2f%s at large GEMMs, lowered for micro-batches of fewer tokens by the GEMM "
       "curve (%s); recompute costs x%.2f compute; %s; %.0f kernel launches per layer and "
       "micro-batch at %.1f us each; pipeline sends of the residual stream not overlapped; "
-      "data-parallel all-reduce 2(dp-1)/dp x %s grads at %.0f GB/s in a node, %.0f GB/s "
+      "data-parallel %s x %s grads at %.0f GB/s in a node, %.0f GB/s "
       "across nodes, %s; tensor-parallel all-reduces (4 per layer and micro-batch, 6 with "
       "recompute) at the in-node rate, not overlapped; the optimizer's broadcast of Muon's "
       "matrices (bf16) and ZeRO-1 all-gather over the stage at the all-reduce's rate, not "
@@ -52,6 +52,8 @@ std::string header(const PlanInput& in, const Plan& p) {
                                 "else x(1 + (pp-1)/m)").c_str()
                  : "1F1B bubble x(1 + (pp-1)/m)",
       kKernelsPerLayerPass, in.launch_us,
+      in.zero == 2 ? "reduce-scatter into the optimizer's owners (--zero 2) (dp-1)/dp"
+                   : "all-reduce 2(dp-1)/dp",
       in.grad_sync_bf16 ? "bf16 (--grad-sync bf16)" : "fp32", in.intra_node_gbps,
       in.inter_node_gbps,
       in.overlap_grad_sync ? "its layers' buckets overlapped with the last micro-batch's backward "
@@ -119,6 +121,40 @@ std::string format_breakdown(const LayoutPlan& l) {
   return s;
 }
 
+// One line on why the first layout wins: its bubble and exposed communication, against the best
+// layout without a pipeline when the winner has one.
+std::string why_line(const Plan& p) {
+  const LayoutPlan& w = p.fitting.front();
+  auto name = [](const LayoutPlan& l) {
+    return absl::StrFormat("tp %d pp %d dp %d mb %d", l.layout.tp, l.layout.pp, l.layout.dp,
+                           l.layout.micro_batch);
+  };
+  const double busy = w.compute_s + w.tp_comm_s + w.launch_s + w.send_s;
+  std::string s = absl::StrFormat(
+      "why: %s wins at %.3f s a step: pipeline bubble %.3f s ((%.3f - 1) x %.3f s of compute, "
+      "launches, tp all-reduces and sends), exposed gradient sum %.3f s, optimizer collectives "
+      "%.3f s",
+      name(w), w.step_s, (w.bubble - 1) * busy, w.bubble, busy, w.allreduce_exposed_s,
+      w.optimizer_comm_s);
+  if (w.layout.pp > 1) {
+    const LayoutPlan* flat = nullptr;
+    for (const LayoutPlan& l : p.fitting)
+      if (l.layout.pp == 1) {
+        flat = &l;
+        break;
+      }
+    if (flat != nullptr)
+      absl::StrAppendFormat(
+          &s,
+          "; the best layout without a pipeline (%s, %.3f s) has no bubble but exposes %.3f s of "
+          "its gradient sum, %.3f s of optimizer collectives (Muon's broadcasts and ZeRO-1's "
+          "all-gather, after the update) and %.3f s of tp all-reduces",
+          name(*flat), flat->step_s, flat->allreduce_exposed_s, flat->optimizer_comm_s,
+          flat->tp_comm_s);
+  }
+  return s + "\n";
+}
+
 std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts) {
   std::string s = header(in, p);
   std::set<std::tuple<int, int, int, Recompute>> seen;
@@ -138,6 +174,7 @@ std::string format_plan(const PlanInput& in, const Plan& p, int max_layouts) {
       static_cast<int>(shown.size()), static_cast<int>(seen.size()));
   s += kColumns;
   for (const LayoutPlan* l : shown) s += row(*l);
+  if (!p.fitting.empty()) absl::StrAppend(&s, "\n", why_line(p));
   // StrAppend, not `"\n" + std::string + ...`: g++ 12 at -O3 warns -Wrestrict on a string
   // literal + std::string (a false positive, GCC bug 105329).
   absl::StrAppend(&s, "\n", checkpoint(p, in), "\n", format_breakdown(p.fitting.front()), kCaveat);

@@ -27,7 +27,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"muon_momentum", muon_momentum}, {"lr_batch_scale", lr_batch_scale},
           {"coef_optim", coef_optim},
           {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute_name(recompute)},
-          {"table_offload", table_offload}, {"grad_sync", grad_sync},
+          {"table_offload", table_offload}, {"grad_sync", grad_sync}, {"zero", zero},
           {"cuda_graphs", cuda_graphs},
           {"muon_ns_dtype", muon_ns_dtype}, {"core_every", core_every}, {"core_dir", core_dir}};
 }

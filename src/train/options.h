@@ -90,6 +90,10 @@ struct TrainOptions {
   // --grad-sync: the data-parallel gradient sum's wire format, fp32 or bf16 (each rank's
   // gradient rounded to bf16, fp32 additions rounded to bf16; optim/grad_sync.h).
   std::string grad_sync = "fp32";
+  // --zero: the ZeRO stage of the data-parallel optimizer (optim/distributed_optimizer.h).
+  // 1: gradients all-reduced whole (grad_sync.h), optimizer states sharded; 2: gradients
+  // reduce-scattered into the owners of the optimizer states (half the all-reduce's bytes).
+  int zero = 1;
   std::string muon_ns_dtype = "default";  // f32 | bf16 (default: bf16 on cuda, else f32)
   bool skip_memory_check = false;
   double memory_limit_gib = 0;  // > 0: the memory the start-up check counts as free (per

@@ -200,7 +200,7 @@ void build_optimizer(const TrainOptions& o, Run& r) {
   r.model->init_params(o.seed);
   r.engine = std::make_unique<PipelineEngine>(*r.model, *r.grid);
   const optim::OptimizerConfig oc = optimizer_config(o);
-  r.opt = std::make_unique<optim::DistributedOptimizer>(&r.store, oc, *r.grid);
+  r.opt = std::make_unique<optim::DistributedOptimizer>(&r.store, oc, *r.grid, o.zero);
   r.dp_sync = std::make_unique<optim::OverlappedGradSync>(
       &r.store, r.grid->dp(), int64_t{4} << 20, o.grad_sync == "bf16" ? DType::kBF16 : DType::kF32);
 }

@@ -58,14 +58,20 @@ double device_peak_bytes() {
 // Gradients of parameters replicated over the pipeline are summed over it; then the
 // data-parallel sum (grad_scale already divides by the global batch) is finished: the layers'
 // sums were started during backward (OverlappedGradSync), the rest goes now.
-void sync_gradients(ParamStore& store, const ProcessGrid& grid, optim::OverlappedGradSync& dp_sync) {
+// With --zero 2 the data-parallel sum is the optimizer's reduce into the owners: started during
+// backward by the hooks, the rest and the wait here.
+void sync_gradients(ParamStore& store, const ProcessGrid& grid, optim::OverlappedGradSync& dp_sync,
+                    optim::DistributedOptimizer& opt, DType wire) {
   if (grid.shape().pp > 1)
     for (int i = 0; i < store.size(); ++i)
       if (store.info(i).pp_replicated) {
         Tensor g = store.grad(i);
         grid.pp()->all_reduce_sum(g);
       }
-  dp_sync.finish();
+  if (opt.zero_stage() == 2)
+    opt.reduce_grads(wire);
+  else
+    dp_sync.finish();
 }
 
 // Set by SIGUSR1/SIGTERM (Slurm's warning before the time limit, scancel, mpirun forwarding
@@ -212,7 +218,8 @@ void Trainer::print_banner() const {
     // parameters kept in host memory included).
     const double elems = static_cast<double>(run_->store.total_numel() + run_->store.host_numel());
     const bool bf16 = o_.grad_sync == "bf16";
-    std::printf("data-parallel gradient sum: %s wire, %.3f MB per step and rank%s\n",
+    std::printf("data-parallel gradient sum: %s%s wire, %.3f MB per step and rank%s\n",
+                o_.zero == 2 ? "ZeRO-2 reduce-scatter into the optimizer's owners, " : "",
                 bf16 ? "bf16" : "fp32", elems * (bf16 ? 2 : 4) / 1e6,
                 bf16 ? absl::StrFormat(" (fp32: %.3f MB; rounded to bf16, fp32 additions)",
                                        elems * 4 / 1e6).c_str()
@@ -244,11 +251,13 @@ absl::Status Trainer::save(int64_t step) {
   double sq = ops::sum_squares(run_->store.params_tensor());
   if (run_->store.has_host_params()) sq += ops::sum_squares(run_->store.host_params_tensor());
   world_->all_reduce_sum(&sq, 1);
-  if (!std::isfinite(sq))
+  if (!std::isfinite(sq)) {
+    run_->opt->whole_grads();  // --zero 2: the report reads the whole summed gradient
     return agreed(absl::DataLossError(absl::StrCat(
         "the weights after step ", step, " are not finite (",
         diagnose_nonfinite(*run_->model, run_->store, *run_->grid, {}), "); no checkpoint was written; lower the "
         "learning rate (--lr-scale) or enable --max-grad-norm")));
+  }
   // A background save of an earlier step still running is waited for first (saves more frequent
   // than the disk allows): reported apart from the snapshot's own pause.
   const double w0 = now_seconds();
@@ -312,7 +321,7 @@ void Trainer::note_changed_options(const CheckpointMeta& meta) const {
                                          "max_grad_norm", "polar_express", "final_lr_frac",
                                          "adamw_lr", "weight_decay",
                                          "muon_wd", "muon_wd_style", "muon_wd_scale",
-                                         "muon_momentum", "grad_sync"};
+                                         "muon_momentum", "grad_sync", "zero"};
   if (!rank0_ || !meta.extra.is_object()) return;
   const nlohmann::json now = o_.to_json();
   std::string changed;
@@ -472,6 +481,7 @@ void Trainer::replay_forward(const BlockOutputHook& observer) {
 }
 
 absl::Status Trainer::nonfinite_step(int64_t index, double loss, double grad_norm, bool* skip) {
+  run_->opt->whole_grads();  // --zero 2: the report reads the whole summed gradient
   const std::string where = diagnose_nonfinite(
       *run_->model, run_->store, *run_->grid, [this](const BlockOutputHook& obs) { replay_forward(obs); });
   const std::string what = absl::StrCat(
@@ -506,6 +516,7 @@ absl::Status Trainer::nonfinite_step(int64_t index, double loss, double grad_nor
 absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
   const int64_t step_1based = index + 1;
   const double t_begin = now_seconds(), comm_begin = comm_seconds_total();
+  const double bytes_begin = comm_bytes_total();
   data_s_ = 0;
   if (run_->inject.at(step_1based, FaultInjection::Where::kWeight) && run_->store.find(run_->inject.param) >= 0) {
     ops::add_scalar(run_->store.param(run_->inject.param), 0, run_->inject.value);
@@ -516,9 +527,13 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
     hooks.block_output = [&](int layer, const Tensor& x) {
       if (layer == run_->inject.layer) ops::scale_copy(x, x, run_->inject.value);
     };
-  if (o_.overlap_grad_sync) {
+  const DType wire = o_.grad_sync == "bf16" ? DType::kBF16 : DType::kF32;
+  if (o_.overlap_grad_sync && o_.zero == 1) {
     hooks.layer_grads_done = [&](int layer) { run_->dp_sync->layer_done(layer); };
     hooks.head_grads_done = [&] { run_->dp_sync->head_done(); };
+  } else if (o_.overlap_grad_sync) {  // --zero 2: the reduces into the owners
+    hooks.layer_grads_done = [&](int layer) { run_->opt->layer_grads_done(layer, wire); };
+    hooks.head_grads_done = [&] { run_->opt->head_grads_done(wire); };
   }
   if (slow_.rank == world_->rank() && slow_.seconds > 0)  // a straggler, on purpose (tests)
     std::this_thread::sleep_for(std::chrono::duration<double>(slow_.seconds));
@@ -540,7 +555,7 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
                                         fetch_from(*run_->train), hooks);
     if (run_->engine->stopped()) return StepOutcome::kStopped;  // partial gradients: discarded
   }
-  sync_gradients(run_->store, *run_->grid, *run_->dp_sync);
+  sync_gradients(run_->store, *run_->grid, *run_->dp_sync, *run_->opt, wire);
   if (run_->inject.at(step_1based, FaultInjection::Where::kGradient) && run_->store.find(run_->inject.param) >= 0)
     ops::add_scalar(run_->store.grad(run_->inject.param), 0, run_->inject.value);
   // Sums over the data-parallel replicas and the pipeline (only the last stage has losses).
@@ -567,10 +582,11 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
   tokens_seen_ += o_.global_batch;
   loader_state_ = run_->train->state_json();
   const double comm_s = comm_seconds_total() - comm_before;
+  const double comm_bytes = comm_bytes_total() - bytes_begin;  // this rank's, the whole step
   // The pipeline's idle share (PipelineEngine::StepTimes, reduced over the pipeline ranks):
   // bench/bench_layouts.py compares wait / busy with the theory (pp-1) / (vpp M).
   note_data_stage(step_1based);
-  log_step(step_1based, loss, st, comm_s, run_->engine->last_step_times());
+  log_step(step_1based, loss, st, comm_s, comm_bytes, run_->engine->last_step_times());
   check_health(step_1based, now_seconds() - t_begin, comm_seconds_total() - comm_begin);
   return StepOutcome::kApplied;
 }
@@ -625,6 +641,7 @@ void Trainer::check_health(int64_t step, double step_s, double comm_s) {
 }
 
 void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s,
+                       double comm_bytes,
                        const PipelineEngine::StepTimes& pp) {
   const double t = now_seconds();
   const double step_s = t - t_last_;  // from the end of what came before (an evaluation excluded)
@@ -654,6 +671,7 @@ void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, do
                   {"mfu", mfu},
                   {"grad_norm", st.grad_norm},
                   {"comm_s", comm_s},
+                  {"comm_bytes", comm_bytes},
                   {"pp_wait_s", pp.wait_s},
                   {"pp_busy_s", pp.busy_s},
                   {"pp_pass_s", pp.pass_s},

@@ -79,7 +79,9 @@ class Trainer {
   void note_data_stage(int64_t done);
   // Rank 0: the summary block at the end of the invocation (run_progress.h).
   void print_summary(bool stopped) const;
+  // comm_bytes: what this rank put on the wire during the step (core/communicator.h).
   void log_step(int64_t done, double loss, const optim::StepStats& st, double comm_s,
+                double comm_bytes,
                 const PipelineEngine::StepTimes& pp);
   void replay_forward(const BlockOutputHook& observer);
   // This step's times into the per-rank health; every --health-every steps the report (rank 0

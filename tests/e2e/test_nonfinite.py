@@ -176,3 +176,21 @@ def test_nonfinite_checkpoint_is_reported_and_refused(datadir, tmp_path):
     assert t.returncode == 0, t.stderr
     assert f"resumed from {ckpt / 'step_00000002.h5'} at step 2" in t.stdout, t.stdout
     assert "skipping checkpoint" in t.stderr and "non-finite" in t.stderr
+
+
+def test_injected_gradient_is_reported_with_zero2(datadir, tmp_path):
+    """--zero 2 on dp 2: the gradient sum reaches only the owners, and the report still finds
+    the injected NaN (the norm over the owned parts, the listing over the whole sum)."""
+    ckpt = tmp_path / "ckpt"
+    cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2", VTRAIN, "train",
+           "--data", str(datadir), *map(str, TINY), "--steps", "4", "--ckpt-dir", str(ckpt),
+           "--ckpt-every", "1", "--zero", "2"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+               VTRAIN_INJECT_NONFINITE="gradient:blocks.0.mlp.fc:nan@2")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 2, (r.returncode, r.stdout[-800:], r.stderr[-2000:])
+    for frag in ["the gradient norm is nan at step 2", "every parameter is finite",
+                 "gradients with non-finite values: 1 of", "blocks.0.mlp.fc (1)"]:
+        assert frag in r.stderr, (frag, r.stderr[-2000:])
+    assert steps_in(ckpt) == [1]

@@ -247,6 +247,50 @@ TEST_F(NcclMpi, Bf16WireSumOfF32Tensors) {
   }
 }
 
+// ZeRO-2's collectives (--zero 2): the bf16-wire reduce-scatter and the reduce to one rank, f32
+// and bf16, on device and host tensors, against the exact sums and the wire's error bound.
+TEST_F(NcclMpi, Bf16WireReduceScatterAndReduce) {
+  NcclCommunicator comm(MPI_COMM_WORLD, compute());
+  const int64_t n = 129;
+  const double u = (1.0 + std::ldexp(1.0, -8)) * (1.0 + std::ldexp(1.0, -24)) - 1.0;
+  const double gamma = world_ * u / (1.0 - world_ * u);
+  auto expect_sum = [&](float got, int64_t j, const char* what) {
+    double exact = 0, mag = 0;
+    for (int r = 0; r < world_; ++r) {
+      exact += wire_value(r, j);
+      mag += std::fabs(wire_value(r, j));
+    }
+    EXPECT_LE(std::fabs(got - exact), gamma * mag) << what << " element " << j;
+    EXPECT_EQ(got, model_bf16(got)) << what << ": not a bf16 value: " << j;
+    if (world_ == 2)
+      EXPECT_EQ(got, model_bf16(model_bf16(wire_value(0, j)) + model_bf16(wire_value(1, j))))
+          << what << " element " << j;
+  };
+  for (Device dev : {Device::kCUDA, Device::kCPU}) {
+    SCOPED_TRACE(dev == Device::kCUDA ? "device" : "host");
+    std::vector<float> all(static_cast<size_t>(n * world_));
+    for (int64_t j = 0; j < n * world_; ++j) all[size_t(j)] = wire_value(me_, j);
+    const Tensor in = Tensor::from_host(all.data(), {n * world_}, dev);
+    const Tensor out = Tensor::zeros({n}, DType::kF32, dev);
+    comm.reduce_scatter_sum_bf16(in, out);
+    const std::vector<float> got = out.to_host_f32();
+    for (int64_t i = 0; i < n; ++i) expect_sum(got[size_t(i)], me_ * n + i, "reduce-scatter");
+    // Reduce to the last rank: bf16 within the bound, small integers exact in f32.
+    const Tensor b = Tensor::from_host(all.data(), {n}, dev);
+    comm.reduce_sum_bf16(b, world_ - 1);
+    std::vector<float> ints(8);
+    for (int i = 0; i < 8; ++i) ints[size_t(i)] = float(i + me_);
+    const Tensor c = Tensor::from_host(ints.data(), {8}, dev);
+    comm.reduce_sum(c, world_ - 1);
+    if (me_ == world_ - 1) {
+      const std::vector<float> rb = b.to_host_f32(), rc = c.to_host_f32();
+      for (int64_t i = 0; i < n; ++i) expect_sum(rb[size_t(i)], i, "reduce");
+      for (int i = 0; i < 8; ++i)
+        EXPECT_EQ(rc[size_t(i)], float(world_ * i + world_ * (world_ - 1) / 2));
+    }
+  }
+}
+
 // A gate on a stream (cudaLaunchHostFunc): the stream's later work waits until open() (or until
 // the watchdog opens it after `limit`, recording that it had to).
 class StreamGate {

@@ -3,8 +3,10 @@
 // one-process run on the global parameters (the same optimizer on a 1-rank grid over
 // self_communicator(), itself checked against numpy by tests/optim/test_optim_numpy.py):
 // parameters, grad norms, clipping and optimizer states; checkpoint gather/scatter must
-// round-trip, and ZeRO-1 must shrink the AdamW state per rank. A control test shows that
-// orthogonalizing TP shards separately would fail.
+// round-trip, and ZeRO-1 must shrink the AdamW state per rank. Both gradient sums run: ZeRO-1's
+// all-reduce (all_reduce_grads) and ZeRO-2's reduce into the owners (reduce_grads, f32 wire;
+// every other step started layer by layer first), whose grad norm comes from the owned parts. A control test shows that orthogonalizing TP
+// shards separately would fail.
 // vtrain-mpi-ranks: 1 2 4 8
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -196,13 +198,14 @@ TEST_F(DistributedOptimizerTest, MatchesSingleProcessOnEveryLayout) {
     if (sc.cfg.max_grad_norm > 0) {
       EXPECT_LT(ref.stats[0].clip_scale, 1.0) << "the clipping scenario must actually clip";
     }
+    for (int zero : {1, 2})
     for (int tp : {1, 2}) {
       for (int pp : {1, 2, 4}) {
         if (W % (tp * pp) != 0) continue;
         const GridShape shape{tp, W / (tp * pp), pp};
         ProcessGrid grid(&world_, shape);
         const GridCoords c = grid.coords();
-        const std::string layout = sc.label + " tp=" + std::to_string(tp) +
+        const std::string layout = sc.label + " zero=" + std::to_string(zero) + " tp=" + std::to_string(tp) +
                                    " dp=" + std::to_string(shape.dp) +
                                    " pp=" + std::to_string(pp) + " rank " +
                                    std::to_string(world_.rank());
@@ -228,7 +231,7 @@ TEST_F(DistributedOptimizerTest, MatchesSingleProcessOnEveryLayout) {
           std::copy(v.begin(), v.end(), store.param(s.name).f32());
         }
 
-        auto opt = std::make_unique<DistributedOptimizer>(&store, sc.cfg, grid);
+        auto opt = std::make_unique<DistributedOptimizer>(&store, sc.cfg, grid, zero);
         const float inv_dp = 1.0f / static_cast<float>(shape.dp);
         for (int step = 0; step < kSteps; ++step) {
           store.zero_grads();
@@ -237,7 +240,16 @@ TEST_F(DistributedOptimizerTest, MatchesSingleProcessOnEveryLayout) {
             float* dst = store.grad(s.name).f32();
             for (size_t k = 0; k < g.size(); ++k) dst[k] = g[k] * inv_dp;
           }
-          all_reduce_grads(store, grid.dp(), /*bucket_elems=*/1000);  // several buckets
+          if (zero == 1)
+            all_reduce_grads(store, grid.dp(), /*bucket_elems=*/1000);  // several buckets
+          else {
+            if (step % 2 == 1) {  // started during "backward", as the trainer's hooks do
+              opt->head_grads_done(DType::kF32);
+              for (int layer = kLayers - 1; layer >= 0; --layer)
+                opt->layer_grads_done(layer, DType::kF32);
+            }
+            opt->reduce_grads(DType::kF32);
+          }
           const StepStats st = opt->step(step, kSteps);
           const StepStats& want = ref.stats[step];
           EXPECT_EQ(st.lr_multiplier, want.lr_multiplier);
@@ -248,7 +260,7 @@ TEST_F(DistributedOptimizerTest, MatchesSingleProcessOnEveryLayout) {
           if (step == 1) {
             // Checkpoint round trip: the gathered states equal the reference's, and a fresh
             // optimizer loaded from them continues the run.
-            auto next = std::make_unique<DistributedOptimizer>(&store, sc.cfg, grid);
+            auto next = std::make_unique<DistributedOptimizer>(&store, sc.cfg, grid, zero);
             for (const Spec& s : mine) {
               for (const auto& kind : opt->state_kinds(s.name)) {
                 Tensor t = opt->gather_state(s.name, kind);

@@ -9,7 +9,10 @@
 //   - the non-blocking start/wait (with an f32 sum started between two bf16 ones) and a store on
 //     the device emulator follow the model too, and give the bits of the blocking host call
 //     where the order is fixed (up to 2 ranks; with more MPI may pick another order per call);
-//   - all_reduce_grads and OverlappedGradSync (host-kept parameters included) follow the model.
+//   - all_reduce_grads and OverlappedGradSync (host-kept parameters included) follow the model;
+//   - the reduce-scatter's and the reduce's bf16 wire (reduce_scatter_sum_bf16, reduce_sum_bf16;
+//     host and emulated device tensors), and ZeRO-2's gradient sum into the owners
+//     (DistributedOptimizer::reduce_grads with DType::kBF16) follow it on what each rank owns.
 // vtrain-mpi-ranks: 1 2 3 4
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -22,6 +25,7 @@
 #include "core/arena.h"
 #include "core/backend.h"
 #include "core/communicator.h"
+#include "optim/distributed_optimizer.h"
 #include "optim/grad_sync.h"
 #include "parallel/mpi_communicator.h"
 
@@ -259,6 +263,98 @@ TEST(Bf16Wire, F32WireIsThePlainSum) {
     fill(c, 0);
     EXPECT_EQ(a.grads_tensor().to_host_f32(), c.grads_tensor().to_host_f32());
   }
+}
+
+TEST(Bf16Wire, ReduceScatterAndReduceFollowTheModel) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const int W = world.size(), me = world.rank();
+  set_device_backend(make_device_emulator());
+  const int64_t n = 1537;
+  for (Device dev : {Device::kCPU, Device::kCUDA}) {
+    const char* what = dev == Device::kCPU ? "host" : "device";
+    // Reduce-scatter: element j of the W * n input is value j of this rank; rank me receives
+    // the sums of elements [me * n, (me + 1) * n).
+    std::vector<float> all = mine(me, W * n);
+    const Tensor in = Tensor::from_host(all.data(), {W * n}, dev);
+    const Tensor out = Tensor::zeros({n}, DType::kF32, dev);
+    world.reduce_scatter_sum_bf16(in, out);
+    const std::vector<float> got = out.to_host_f32();
+    for (int64_t i = 0; i < n; ++i) expect_model(got[i], W, me * n + i, value_of, what);
+    // Reduce to the last rank: its values follow the model.
+    std::vector<float> v = mine(me, n);
+    const Tensor t = Tensor::from_host(v.data(), {n}, dev);
+    world.reduce_sum_bf16(t, W - 1);
+    if (me == W - 1) {
+      const std::vector<float> r = t.to_host_f32();
+      for (int64_t i = 0; i < n; ++i) expect_model(r[i], W, i, value_of, what);
+    }
+    // The f32 reduce: small integers sum exactly.
+    std::vector<float> k(100);
+    for (int i = 0; i < 100; ++i) k[i] = static_cast<float>(i - 50 + me);
+    const Tensor kt = Tensor::from_host(k.data(), {100}, dev);
+    world.reduce_sum(kt, 0);
+    if (me == 0) {
+      const std::vector<float> r = kt.to_host_f32();
+      for (int i = 0; i < 100; ++i)
+        EXPECT_EQ(r[i], static_cast<float>(W * (i - 50) + W * (W - 1) / 2)) << what;
+    }
+  }
+  set_device_backend(nullptr);
+}
+
+// ZeRO-2 on the bf16 wire: every rank's owned parts (its AdamW chunks, the Muon matrices it
+// owns) hold the model's sums, blocking or started layer by layer; with up to 2 ranks they are
+// the bits of all_reduce_grads.
+TEST(Bf16Wire, Zero2GradsFollowTheModel) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const int W = world.size(), me = world.rank();
+  ProcessGrid grid(&world, GridShape{1, W, 1});
+  set_device_backend(make_device_emulator());
+  for (Device dev : {Device::kCPU, Device::kCUDA})
+    for (bool table_in_host : {false, true}) {
+      const char* what = dev == Device::kCPU ? "cpu store" : "device store";
+      ParamStore a, whole;
+      build(a, dev, table_in_host);
+      build(whole, dev, table_in_host);
+      fill(a, me);
+      fill(whole, me);
+      optim::DistributedOptimizer opt(&a, optim::OptimizerConfig::defaults(64), grid, 2);
+      if (table_in_host) {  // started layer by layer (the non-blocking calls), as in backward
+        for (int layer = 2; layer >= 0; --layer) opt.layer_grads_done(layer, DType::kBF16);
+        opt.head_grads_done(DType::kBF16);
+      }
+      opt.reduce_grads(DType::kBF16);
+      optim::all_reduce_grads(whole, &world, 16, DType::kBF16);
+      int owned = 0;
+      for (const ParamInfo& p : a.infos()) {
+        const std::vector<float> got = a.grad(a.find(p.name)).to_host_f32();
+        const std::vector<float> want = whole.grad(whole.find(p.name)).to_host_f32();
+        const int64_t n = p.numel();
+        int64_t lo = 0, hi = 0;
+        if (p.group == ParamGroup::kMatrix) {
+          if (opt.muon_owner(p.name) == me) hi = n;  // tp 1: the owner's replica is its DP rank
+        } else {
+          const int64_t chunk = (n + W - 1) / W;
+          lo = std::min(n, chunk * me);
+          hi = std::min(n, lo + chunk);
+        }
+        for (int64_t k = lo; k < hi; ++k) {
+          expect_model(got[k], W, key_of(p, k), value_of, what);
+          if (W <= 2) EXPECT_EQ(got[k], want[k]) << what << " " << p.name << " " << k;
+          ++owned;
+        }
+      }
+      // Every element is owned by exactly one rank.
+      int total = 0;
+      for (const ParamInfo& p : a.infos()) total += static_cast<int>(p.numel());
+      int sum = owned;
+      MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+      EXPECT_EQ(sum, total) << what;
+      // whole_grads (the non-finite report's view): every element the owner's sum, everywhere.
+      opt.whole_grads();
+      expect_store(a, W, what);
+    }
+  set_device_backend(nullptr);
 }
 
 }  // namespace

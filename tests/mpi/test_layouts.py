@@ -140,6 +140,43 @@ def test_layouts_match_one_process(mode, datadir, tmp_path):
     assert not failures, "\n".join(failures)
 
 
+# --zero 2 (gradients reduce-scattered into the optimizer's owners): the same contract on the
+# layouts with data parallelism, dp 4 included, for value modes with pipeline-shared parameters
+# (x0v, resformer-dense), value tables (bov) and the plain model. A run's comm_bytes (rank 0's
+# bytes a step) must be below the ZeRO-1 run's on the same layout.
+ZERO2_MODES = ["baseline", "x0v", "resformer-dense", "bov"]
+ZERO2_LAYOUTS = [(2, 1, 1, None), (2, 2, 1, None), (2, 1, 2, None), (4, 1, 1, None)]
+
+
+def comm_bytes(out):
+    return [json.loads(l)["comm_bytes"] for l in open(out / "m.jsonl") if '"comm_bytes"' in l]
+
+
+@pytest.mark.parametrize("mode", ZERO2_MODES)
+def test_zero2_layouts_match_one_process(mode, datadir, tmp_path):
+    ref_losses, ref_params = train(datadir, tmp_path / "ref", ["--value", mode, "--zero", "2"],
+                                   1, 1, 1, 4)
+    assert ref_losses[-1] < ref_losses[0]
+    failures = []
+    for dp, tp, pp, micro in ZERO2_LAYOUTS:
+        tag = f"dp{dp}_tp{tp}_pp{pp}"
+        losses, params = train(datadir, tmp_path / tag, ["--value", mode, "--zero", "2"], dp, tp,
+                               pp, micro)
+        rel = np.max(np.abs(losses - ref_losses) / np.abs(ref_losses))
+        if not rel <= 1e-5:
+            failures.append(f"{tag}: losses {losses} vs {ref_losses} (rel {rel:.2e})")
+        for name, ref in ref_params.items():
+            err = np.max(np.abs(params[name] - ref)) / max(np.max(np.abs(ref)), 1e-30)
+            if not err <= 1e-4:
+                failures.append(f"{tag}: {name} differs (rel {err:.2e})")
+        if (dp, tp, pp) == (2, 1, 1):
+            train(datadir, tmp_path / "zero1", ["--value", mode], dp, tp, pp, micro)
+            z1, z2 = comm_bytes(tmp_path / "zero1"), comm_bytes(tmp_path / tag)
+            if not (len(z1) == len(z2) == len(losses) and all(b < a for a, b in zip(z1, z2))):
+                failures.append(f"comm_bytes: zero 1 {z1}, zero 2 {z2}")
+    assert not failures, "\n".join(failures)
+
+
 # Interleaved 1F1B: (flags, layers, dp, tp, pp, vpp, micro-batches per step and dp rank, a
 # multiple of pp). With 4 layers over pp 2 x vpp 2 every layer is its own virtual stage: rank 0
 # holds layers 0 and 2, rank 1 layers 1 and 3, so V1 (layer 0's value) goes 0 -> 1 -> 0 -> 1

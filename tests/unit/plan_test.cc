@@ -11,6 +11,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/str_format.h"
 #include "core/arena.h"
 #include "model/flops.h"
 #include "model/gpt.h"
@@ -270,6 +271,39 @@ TEST(Plan, Bf16GradSyncHalvesTheAllReduce) {
   auto p = make_plan(in);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_NE(format_plan(in, *p, 3).find("x bf16 (--grad-sync bf16) grads"), std::string::npos);
+}
+
+// --zero 2: the gradient sum is a reduce-scatter into the optimizer's owners, (8-1)/8 x the
+// wire's bytes of the model's gradients a rank, half the all-reduce's, on either wire.
+TEST(Plan, Zero2HalvesTheGradientSum) {
+  PlanInput in = plain_cost(small_input());
+  ParamStore store;
+  GPT model(in.cfg);
+  model.register_params(store);
+  const double grads = 4.0 * store.total_numel();
+  for (bool bf16 : {false, true}) {
+    in.grad_sync_bf16 = bf16;
+    in.zero = 1;
+    const LayoutPlan z1 = plan_layout(in, Layout{1, 1, 8, 2, Recompute::kOff});
+    in.zero = 2;
+    const LayoutPlan z2 = plan_layout(in, Layout{1, 1, 8, 2, Recompute::kOff});
+    EXPECT_NEAR(z2.allreduce_s, 7.0 / 8 * grads * (bf16 ? 0.5 : 1.0) / 400e9, 1e-15);
+    EXPECT_NEAR(z1.allreduce_s, 2 * z2.allreduce_s, 1e-15);
+    EXPECT_NEAR(z1.step_s - z2.step_s, z2.allreduce_s, 1e-12);  // summed after backward here
+    EXPECT_DOUBLE_EQ(z2.optimizer_comm_s, z1.optimizer_comm_s);
+    auto p = make_plan(in);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const std::string text = format_plan(in, *p, 3);
+    EXPECT_NE(text.find("reduce-scatter into the optimizer's owners (--zero 2)"),
+              std::string::npos);
+    // The winner's reason, in numbers.
+    const LayoutPlan& w = p->fitting.front();
+    EXPECT_NE(text.find(absl::StrFormat("why: tp %d pp %d dp %d mb %d wins at %.3f s a step",
+                                        w.layout.tp, w.layout.pp, w.layout.dp,
+                                        w.layout.micro_batch, w.step_s)),
+              std::string::npos)
+        << text;
+  }
 }
 
 TEST(Plan, GemmCurveFileIsReadAndCheckedByName) {
