@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
@@ -51,9 +52,12 @@ constexpr int kThreads = 32 * kWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Forward and dQ: 64 query rows (16 per warp) x 64-key tiles. dK/dV: 64 keys (16 per warp) x
-// 32-query tiles (fewer live score registers next to the two hd-wide accumulators).
-constexpr int kFwdRows = 16 * kWarps, kFwdKeys = 64;
+// Forward: 128 query rows (32 per warp, two m-tiles) x 64-key tiles. dQ: 64 query rows (16 per
+// warp) x 64-key tiles. dK/dV: 64 keys (16 per warp) x 32-query tiles (fewer live score registers
+// next to the two hd-wide accumulators). The forward v1 kernel (attention_bench only): 64 x 64.
+constexpr int kFwdWarpRows = 32, kFwdRows = kFwdWarpRows * kWarps, kFwdKeys = 64, kFwdSub = 32;
+constexpr int kDqRows = 16 * kWarps, kDqKeys = 64;
+constexpr int kV1Rows = 16 * kWarps, kV1Keys = 64;
 constexpr int kKvKeys = 16 * kWarps, kKvRows = 32;
 
 // A shared tile of bf16 rows of HD elements. Chunk c (elements 8c..8c+7) of row r sits at chunk
@@ -70,15 +74,31 @@ struct Tile {
     else
       return c ^ ((row >> 1) & (kChunks - 1));
   }
-  // Element offset of (row, col).
+  // Element offset of (row, col), and of chunk c of a row.
   __device__ __forceinline__ static int at(int row, int col) {
     return row * HD + (chunk(row, col >> 3) << 3) + (col & 7);
   }
+  __device__ __forceinline__ static int chunk_at(int row, int c) {
+    return row * HD + (chunk(row, c) << 3);
+  }
+};
+
+// The forward's layout: rows padded to HD + 8 elements, chunks in place. Row strides of 80, 144
+// and 272 bytes are odd multiples of 16, so 8 consecutive rows at one column still fall in 8
+// distinct 16-byte bank groups, and every offset is additive: a lane's ldmatrix addresses are one
+// base register plus immediates, where the XOR swizzle needs one register per column step (which
+// the compiler keeps live across the key loop: 255 registers and spills at HD 128).
+template <int HD>
+struct PaddedTile {
+  static_assert(HD == 32 || HD == 64 || HD == 128, "head dims 32, 64, 128");
+  static constexpr int kStride = HD + 8;
+  __device__ __forceinline__ static int at(int row, int col) { return row * kStride + col; }
+  __device__ __forceinline__ static int chunk_at(int row, int c) { return row * kStride + c * 8; }
 };
 
 // Rows [row0, row0 + ROWS) of head `head` of a (B, T, heads, HD) tensor into a shared tile, as
 // 16-byte cp.async copies; rows at or past T become zeros.
-template <int HD, int ROWS>
+template <int HD, int ROWS, class L = Tile<HD>>
 __device__ __forceinline__ void load_rows_async(bf16* tile, const bf16* __restrict__ g, int64_t b,
                                                 int64_t row0, int64_t T, int heads, int head) {
   constexpr int kChunks = HD / 8;
@@ -87,7 +107,27 @@ __device__ __forceinline__ void load_rows_async(bf16* tile, const bf16* __restri
     const int64_t t = row0 + r;
     const bool valid = t < T;
     const bf16* src = g + ((b * T + (valid ? t : 0)) * heads + head) * HD + c * 8;
-    tc::cp_async16(tile + r * HD + (Tile<HD>::chunk(r, c) << 3), src, valid);
+    tc::cp_async16(tile + L::chunk_at(r, c), src, valid);
+  }
+}
+
+// The same for a tensor given as `base` (row 0 of one (batch, head)) and its row stride in
+// elements, in 32-bit row indices (T < 2^30, check_args): each thread copies one column chunk of
+// rows r, r + kThreads / chunks, ..., through a pointer advanced by a fixed step, so nothing per
+// copy stays live across a key loop (the loop above keeps a 64-bit address per copy).
+template <int HD, int ROWS, class L>
+__device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* __restrict__ base,
+                                                int row_stride, int row0, int T) {
+  constexpr int kChunks = HD / 8, kRowStep = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && ROWS % kRowStep == 0, "whole passes only");
+  const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
+  const int64_t step = int64_t(kRowStep) * row_stride;
+  const bf16* src = base + int64_t(row0 + r0) * row_stride + c * 8;
+#pragma unroll
+  for (int n = 0; n < ROWS / kRowStep; ++n, src += step) {
+    const int r = r0 + n * kRowStep;
+    const bool valid = row0 + r < T;
+    tc::cp_async16(tile + L::chunk_at(r, c), valid ? src : base, valid);
   }
 }
 
@@ -105,7 +145,7 @@ __device__ __forceinline__ void load_stats_async(float* dst, const float* __rest
 
 // A shared tile back to rows [row0, row0 + ROWS) of head `head` of (B, T, heads, HD), 16 bytes
 // per copy; rows at or past T are not written.
-template <int HD, int ROWS>
+template <int HD, int ROWS, class L = Tile<HD>>
 __device__ __forceinline__ void store_rows(bf16* __restrict__ g, const bf16* tile, int64_t b,
                                            int64_t row0, int64_t T, int heads, int head) {
   constexpr int kChunks = HD / 8;
@@ -114,7 +154,7 @@ __device__ __forceinline__ void store_rows(bf16* __restrict__ g, const bf16* til
     const int64_t t = row0 + r;
     if (t < T)
       *reinterpret_cast<uint4*>(g + ((b * T + t) * heads + head) * HD + c * 8) =
-          *reinterpret_cast<const uint4*>(tile + r * HD + (Tile<HD>::chunk(r, c) << 3));
+          *reinterpret_cast<const uint4*>(tile + L::chunk_at(r, c));
   }
 }
 
@@ -141,45 +181,45 @@ __device__ __forceinline__ void rope_norm_rows(bf16* tile, int r0, const RopeNor
 
 // Fragments, from a shared tile (see kernels/mma.cuh for the lane -> row address patterns).
 // A operand, rows [r0, r0 + 16) x cols [k0, k0 + 16) of a tile stored [m][k].
-template <int HD>
+template <int HD, class L = Tile<HD>>
 __device__ __forceinline__ FragA frag_a(const bf16* tile, int r0, int k0) {
   const int l = threadIdx.x & 31;
   FragA a;
-  tc::ldsm_x4(a.r, tile + Tile<HD>::at(r0 + (l & 15), k0 + (l >> 4) * 8));
+  tc::ldsm_x4(a.r, tile + L::at(r0 + (l & 15), k0 + (l >> 4) * 8));
   return a;
 }
 // B operands of two n-tiles [n0, n0 + 8), [n0 + 8, n0 + 16) for k in [k0, k0 + 16), from a tile
 // stored [n][k] (B = tile^T: K in S = Q K^T).
-template <int HD>
+template <int HD, class L = Tile<HD>>
 __device__ __forceinline__ void frag_b_nk(FragB& b0, FragB& b1, const bf16* tile, int n0, int k0) {
   const int l = threadIdx.x & 31;
   uint32_t x[4];
-  tc::ldsm_x4(x, tile + Tile<HD>::at(n0 + (l & 7) + (l >> 4) * 8, k0 + ((l >> 3) & 1) * 8));
+  tc::ldsm_x4(x, tile + L::at(n0 + (l & 7) + (l >> 4) * 8, k0 + ((l >> 3) & 1) * 8));
   b0 = FragB{{x[0], x[1]}};
   b1 = FragB{{x[2], x[3]}};
 }
 // The same from a tile stored [k][n] (B = tile: V in O = P V), through ldmatrix .trans.
-template <int HD>
+template <int HD, class L = Tile<HD>>
 __device__ __forceinline__ void frag_b_kn(FragB& b0, FragB& b1, const bf16* tile, int k0, int n0) {
   const int l = threadIdx.x & 31;
   uint32_t x[4];
-  tc::ldsm_x4_trans(x, tile + Tile<HD>::at(k0 + (l & 7) + ((l >> 3) & 1) * 8, n0 + (l >> 4) * 8));
+  tc::ldsm_x4_trans(x, tile + L::at(k0 + (l & 7) + ((l >> 3) & 1) * 8, n0 + (l >> 4) * 8));
   b0 = FragB{{x[0], x[1]}};
   b1 = FragB{{x[2], x[3]}};
 }
 
 // Writes a warp's 16 x HD accumulator rows [r0, r0 + 16), times mul[0] (rows g) and mul[1]
 // (rows g + 8), into a shared tile as bf16.
-template <int HD>
+template <int HD, class L = Tile<HD>>
 __device__ __forceinline__ void stage_rows(bf16* tile, const FragC (&acc)[HD / 8], int r0,
                                            const float (&mul)[2]) {
   const int l = threadIdx.x & 31, g = l >> 2, c = l & 3;
 #pragma unroll
   for (int nt = 0; nt < HD / 8; ++nt) {
     const int col = nt * 8 + 2 * c;
-    *reinterpret_cast<uint32_t*>(tile + Tile<HD>::at(r0 + g, col)) =
+    *reinterpret_cast<uint32_t*>(tile + L::at(r0 + g, col)) =
         tc::pack_bf16(acc[nt].x[0] * mul[0], acc[nt].x[1] * mul[0]);
-    *reinterpret_cast<uint32_t*>(tile + Tile<HD>::at(r0 + g + 8, col)) =
+    *reinterpret_cast<uint32_t*>(tile + L::at(r0 + g + 8, col)) =
         tc::pack_bf16(acc[nt].x[2] * mul[1], acc[nt].x[3] * mul[1]);
   }
 }
@@ -195,6 +235,10 @@ __device__ __forceinline__ bool visible(int64_t t, int64_t s, int64_t W) {
 __device__ __forceinline__ float quad_max(float x) {
   x = detail::nan_max(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return detail::nan_max(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_max_nan(float x) {  // the same with tc::max_nan
+  x = tc::max_nan(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return tc::max_nan(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
@@ -214,7 +258,21 @@ struct FwdEpilogue {
   bf16* const name = reinterpret_cast<bf16*>(name##_raw)
 
 // ---------------------------------------------------------------------------------------------
-// Forward. Shared: Q (64 x HD) | K (2 x 64 x HD) | V (2 x 64 x HD).
+// Forward. Block = 128 queries of one head, four warps, each owning 32 query rows as two 16-row
+// m-tiles, so every K and V fragment read from shared memory feeds two MMAs per n-tile (twice the
+// v1 kernel's reuse: ldmatrix bandwidth, not the tensor cores, bounded v1). Q is read from shared
+// memory at each k-step (its fragments would not fit in registers beside the 32 x HD accumulator).
+// Shared, in PaddedTile rows: Q (128) | K (2 x 64) | V (2 x 64). Key tiles of 64 move with
+// cp.async, double-buffered: tile j + 1 loads while tile j is multiplied, and one barrier per tile
+// orders both (the loads into a buffer are issued after the barrier that follows its last reads).
+// Each tile is multiplied as two sub-tiles of 32 keys (S = Q K^T, softmax, O += P V each): the
+// 32 x 64 scores of a whole tile beside the 32 x 128 accumulator need more than 255 registers
+// (ptxas spilled), 32 x 32 leave 247 in use at HD 128.
+//
+// The running max m is kept in raw score units; a probability is exp2(s * scale log2e - m scale
+// log2e): one FMA and one ex2.approx (tc::exp2_approx); maxima are max.NaN (tc::max_nan). Only
+// sub-tiles that cross the diagonal or the window's edge take the masked instance of the body; a
+// warp skips a sub-tile none of its 32 rows can see (e.g. the keys above its rows on the diagonal).
 template <int HD>
 __global__ void __launch_bounds__(kThreads)
     attn_tc_fwd_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
@@ -223,23 +281,216 @@ __global__ void __launch_bounds__(kThreads)
                        float scale_log2) {
   constexpr int kN = HD / 8;         // n-tiles of O
   constexpr int kK = HD / 16;        // k-steps of S = Q K^T
-  constexpr int kS = kFwdKeys / 8;   // n-tiles of S
+  constexpr int kS = kFwdSub / 8;    // n-tiles of S (one sub-tile)
+  constexpr int kM = kFwdWarpRows / 16;  // m-tiles per warp
+  using L = PaddedTile<HD>;
+  constexpr int kKeyTile = kFwdKeys * L::kStride;  // elements of one K or V buffer
   VT_ATTN_SMEM(smem);
   bf16* const Qs = smem;
-  bf16* const Ks = Qs + kFwdRows * HD;
-  bf16* const Vs = Ks + 2 * kFwdKeys * HD;
+  bf16* const Ks = Qs + kFwdRows * L::kStride;
+  bf16* const Vs = Ks + 2 * kKeyTile;
 
-  const int64_t t0 = int64_t(gridDim.x - 1 - blockIdx.x) * kFwdRows;  // heaviest tiles first
+  // 32-bit rows and keys (T < 2^30, check_args).
+  const int Ti = int(T), Wi = int(W);
+  const int t0 = int(gridDim.x - 1 - blockIdx.x) * kFwdRows;  // heaviest tiles first
   const int h = blockIdx.y, kvh = h / (H / Hkv);
   const int64_t b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int64_t t_last = min64(t0 + kFwdRows, T) - 1;
-  const int64_t j_begin = max64(0, t0 - W + 1) / kFwdKeys, j_end = t_last / kFwdKeys;
+  const int t_last = min(t0 + kFwdRows, Ti) - 1;
+  const int j_begin = max(0, t0 - Wi + 1) / kFwdKeys, j_end = t_last / kFwdKeys;
+  const int wr0 = warp * kFwdWarpRows;  // the warp's first row in the block
+  const int w_first = t0 + wr0, w_last = w_first + kFwdWarpRows - 1;
+  // This lane's rows: m-tile mt, half rr -> t0 + wr0 + 16 mt + 8 rr + g.
+  auto row_of = [&](int mt, int rr) { return w_first + 16 * mt + 8 * rr + g; };
+  // Row 0 of this (batch, head) in q and out, and of its KV head in k and v.
+  const int64_t q_off = (b * T * H + h) * HD, kv_off = (b * T * Hkv + kvh) * HD;
+  const bf16* const kb = k + kv_off;
+  const bf16* const vb = v + kv_off;
+
+  load_tile_async<HD, kFwdRows, L>(Qs, q + q_off, H * HD, t0, Ti);
+  load_tile_async<HD, kFwdKeys, L>(Ks, kb, Hkv * HD, j_begin * kFwdKeys, Ti);
+  load_tile_async<HD, kFwdKeys, L>(Vs, vb, Hkv * HD, j_begin * kFwdKeys, Ti);
+  tc::cp_async_commit();
+
+  FragC o[kM][kN];
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kN; ++nt) o[mt][nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+  float m[kM][2], l[kM][2];  // running max (raw units) and the lane's partial row sum
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+
+  // One key tile: S = Q K^T, (masked,) online softmax, O += P V. kMasked is a compile-time
+  // constant, so the unmasked instance carries no mask code.
+  auto tile = [&](const bf16* Kt, const bf16* Vt, int s0, auto masked_c) {
+    constexpr bool kMasked = decltype(masked_c)::value;
+    FragC s[kM][kS];
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kS; ++nt) s[mt][nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int kk = 0; kk < kK; ++kk) {
+      FragA qa[kM];
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) qa[mt] = frag_a<HD, L>(Qs, wr0 + 16 * mt, kk * 16);
+#pragma unroll
+      for (int np = 0; np < kS / 2; ++np) {
+        FragB b0, b1;
+        frag_b_nk<HD, L>(b0, b1, Kt, np * 16, kk * 16);
+#pragma unroll
+        for (int mt = 0; mt < kM; ++mt) {
+          tc::mma_bf16(s[mt][2 * np], qa[mt], b0);
+          tc::mma_bf16(s[mt][2 * np + 1], qa[mt], b1);
+        }
+      }
+    }
+    if constexpr (kMasked) {
+      const int d0 = w_first - s0 + g - 2 * c;  // query row minus key, lane's first pair
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kS; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int d = d0 + 16 * mt + 8 * (i >> 1) - nt * 8 - (i & 1);
+            if (d < 0 || d >= Wi) s[mt][nt].x[i] = -INFINITY;
+          }
+    }
+    // Online softmax, rows g (x[0], x[1]) and g + 8 (x[2], x[3]) of each m-tile.
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kS; ++nt)
+          mx = tc::max_nan(mx, tc::max_nan(s[mt][nt].x[2 * rr], s[mt][nt].x[2 * rr + 1]));
+        mx = quad_max_nan(mx);
+        const float m_new = tc::max_nan(m[mt][rr], mx);
+        // m_new * scale log2e, 0 for a row with nothing visible yet (its p are then all 0).
+        const float m_scaled = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+        const float alpha = tc::exp2_approx(fmaf(m[mt][rr], scale_log2, -m_scaled));  // 0 while m was -inf
+        m[mt][rr] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kS; ++nt) {
+          const float p0 = tc::exp2_approx(fmaf(s[mt][nt].x[2 * rr], scale_log2, -m_scaled));
+          const float p1 = tc::exp2_approx(fmaf(s[mt][nt].x[2 * rr + 1], scale_log2, -m_scaled));
+          s[mt][nt].x[2 * rr] = p0;
+          s[mt][nt].x[2 * rr + 1] = p1;
+          sum += p0 + p1;
+        }
+        l[mt][rr] = l[mt][rr] * alpha + sum;
+#pragma unroll
+        for (int nt = 0; nt < kN; ++nt) {
+          o[mt][nt].x[2 * rr] *= alpha;
+          o[mt][nt].x[2 * rr + 1] *= alpha;
+        }
+      }
+    // O += P V: P's score registers are the A operand of 16-key steps.
+#pragma unroll
+    for (int kk = 0; kk < kFwdSub / 16; ++kk) {
+      FragA pa[kM];
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) pa[mt] = tc::a_from_c(s[mt][2 * kk], s[mt][2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < kN / 2; ++np) {
+        FragB b0, b1;
+        frag_b_kn<HD, L>(b0, b1, Vt, kk * 16, np * 16);
+#pragma unroll
+        for (int mt = 0; mt < kM; ++mt) {
+          tc::mma_bf16(o[mt][2 * np], pa[mt], b0);
+          tc::mma_bf16(o[mt][2 * np + 1], pa[mt], b1);
+        }
+      }
+    }
+  };
+
+#pragma unroll 1
+  for (int j = j_begin; j <= j_end; ++j) {
+    const int buf = (j - j_begin) & 1;
+    // Tile j has landed (this thread's copies; the barrier makes everyone's visible), and every
+    // warp is done with tile j - 1, whose buffer tile j + 1 now fills.
+    tc::cp_async_wait<0>();
+    __syncthreads();
+    if (j < j_end) {
+      load_tile_async<HD, kFwdKeys, L>(Ks + (buf ^ 1) * kKeyTile, kb, Hkv * HD, (j + 1) * kFwdKeys,
+                                       Ti);
+      load_tile_async<HD, kFwdKeys, L>(Vs + (buf ^ 1) * kKeyTile, vb, Hkv * HD, (j + 1) * kFwdKeys,
+                                       Ti);
+      tc::cp_async_commit();
+    }
+    // The tile in sub-tiles of kFwdSub keys, each multiplied, masked and softmaxed on its own.
+#pragma unroll
+    for (int sub = 0; sub < kFwdKeys / kFwdSub; ++sub) {
+      const int s0 = j * kFwdKeys + sub * kFwdSub, s_last = s0 + kFwdSub - 1;
+      // Skip a sub-tile no row of this warp sees: all keys after its last row, or all of them at
+      // least W before its first.
+      if (s0 > w_last || w_first - s_last >= Wi) continue;
+      const bf16* Kt = Ks + buf * kKeyTile + sub * kFwdSub * L::kStride;
+      const bf16* Vt = Vs + buf * kKeyTile + sub * kFwdSub * L::kStride;
+      if (s_last > w_first || w_last - s0 >= Wi)
+        tile(Kt, Vt, s0, std::integral_constant<bool, true>{});
+      else
+        tile(Kt, Vt, s0, std::integral_constant<bool, false>{});
+    }
+  }
+
+  // Epilogue: row sums over the quad, out = O / l through the Q tile (each warp only ever read
+  // its own 32 rows of it, and the last barrier is behind every load), lse in natural log.
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) {
+    float inv[2], l_row[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      l_row[rr] = quad_sum(l[mt][rr]);
+      inv[rr] = FwdEpilogue::row_scale(l_row[rr]);
+    }
+    stage_rows<HD, L>(Qs, o[mt], wr0 + 16 * mt, inv);
+    if (c == 0) {
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int t = row_of(mt, rr);
+        if (t < Ti) lse[(b * H + h) * T + t] = (m[mt][rr] * scale_log2 + log2f(l_row[rr])) * kLn2;
+      }
+    }
+  }
+  __syncthreads();
+  store_rows<HD, kFwdRows, L>(out, Qs, b, t0, T, H, h);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward v1 (the 2026-11-26 window's kernel, 176 TFLOP/s at d24 on an H200), kept only so that
+// attention_bench measures it beside the forward above in the same call (attention_tc_forward_v1).
+// Block = 64 queries, four warps of 16 rows each, Q's fragments in registers, two barriers per key
+// tile. Shared: Q (64 x HD) | K (2 x 64 x HD) | V (2 x 64 x HD).
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    attn_tc_fwd_v1_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                       const bf16* __restrict__ v, bf16* __restrict__ out,
+                       float* __restrict__ lse, int64_t T, int H, int Hkv, int64_t W,
+                       float scale_log2) {
+  constexpr int kN = HD / 8;         // n-tiles of O
+  constexpr int kK = HD / 16;        // k-steps of S = Q K^T
+  constexpr int kS = kV1Keys / 8;   // n-tiles of S
+  VT_ATTN_SMEM(smem);
+  bf16* const Qs = smem;
+  bf16* const Ks = Qs + kV1Rows * HD;
+  bf16* const Vs = Ks + 2 * kV1Keys * HD;
+
+  const int64_t t0 = int64_t(gridDim.x - 1 - blockIdx.x) * kV1Rows;  // heaviest tiles first
+  const int h = blockIdx.y, kvh = h / (H / Hkv);
+  const int64_t b = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int64_t t_last = min64(t0 + kV1Rows, T) - 1;
+  const int64_t j_begin = max64(0, t0 - W + 1) / kV1Keys, j_end = t_last / kV1Keys;
   const int64_t row0 = t0 + warp * 16 + g, row1 = row0 + 8;  // this lane's two query rows
 
-  load_rows_async<HD, kFwdRows>(Qs, q, b, t0, T, H, h);
-  load_rows_async<HD, kFwdKeys>(Ks, k, b, j_begin * kFwdKeys, T, Hkv, kvh);
-  load_rows_async<HD, kFwdKeys>(Vs, v, b, j_begin * kFwdKeys, T, Hkv, kvh);
+  load_rows_async<HD, kV1Rows>(Qs, q, b, t0, T, H, h);
+  load_rows_async<HD, kV1Keys>(Ks, k, b, j_begin * kV1Keys, T, Hkv, kvh);
+  load_rows_async<HD, kV1Keys>(Vs, v, b, j_begin * kV1Keys, T, Hkv, kvh);
   tc::cp_async_commit();
 
   FragA qf[kK];
@@ -250,12 +501,12 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t j = j_begin; j <= j_end; ++j) {
     const int buf = int(j - j_begin) & 1;
-    const bf16* Kt = Ks + buf * kFwdKeys * HD;
-    const bf16* Vt = Vs + buf * kFwdKeys * HD;
+    const bf16* Kt = Ks + buf * kV1Keys * HD;
+    const bf16* Vt = Vs + buf * kV1Keys * HD;
     if (j < j_end) {  // next tile into the other buffer (free since the last iteration's barrier)
-      load_rows_async<HD, kFwdKeys>(Ks + (buf ^ 1) * kFwdKeys * HD, k, b, (j + 1) * kFwdKeys, T,
+      load_rows_async<HD, kV1Keys>(Ks + (buf ^ 1) * kV1Keys * HD, k, b, (j + 1) * kV1Keys, T,
                                     Hkv, kvh);
-      load_rows_async<HD, kFwdKeys>(Vs + (buf ^ 1) * kFwdKeys * HD, v, b, (j + 1) * kFwdKeys, T,
+      load_rows_async<HD, kV1Keys>(Vs + (buf ^ 1) * kV1Keys * HD, v, b, (j + 1) * kV1Keys, T,
                                     Hkv, kvh);
       tc::cp_async_commit();
       tc::cp_async_wait<1>();
@@ -283,8 +534,8 @@ __global__ void __launch_bounds__(kThreads)
       }
 
     // Scale to log2 units; mask only a tile that crosses the diagonal or the window's edge.
-    const int64_t s0 = j * kFwdKeys;
-    const bool masked = s0 + kFwdKeys - 1 > t0 || t0 + kFwdRows - 1 - s0 >= W;
+    const int64_t s0 = j * kV1Keys;
+    const bool masked = s0 + kV1Keys - 1 > t0 || t0 + kV1Rows - 1 - s0 >= W;
 #pragma unroll
     for (int nt = 0; nt < kS; ++nt)
 #pragma unroll
@@ -325,7 +576,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // O += P V: P's score registers are the A operand of 16-key steps.
 #pragma unroll
-    for (int kk = 0; kk < kFwdKeys / 16; ++kk) {
+    for (int kk = 0; kk < kV1Keys / 16; ++kk) {
       const FragA pa = tc::a_from_c(s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
       for (int np = 0; np < kN / 2; ++np) {
@@ -352,7 +603,7 @@ __global__ void __launch_bounds__(kThreads)
     if (row1 < T) lse[(b * H + h) * T + row1] = (m[1] + log2f(l[1])) * kLn2;
   }
   __syncthreads();
-  store_rows<HD, kFwdRows>(out, Qs, b, t0, T, H, h);
+  store_rows<HD, kV1Rows>(out, Qs, b, t0, T, H, h);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -401,35 +652,35 @@ __global__ void __launch_bounds__(kThreads)
                       float* __restrict__ D,
                       bf16* __restrict__ dq, int64_t T, int H, int Hkv, int64_t W, float scale,
                       float scale_log2, RopeNormGrad rn) {
-  constexpr int kN = HD / 8, kK = HD / 16, kS = kFwdKeys / 8;
+  constexpr int kN = HD / 8, kK = HD / 16, kS = kDqKeys / 8;
   VT_ATTN_SMEM(smem);
   bf16* const Qs = smem;
-  bf16* const dOs = Qs + kFwdRows * HD;
-  bf16* const Ks = dOs + kFwdRows * HD;
-  bf16* const Vs = Ks + 2 * kFwdKeys * HD;
-  float* const lse_s = reinterpret_cast<float*>(Vs + 2 * kFwdKeys * HD);
-  float* const D_s = lse_s + kFwdRows;
+  bf16* const dOs = Qs + kDqRows * HD;
+  bf16* const Ks = dOs + kDqRows * HD;
+  bf16* const Vs = Ks + 2 * kDqKeys * HD;
+  float* const lse_s = reinterpret_cast<float*>(Vs + 2 * kDqKeys * HD);
+  float* const D_s = lse_s + kDqRows;
 
-  const int64_t t0 = int64_t(gridDim.x - 1 - blockIdx.x) * kFwdRows;
+  const int64_t t0 = int64_t(gridDim.x - 1 - blockIdx.x) * kDqRows;
   const int h = blockIdx.y, kvh = h / (H / Hkv);
   const int64_t b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int64_t t_last = min64(t0 + kFwdRows, T) - 1;
-  const int64_t j_begin = max64(0, t0 - W + 1) / kFwdKeys, j_end = t_last / kFwdKeys;
+  const int64_t t_last = min64(t0 + kDqRows, T) - 1;
+  const int64_t j_begin = max64(0, t0 - W + 1) / kDqKeys, j_end = t_last / kDqKeys;
   const int64_t row0 = t0 + warp * 16 + g, row1 = row0 + 8;
 
-  load_rows_async<HD, kFwdRows>(Qs, q, b, t0, T, H, h);
-  load_rows_async<HD, kFwdRows>(dOs, dout, b, t0, T, H, h);
-  load_stats_async<kFwdRows>(lse_s, lse, b, t0, T, H, h);
+  load_rows_async<HD, kDqRows>(Qs, q, b, t0, T, H, h);
+  load_rows_async<HD, kDqRows>(dOs, dout, b, t0, T, H, h);
+  load_stats_async<kDqRows>(lse_s, lse, b, t0, T, H, h);
   tc::cp_async_commit();
-  load_rows_async<HD, kFwdKeys>(Ks, k, b, j_begin * kFwdKeys, T, Hkv, kvh);
-  load_rows_async<HD, kFwdKeys>(Vs, v, b, j_begin * kFwdKeys, T, Hkv, kvh);
+  load_rows_async<HD, kDqKeys>(Ks, k, b, j_begin * kDqKeys, T, Hkv, kvh);
+  load_rows_async<HD, kDqKeys>(Vs, v, b, j_begin * kDqKeys, T, Hkv, kvh);
   tc::cp_async_commit();
   // D of this block's rows from the staged dO while the first key tile loads (the loop's first
   // __syncthreads orders D_s before its reads).
   tc::cp_async_wait<1>();
   __syncthreads();
-  rows_d<HD, kFwdRows>(D_s, D, dOs, out, b, t0, T, H, h);
+  rows_d<HD, kDqRows>(D_s, D, dOs, out, b, t0, T, H, h);
 
   FragC acc[kN];
 #pragma unroll
@@ -438,12 +689,12 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t j = j_begin; j <= j_end; ++j) {
     const int buf = int(j - j_begin) & 1;
-    const bf16* Kt = Ks + buf * kFwdKeys * HD;
-    const bf16* Vt = Vs + buf * kFwdKeys * HD;
+    const bf16* Kt = Ks + buf * kDqKeys * HD;
+    const bf16* Vt = Vs + buf * kDqKeys * HD;
     if (j < j_end) {
-      load_rows_async<HD, kFwdKeys>(Ks + (buf ^ 1) * kFwdKeys * HD, k, b, (j + 1) * kFwdKeys, T,
+      load_rows_async<HD, kDqKeys>(Ks + (buf ^ 1) * kDqKeys * HD, k, b, (j + 1) * kDqKeys, T,
                                     Hkv, kvh);
-      load_rows_async<HD, kFwdKeys>(Vs + (buf ^ 1) * kFwdKeys * HD, v, b, (j + 1) * kFwdKeys, T,
+      load_rows_async<HD, kDqKeys>(Vs + (buf ^ 1) * kDqKeys * HD, v, b, (j + 1) * kDqKeys, T,
                                     Hkv, kvh);
       tc::cp_async_commit();
       tc::cp_async_wait<1>();
@@ -482,8 +733,8 @@ __global__ void __launch_bounds__(kThreads)
     }
 
     // dS = P (dP - D) scale, kept in s.
-    const int64_t s0 = j * kFwdKeys;
-    const bool masked = s0 + kFwdKeys - 1 > t0 || t0 + kFwdRows - 1 - s0 >= W;
+    const int64_t s0 = j * kDqKeys;
+    const bool masked = s0 + kDqKeys - 1 > t0 || t0 + kDqRows - 1 - s0 >= W;
 #pragma unroll
     for (int nt = 0; nt < kS; ++nt)
 #pragma unroll
@@ -496,7 +747,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // dQ += dS K.
 #pragma unroll
-    for (int kk = 0; kk < kFwdKeys / 16; ++kk) {
+    for (int kk = 0; kk < kDqKeys / 16; ++kk) {
       const FragA sa = tc::a_from_c(s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
       for (int np = 0; np < kN / 2; ++np) {
@@ -516,7 +767,7 @@ __global__ void __launch_bounds__(kThreads)
     rope_norm_rows<HD>(Qs, warp * 16, rn.q, rn, b, t0, T, H, h);
   }
   __syncthreads();
-  store_rows<HD, kFwdRows>(dq, Qs, b, t0, T, H, h);
+  store_rows<HD, kDqRows>(dq, Qs, b, t0, T, H, h);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -676,11 +927,15 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------------------------------------
 template <int HD>
 constexpr size_t fwd_smem() {
-  return sizeof(bf16) * size_t(kFwdRows + 4 * kFwdKeys) * HD;
+  return sizeof(bf16) * size_t(kFwdRows + 4 * kFwdKeys) * PaddedTile<HD>::kStride;
+}
+template <int HD>
+constexpr size_t fwd_v1_smem() {
+  return sizeof(bf16) * size_t(kV1Rows + 4 * kV1Keys) * HD;
 }
 template <int HD>
 constexpr size_t dq_smem() {
-  return sizeof(bf16) * size_t(2 * kFwdRows + 4 * kFwdKeys) * HD + sizeof(float) * 2 * kFwdRows;
+  return sizeof(bf16) * size_t(2 * kDqRows + 4 * kDqKeys) * HD + sizeof(float) * 2 * kDqRows;
 }
 template <int HD>
 constexpr size_t dkdv_smem() {
@@ -695,6 +950,7 @@ void check_args(const AttnShape& s, std::initializer_list<const void*> ptrs) {
   VT_CUDA_REQUIRE(attention_tc_supported(s),
                   "tensor-core attention handles head dims 32, 64 and 128 only");
   VT_CUDA_REQUIRE(s.H <= 65535 && s.B <= 65535, "B and H must be <= 65535 (grid y/z limits)");
+  VT_CUDA_REQUIRE(s.T < (int64_t(1) << 30), "tensor-core attention needs T < 2^30");
   for (const void* p : ptrs)
     VT_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0,
                     "tensor-core attention needs 16-byte aligned q, k, v, out, dout, dq, dk, dv");
@@ -713,6 +969,18 @@ void forward_hd(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* l
 }
 
 template <int HD>
+void forward_v1_hd(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
+                   const AttnShape& s, float scale, cudaStream_t stream) {
+  const int64_t W = std::min(s.window, s.T);
+  set_dynamic_smem(reinterpret_cast<const void*>(attn_tc_fwd_v1_kernel<HD>), fwd_v1_smem<HD>(),
+                   "tensor-core attention forward (v1)");
+  const dim3 grid(unsigned((s.T + kV1Rows - 1) / kV1Rows), unsigned(s.H), unsigned(s.B));
+  VT_LAUNCH(attn_tc_fwd_v1_kernel<HD>, grid, kThreads, fwd_v1_smem<HD>(), stream, q, k, v, out,
+            lse, s.T, int(s.H), int(s.Hkv), W, scale * kLog2e);
+  VT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int HD>
 void backward_hd(const bf16* q, const bf16* k, const bf16* v, const bf16* out, const float* lse,
                  const bf16* dout, bf16* dq, bf16* dk, bf16* dv, const AttnShape& s, float scale,
                  float* D, const RopeNormGrad& rn, cudaStream_t stream) {
@@ -720,7 +988,7 @@ void backward_hd(const bf16* q, const bf16* k, const bf16* v, const bf16* out, c
   const int H = int(s.H), Hkv = int(s.Hkv);
   set_dynamic_smem(reinterpret_cast<const void*>(attn_tc_dq_kernel<HD>), dq_smem<HD>(),
                    "tensor-core attention backward (dQ)");
-  const dim3 gq(unsigned((s.T + kFwdRows - 1) / kFwdRows), unsigned(H), unsigned(s.B));
+  const dim3 gq(unsigned((s.T + kDqRows - 1) / kDqRows), unsigned(H), unsigned(s.B));
   VT_LAUNCH(attn_tc_dq_kernel<HD>, gq, kThreads, dq_smem<HD>(), stream, q, k, v, out, dout, lse,
             D, dq, s.T, H, Hkv, W, scale, scale * kLog2e, rn);
   VT_CUDA_CHECK(cudaGetLastError());
@@ -750,6 +1018,16 @@ void attention_tc_forward(const bf16* q, const bf16* k, const bf16* v, bf16* out
     case 32: forward_hd<32>(q, k, v, out, lse, s, scale, stream); break;
     case 64: forward_hd<64>(q, k, v, out, lse, s, scale, stream); break;
     default: forward_hd<128>(q, k, v, out, lse, s, scale, stream); break;
+  }
+}
+
+void attention_tc_forward_v1(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
+                             const AttnShape& s, float scale, cudaStream_t stream) {
+  check_args(s, {q, k, v, out});
+  switch (s.hd) {
+    case 32: forward_v1_hd<32>(q, k, v, out, lse, s, scale, stream); break;
+    case 64: forward_v1_hd<64>(q, k, v, out, lse, s, scale, stream); break;
+    default: forward_v1_hd<128>(q, k, v, out, lse, s, scale, stream); break;
   }
 }
 
