@@ -163,7 +163,7 @@ __device__ __forceinline__ void store_rows(bf16* __restrict__ g, const bf16* til
 // (bf16, already rounded as it would be stored), in place, one row at a time by the warp that
 // owns them; the function is rope_rmsnorm_backward_kernel's (kernels/rope_row.cuh), so the result
 // is bit for bit the unfused pair's.
-template <int HD>
+template <int HD, class L = Tile<HD>>
 __device__ __forceinline__ void rope_norm_rows(bf16* tile, int r0, const RopeNormGrad::Side& x,
                                                const RopeNormGrad& rn, int64_t b, int64_t row0,
                                                int64_t T, int heads, int head) {
@@ -174,8 +174,8 @@ __device__ __forceinline__ void rope_norm_rows(bf16* tile, int r0, const RopeNor
     const int64_t item = (b * T + t) * heads + head;
     detail::rope_rmsnorm_backward_row<kPer>(
         x.x + item * HD, x.rstd[item], rn.table + (t + rn.pos_offset) * (HD / 2), HD / 2, rn.scale,
-        [&](int64_t j) { return detail::to_f32(tile[Tile<HD>::at(r, int(j))]); },
-        [&](int64_t j, float v) { tile[Tile<HD>::at(r, int(j))] = detail::from_f32<bf16>(v); });
+        [&](int64_t j) { return detail::to_f32(tile[L::at(r, int(j))]); },
+        [&](int64_t j, float v) { tile[L::at(r, int(j))] = detail::from_f32<bf16>(v); });
   }
 }
 
@@ -612,7 +612,7 @@ __global__ void __launch_bounds__(kThreads)
 // HD/8 consecutive threads per row, 8 elements (16 bytes of O) each, fma in element order, then
 // a shuffle sum over the row's threads. Written to D_s (0 past T) and to D (B,H,T), which the
 // dK/dV kernel, launched after, reads.
-template <int HD, int ROWS>
+template <int HD, int ROWS, class L = Tile<HD>>
 __device__ __forceinline__ void rows_d(float* D_s, float* __restrict__ D, const bf16* dOs,
                                        const bf16* __restrict__ out, int64_t b, int64_t row0,
                                        int64_t T, int H, int h) {
@@ -625,7 +625,7 @@ __device__ __forceinline__ void rows_d(float* D_s, float* __restrict__ D, const 
     if (t < T) {
       const uint4 ov = *reinterpret_cast<const uint4*>(out + ((b * T + t) * H + h) * HD + part * 8);
       const uint4 dv =
-          *reinterpret_cast<const uint4*>(dOs + r * HD + (Tile<HD>::chunk(r, part) << 3));
+          *reinterpret_cast<const uint4*>(dOs + L::chunk_at(r, part));
       bf16 o8[8], d8[8];
       __builtin_memcpy(static_cast<void*>(o8), &ov, sizeof(ov));
       __builtin_memcpy(static_cast<void*>(d8), &dv, sizeof(dv));
@@ -643,7 +643,9 @@ __device__ __forceinline__ void rows_d(float* D_s, float* __restrict__ D, const 
 }
 
 // ---------------------------------------------------------------------------------------------
-// dQ. Shared: Q, dO (64 x HD) | K, V (2 x 64 x HD) | lse, D (64 fp32).
+// dQ. Block = 64 queries of one head, four warps of 16 rows. Shared, in PaddedTile rows: Q, dO
+// (64) | K, V (2 x 64) | lse, D (64 fp32). Key tiles double-buffered with one barrier per tile
+// and masked only where they cross the diagonal or the window's edge, as in the forward.
 template <int HD>
 __global__ void __launch_bounds__(kThreads)
     attn_tc_dq_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
@@ -653,63 +655,51 @@ __global__ void __launch_bounds__(kThreads)
                       bf16* __restrict__ dq, int64_t T, int H, int Hkv, int64_t W, float scale,
                       float scale_log2, RopeNormGrad rn) {
   constexpr int kN = HD / 8, kK = HD / 16, kS = kDqKeys / 8;
+  using L = PaddedTile<HD>;
+  constexpr int kKeyTile = kDqKeys * L::kStride;  // elements of one K or V buffer
   VT_ATTN_SMEM(smem);
   bf16* const Qs = smem;
-  bf16* const dOs = Qs + kDqRows * HD;
-  bf16* const Ks = dOs + kDqRows * HD;
-  bf16* const Vs = Ks + 2 * kDqKeys * HD;
-  float* const lse_s = reinterpret_cast<float*>(Vs + 2 * kDqKeys * HD);
+  bf16* const dOs = Qs + kDqRows * L::kStride;
+  bf16* const Ks = dOs + kDqRows * L::kStride;
+  bf16* const Vs = Ks + 2 * kKeyTile;
+  float* const lse_s = reinterpret_cast<float*>(Vs + 2 * kKeyTile);
   float* const D_s = lse_s + kDqRows;
 
-  const int64_t t0 = int64_t(gridDim.x - 1 - blockIdx.x) * kDqRows;
+  // 32-bit rows and keys (T < 2^30, check_args).
+  const int Ti = int(T), Wi = int(W);
+  const int t0 = int(gridDim.x - 1 - blockIdx.x) * kDqRows;
   const int h = blockIdx.y, kvh = h / (H / Hkv);
   const int64_t b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int64_t t_last = min64(t0 + kDqRows, T) - 1;
-  const int64_t j_begin = max64(0, t0 - W + 1) / kDqKeys, j_end = t_last / kDqKeys;
-  const int64_t row0 = t0 + warp * 16 + g, row1 = row0 + 8;
+  const int t_last = min(t0 + kDqRows, Ti) - 1;
+  const int j_begin = max(0, t0 - Wi + 1) / kDqKeys, j_end = t_last / kDqKeys;
+  const int w_first = t0 + warp * 16, w_last = w_first + 15;
+  const int64_t q_off = (b * T * H + h) * HD, kv_off = (b * T * Hkv + kvh) * HD;
+  const bf16* const kb = k + kv_off;
+  const bf16* const vb = v + kv_off;
 
-  load_rows_async<HD, kDqRows>(Qs, q, b, t0, T, H, h);
-  load_rows_async<HD, kDqRows>(dOs, dout, b, t0, T, H, h);
+  load_tile_async<HD, kDqRows, L>(Qs, q + q_off, H * HD, t0, Ti);
+  load_tile_async<HD, kDqRows, L>(dOs, dout + q_off, H * HD, t0, Ti);
   load_stats_async<kDqRows>(lse_s, lse, b, t0, T, H, h);
   tc::cp_async_commit();
-  load_rows_async<HD, kDqKeys>(Ks, k, b, j_begin * kDqKeys, T, Hkv, kvh);
-  load_rows_async<HD, kDqKeys>(Vs, v, b, j_begin * kDqKeys, T, Hkv, kvh);
+  load_tile_async<HD, kDqKeys, L>(Ks, kb, Hkv * HD, j_begin * kDqKeys, Ti);
+  load_tile_async<HD, kDqKeys, L>(Vs, vb, Hkv * HD, j_begin * kDqKeys, Ti);
   tc::cp_async_commit();
   // D of this block's rows from the staged dO while the first key tile loads (the loop's first
-  // __syncthreads orders D_s before its reads).
+  // barrier orders D_s before its reads).
   tc::cp_async_wait<1>();
   __syncthreads();
-  rows_d<HD, kDqRows>(D_s, D, dOs, out, b, t0, T, H, h);
+  rows_d<HD, kDqRows, L>(D_s, D, dOs, out, b, t0, T, H, h);
 
   FragC acc[kN];
 #pragma unroll
   for (int nt = 0; nt < kN; ++nt) acc[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
   float lse2[2] = {0.0f, 0.0f}, Dr[2] = {0.0f, 0.0f};
 
-  for (int64_t j = j_begin; j <= j_end; ++j) {
-    const int buf = int(j - j_begin) & 1;
-    const bf16* Kt = Ks + buf * kDqKeys * HD;
-    const bf16* Vt = Vs + buf * kDqKeys * HD;
-    if (j < j_end) {
-      load_rows_async<HD, kDqKeys>(Ks + (buf ^ 1) * kDqKeys * HD, k, b, (j + 1) * kDqKeys, T,
-                                    Hkv, kvh);
-      load_rows_async<HD, kDqKeys>(Vs + (buf ^ 1) * kDqKeys * HD, v, b, (j + 1) * kDqKeys, T,
-                                    Hkv, kvh);
-      tc::cp_async_commit();
-      tc::cp_async_wait<1>();
-    } else {
-      tc::cp_async_wait<0>();
-    }
-    __syncthreads();
-    if (j == j_begin) {
-      lse2[0] = lse_s[warp * 16 + g] * kLog2e;
-      lse2[1] = lse_s[warp * 16 + g + 8] * kLog2e;
-      Dr[0] = D_s[warp * 16 + g];
-      Dr[1] = D_s[warp * 16 + g + 8];
-    }
-
-    // S = Q K^T and dP = dO V^T, 16 x 64 per warp.
+  // One key tile: S = Q K^T and dP = dO V^T, dS = P (dP - D) scale (masked where kMasked), then
+  // dQ += dS K.
+  auto tile = [&](const bf16* Kt, const bf16* Vt, int s0, auto masked_c) {
+    constexpr bool kMasked = decltype(masked_c)::value;
     FragC s[kS], dp[kS];
 #pragma unroll
     for (int nt = 0; nt < kS; ++nt) {
@@ -718,60 +708,90 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int kk = 0; kk < kK; ++kk) {
-      const FragA qa = frag_a<HD>(Qs, warp * 16, kk * 16);
-      const FragA da = frag_a<HD>(dOs, warp * 16, kk * 16);
+      const FragA qa = frag_a<HD, L>(Qs, warp * 16, kk * 16);
+      const FragA da = frag_a<HD, L>(dOs, warp * 16, kk * 16);
 #pragma unroll
       for (int np = 0; np < kS / 2; ++np) {
         FragB b0, b1;
-        frag_b_nk<HD>(b0, b1, Kt, np * 16, kk * 16);
+        frag_b_nk<HD, L>(b0, b1, Kt, np * 16, kk * 16);
         tc::mma_bf16(s[2 * np], qa, b0);
         tc::mma_bf16(s[2 * np + 1], qa, b1);
-        frag_b_nk<HD>(b0, b1, Vt, np * 16, kk * 16);
+        frag_b_nk<HD, L>(b0, b1, Vt, np * 16, kk * 16);
         tc::mma_bf16(dp[2 * np], da, b0);
         tc::mma_bf16(dp[2 * np + 1], da, b1);
       }
     }
-
-    // dS = P (dP - D) scale, kept in s.
-    const int64_t s0 = j * kDqKeys;
-    const bool masked = s0 + kDqKeys - 1 > t0 || t0 + kDqRows - 1 - s0 >= W;
+    const int d0 = w_first - s0 + g - 2 * c;  // query row minus key, the lane's first pair
 #pragma unroll
     for (int nt = 0; nt < kS; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int rr = i >> 1;
-        float p = exp2f(s[nt].x[i] * scale_log2 - lse2[rr]);
-        if (masked && !visible(rr ? row1 : row0, s0 + nt * 8 + 2 * c + (i & 1), W)) p = 0.0f;
+        float p = tc::exp2_approx(fmaf(s[nt].x[i], scale_log2, -lse2[rr]));
+        if constexpr (kMasked) {
+          const int d = d0 + 8 * rr - nt * 8 - (i & 1);
+          if (d < 0 || d >= Wi) p = 0.0f;
+        }
         s[nt].x[i] = p * (dp[nt].x[i] - Dr[rr]) * scale;
       }
-
-    // dQ += dS K.
 #pragma unroll
     for (int kk = 0; kk < kDqKeys / 16; ++kk) {
       const FragA sa = tc::a_from_c(s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
       for (int np = 0; np < kN / 2; ++np) {
         FragB b0, b1;
-        frag_b_kn<HD>(b0, b1, Kt, kk * 16, np * 16);
+        frag_b_kn<HD, L>(b0, b1, Kt, kk * 16, np * 16);
         tc::mma_bf16(acc[2 * np], sa, b0);
         tc::mma_bf16(acc[2 * np + 1], sa, b1);
       }
     }
+  };
+
+#pragma unroll 1
+  for (int j = j_begin; j <= j_end; ++j) {
+    const int buf = (j - j_begin) & 1;
+    // Tile j has landed and every warp is done with tile j - 1, whose buffer tile j + 1 fills.
+    tc::cp_async_wait<0>();
     __syncthreads();
+    if (j < j_end) {
+      load_tile_async<HD, kDqKeys, L>(Ks + (buf ^ 1) * kKeyTile, kb, Hkv * HD, (j + 1) * kDqKeys,
+                                      Ti);
+      load_tile_async<HD, kDqKeys, L>(Vs + (buf ^ 1) * kKeyTile, vb, Hkv * HD, (j + 1) * kDqKeys,
+                                      Ti);
+      tc::cp_async_commit();
+    }
+    if (j == j_begin) {
+      lse2[0] = lse_s[warp * 16 + g] * kLog2e;
+      lse2[1] = lse_s[warp * 16 + g + 8] * kLog2e;
+      Dr[0] = D_s[warp * 16 + g];
+      Dr[1] = D_s[warp * 16 + g + 8];
+    }
+    const int s0 = j * kDqKeys, s_last = s0 + kDqKeys - 1;
+    if (s0 > w_last || w_first - s_last >= Wi) continue;  // no row of this warp sees the tile
+    const bf16* Kt = Ks + buf * kKeyTile;
+    const bf16* Vt = Vs + buf * kKeyTile;
+    if (s_last > w_first || w_last - s0 >= Wi)
+      tile(Kt, Vt, s0, std::integral_constant<bool, true>{});
+    else
+      tile(Kt, Vt, s0, std::integral_constant<bool, false>{});
   }
 
   const float one[2] = {1.0f, 1.0f};
-  stage_rows<HD>(Qs, acc, warp * 16, one);  // each warp read only its own rows of Q
+  stage_rows<HD, L>(Qs, acc, warp * 16, one);  // each warp read only its own rows of Q
   if (rn.q.x != nullptr) {
     __syncwarp();
-    rope_norm_rows<HD>(Qs, warp * 16, rn.q, rn, b, t0, T, H, h);
+    rope_norm_rows<HD, L>(Qs, warp * 16, rn.q, rn, b, t0, T, H, h);
   }
   __syncthreads();
-  store_rows<HD, kDqRows>(dq, Qs, b, t0, T, H, h);
+  store_rows<HD, kDqRows, L>(dq, Qs, b, t0, T, H, h);
 }
 
 // ---------------------------------------------------------------------------------------------
-// dK, dV. Shared: K, V (64 x HD) | Q, dO (2 x 32 x HD) | lse, D (2 x 32 fp32).
+// dK, dV. Block = 64 keys of one KV head, four warps of 16 keys; steps over (query head of the
+// group, 32-query tile) pairs. Shared, in PaddedTile rows: K, V (64) | Q, dO (2 x 32) | lse, D
+// (2 x 32 fp32). The step's tiles are double-buffered with one barrier per step; a step is
+// masked only where it crosses the diagonal or the window's edge for the warp's keys, and a warp
+// skips a step none of its keys is seen in.
 template <int HD>
 __global__ void __launch_bounds__(kThreads)
     attn_tc_dkdv_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
@@ -780,34 +800,40 @@ __global__ void __launch_bounds__(kThreads)
                         bf16* __restrict__ dk, bf16* __restrict__ dv, int64_t T, int H, int Hkv,
                         int64_t W, float scale, float scale_log2, RopeNormGrad rn) {
   constexpr int kN = HD / 8, kK = HD / 16, kS = kKvRows / 8;
+  using L = PaddedTile<HD>;
+  constexpr int kRowTile = kKvRows * L::kStride;  // elements of one Q or dO buffer
   VT_ATTN_SMEM(smem);
   bf16* const Ks = smem;
-  bf16* const Vs = Ks + kKvKeys * HD;
-  bf16* const Qs = Vs + kKvKeys * HD;
-  bf16* const dOs = Qs + 2 * kKvRows * HD;
-  float* const lse_s = reinterpret_cast<float*>(dOs + 2 * kKvRows * HD);
+  bf16* const Vs = Ks + kKvKeys * L::kStride;
+  bf16* const Qs = Vs + kKvKeys * L::kStride;
+  bf16* const dOs = Qs + 2 * kRowTile;
+  float* const lse_s = reinterpret_cast<float*>(dOs + 2 * kRowTile);
   float* const D_s = lse_s + 2 * kKvRows;
 
-  const int64_t s0 = int64_t(blockIdx.x) * kKvKeys;  // early key tiles (most queries) first
+  // 32-bit rows and keys (T < 2^30, check_args).
+  const int Ti = int(T), Wi = int(W);
+  const int s0 = int(blockIdx.x) * kKvKeys;  // early key tiles (most queries) first
   const int kvh = blockIdx.y, group = H / Hkv;
   const int64_t b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int64_t s_last = min64(s0 + kKvKeys, T) - 1;
-  const int64_t t_end = min64(T, s_last + W);  // queries [s0, t_end) see a key here
-  const int64_t i_begin = s0 / kKvRows, n_i = (t_end - 1) / kKvRows - i_begin + 1;
-  const int64_t steps = n_i * group;  // (head, query tile) pairs, head-major
-  const int64_t key0 = s0 + warp * 16 + g, key1 = key0 + 8;  // this lane's two keys
+  const int s_last = min(s0 + kKvKeys, Ti) - 1;
+  const int t_end = min(Ti, s_last + Wi);  // queries [s0, t_end) see a key here
+  const int i_begin = s0 / kKvRows, n_i = (t_end - 1) / kKvRows - i_begin + 1;
+  const int steps = n_i * group;  // (head, query tile) pairs, head-major
+  const int k_first = s0 + warp * 16, k_last = k_first + 15;  // this warp's keys
+  const int64_t kv_off = (b * T * Hkv + kvh) * HD;
 
-  auto load_step = [&](int64_t u, int buf) {
-    const int h = kvh * group + int(u / n_i);
-    const int64_t t = (i_begin + u % n_i) * kKvRows;
-    load_rows_async<HD, kKvRows>(Qs + buf * kKvRows * HD, q, b, t, T, H, h);
-    load_rows_async<HD, kKvRows>(dOs + buf * kKvRows * HD, dout, b, t, T, H, h);
+  auto load_step = [&](int u, int buf) {
+    const int h = kvh * group + u / n_i;
+    const int t = (i_begin + u % n_i) * kKvRows;
+    const int64_t q_off = (b * T * H + h) * HD;
+    load_tile_async<HD, kKvRows, L>(Qs + buf * kRowTile, q + q_off, H * HD, t, Ti);
+    load_tile_async<HD, kKvRows, L>(dOs + buf * kRowTile, dout + q_off, H * HD, t, Ti);
     load_stats_async<kKvRows>(lse_s + buf * kKvRows, lse, b, t, T, H, h);
     load_stats_async<kKvRows>(D_s + buf * kKvRows, D, b, t, T, H, h);
   };
-  load_rows_async<HD, kKvKeys>(Ks, k, b, s0, T, Hkv, kvh);
-  load_rows_async<HD, kKvKeys>(Vs, v, b, s0, T, Hkv, kvh);
+  load_tile_async<HD, kKvKeys, L>(Ks, k + kv_off, Hkv * HD, s0, Ti);
+  load_tile_async<HD, kKvKeys, L>(Vs, v + kv_off, Hkv * HD, s0, Ti);
   load_step(0, 0);
   tc::cp_async_commit();
 
@@ -818,72 +844,61 @@ __global__ void __launch_bounds__(kThreads)
     dv_acc[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
   }
 
-  for (int64_t u = 0; u < steps; ++u) {
-    const int buf = int(u & 1);
-    const bf16* Qt = Qs + buf * kKvRows * HD;
-    const bf16* dOt = dOs + buf * kKvRows * HD;
-    const float* lse_t = lse_s + buf * kKvRows;
-    const float* D_t = D_s + buf * kKvRows;
-    if (u + 1 < steps) {
-      load_step(u + 1, buf ^ 1);
-      tc::cp_async_commit();
-      tc::cp_async_wait<1>();
-    } else {
-      tc::cp_async_wait<0>();
-    }
-    __syncthreads();
-    const int64_t t0 = (i_begin + u % n_i) * kKvRows;
-
-    // S^T = K Q^T (16 keys x 32 queries per warp) -> P^T.
+  // One step: S^T = K Q^T (16 keys x 32 queries per warp) -> P^T (masked where kMasked);
+  // dV += P^T dO; dP^T = V dO^T -> dS^T = P^T (dP^T - D) scale; dK += dS^T Q.
+  auto step = [&](const bf16* Qt, const bf16* dOt, const float* lse_t, const float* D_t, int t0,
+                  auto masked_c) {
+    constexpr bool kMasked = decltype(masked_c)::value;
     FragC p[kS];
 #pragma unroll
     for (int nt = 0; nt < kS; ++nt) p[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
     for (int kk = 0; kk < kK; ++kk) {
-      const FragA ka = frag_a<HD>(Ks, warp * 16, kk * 16);
+      const FragA ka = frag_a<HD, L>(Ks, warp * 16, kk * 16);
 #pragma unroll
       for (int np = 0; np < kS / 2; ++np) {
         FragB b0, b1;
-        frag_b_nk<HD>(b0, b1, Qt, np * 16, kk * 16);
+        frag_b_nk<HD, L>(b0, b1, Qt, np * 16, kk * 16);
         tc::mma_bf16(p[2 * np], ka, b0);
         tc::mma_bf16(p[2 * np + 1], ka, b1);
       }
     }
-    const bool masked = t0 < s0 + kKvKeys - 1 || t0 + kKvRows - 1 - s0 >= W;
+    const int d0 = t0 - k_first + 2 * c - g;  // query minus key, the lane's first pair
 #pragma unroll
     for (int nt = 0; nt < kS; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int col = nt * 8 + 2 * c + (i & 1);  // query t0 + col
-        float x = exp2f(p[nt].x[i] * scale_log2 - lse_t[col] * kLog2e);
-        if (masked && !visible(t0 + col, i < 2 ? key0 : key1, W)) x = 0.0f;
+        float x = tc::exp2_approx(fmaf(p[nt].x[i], scale_log2, -lse_t[col] * kLog2e));
+        if constexpr (kMasked) {
+          const int d = d0 + nt * 8 + (i & 1) - 8 * (i >> 1);
+          if (d < 0 || d >= Wi) x = 0.0f;
+        }
         p[nt].x[i] = x;
       }
 
-    // dV += P^T dO.
 #pragma unroll
     for (int kk = 0; kk < kKvRows / 16; ++kk) {
       const FragA pa = tc::a_from_c(p[2 * kk], p[2 * kk + 1]);
 #pragma unroll
       for (int np = 0; np < kN / 2; ++np) {
         FragB b0, b1;
-        frag_b_kn<HD>(b0, b1, dOt, kk * 16, np * 16);
+        frag_b_kn<HD, L>(b0, b1, dOt, kk * 16, np * 16);
         tc::mma_bf16(dv_acc[2 * np], pa, b0);
         tc::mma_bf16(dv_acc[2 * np + 1], pa, b1);
       }
     }
 
-    // dP^T = V dO^T -> dS^T = P^T (dP^T - D) scale, in p.
     FragC dp[kS];
 #pragma unroll
     for (int nt = 0; nt < kS; ++nt) dp[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
     for (int kk = 0; kk < kK; ++kk) {
-      const FragA va = frag_a<HD>(Vs, warp * 16, kk * 16);
+      const FragA va = frag_a<HD, L>(Vs, warp * 16, kk * 16);
 #pragma unroll
       for (int np = 0; np < kS / 2; ++np) {
         FragB b0, b1;
-        frag_b_nk<HD>(b0, b1, dOt, np * 16, kk * 16);
+        frag_b_nk<HD, L>(b0, b1, dOt, np * 16, kk * 16);
         tc::mma_bf16(dp[2 * np], va, b0);
         tc::mma_bf16(dp[2 * np + 1], va, b1);
       }
@@ -896,32 +911,55 @@ __global__ void __launch_bounds__(kThreads)
         p[nt].x[i] = p[nt].x[i] * (dp[nt].x[i] - D_t[col]) * scale;
       }
 
-    // dK += dS^T Q.
 #pragma unroll
     for (int kk = 0; kk < kKvRows / 16; ++kk) {
       const FragA sa = tc::a_from_c(p[2 * kk], p[2 * kk + 1]);
 #pragma unroll
       for (int np = 0; np < kN / 2; ++np) {
         FragB b0, b1;
-        frag_b_kn<HD>(b0, b1, Qt, kk * 16, np * 16);
+        frag_b_kn<HD, L>(b0, b1, Qt, kk * 16, np * 16);
         tc::mma_bf16(dk_acc[2 * np], sa, b0);
         tc::mma_bf16(dk_acc[2 * np + 1], sa, b1);
       }
     }
+  };
+
+#pragma unroll 1
+  for (int u = 0; u < steps; ++u) {
+    const int buf = u & 1;
+    // Step u's tiles have landed and every warp is done with step u - 1, whose buffers step
+    // u + 1 now fills.
+    tc::cp_async_wait<0>();
     __syncthreads();
+    if (u + 1 < steps) {
+      load_step(u + 1, buf ^ 1);
+      tc::cp_async_commit();
+    }
+    const int t0 = (i_begin + u % n_i) * kKvRows, t_last = t0 + kKvRows - 1;
+    // Skip a step no key of this warp is seen in: every query before its first key, or at least
+    // W after its last.
+    if (t_last < k_first || t0 - k_last >= Wi) continue;
+    const bf16* Qt = Qs + buf * kRowTile;
+    const bf16* dOt = dOs + buf * kRowTile;
+    const float* lse_t = lse_s + buf * kKvRows;
+    const float* D_t = D_s + buf * kKvRows;
+    if (t0 < k_last || t_last - k_first >= Wi)
+      step(Qt, dOt, lse_t, D_t, t0, std::integral_constant<bool, true>{});
+    else
+      step(Qt, dOt, lse_t, D_t, t0, std::integral_constant<bool, false>{});
   }
 
   // Each warp read only its own 16 rows of K and V: stage dK, dV there.
   const float one[2] = {1.0f, 1.0f};
-  stage_rows<HD>(Ks, dk_acc, warp * 16, one);
-  stage_rows<HD>(Vs, dv_acc, warp * 16, one);
+  stage_rows<HD, L>(Ks, dk_acc, warp * 16, one);
+  stage_rows<HD, L>(Vs, dv_acc, warp * 16, one);
   if (rn.k.x != nullptr) {
     __syncwarp();
-    rope_norm_rows<HD>(Ks, warp * 16, rn.k, rn, b, s0, T, Hkv, kvh);
+    rope_norm_rows<HD, L>(Ks, warp * 16, rn.k, rn, b, s0, T, Hkv, kvh);
   }
   __syncthreads();
-  store_rows<HD, kKvKeys>(dk, Ks, b, s0, T, Hkv, kvh);
-  store_rows<HD, kKvKeys>(dv, Vs, b, s0, T, Hkv, kvh);
+  store_rows<HD, kKvKeys, L>(dk, Ks, b, s0, T, Hkv, kvh);
+  store_rows<HD, kKvKeys, L>(dv, Vs, b, s0, T, Hkv, kvh);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -935,11 +973,13 @@ constexpr size_t fwd_v1_smem() {
 }
 template <int HD>
 constexpr size_t dq_smem() {
-  return sizeof(bf16) * size_t(2 * kDqRows + 4 * kDqKeys) * HD + sizeof(float) * 2 * kDqRows;
+  return sizeof(bf16) * size_t(2 * kDqRows + 4 * kDqKeys) * PaddedTile<HD>::kStride +
+         sizeof(float) * 2 * kDqRows;
 }
 template <int HD>
 constexpr size_t dkdv_smem() {
-  return sizeof(bf16) * size_t(2 * kKvKeys + 4 * kKvRows) * HD + sizeof(float) * 4 * kKvRows;
+  return sizeof(bf16) * size_t(2 * kKvKeys + 4 * kKvRows) * PaddedTile<HD>::kStride +
+         sizeof(float) * 4 * kKvRows;
 }
 
 void check_args(const AttnShape& s, std::initializer_list<const void*> ptrs) {
