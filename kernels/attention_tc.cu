@@ -1,21 +1,24 @@
-// Flash attention on tensor cores: forward, dQ (and D = rowsum(dO * O)), dK/dV (.cuh).
+// Flash attention on tensor cores: forward, dQ (and D = rowsum(dO * O)), dK/dV (.cuh); and the
+// previous forward (v1), kept for attention_bench's old-vs-new timing only.
 //
 // All products are warp-level mma.sync m16n8k16 (bf16 in, fp32 accumulate) on operands read from
 // shared memory with ldmatrix (kernels/mma.cuh); tiles move global -> shared with cp.async,
-// double-buffered so the next tile loads while this one is multiplied. Shared tiles are bf16 rows
-// of hd elements whose 16-byte chunks are XOR-swizzled by row (Tile below), so the 8 rows an
-// ldmatrix reads fall in 8 different bank groups. Four warps per block, each owning 16 rows of
-// the block's output tile; nothing T x T is ever stored.
+// double-buffered so the next tile loads while this one is multiplied, one barrier per tile.
+// Shared tiles are bf16 rows padded to hd + 8 elements (PaddedTile below), so the 8 rows an
+// ldmatrix reads fall in 8 different bank groups (v1: XOR-swizzled chunks, Tile). Four warps per
+// block; nothing T x T is ever stored.
 //
-// Forward, block = (64 queries, head, batch), heaviest query tiles launched first. Per key tile
-// of 64 keys, per warp: S = Q K^T (16 x 64, Q's fragments kept in registers), masked only when
-// the tile crosses the diagonal or the window's edge, scaled to log2 units; online softmax with
-// the running max m and the lane's partial row sum l; P (bf16) becomes the left operand of
-// O += P V directly from the score registers (tc::a_from_c). Key tiles no row of the block can
-// see are never visited: the loop runs over [max(0, t0 - W + 1), t0 + 63] only. At the end
-// out = O / l and lse = (m + log2 l) ln 2, through a shared staging tile for 16-byte stores.
-// The epilogue (FwdEpilogue) is where per-head output terms of other block shapes belong: it
-// sees each output element with its row, column, 1/l and the row's final max.
+// Forward, block = (128 queries, head, batch), heaviest query tiles launched first; each warp
+// owns 32 query rows (two m-tiles). Per key tile of 64 keys, as two sub-tiles of 32, per warp:
+// S = Q K^T (32 x 32), masked only when the sub-tile crosses the diagonal or the window's edge;
+// online softmax with the running max m (raw units) and the lane's partial row sums l, P =
+// exp2(s scale log2e - m scale log2e); P (bf16) becomes the left operand of O += P V directly
+// from the score registers (tc::a_from_c). Key tiles no row of the block can see are never
+// visited: the loop runs over [max(0, t0 - W + 1), t0 + 127] only, and a warp skips sub-tiles
+// none of its rows sees. At the end out = O / l and lse = (m scale log2e + log2 l) ln 2, through
+// a shared staging tile for 16-byte stores. The epilogue (FwdEpilogue) is where per-head output
+// terms of other block shapes belong: it sees each output element with its row, column, 1/l and
+// the row's final max.
 //
 // Backward recomputes P = exp2(S log2e scale - lse log2e):
 //   dS = P (dP - D) scale with dP = dO V^T, D = rowsum(dO * O);
@@ -83,11 +86,12 @@ struct Tile {
   }
 };
 
-// The forward's layout: rows padded to HD + 8 elements, chunks in place. Row strides of 80, 144
+// The layout of the forward, dQ and dK/dV kernels (Tile stays for the v1 forward): rows padded
+// to HD + 8 elements, chunks in place. Row strides of 80, 144
 // and 272 bytes are odd multiples of 16, so 8 consecutive rows at one column still fall in 8
 // distinct 16-byte bank groups, and every offset is additive: a lane's ldmatrix addresses are one
-// base register plus immediates, where the XOR swizzle needs one register per column step (which
-// the compiler keeps live across the key loop: 255 registers and spills at HD 128).
+// base register plus immediates, where the XOR swizzle needs an operation (or a register kept
+// live) per column step. Costs 8 elements a row of shared memory (6% at HD 128).
 template <int HD>
 struct PaddedTile {
   static_assert(HD == 32 || HD == 64 || HD == 128, "head dims 32, 64, 128");
@@ -260,7 +264,7 @@ struct FwdEpilogue {
 // ---------------------------------------------------------------------------------------------
 // Forward. Block = 128 queries of one head, four warps, each owning 32 query rows as two 16-row
 // m-tiles, so every K and V fragment read from shared memory feeds two MMAs per n-tile (twice the
-// v1 kernel's reuse: ldmatrix bandwidth, not the tensor cores, bounded v1). Q is read from shared
+// v1 kernel's reuse: 0.375 ldmatrix.x4 per MMA where v1 issues 0.5). Q is read from shared
 // memory at each k-step (its fragments would not fit in registers beside the 32 x HD accumulator).
 // Shared, in PaddedTile rows: Q (128) | K (2 x 64) | V (2 x 64). Key tiles of 64 move with
 // cp.async, double-buffered: tile j + 1 loads while tile j is multiplied, and one barrier per tile
