@@ -271,7 +271,7 @@ struct FwdEpilogue {
 // orders both (the loads into a buffer are issued after the barrier that follows its last reads).
 // Each tile is multiplied as two sub-tiles of 32 keys (S = Q K^T, softmax, O += P V each): the
 // 32 x 64 scores of a whole tile beside the 32 x 128 accumulator need more than 255 registers
-// (ptxas spilled), 32 x 32 leave 247 in use at HD 128.
+// (ptxas spilled), 32 x 32 leave 253 in use at HD 128.
 //
 // The running max m is kept in raw score units; a probability is exp2(s * scale log2e - m scale
 // log2e): one FMA and one ex2.approx (tc::exp2_approx); maxima are max.NaN (tc::max_nan). Only
@@ -362,7 +362,11 @@ __global__ void __launch_bounds__(kThreads)
             if (d < 0 || d >= Wi) s[mt][nt].x[i] = -INFINITY;
           }
     }
-    // Online softmax, rows g (x[0], x[1]) and g + 8 (x[2], x[3]) of each m-tile.
+    // Online softmax, rows g (x[0], x[1]) and g + 8 (x[2], x[3]) of each m-tile. alpha rescales
+    // a row's earlier sums; it is exactly 1 when the row's max did not move, and the warp skips
+    // the 32 x HD rescale of O when that holds for all its rows (most tiles after the first few).
+    float alpha[kM][2];
+    bool moved = false;
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
@@ -372,10 +376,13 @@ __global__ void __launch_bounds__(kThreads)
         for (int nt = 0; nt < kS; ++nt)
           mx = tc::max_nan(mx, tc::max_nan(s[mt][nt].x[2 * rr], s[mt][nt].x[2 * rr + 1]));
         mx = quad_max_nan(mx);
-        const float m_new = tc::max_nan(m[mt][rr], mx);
-        // m_new * scale log2e, 0 for a row with nothing visible yet (its p are then all 0).
+        const float m_old = m[mt][rr], m_new = tc::max_nan(m_old, mx);
+        // m_new * scale log2e, 0 for a row with nothing visible yet (its p are then all 0, and
+        // so are its l and O: alpha 1 keeps them so).
         const float m_scaled = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
-        const float alpha = tc::exp2_approx(fmaf(m[mt][rr], scale_log2, -m_scaled));  // 0 while m was -inf
+        const float a = m_new == -INFINITY ? 1.0f : tc::exp2_approx((m_old - m_new) * scale_log2);
+        alpha[mt][rr] = a;
+        moved |= a != 1.0f;  // NaN too
         m[mt][rr] = m_new;
         float sum = 0.0f;
 #pragma unroll
@@ -386,13 +393,19 @@ __global__ void __launch_bounds__(kThreads)
           s[mt][nt].x[2 * rr + 1] = p1;
           sum += p0 + p1;
         }
-        l[mt][rr] = l[mt][rr] * alpha + sum;
+        l[mt][rr] = l[mt][rr] * a + sum;
+      }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
         for (int nt = 0; nt < kN; ++nt) {
-          o[mt][nt].x[2 * rr] *= alpha;
-          o[mt][nt].x[2 * rr + 1] *= alpha;
+          o[mt][nt].x[0] *= alpha[mt][0];
+          o[mt][nt].x[1] *= alpha[mt][0];
+          o[mt][nt].x[2] *= alpha[mt][1];
+          o[mt][nt].x[3] *= alpha[mt][1];
         }
-      }
+    }
     // O += P V: P's score registers are the A operand of 16-key steps.
 #pragma unroll
     for (int kk = 0; kk < kFwdSub / 16; ++kk) {
