@@ -652,7 +652,7 @@ ETA_STREAM = 0.85     # what-if: the HBM share STREAM-like kernels reach on Hopp
 # window measured for the kernels it ran (WINDOW_ATTN_TFLOPS); the forward and backward kernels
 # rewritten since (128-query forward blocks, one barrier per tile, masks only on edge tiles) have
 # no measurement yet, and no rate is claimed for them: the next window's attention stage times
-# the new forward beside the old (attention_bench's "forward v1") and replaces these.
+# the new kernels beside the old (attention_bench's "forward v1", "backward v1") and replaces these.
 ATTN_TARGET_TFLOPS = {(2048, "fwd"): 300.0, (512, "fwd"): 300.0, (2048, "bwd"): 250.0,
                       (512, "bwd"): 250.0}
 PEER_TOK_S = 89972.0  # compiled PyTorch peer, d24 baseline mb 16, H200, 2026-11-26 (same call)

@@ -1,5 +1,5 @@
 // Flash attention on tensor cores: forward, dQ (and D = rowsum(dO * O)), dK/dV (.cuh); and the
-// previous forward (v1), kept for attention_bench's old-vs-new timing only.
+// previous kernels (v1), kept for attention_bench's old-vs-new timing only.
 //
 // All products are warp-level mma.sync m16n8k16 (bf16 in, fp32 accumulate) on operands read from
 // shared memory with ldmatrix (kernels/mma.cuh); tiles move global -> shared with cp.async,
@@ -980,6 +980,292 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
+// Backward v1: the 2026-11-26 window's dQ and dK/dV kernels (152 TFLOP/s at d24 on an H200),
+// kept only so that attention_bench measures them beside the kernels above in the same call
+// (attention_tc_backward_v1). XOR-swizzled Tile rows, two barriers per tile, the mask decided at
+// run time per tile and element.
+// dQ v1. Shared: Q, dO (64 x HD) | K, V (2 x 64 x HD) | lse, D (64 fp32).
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    attn_tc_dq_v1_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                      const bf16* __restrict__ v, const bf16* __restrict__ out,
+                      const bf16* __restrict__ dout, const float* __restrict__ lse,
+                      float* __restrict__ D,
+                      bf16* __restrict__ dq, int64_t T, int H, int Hkv, int64_t W, float scale,
+                      float scale_log2, RopeNormGrad rn) {
+  constexpr int kN = HD / 8, kK = HD / 16, kS = kV1Keys / 8;
+  VT_ATTN_SMEM(smem);
+  bf16* const Qs = smem;
+  bf16* const dOs = Qs + kV1Rows * HD;
+  bf16* const Ks = dOs + kV1Rows * HD;
+  bf16* const Vs = Ks + 2 * kV1Keys * HD;
+  float* const lse_s = reinterpret_cast<float*>(Vs + 2 * kV1Keys * HD);
+  float* const D_s = lse_s + kV1Rows;
+
+  const int64_t t0 = int64_t(gridDim.x - 1 - blockIdx.x) * kV1Rows;
+  const int h = blockIdx.y, kvh = h / (H / Hkv);
+  const int64_t b = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int64_t t_last = min64(t0 + kV1Rows, T) - 1;
+  const int64_t j_begin = max64(0, t0 - W + 1) / kV1Keys, j_end = t_last / kV1Keys;
+  const int64_t row0 = t0 + warp * 16 + g, row1 = row0 + 8;
+
+  load_rows_async<HD, kV1Rows>(Qs, q, b, t0, T, H, h);
+  load_rows_async<HD, kV1Rows>(dOs, dout, b, t0, T, H, h);
+  load_stats_async<kV1Rows>(lse_s, lse, b, t0, T, H, h);
+  tc::cp_async_commit();
+  load_rows_async<HD, kV1Keys>(Ks, k, b, j_begin * kV1Keys, T, Hkv, kvh);
+  load_rows_async<HD, kV1Keys>(Vs, v, b, j_begin * kV1Keys, T, Hkv, kvh);
+  tc::cp_async_commit();
+  // D of this block's rows from the staged dO while the first key tile loads (the loop's first
+  // __syncthreads orders D_s before its reads).
+  tc::cp_async_wait<1>();
+  __syncthreads();
+  rows_d<HD, kV1Rows>(D_s, D, dOs, out, b, t0, T, H, h);
+
+  FragC acc[kN];
+#pragma unroll
+  for (int nt = 0; nt < kN; ++nt) acc[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+  float lse2[2] = {0.0f, 0.0f}, Dr[2] = {0.0f, 0.0f};
+
+  for (int64_t j = j_begin; j <= j_end; ++j) {
+    const int buf = int(j - j_begin) & 1;
+    const bf16* Kt = Ks + buf * kV1Keys * HD;
+    const bf16* Vt = Vs + buf * kV1Keys * HD;
+    if (j < j_end) {
+      load_rows_async<HD, kV1Keys>(Ks + (buf ^ 1) * kV1Keys * HD, k, b, (j + 1) * kV1Keys, T,
+                                    Hkv, kvh);
+      load_rows_async<HD, kV1Keys>(Vs + (buf ^ 1) * kV1Keys * HD, v, b, (j + 1) * kV1Keys, T,
+                                    Hkv, kvh);
+      tc::cp_async_commit();
+      tc::cp_async_wait<1>();
+    } else {
+      tc::cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (j == j_begin) {
+      lse2[0] = lse_s[warp * 16 + g] * kLog2e;
+      lse2[1] = lse_s[warp * 16 + g + 8] * kLog2e;
+      Dr[0] = D_s[warp * 16 + g];
+      Dr[1] = D_s[warp * 16 + g + 8];
+    }
+
+    // S = Q K^T and dP = dO V^T, 16 x 64 per warp.
+    FragC s[kS], dp[kS];
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt) {
+      s[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+      dp[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+    }
+#pragma unroll
+    for (int kk = 0; kk < kK; ++kk) {
+      const FragA qa = frag_a<HD>(Qs, warp * 16, kk * 16);
+      const FragA da = frag_a<HD>(dOs, warp * 16, kk * 16);
+#pragma unroll
+      for (int np = 0; np < kS / 2; ++np) {
+        FragB b0, b1;
+        frag_b_nk<HD>(b0, b1, Kt, np * 16, kk * 16);
+        tc::mma_bf16(s[2 * np], qa, b0);
+        tc::mma_bf16(s[2 * np + 1], qa, b1);
+        frag_b_nk<HD>(b0, b1, Vt, np * 16, kk * 16);
+        tc::mma_bf16(dp[2 * np], da, b0);
+        tc::mma_bf16(dp[2 * np + 1], da, b1);
+      }
+    }
+
+    // dS = P (dP - D) scale, kept in s.
+    const int64_t s0 = j * kV1Keys;
+    const bool masked = s0 + kV1Keys - 1 > t0 || t0 + kV1Rows - 1 - s0 >= W;
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int rr = i >> 1;
+        float p = exp2f(s[nt].x[i] * scale_log2 - lse2[rr]);
+        if (masked && !visible(rr ? row1 : row0, s0 + nt * 8 + 2 * c + (i & 1), W)) p = 0.0f;
+        s[nt].x[i] = p * (dp[nt].x[i] - Dr[rr]) * scale;
+      }
+
+    // dQ += dS K.
+#pragma unroll
+    for (int kk = 0; kk < kV1Keys / 16; ++kk) {
+      const FragA sa = tc::a_from_c(s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < kN / 2; ++np) {
+        FragB b0, b1;
+        frag_b_kn<HD>(b0, b1, Kt, kk * 16, np * 16);
+        tc::mma_bf16(acc[2 * np], sa, b0);
+        tc::mma_bf16(acc[2 * np + 1], sa, b1);
+      }
+    }
+    __syncthreads();
+  }
+
+  const float one[2] = {1.0f, 1.0f};
+  stage_rows<HD>(Qs, acc, warp * 16, one);  // each warp read only its own rows of Q
+  if (rn.q.x != nullptr) {
+    __syncwarp();
+    rope_norm_rows<HD>(Qs, warp * 16, rn.q, rn, b, t0, T, H, h);
+  }
+  __syncthreads();
+  store_rows<HD, kV1Rows>(dq, Qs, b, t0, T, H, h);
+}
+
+// ---------------------------------------------------------------------------------------------
+// dK, dV v1. Shared: K, V (64 x HD) | Q, dO (2 x 32 x HD) | lse, D (2 x 32 fp32).
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    attn_tc_dkdv_v1_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                        const bf16* __restrict__ v, const bf16* __restrict__ dout,
+                        const float* __restrict__ lse, const float* __restrict__ D,
+                        bf16* __restrict__ dk, bf16* __restrict__ dv, int64_t T, int H, int Hkv,
+                        int64_t W, float scale, float scale_log2, RopeNormGrad rn) {
+  constexpr int kN = HD / 8, kK = HD / 16, kS = kKvRows / 8;
+  VT_ATTN_SMEM(smem);
+  bf16* const Ks = smem;
+  bf16* const Vs = Ks + kKvKeys * HD;
+  bf16* const Qs = Vs + kKvKeys * HD;
+  bf16* const dOs = Qs + 2 * kKvRows * HD;
+  float* const lse_s = reinterpret_cast<float*>(dOs + 2 * kKvRows * HD);
+  float* const D_s = lse_s + 2 * kKvRows;
+
+  const int64_t s0 = int64_t(blockIdx.x) * kKvKeys;  // early key tiles (most queries) first
+  const int kvh = blockIdx.y, group = H / Hkv;
+  const int64_t b = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int64_t s_last = min64(s0 + kKvKeys, T) - 1;
+  const int64_t t_end = min64(T, s_last + W);  // queries [s0, t_end) see a key here
+  const int64_t i_begin = s0 / kKvRows, n_i = (t_end - 1) / kKvRows - i_begin + 1;
+  const int64_t steps = n_i * group;  // (head, query tile) pairs, head-major
+  const int64_t key0 = s0 + warp * 16 + g, key1 = key0 + 8;  // this lane's two keys
+
+  auto load_step = [&](int64_t u, int buf) {
+    const int h = kvh * group + int(u / n_i);
+    const int64_t t = (i_begin + u % n_i) * kKvRows;
+    load_rows_async<HD, kKvRows>(Qs + buf * kKvRows * HD, q, b, t, T, H, h);
+    load_rows_async<HD, kKvRows>(dOs + buf * kKvRows * HD, dout, b, t, T, H, h);
+    load_stats_async<kKvRows>(lse_s + buf * kKvRows, lse, b, t, T, H, h);
+    load_stats_async<kKvRows>(D_s + buf * kKvRows, D, b, t, T, H, h);
+  };
+  load_rows_async<HD, kKvKeys>(Ks, k, b, s0, T, Hkv, kvh);
+  load_rows_async<HD, kKvKeys>(Vs, v, b, s0, T, Hkv, kvh);
+  load_step(0, 0);
+  tc::cp_async_commit();
+
+  FragC dk_acc[kN], dv_acc[kN];
+#pragma unroll
+  for (int nt = 0; nt < kN; ++nt) {
+    dk_acc[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+    dv_acc[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+  }
+
+  for (int64_t u = 0; u < steps; ++u) {
+    const int buf = int(u & 1);
+    const bf16* Qt = Qs + buf * kKvRows * HD;
+    const bf16* dOt = dOs + buf * kKvRows * HD;
+    const float* lse_t = lse_s + buf * kKvRows;
+    const float* D_t = D_s + buf * kKvRows;
+    if (u + 1 < steps) {
+      load_step(u + 1, buf ^ 1);
+      tc::cp_async_commit();
+      tc::cp_async_wait<1>();
+    } else {
+      tc::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int64_t t0 = (i_begin + u % n_i) * kKvRows;
+
+    // S^T = K Q^T (16 keys x 32 queries per warp) -> P^T.
+    FragC p[kS];
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt) p[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int kk = 0; kk < kK; ++kk) {
+      const FragA ka = frag_a<HD>(Ks, warp * 16, kk * 16);
+#pragma unroll
+      for (int np = 0; np < kS / 2; ++np) {
+        FragB b0, b1;
+        frag_b_nk<HD>(b0, b1, Qt, np * 16, kk * 16);
+        tc::mma_bf16(p[2 * np], ka, b0);
+        tc::mma_bf16(p[2 * np + 1], ka, b1);
+      }
+    }
+    const bool masked = t0 < s0 + kKvKeys - 1 || t0 + kKvRows - 1 - s0 >= W;
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = nt * 8 + 2 * c + (i & 1);  // query t0 + col
+        float x = exp2f(p[nt].x[i] * scale_log2 - lse_t[col] * kLog2e);
+        if (masked && !visible(t0 + col, i < 2 ? key0 : key1, W)) x = 0.0f;
+        p[nt].x[i] = x;
+      }
+
+    // dV += P^T dO.
+#pragma unroll
+    for (int kk = 0; kk < kKvRows / 16; ++kk) {
+      const FragA pa = tc::a_from_c(p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < kN / 2; ++np) {
+        FragB b0, b1;
+        frag_b_kn<HD>(b0, b1, dOt, kk * 16, np * 16);
+        tc::mma_bf16(dv_acc[2 * np], pa, b0);
+        tc::mma_bf16(dv_acc[2 * np + 1], pa, b1);
+      }
+    }
+
+    // dP^T = V dO^T -> dS^T = P^T (dP^T - D) scale, in p.
+    FragC dp[kS];
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt) dp[nt] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int kk = 0; kk < kK; ++kk) {
+      const FragA va = frag_a<HD>(Vs, warp * 16, kk * 16);
+#pragma unroll
+      for (int np = 0; np < kS / 2; ++np) {
+        FragB b0, b1;
+        frag_b_nk<HD>(b0, b1, dOt, np * 16, kk * 16);
+        tc::mma_bf16(dp[2 * np], va, b0);
+        tc::mma_bf16(dp[2 * np + 1], va, b1);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kS; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = nt * 8 + 2 * c + (i & 1);
+        p[nt].x[i] = p[nt].x[i] * (dp[nt].x[i] - D_t[col]) * scale;
+      }
+
+    // dK += dS^T Q.
+#pragma unroll
+    for (int kk = 0; kk < kKvRows / 16; ++kk) {
+      const FragA sa = tc::a_from_c(p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < kN / 2; ++np) {
+        FragB b0, b1;
+        frag_b_kn<HD>(b0, b1, Qt, kk * 16, np * 16);
+        tc::mma_bf16(dk_acc[2 * np], sa, b0);
+        tc::mma_bf16(dk_acc[2 * np + 1], sa, b1);
+      }
+    }
+    __syncthreads();
+  }
+
+  // Each warp read only its own 16 rows of K and V: stage dK, dV there.
+  const float one[2] = {1.0f, 1.0f};
+  stage_rows<HD>(Ks, dk_acc, warp * 16, one);
+  stage_rows<HD>(Vs, dv_acc, warp * 16, one);
+  if (rn.k.x != nullptr) {
+    __syncwarp();
+    rope_norm_rows<HD>(Ks, warp * 16, rn.k, rn, b, s0, T, Hkv, kvh);
+  }
+  __syncthreads();
+  store_rows<HD, kKvKeys>(dk, Ks, b, s0, T, Hkv, kvh);
+  store_rows<HD, kKvKeys>(dv, Vs, b, s0, T, Hkv, kvh);
+}
+
+// ---------------------------------------------------------------------------------------------
 template <int HD>
 constexpr size_t fwd_smem() {
   return sizeof(bf16) * size_t(kFwdRows + 4 * kFwdKeys) * PaddedTile<HD>::kStride;
@@ -987,6 +1273,14 @@ constexpr size_t fwd_smem() {
 template <int HD>
 constexpr size_t fwd_v1_smem() {
   return sizeof(bf16) * size_t(kV1Rows + 4 * kV1Keys) * HD;
+}
+template <int HD>
+constexpr size_t dq_v1_smem() {
+  return sizeof(bf16) * size_t(2 * kV1Rows + 4 * kV1Keys) * HD + sizeof(float) * 2 * kV1Rows;
+}
+template <int HD>
+constexpr size_t dkdv_v1_smem() {
+  return sizeof(bf16) * size_t(2 * kKvKeys + 4 * kKvRows) * HD + sizeof(float) * 4 * kKvRows;
 }
 template <int HD>
 constexpr size_t dq_smem() {
@@ -1058,6 +1352,26 @@ void backward_hd(const bf16* q, const bf16* k, const bf16* v, const bf16* out, c
   VT_CUDA_CHECK(cudaGetLastError());
 }
 
+template <int HD>
+void backward_v1_hd(const bf16* q, const bf16* k, const bf16* v, const bf16* out, const float* lse,
+                    const bf16* dout, bf16* dq, bf16* dk, bf16* dv, const AttnShape& s,
+                    float scale, float* D, const RopeNormGrad& rn, cudaStream_t stream) {
+  const int64_t W = std::min(s.window, s.T);
+  const int H = int(s.H), Hkv = int(s.Hkv);
+  set_dynamic_smem(reinterpret_cast<const void*>(attn_tc_dq_v1_kernel<HD>), dq_v1_smem<HD>(),
+                   "tensor-core attention backward (dQ, v1)");
+  const dim3 gq(unsigned((s.T + kV1Rows - 1) / kV1Rows), unsigned(H), unsigned(s.B));
+  VT_LAUNCH(attn_tc_dq_v1_kernel<HD>, gq, kThreads, dq_v1_smem<HD>(), stream, q, k, v, out, dout,
+            lse, D, dq, s.T, H, Hkv, W, scale, scale * kLog2e, rn);
+  VT_CUDA_CHECK(cudaGetLastError());
+  set_dynamic_smem(reinterpret_cast<const void*>(attn_tc_dkdv_v1_kernel<HD>), dkdv_v1_smem<HD>(),
+                   "tensor-core attention backward (dK, dV, v1)");
+  const dim3 gkv(unsigned((s.T + kKvKeys - 1) / kKvKeys), unsigned(Hkv), unsigned(s.B));
+  VT_LAUNCH(attn_tc_dkdv_v1_kernel<HD>, gkv, kThreads, dkdv_v1_smem<HD>(), stream, q, k, v, dout,
+            lse, D, dk, dv, s.T, H, Hkv, W, scale, scale * kLog2e, rn);
+  VT_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 bool attention_tc_supported(const AttnShape& s) {
@@ -1104,6 +1418,21 @@ void attention_tc_backward(const bf16* q, const bf16* k, const bf16* v, const bf
     case 32: backward_hd<32>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, rn, stream); break;
     case 64: backward_hd<64>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, rn, stream); break;
     default: backward_hd<128>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, rn, stream); break;
+  }
+}
+
+void attention_tc_backward_v1(const bf16* q, const bf16* k, const bf16* v, const bf16* out,
+                              const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv,
+                              const AttnShape& s, float scale, void* workspace,
+                              cudaStream_t stream) {
+  check_args(s, {q, k, v, out, dout, dq, dk, dv});
+  VT_CUDA_REQUIRE(workspace != nullptr, "attention backward needs a workspace");
+  float* D = static_cast<float*>(workspace);
+  const RopeNormGrad rn{};
+  switch (s.hd) {
+    case 32: backward_v1_hd<32>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, rn, stream); break;
+    case 64: backward_v1_hd<64>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, rn, stream); break;
+    default: backward_v1_hd<128>(q, k, v, out, lse, dout, dq, dk, dv, s, scale, D, rn, stream); break;
   }
 }
 
