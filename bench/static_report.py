@@ -69,20 +69,37 @@ def model_flops_per_token(c: dict) -> float:
 
 # --- attention tiles, exactly as the kernels visit them ----------------------------------------
 def tc_attention(T: int, W: int, hd: int, H: int, Hkv: int, B: int) -> dict:
-    """FLOPs of kernels/attention_tc.cu (tiles: forward and dQ 64 queries x 64 keys, dK/dV 64
-    keys x 32 queries), per call over B sequences."""
-    fwd_tiles = 0
+    """FLOPs of kernels/attention_tc.cu as its warps visit tiles, per call over B sequences.
+    Forward: blocks of 128 queries, warps of 32 rows, key tiles of 64 from the block's first
+    visible one to its diagonal, computed as 32-key sub-tiles that a warp skips when none of its
+    rows sees them. dQ: blocks of 64 queries, warps of 16 rows, 64-key tiles, skipped likewise.
+    dK/dV: blocks of 64 keys, warps of 16 keys, 32-query steps, skipped likewise."""
+    def sees(r0: int, r1: int, k0: int, k1: int) -> bool:  # some query in [r0, r1] sees a key
+        return k0 <= r1 and r0 - k1 < W
+
+    fwd_visits = 0  # (warp, 32-key sub-tile) pairs: 32 x 32 each
+    for t0 in range(0, T, 128):
+        t_last = min(t0 + 128, T) - 1
+        for j in range(max(0, t0 - W + 1) // 64, t_last // 64 + 1):
+            for k0 in (64 * j, 64 * j + 32):
+                fwd_visits += sum(sees(t0 + 32 * w, t0 + 32 * w + 31, k0, k0 + 31)
+                                  for w in range(4))
+    dq_visits = 0  # (warp, 64-key tile) pairs: 16 x 64 each
     for t0 in range(0, T, 64):
         t_last = min(t0 + 64, T) - 1
-        fwd_tiles += t_last // 64 - max(0, t0 - W + 1) // 64 + 1
-    kv_steps = 0
+        for j in range(max(0, t0 - W + 1) // 64, t_last // 64 + 1):
+            dq_visits += sum(sees(t0 + 16 * w, t0 + 16 * w + 15, 64 * j, 64 * j + 63)
+                             for w in range(4))
+    kv_visits = 0  # (warp, 32-query step) pairs per query head: 16 x 32 each
     for s0 in range(0, T, 64):
         s_last = min(s0 + 64, T) - 1
         t_end = min(T, s_last + W)
-        kv_steps += (t_end - 1) // 32 - s0 // 32 + 1
-    fwd = B * H * fwd_tiles * 2 * (2 * 64 * 64 * hd)           # S, O += P V
-    dq = B * H * fwd_tiles * 3 * (2 * 64 * 64 * hd)            # S, dP, dQ
-    dkdv = B * H * kv_steps * 4 * (2 * 64 * 32 * hd)           # S^T, dV, dP^T, dK
+        for i in range(s0 // 32, (t_end - 1) // 32 + 1):
+            kv_visits += sum(sees(32 * i, 32 * i + 31, s0 + 16 * w, s0 + 16 * w + 15)
+                             for w in range(4))
+    fwd = B * H * fwd_visits * 2 * (2 * 32 * 32 * hd)         # S, O += P V
+    dq = B * H * dq_visits * 3 * (2 * 16 * 64 * hd)           # S, dP, dQ
+    dkdv = B * H * kv_visits * 4 * (2 * 16 * 32 * hd)         # S^T, dV, dP^T, dK
     return dict(fwd=fwd, dq=dq, dkdv=dkdv)
 
 
@@ -157,8 +174,10 @@ def step_rows(c: dict, reference_attention: bool) -> list[Row]:
     add("GEMM backward dW (x^T dy, fp32)", "cuBLASLt", f, b, True)
 
     # Attention.
-    smem_tc = {"fwd": (64 + 4 * 64) * hd * BF16, "dq": (2 * 64 + 4 * 64) * hd * BF16 + 2 * 64 * F32,
-               "dkdv": (2 * 64 + 4 * 32) * hd * BF16 + 4 * 32 * F32}
+    row = hd + 8  # kernels/attention_tc.cu PaddedTile: shared rows padded by 8 elements
+    smem_tc = {"fwd": (128 + 4 * 64) * row * BF16,
+               "dq": (2 * 64 + 4 * 64) * row * BF16 + 2 * 64 * F32,
+               "dkdv": (2 * 64 + 4 * 32) * row * BF16 + 4 * 32 * F32}
     smem_ref = {"fwd": F32 * (4 * 32 * (hd + 1) + 32 * 32 + 3 * 32),
                 "dq": F32 * (5 * 32 * (hd + 1) + 32 * 32 + 2 * 32),
                 "dkdv": F32 * (6 * 32 * (hd + 1) + 2 * 32 * 32 + 2 * 32)}

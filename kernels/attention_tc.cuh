@@ -33,6 +33,22 @@ void attention_tc_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const 
                           __nv_bfloat16* out, float* lse, const AttnShape& s, float scale,
                           cudaStream_t stream);
 
+// The forward kernel the 2026-11-26 GPU window measured (64-query blocks, 16 rows per warp; same
+// semantics and outputs), kept so that tools/attention_bench times old and new in one call; the
+// op never calls it. Tested against the CPU beside the forward (tests/gpu/attention_tc_test.cc).
+void attention_tc_forward_v1(const __nv_bfloat16* q, const __nv_bfloat16* k,
+                             const __nv_bfloat16* v, __nv_bfloat16* out, float* lse,
+                             const AttnShape& s, float scale, cudaStream_t stream);
+
+// The backward kernels the 2026-11-26 GPU window measured (the same semantics and outputs, with
+// the same workspace; no RoPE + QK-norm epilogue), kept, like the forward v1, only for
+// tools/attention_bench and tested against the CPU beside the backward.
+void attention_tc_backward_v1(const __nv_bfloat16* q, const __nv_bfloat16* k,
+                              const __nv_bfloat16* v, const __nv_bfloat16* out, const float* lse,
+                              const __nv_bfloat16* dout, __nv_bfloat16* dq, __nv_bfloat16* dk,
+                              __nv_bfloat16* dv, const AttnShape& s, float scale, void* workspace,
+                              cudaStream_t stream);
+
 // Bytes of workspace attention_tc_backward needs (D = rowsum(dO * O), fp32, (B,H,T)).
 size_t attention_tc_backward_workspace_bytes(const AttnShape& s);
 

@@ -1,6 +1,7 @@
 // Tensor-core primitives for kernels: the warp-level bf16 product mma.sync m16n8k16 (fp32
-// accumulation), ldmatrix (.x1/.x2/.x4, plain and .trans) and the asynchronous global-to-shared
-// copies cp.async with their groups. The one place where kernels touch PTX: under nvcc each
+// accumulation), ldmatrix (.x1/.x2/.x4, plain and .trans), the asynchronous global-to-shared
+// copies cp.async with their groups, and the two scalar instructions of a softmax over MMA
+// scores (ex2.approx, max.NaN). The one place where kernels touch PTX: under nvcc each
 // function is one inline PTX instruction (sm_80 and later); under the CUDA emulation
 // (cuda_emu/README.md) it calls the emulation's implementation (vt_emu/warp_matrix.h), which
 // moves every element as the PTX ISA's fragment layouts say. Kernel code is the same for both.
@@ -181,6 +182,31 @@ __device__ __forceinline__ void cp_async_wait() {
   vt_emu::cp_async_wait(N);
 #else
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// 2^x on the special function unit: ex2.approx.ftz.f32 (max error 2 ulp; a result below 2^-126
+// is flushed to 0, -inf gives 0, NaN stays NaN), one instruction where exp2f adds a range check
+// and a rescale around it. The emulation computes exp2f (within those 2 ulp).
+__device__ __forceinline__ float exp2_approx(float x) {
+#if defined(VT_CUDA_EMULATION)
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
+// max(a, b) that is NaN when either is (max.NaN.f32, sm_80 and later): one instruction where
+// the compare-and-select of detail::nan_max takes three. Same result up to the NaN's payload.
+__device__ __forceinline__ float max_nan(float a, float b) {
+#if defined(VT_CUDA_EMULATION)
+  return (a != a || a > b) ? a : b;
+#else
+  float y;
+  asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(a), "f"(b));
+  return y;
 #endif
 }
 

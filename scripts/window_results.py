@@ -339,6 +339,14 @@ def attention_lines(numbers: dict, missing: Missing) -> list[str]:
                 ratio = tc / ref if tc is not None and ref else None
                 parts.append(f"{name} {fmt(tc, '.1f')} vs {fmt(ref, '.1f')} "
                              f"({fmt(ratio, '.2f')}x)")
+            # The v1 kernels (the 2026-11-26 window's), timed in the same call since issue 37:
+            # old vs new on this GPU. Absent from older JSON: not a missing number.
+            for p, name in (("fwd", "forward"), ("bwd", "backward")):
+                v1 = e.get(f"{p}_v1_tflops")
+                if isinstance(v1, (int, float)):
+                    tc = e.get(f"{p}_tc_tflops")
+                    gain = tc / v1 if isinstance(tc, (int, float)) and v1 else None
+                    parts.append(f"{name} v1 {fmt(v1, '.1f')} (new {fmt(gain, '.2f')}x)")
             errs = [f"{what} {e[k]:.2g}" for k, what in (("out_max_abs_err", "out"),
                                                           ("grad_max_abs_err", "grads"))
                     if isinstance(e.get(k), (int, float))]

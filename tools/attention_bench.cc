@@ -1,6 +1,9 @@
 // attention_bench: times the CUDA attention kernels on one device, the tensor-core flash kernels
 // (kernels/attention_tc.cuh) against the reference kernels (kernels/attention.cuh) in the same
-// run, bf16, forward and backward, and prints milliseconds per call, TFLOP/s and the ratio.
+// run, bf16, forward and backward, and prints milliseconds per call, TFLOP/s and the ratio. The
+// forward and backward also run as attention_tc_forward_v1 / attention_tc_backward_v1, the
+// kernels the 2026-11-26 window measured (176 / 152 TFLOP/s at W 2048 on an H200), so old and new
+// are compared on the same GPU in the same call.
 // For the GPU window (docs/gpu-session.md, scripts/device_window.sh); on the CUDA emulation
 // it runs too (tiny shapes only: the numbers then say nothing about a GPU). After the timings it
 // compares the two kernels' outputs (forward out; backward dq, dk, dv) on the same inputs and
@@ -163,6 +166,10 @@ int main(int argc, char** argv) {
       vt::cuda::attention_tc_forward(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), out.as<bf16>(),
                                      lse.as<float>(), s, scale, nullptr);
     };
+    auto fwd_v1 = [&] {
+      vt::cuda::attention_tc_forward_v1(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), out.as<bf16>(),
+                                        lse.as<float>(), s, scale, nullptr);
+    };
     auto fwd_ref = [&] {
       vt::cuda::attention_forward(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), out.as<bf16>(),
                                   lse.as<float>(), s, scale, nullptr);
@@ -172,19 +179,30 @@ int main(int argc, char** argv) {
                                       lse.as<float>(), dout.as<bf16>(), dq.as<bf16>(),
                                       dk.as<bf16>(), dv.as<bf16>(), s, scale, ws.p, nullptr);
     };
+    auto bwd_v1 = [&] {
+      vt::cuda::attention_tc_backward_v1(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), out.as<bf16>(),
+                                         lse.as<float>(), dout.as<bf16>(), dq.as<bf16>(),
+                                         dk.as<bf16>(), dv.as<bf16>(), s, scale, ws.p, nullptr);
+    };
     auto bwd_ref = [&] {
       vt::cuda::attention_backward(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), out.as<bf16>(),
                                    lse.as<float>(), dout.as<bf16>(), dq.as<bf16>(),
                                    dk.as<bf16>(), dv.as<bf16>(), s, scale, ws.p, nullptr);
     };
     const double f_tc = time_ms(fwd_tc, warmup, iters), f_ref = time_ms(fwd_ref, warmup, iters);
+    const double f_v1 = time_ms(fwd_v1, warmup, iters);
     fwd_tc();  // backward reads the tensor-core forward's out and lse
     const double b_tc = time_ms(bwd_tc, warmup, iters), b_ref = time_ms(bwd_ref, warmup, iters);
+    const double b_v1 = time_ms(bwd_v1, warmup, iters);
     const double tf = useful / 1e9;  // ms -> TFLOP/s: flops / (ms * 1e-3) / 1e12
     std::printf("%-8lld %-10s %8.3f (%5.1f TF/s) %8.3f (%5.1f TF/s) %8.2fx\n", W, "forward", f_tc,
                 tf / f_tc, f_ref, tf / f_ref, f_ref / f_tc);
+    std::printf("%-8lld %-10s %8.3f (%5.1f TF/s)  the 2026-11-26 forward; new forward %.2fx\n", W,
+                "forward v1", f_v1, tf / f_v1, f_v1 / f_tc);
     std::printf("%-8lld %-10s %8.3f (%5.1f TF/s) %8.3f (%5.1f TF/s) %8.2fx\n", W, "backward", b_tc,
                 2.5 * tf / b_tc, b_ref, 2.5 * tf / b_ref, b_ref / b_tc);
+    std::printf("%-8lld %-10s %8.3f (%5.1f TF/s)  the 2026-11-26 backward; new backward %.2fx\n", W,
+                "backward v1", b_v1, 2.5 * tf / b_v1, b_v1 / b_tc);
     // The error between them: both kernels on the same inputs; the backward of each from its
     // own forward's out and lse.
     Buf out_tc(nq * 2), dq_tc(nq * 2), dk_tc(nk * 2), dv_tc(nk * 2);
@@ -195,6 +213,15 @@ int main(int argc, char** argv) {
     VT_CUDA_CHECK(cudaMemcpy(dq_tc.p, dq.p, nq * 2, cudaMemcpyDeviceToDevice));
     VT_CUDA_CHECK(cudaMemcpy(dk_tc.p, dk.p, nk * 2, cudaMemcpyDeviceToDevice));
     VT_CUDA_CHECK(cudaMemcpy(dv_tc.p, dv.p, nk * 2, cudaMemcpyDeviceToDevice));
+    fwd_v1();
+    bwd_v1();
+    VT_CUDA_CHECK(cudaDeviceSynchronize());
+    const Diff d_v1 = diff(out.as<bf16>(), out_tc.as<bf16>(), nq);  // v1 against the new kernels
+    Diff d_v1_grad = diff(dq.as<bf16>(), dq_tc.as<bf16>(), nq);
+    for (const Diff& d : {diff(dk.as<bf16>(), dk_tc.as<bf16>(), nk),
+                          diff(dv.as<bf16>(), dv_tc.as<bf16>(), nk)}) {
+      if (d.rel() > d_v1_grad.rel()) d_v1_grad = d;
+    }
     fwd_ref();
     bwd_ref();
     VT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -206,15 +233,21 @@ int main(int argc, char** argv) {
     }
     std::printf("%-8lld %-10s max |tc - ref| out %.3g (%.2e of max |ref|), grads %.3g (%.2e)\n",
                 W, "error", d_out.max_abs, d_out.rel(), d_grad.max_abs, d_grad.rel());
-    char buf[512];
+    std::printf("%-8lld %-10s max |v1 - tc| out %.3g (%.2e of max |tc|), grads %.3g (%.2e)\n", W,
+                "error", d_v1.max_abs, d_v1.rel(), d_v1_grad.max_abs, d_v1_grad.rel());
+    char buf[768];
     std::snprintf(buf, sizeof buf,
                   "%s\"%lld\": {\"fwd_tc_ms\": %.4f, \"fwd_ref_ms\": %.4f, \"bwd_tc_ms\": %.4f, "
-                  "\"bwd_ref_ms\": %.4f, \"fwd_tc_tflops\": %.2f, \"fwd_ref_tflops\": %.2f, "
+                  "\"bwd_ref_ms\": %.4f, \"fwd_v1_ms\": %.4f, \"bwd_v1_ms\": %.4f, "
+                  "\"fwd_tc_tflops\": %.2f, \"fwd_ref_tflops\": %.2f, \"fwd_v1_tflops\": %.2f, "
+                  "\"bwd_v1_tflops\": %.2f, "
                   "\"bwd_tc_tflops\": %.2f, \"bwd_ref_tflops\": %.2f, \"out_max_abs_err\": %.4g, "
-                  "\"out_rel_err\": %.4g, \"grad_max_abs_err\": %.4g, \"grad_rel_err\": %.4g}",
-                  first_window ? "" : ", ", W, f_tc, f_ref, b_tc, b_ref, tf / f_tc, tf / f_ref,
-                  2.5 * tf / b_tc, 2.5 * tf / b_ref, d_out.max_abs, d_out.rel(), d_grad.max_abs,
-                  d_grad.rel());
+                  "\"out_rel_err\": %.4g, \"grad_max_abs_err\": %.4g, \"grad_rel_err\": %.4g, "
+                  "\"out_v1_rel_err\": %.4g, \"grad_v1_rel_err\": %.4g}",
+                  first_window ? "" : ", ", W, f_tc, f_ref, b_tc, b_ref, f_v1, b_v1, tf / f_tc,
+                  tf / f_ref, tf / f_v1, 2.5 * tf / b_v1, 2.5 * tf / b_tc, 2.5 * tf / b_ref,
+                  d_out.max_abs, d_out.rel(), d_grad.max_abs, d_grad.rel(), d_v1.rel(),
+                  d_v1_grad.rel());
     js += buf;
     first_window = false;
   }

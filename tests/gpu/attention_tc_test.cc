@@ -1,7 +1,10 @@
 // Tensor-core attention (kernels/attention_tc.cu) against the CPU reference and against the
 // reference GPU kernel (kernels/attention.cu), forward and backward, bf16: head dims 32, 64 and
 // 128, full causal and sliding windows (windows that skip whole key tiles, window 1, window > T),
-// GQA and MQA, T not a multiple of the 64-row tile and smaller than it, peaked softmax rows.
+// GQA and MQA, T not a multiple of the tiles (forward 128 queries x 32-key sub-tiles, backward 64)
+// and smaller than them, windows whose edge falls one before / one after a tile boundary, peaked
+// softmax rows. The v1 kernels (the 2026-11-26 forward and backward, kept for attention_bench's
+// old-vs-new timing) are checked against the CPU on the same cases, with the same bounds.
 // Skips without a CUDA device; on the emulation (~1 min for both thread orders) the kernels run
 // their mma.sync / ldmatrix / cp.async through cuda_emu's PTX-layout implementation.
 //
@@ -15,7 +18,9 @@
 //         D error carried by dS = P (dP - D) scale: scale |dD_t| sum p |K| (|Q|);  outputs
 //         rounded: u |ref|.
 //   every sum also gets fp32 accumulation slack (T + hd) 2^-23 times its sum of |terms|.
-// These are worst-case (triangle-inequality) bounds; the test prints how much of each it used.
+// The forward's exp2 is ex2.approx on a GPU (2 ulp, far inside these bounds); the emulation
+// computes exp2f. These are worst-case (triangle-inequality) bounds; the test prints how much of
+// each it used.
 // The reference GPU kernel has only the output roundings and its own D error; comparing the two
 // GPU kernels allows the sum of both bounds.
 #include <cuda_bf16.h>
@@ -215,6 +220,21 @@ Outputs gpu_run(const AttnShape& s, const Inputs& in, float scale, bool tensor_c
   return {to_f32(out.get()), lse.get(), to_f32(dq.get()), to_f32(dk.get()), to_f32(dv.get())};
 }
 
+// The v1 kernels (attention_tc_forward_v1, attention_tc_backward_v1), the backward fed with the
+// v1 forward's out and lse.
+Outputs gpu_run_v1(const AttnShape& s, const Inputs& in, float scale) {
+  const auto h = [](const std::vector<float>& x) { return vt::gputest::to_nv_bf16(x); };
+  DeviceBuffer<bf> q(h(in.q)), k(h(in.k)), v(h(in.v)), dout(h(in.dout));
+  DeviceBuffer<bf> out(in.q.size()), dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
+  DeviceBuffer<float> lse(size_t(s.B * s.H * s.T));
+  DeviceBuffer<char> ws(vt::cuda::attention_tc_backward_workspace_bytes(s));
+  vt::cuda::attention_tc_forward_v1(q.p, k.p, v.p, out.p, lse.p, s, scale, nullptr);
+  vt::cuda::attention_tc_backward_v1(q.p, k.p, v.p, out.p, lse.p, dout.p, dq.p, dk.p, dv.p, s,
+                                     scale, ws.p, nullptr);
+  VT_CUDA_CHECK(cudaDeviceSynchronize());
+  return {to_f32(out.get()), lse.get(), to_f32(dq.get()), to_f32(dk.get()), to_f32(dv.get())};
+}
+
 AttnShape mk(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd, int64_t W) {
   AttnShape s;
   s.B = B, s.T = T, s.H = H, s.Hkv = Hkv, s.hd = hd, s.window = W;
@@ -248,6 +268,12 @@ void check_case(const Case& cs, uint32_t seed) {
       expect_within(tc.dk, cpu.dk, btc.dk, nullptr, "dk vs CPU"),
       expect_within(tc.dv, cpu.dv, btc.dv, nullptr, "dv vs CPU"),
   };
+  const Outputs v1 = gpu_run_v1(s, in, scale);
+  expect_within(v1.out, cpu.out, btc.out, nullptr, "v1 out vs CPU");
+  expect_within(v1.lse, cpu.lse, btc.lse, nullptr, "v1 lse vs CPU");
+  expect_within(v1.dq, cpu.dq, btc.dq, nullptr, "v1 dq vs CPU");
+  expect_within(v1.dk, cpu.dk, btc.dk, nullptr, "v1 dk vs CPU");
+  expect_within(v1.dv, cpu.dv, btc.dv, nullptr, "v1 dv vs CPU");
   expect_within(tc.out, gref.out, btc.out, &bref.out, "out vs reference kernel");
   expect_within(tc.lse, gref.lse, btc.lse, &bref.lse, "lse vs reference kernel");
   expect_within(tc.dq, gref.dq, btc.dq, &bref.dq, "dq vs reference kernel");
@@ -276,6 +302,14 @@ TEST(GpuAttentionTc, MatchesCpuAndReferenceKernel) {
       {mk(1, 200, 2, 2, 128, 127), 1.0f},
       // --window-keys w+1 (nanochat's (W, 0) window): W + 1 = 64k + 1 keys, one past a tile.
       {mk(1, 200, 2, 1, 64, 129), 1.0f},
+      // The forward's 128-query blocks (4 warps x 32 rows) and 32-key sub-tiles: three blocks,
+      // the last partial (T % 128 and T % 64 != 0), diagonal sub-tiles a warp skips or masks;
+      // T a multiple of 128; window edges one before (W = 32k - 1) and inside a sub-tile.
+      {mk(1, 300, 2, 1, 128, 300), 1.0f},
+      {mk(1, 256, 2, 2, 64, 256), 6.0f},
+      {mk(1, 300, 2, 1, 128, 159), 1.0f},
+      {mk(1, 260, 2, 1, 128, 95), 6.0f},
+      {mk(1, 200, 4, 2, 32, 31), 1.0f},
   };
   uint32_t seed = 1;
   for (const Case& c : cases) {

@@ -48,7 +48,8 @@ NUMBERS = {
     "facts": {"driver": "0.0", "glibc": "9.99", "ok": True},
     "attention": {"device": "FAKE GPU 0", "windows": {"2048": {
         "fwd_tc_tflops": 333.0, "fwd_ref_tflops": 111.0, "bwd_tc_tflops": 222.0,
-        "bwd_ref_tflops": 111.0, "out_max_abs_err": 0.0625, "grad_max_abs_err": 0.125}}},
+        "bwd_ref_tflops": 111.0, "out_max_abs_err": 0.0625, "grad_max_abs_err": 0.125,
+        "fwd_v1_tflops": 222.0, "bwd_v1_tflops": 111.0}}},
     "train": {"preset": "d24", "value": "baseline", "micro_batch": 4, "seq_len": 8,
               "global_batch": 64, "steps": 3, "tok_per_s": 1111.0, "mfu": 0.111,
               "peak_device_bytes": 3 * 2**30, "loss_first": 9.5, "loss_last": 8.25,
@@ -152,7 +153,7 @@ def test_status_block_replaced_between_markers_only(repo):
     for want in ("2099-01-02 03:04:05 UTC", "FAKE GPU 0", "f00f00f", "1,111 tok/s", "MFU 11.1%",
                  "peak 3.0 GiB", "9.500 -> 8.250", "d24 bov", "777 tok/s",
                  "forward 333.0 vs 111.0 (3.00x)", "backward 222.0 vs 111.0 (2.00x)",
-                 "out 0.062", "grads 0.12", "qkv_fwd 11x22x33: 444 vs 888 (0.50x)",
+                 "forward v1 222.0 (new 1.50x)", "backward v1 111.0 (new 2.00x)", "out 0.062", "grads 0.12", "qkv_fwd 11x22x33: 444 vs 888 (0.50x)",
                  "fc_fwd 44x55x66: 555 vs 555 (1.00x)", "(0.50x), MFU 11.1% vs 22.2%",
                  "7 passed, 1 failed, 0 timed out"):
         assert want in block, f"{want!r} not in\n{block}"

@@ -6,7 +6,8 @@ their SASS (cuobjdump, from the venv's nvidia-cuda-cuobjdump + nvidia-cuda-nvdis
     0 bytes of local memory), and the reports belong to these objects (registers agree);
   - the tensor-core attention kernels (kernels/attention_tc.cu) run on tensor cores: at least the
     HMMA (mma.sync) count of one unrolled loop body of each kernel, which follows from its tiling
-    (forward HD: S = Q K^T HD/16 x 8 plus O += P V 4 x HD/8; dQ 3 HD/2; dK/dV HD), with ldmatrix
+    (forward HD: per 32-key sub-tile two m-tiles of S = Q K^T HD/16 x 4 and O += P V 2 x HD/8;
+    forward v1 the same count for 16 rows x 64 keys; dQ 3 HD/2; dK/dV HD, v1 the same), with ldmatrix
     (LDSM) and cp.async (LDGSTS) feeding them.
 Runs in about 10 s (cuobjdump on 14 objects).
 """
@@ -52,7 +53,11 @@ def test_no_kernel_spills(cuobjdump):
 
 
 EXPECTED_MMA = {  # HMMA per unrolled loop body, from the tiling (see kernels/attention_tc.cu)
-    "attn_tc_fwd_kernel": lambda hd: hd // 16 * 8 + 4 * hd // 8,
+    # forward: per 32-key sub-tile and warp, two m-tiles: S 2 x HD/16 x 4, O += P V 2 x 2 x HD/8
+    "attn_tc_fwd_kernel": lambda hd: 2 * (hd // 16 * 4) + 2 * (2 * hd // 8),
+    "attn_tc_fwd_v1_kernel": lambda hd: hd // 16 * 8 + 4 * hd // 8,
+    "attn_tc_dq_v1_kernel": lambda hd: 2 * (hd // 16 * 8) + 4 * hd // 8,
+    "attn_tc_dkdv_v1_kernel": lambda hd: 2 * (hd // 16 * 4) + 2 * (2 * hd // 8),
     "attn_tc_dq_kernel": lambda hd: 2 * (hd // 16 * 8) + 4 * hd // 8,
     "attn_tc_dkdv_kernel": lambda hd: 2 * (hd // 16 * 4) + 2 * (2 * hd // 8),
 }
