@@ -4,10 +4,15 @@
 // own host conversion (cuda_fp8.h __nv_cvt_float_to_fp8 with __NV_SATFINITE, the semantics of
 // the GPU's cvt.rn.satfinite). Inputs: every midpoint between neighbouring values and the fp32
 // numbers either side of it, every grid value, values beyond the range, subnormals, zeros,
-// infinities, NaN and random floats over all binades the formats cover.
+// infinities, NaN and random floats over all binades the formats cover. And the host FP8 GEMM
+// (ops::gemm with fp8 formats, the CPU backend's fake quantization) against the exact product
+// within the FP8 rounding bound.
 #include "core/fp8.h"
 
 #include <gtest/gtest.h>
+
+#include "core/ops/gemm.h"
+#include "core/tensor.h"
 
 #include <cmath>
 #include <cstdint>
@@ -164,6 +169,56 @@ TEST(Fp8Scale, IsTheLargestPowerOfTwoKeepingAmaxInRange) {
     EXPECT_EQ(vt::fp8_scale(std::numeric_limits<float>::denorm_min(), f), std::ldexp(1.0f, 127));
     // 3e38 = 0.88 * 2^128 (above 0.875): 2^(8 - 127 - 1) for E4M3, 2^(15 - 127 - 1) for E5M2.
     EXPECT_EQ(vt::fp8_scale(3.0e38f, f), std::ldexp(1.0f, f == Fp8Format::kE4M3 ? -120 : -113));
+  }
+}
+
+// |fake-quantized - exact| per element, for x rounded with relative error u (half an ulp of the
+// mantissa: 2^-4 E4M3, 2^-3 E5M2) or absolute error d (half the smallest subnormal, over the
+// scale) in the subnormal range: |x'y' - xy| <= (ua + ub + ua ub)|x||y| + da(1 + ub)|y| +
+// db(1 + ua)|x| + da db, summed over k, times alpha; plus fp32 accumulation (K 2^-24 of the sum
+// of |x'y'|, bounded with a factor 2 on sum |x||y|).
+TEST(Fp8HostGemm, IsTheExactProductWithinTheFp8RoundingBound) {
+  const int64_t M = 9, N = 7, K = 32;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (auto [fa, fb] : {std::pair{Fp8Format::kE4M3, Fp8Format::kE4M3},
+                        std::pair{Fp8Format::kE5M2, Fp8Format::kE4M3}}) {
+    std::vector<float> a(M * K), b(K * N);
+    for (auto& x : a) x = 50.0f * d(rng);
+    for (auto& x : b) x = 1e-3f * d(rng);
+    vt::Tensor A = vt::Tensor::from_host(a.data(), {M, K}, vt::Device::kCPU);
+    vt::Tensor B = vt::Tensor::from_host(b.data(), {K, N}, vt::Device::kCPU);
+    vt::Tensor C = vt::Tensor::zeros({M, N});
+    vt::GemmArgs g;
+    g.M = M, g.N = N, g.K = K, g.alpha = 1.5f;
+    g.A = A, g.B = B, g.C = C, g.lda = K, g.ldb = N, g.ldc = N;
+    g.fp8_a = fa, g.fp8_b = fb;
+    vt::Fp8GemmStats st;
+    g.fp8_stats = &st;
+    vt::ops::gemm(g);
+    auto unit = [](Fp8Format f) { return f == Fp8Format::kE4M3 ? 0.0625 : 0.125; };
+    auto half_sub = [](Fp8Format f) { return f == Fp8Format::kE4M3 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -17); };
+    const double ua = unit(fa), ub = unit(fb);
+    const double da = half_sub(fa) / st.scale_a, db = half_sub(fb) / st.scale_b;
+    double worst = 0;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double exact = 0, bound = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double x = a[i * K + k], y = b[k * N + j];
+          exact += x * y;
+          mag += std::fabs(x * y);
+          bound += (ua + ub + ua * ub) * std::fabs(x * y) + da * (1 + ub) * std::fabs(y) +
+                   db * (1 + ua) * std::fabs(x) + da * db;
+        }
+        bound = 1.5 * (bound + 2 * K * std::ldexp(1.0, -24) * mag);
+        const double err = std::fabs(C.f32()[i * N + j] - 1.5 * exact);
+        EXPECT_LE(err, bound) << i << "," << j;
+        worst = std::max(worst, err / (1.5 * mag));
+      }
+    // Not exact either: FP8 rounding shows (a fake quantization that did nothing would pass the
+    // bound too).
+    EXPECT_GT(worst, 1e-4);
   }
 }
 

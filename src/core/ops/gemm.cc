@@ -39,6 +39,7 @@ void check_addend(const GemmArgs& g) {
 }  // namespace
 
 void gemm(const GemmArgs& g) {
+  if (g.fp8_a != Fp8Format::kNone || g.fp8_b != Fp8Format::kNone) return gemm_fp8(g);
   const bool addend = g.addend.defined();
   if (addend) check_addend(g);
   const double flops = 2.0 * g.M * g.N * g.K;

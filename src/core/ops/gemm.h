@@ -6,9 +6,18 @@
 #pragma once
 #include <cstdint>
 
+#include "core/fp8.h"
 #include "core/tensor.h"
 
 namespace vt {
+
+// What one FP8 GEMM saw (GemmArgs::fp8_stats): per operand, the amax, the power-of-two scale
+// (codes = x * scale), how many elements saturated (|x * scale| > the format's max) and how many
+// nonzero elements became zero. Filling it synchronizes a GPU stream: for tests and metrics.
+struct Fp8GemmStats {
+  float amax_a = 0, amax_b = 0, scale_a = 0, scale_b = 0;
+  int64_t saturated_a = 0, saturated_b = 0, underflow_a = 0, underflow_b = 0;
+};
 
 // A, B, C are base tensors (their data pointers plus *_offset elements); dtypes: all f32, or A
 // and B bf16 with C bf16 or f32 (fp32 accumulation).
@@ -22,6 +31,15 @@ struct GemmArgs {
   // layout, ldc) instead of C, which is then only written: C = alpha op(A) op(B) + beta addend. The same bits as copying
   // addend into C first; on a GPU it saves that copy's pass. It may not overlap C.
   Tensor addend;
+  // FP8 (core/ops/gemm_fp8.cc), set both or neither: op(A) and op(B) are quantized per tensor to
+  // these formats with the power-of-two scale of their current amax (core/fp8.h), multiplied on
+  // the FP8 tensor cores (cuBLASLt, the "TN" layout: op(A) and op(B)^T are written K-contiguous)
+  // with fp32 accumulation and the dequantization folded into alpha; C stays bf16 or f32. The
+  // host computes the same values: the operands rounded to the FP8 grid (fake quantization),
+  // an fp32 GEMM in the same layout. Needs K a multiple of 16 (cuBLASLt's FP8 rule, kept on the
+  // host too so both refuse alike); not both E5M2.
+  Fp8Format fp8_a = Fp8Format::kNone, fp8_b = Fp8Format::kNone;
+  Fp8GemmStats* fp8_stats = nullptr;  // filled when set
 };
 
 namespace ops {
@@ -34,6 +52,11 @@ void matmul_dx(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumul
 void matmul_dw(const Tensor& x, const Tensor& dy, const Tensor& dw);
 // The general GEMM (row-major, leading dimensions; see GemmArgs).
 void gemm(const GemmArgs& g);
+
+namespace detail {
+// The FP8 GEMM (gemm() with fp8_a / fp8_b set; core/ops/gemm_fp8.cc).
+void gemm_fp8(const GemmArgs& g);
+}  // namespace detail
 
 }  // namespace ops
 }  // namespace vt
