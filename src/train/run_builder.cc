@@ -115,6 +115,7 @@ absl::Status build_model(const TrainOptions& o, Run& r) {
   if (o.vpp > 1) par.chunks = r.chunks;
   r.model = std::make_unique<GPT>(o.model, par);
   r.model->set_recompute(o.recompute);
+  r.model->set_fp8(o.fp8 == "e4m3");
   if (o.table_offload) r.store.keep_in_host_memory(ParamGroup::kValueTable);
   r.model->register_params(r.store);
   int held_layers = 0;

@@ -53,6 +53,20 @@ void matmul_dw(const Tensor& x, const Tensor& dy, const Tensor& dw);
 // The general GEMM (row-major, leading dimensions; see GemmArgs).
 void gemm(const GemmArgs& g);
 
+// The linear layers' three GEMMs in FP8 (--fp8 e4m3; core/ops/gemm_fp8.cc), the shapes and
+// semantics of matmul, matmul_dx and matmul_dw: forward x (E4M3) @ w (E4M3); data gradient
+// dy (E5M2) @ w^T (E4M3); weight gradient x^T (E4M3) @ dy (E5M2) into the f32 dw. E4M3 for
+// activations and weights, E5M2 for gradients: the FP8 formats paper's recommendation
+// (Micikevicius et al. 2022), Transformer Engine's HYBRID format and torchao's Float8Linear
+// default. Each GEMM's inner dimension must be a multiple of 16 (VT_CHECK-fails naming it).
+// When `stats` is given it receives that GEMM's Fp8GemmStats (a GPU stream synchronizes).
+void matmul_fp8(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate = false,
+                Fp8GemmStats* stats = nullptr);
+void matmul_dx_fp8(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate,
+                   Fp8GemmStats* stats = nullptr);
+void matmul_dw_fp8(const Tensor& x, const Tensor& dy, const Tensor& dw,
+                   Fp8GemmStats* stats = nullptr);
+
 namespace detail {
 // The FP8 GEMM (gemm() with fp8_a / fp8_b set; core/ops/gemm_fp8.cc).
 void gemm_fp8(const GemmArgs& g);

@@ -166,3 +166,74 @@ void gemm_fp8(const GemmArgs& g) {
 }
 
 }  // namespace vt::ops::detail
+
+namespace vt::ops {
+
+using detail::need_f32;
+
+namespace {
+void check_inner(const char* what, int64_t K, const char* dim) {
+  VT_CHECK_MSG(K % 16 == 0, "--fp8 e4m3: the " << what << " GEMM's inner dimension (" << dim
+                                               << " = " << K
+                                               << ") must be a multiple of 16 (cuBLASLt's FP8 "
+                                                  "rule); run this shape with --fp8 off");
+}
+}  // namespace
+
+void matmul_fp8(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate,
+                Fp8GemmStats* stats) {
+  VT_CHECK(w.ndim() == 2);
+  const int64_t K = w.dim(0), N = w.dim(1), M = x.numel() / K;
+  VT_CHECK_MSG(x.numel() == M * K && y.numel() == M * N,
+               "matmul_fp8 shapes x" << shape_str(x.shape()) << " w" << shape_str(w.shape())
+                                     << " y" << shape_str(y.shape()));
+  check_inner("forward", K, "input features");
+  GemmArgs g;
+  g.M = M, g.N = N, g.K = K;
+  g.A = x, g.B = w, g.C = y;
+  g.lda = K, g.ldb = N, g.ldc = N;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  g.fp8_a = Fp8Format::kE4M3, g.fp8_b = Fp8Format::kE4M3;
+  g.fp8_stats = stats;
+  gemm(g);
+}
+
+void matmul_dx_fp8(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate,
+                   Fp8GemmStats* stats) {
+  VT_CHECK(w.ndim() == 2);
+  const int64_t K = w.dim(0), N = w.dim(1), M = dy.numel() / N;
+  VT_CHECK_MSG(dy.numel() == M * N && dx.numel() == M * K,
+               "matmul_dx_fp8 shapes dy" << shape_str(dy.shape()) << " w" << shape_str(w.shape())
+                                         << " dx" << shape_str(dx.shape()));
+  check_inner("data-gradient", N, "output features");
+  GemmArgs g;
+  g.trans_b = true;
+  g.M = M, g.N = K, g.K = N;
+  g.A = dy, g.B = w, g.C = dx;
+  g.lda = N, g.ldb = N, g.ldc = K;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  g.fp8_a = Fp8Format::kE5M2, g.fp8_b = Fp8Format::kE4M3;
+  g.fp8_stats = stats;
+  gemm(g);
+}
+
+void matmul_dw_fp8(const Tensor& x, const Tensor& dy, const Tensor& dw, Fp8GemmStats* stats) {
+  VT_CHECK(dw.ndim() == 2);
+  need_f32("matmul_dw_fp8", dw, "the weight gradient");
+  const int64_t K = dw.dim(0), N = dw.dim(1), M = x.numel() / K;
+  VT_CHECK_MSG(x.numel() == M * K && dy.numel() == M * N,
+               "matmul_dw_fp8 shapes x" << shape_str(x.shape()) << " dy" << shape_str(dy.shape())
+                                        << " dw" << shape_str(dw.shape()));
+  check_inner("weight-gradient", M, "tokens of the micro-batch");
+  GemmArgs g;
+  g.trans_a = true;
+  g.M = K, g.N = N, g.K = M;
+  g.A = x, g.B = dy, g.C = dw;
+  g.lda = K, g.ldb = N, g.ldc = N;
+  g.beta = 1.0f;
+  g.fp8_a = Fp8Format::kE4M3, g.fp8_b = Fp8Format::kE5M2;
+  g.fp8_stats = stats;
+  gemm(g);
+}
+
+}  // namespace vt::ops
