@@ -48,7 +48,8 @@ __global__ void __launch_bounds__(kThreads)
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     quantize_kernel(const T* src, int64_t rows, int64_t cols, int64_t ld, bool transposed,
-                    Fp8Format format, uint8_t* codes, Fp8QuantState* st) {
+                    Fp8Format format, uint8_t* codes, Fp8QuantState* st,
+                    unsigned long long* tally) {
   const float amax = __uint_as_float(st->amax_bits);
   const float scale = fp8_scale(amax, format);
   const float mx = fp8_max(format);
@@ -70,6 +71,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (saturated) atomicAdd(&st->saturated, saturated);
   if (underflow) atomicAdd(&st->underflow, underflow);
+  if (tally && saturated) atomicAdd(&tally[0], saturated);
+  if (tally && underflow) atomicAdd(&tally[1], underflow);
 }
 
 unsigned grid_for(int64_t n) { return detail::elementwise_grid(n, 1); }
@@ -86,11 +89,12 @@ void amax(const T* src, int64_t rows, int64_t cols, int64_t ld, bool transposed,
 
 template <class T>
 void quantize(const T* src, int64_t rows, int64_t cols, int64_t ld, bool transposed,
-              Fp8Format format, uint8_t* codes, Fp8QuantState* st, cudaStream_t stream) {
+              Fp8Format format, uint8_t* codes, Fp8QuantState* st, cudaStream_t stream,
+              unsigned long long* tally) {
   const int64_t n = rows * cols;
   auto* kernel = &quantize_kernel<T>;
   VT_LAUNCH(kernel, grid_for(n > 0 ? n : 1), kThreads, 0, stream, src, rows, cols, ld,
-            transposed, format, codes, st);
+            transposed, format, codes, st, tally);
   VT_CUDA_CHECK_LAUNCH();
 }
 
@@ -105,13 +109,14 @@ void fp8_amax(const __nv_bfloat16* src, int64_t rows, int64_t cols, int64_t ld, 
   amax(src, rows, cols, ld, transposed, st, stream);
 }
 void fp8_quantize(const float* src, int64_t rows, int64_t cols, int64_t ld, bool transposed,
-                  Fp8Format format, uint8_t* codes, Fp8QuantState* st, cudaStream_t stream) {
-  quantize(src, rows, cols, ld, transposed, format, codes, st, stream);
+                  Fp8Format format, uint8_t* codes, Fp8QuantState* st, cudaStream_t stream,
+                  unsigned long long* tally) {
+  quantize(src, rows, cols, ld, transposed, format, codes, st, stream, tally);
 }
 void fp8_quantize(const __nv_bfloat16* src, int64_t rows, int64_t cols, int64_t ld,
                   bool transposed, Fp8Format format, uint8_t* codes, Fp8QuantState* st,
-                  cudaStream_t stream) {
-  quantize(src, rows, cols, ld, transposed, format, codes, st, stream);
+                  cudaStream_t stream, unsigned long long* tally) {
+  quantize(src, rows, cols, ld, transposed, format, codes, st, stream, tally);
 }
 
 }  // namespace vt::cuda

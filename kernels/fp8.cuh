@@ -32,10 +32,12 @@ void fp8_amax(const __nv_bfloat16* src, int64_t rows, int64_t cols, int64_t ld, 
               Fp8QuantState* st, cudaStream_t stream);
 // codes[r * cols + c] = FP8(x(r, c) * scale), round to nearest even, saturating
 // (cvt.rn.satfinite); fills scale, scale_inv and the counts. After fp8_amax on the same state.
+// tally (device, nullable): the saturated and underflow counts are also added to tally[0], [1].
 void fp8_quantize(const float* src, int64_t rows, int64_t cols, int64_t ld, bool transposed,
-                  Fp8Format format, uint8_t* codes, Fp8QuantState* st, cudaStream_t stream);
+                  Fp8Format format, uint8_t* codes, Fp8QuantState* st, cudaStream_t stream,
+                  unsigned long long* tally = nullptr);
 void fp8_quantize(const __nv_bfloat16* src, int64_t rows, int64_t cols, int64_t ld,
                   bool transposed, Fp8Format format, uint8_t* codes, Fp8QuantState* st,
-                  cudaStream_t stream);
+                  cudaStream_t stream, unsigned long long* tally = nullptr);
 
 }  // namespace vt::cuda

@@ -163,5 +163,36 @@ TEST_P(Fp8GemmNonFinite, PoisonsTheProductOnBothBackends) {
 
 INSTANTIATE_TEST_SUITE_P(Inputs, Fp8GemmNonFinite, ::testing::Values(INFINITY, NAN));
 
+// The linear layers' FP8 GEMMs are counted per kind in ops::fp8_tally_take() (the metrics' fp8
+// record), device GEMMs as host ones: the same counts on both backends, zeroed by a take.
+class Fp8Tally : public WithCudaBackend<::testing::Test> {};
+
+TEST_F(Fp8Tally, CountsUnderflowPerGemmKindOnBothBackends) {
+  const int64_t M = 32, K = 16, N = 16;
+  std::vector<float> x = random_vec(size_t(M * K), 7, 1.0f), w = random_vec(size_t(K * N), 8, 1.0f);
+  x[3] = 1e-9f, x[40] = -1e-9f;  // underflow E4M3 at x's scale
+  w[7] = 1e-9f;                  // and at w's
+  for (Device dev : {kCPU, kGPU}) {
+    ops::fp8_tally_take();
+    Tensor X = host(x, {M, K}, kBF16).to(dev), W = host(w, {K, N}).to(dev);
+    Tensor Wb = host(w, {K, N}, kBF16).to(dev);
+    Tensor Y = Tensor::zeros({M, N}, kBF16, dev), dW = Tensor::zeros({K, N}, kF32, dev);
+    ops::matmul_fp8(X, Wb, Y);
+    ops::matmul_fp8(X, Wb, Y, true);
+    ops::matmul_dw_fp8(X, Y, dW);
+    const vt::Fp8Tally t = ops::fp8_tally_take();
+    SCOPED_TRACE(dev == kCPU ? "cpu" : "gpu");
+    EXPECT_EQ(t.gemms[0], 2);
+    EXPECT_EQ(t.gemms[1], 0);
+    EXPECT_EQ(t.gemms[2], 1);
+    EXPECT_EQ(t.underflow[0][0], 4);  // x: two elements, two GEMMs
+    EXPECT_EQ(t.underflow[0][1], 2);  // w: one element, two GEMMs
+    EXPECT_EQ(t.underflow[2][0], 2);  // x^T in the weight gradient
+    EXPECT_EQ(t.saturated[0][0] + t.saturated[0][1] + t.saturated[2][0] + t.saturated[2][1], 0);
+    const vt::Fp8Tally again = ops::fp8_tally_take();
+    EXPECT_EQ(again.gemms[0] + again.gemms[2] + again.underflow[0][0], 0);
+  }
+}
+
 }  // namespace
 }  // namespace vt::gputest

@@ -40,6 +40,23 @@ struct GemmArgs {
   // host too so both refuse alike); not both E5M2.
   Fp8Format fp8_a = Fp8Format::kNone, fp8_b = Fp8Format::kNone;
   Fp8GemmStats* fp8_stats = nullptr;  // filled when set
+  int fp8_tally_kind = -1;  // 0..2: counted in ops::fp8_tally_take() under that Fp8GemmKind
+};
+
+// The linear layers' FP8 GEMM kinds, as counted by fp8_tally_take().
+enum class Fp8GemmKind : int { kForward = 0, kDataGrad = 1, kWeightGrad = 2 };
+inline constexpr int kFp8GemmKinds = 3;
+inline const char* fp8_gemm_kind_name(int k) {
+  return k == 0 ? "forward" : (k == 1 ? "data_grad" : "weight_grad");
+}
+
+// What the counted FP8 GEMMs (GemmArgs::fp8_tally_kind) saw since the last take, per kind and
+// operand (0: A, 1: B): elements that saturated, nonzero elements that became zero. A scale
+// that saturates is visible in the metrics, never silent.
+struct Fp8Tally {
+  int64_t gemms[kFp8GemmKinds] = {};
+  int64_t saturated[kFp8GemmKinds][2] = {};
+  int64_t underflow[kFp8GemmKinds][2] = {};
 };
 
 namespace ops {
@@ -66,6 +83,10 @@ void matmul_dx_fp8(const Tensor& dy, const Tensor& w, const Tensor& dx, bool acc
                    Fp8GemmStats* stats = nullptr);
 void matmul_dw_fp8(const Tensor& x, const Tensor& dy, const Tensor& dw,
                    Fp8GemmStats* stats = nullptr);
+
+// The counts since the last call, host and device GEMMs together, and zeroes them (synchronizes
+// the device's stream when device GEMMs were counted). This process's GEMMs only.
+Fp8Tally fp8_tally_take();
 
 namespace detail {
 // The FP8 GEMM (gemm() with fp8_a / fp8_b set; core/ops/gemm_fp8.cc).

@@ -8,6 +8,7 @@
 // sgemm in the same layout: bit for bit).
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "core/check.h"
@@ -26,6 +27,23 @@
 
 namespace vt::ops::detail {
 namespace {
+
+// The tally behind fp8_tally_take(): host counts, and for device GEMMs a device array of
+// [kind][operand][saturated, underflow] counters that the quantize kernels add to, allocated on
+// the first counted device GEMM (one device per process) and read at a take.
+struct TallyStore {
+  std::mutex mu;
+  Fp8Tally host;
+#if VTRAIN_HAS_CUDA
+  CudaRuntime* rt = nullptr;
+  unsigned long long* dev = nullptr;
+#endif
+};
+TallyStore& tally_store() {
+  static TallyStore* t = new TallyStore;  // never destroyed: the device array outlives exit order
+  return *t;
+}
+constexpr int kTallyCounters = kFp8GemmKinds * 2 * 2;
 
 // One operand quantized on the host: q[r * cols + c] = the FP8 grid value of x(r, c) * scale,
 // x(r, c) = src[r * ld + c], or src[c * ld + r] when transposed.
@@ -111,18 +129,32 @@ void gemm_fp8(const GemmArgs& g) {
     uint8_t* qb = qa + bytes_a;
     auto* st = reinterpret_cast<cuda::Fp8QuantState*>(buf + bytes_a + bytes_b);
     VT_CUDA_CHECK(cudaMemsetAsync(st, 0, 2 * sizeof(cuda::Fp8QuantState), s));
+    unsigned long long* tally = nullptr;  // [operand][saturated, underflow] of this kind
+    if (g.fp8_tally_kind >= 0) {
+      TallyStore& t = tally_store();
+      std::lock_guard<std::mutex> lock(t.mu);
+      if (!t.dev) {
+        VT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&t.dev),
+                                 kTallyCounters * sizeof(unsigned long long)));
+        VT_CUDA_CHECK(cudaMemsetAsync(t.dev, 0, kTallyCounters * sizeof(unsigned long long), s));
+        t.rt = rt;
+      }
+      VT_CHECK_MSG(t.rt == rt, "FP8 tally: one device per process");
+      ++t.host.gemms[g.fp8_tally_kind];
+      tally = t.dev + g.fp8_tally_kind * 4;
+    }
     auto quantize = [&](const Tensor& t, int64_t rows, int64_t ld, bool transposed, Fp8Format f,
-                        uint8_t* codes, cuda::Fp8QuantState* state) {
+                        uint8_t* codes, cuda::Fp8QuantState* state, unsigned long long* tl) {
       if (t.dtype() == DType::kF32) {
         cuda::fp8_amax(f32p(t), rows, g.K, ld, transposed, state, s);
-        cuda::fp8_quantize(f32p(t), rows, g.K, ld, transposed, f, codes, state, s);
+        cuda::fp8_quantize(f32p(t), rows, g.K, ld, transposed, f, codes, state, s, tl);
       } else {
         cuda::fp8_amax(bf16p(t), rows, g.K, ld, transposed, state, s);
-        cuda::fp8_quantize(bf16p(t), rows, g.K, ld, transposed, f, codes, state, s);
+        cuda::fp8_quantize(bf16p(t), rows, g.K, ld, transposed, f, codes, state, s, tl);
       }
     };
-    quantize(g.A, g.M, g.lda, a_transposed, g.fp8_a, qa, &st[0]);
-    quantize(g.B, g.N, g.ldb, b_transposed, g.fp8_b, qb, &st[1]);
+    quantize(g.A, g.M, g.lda, a_transposed, g.fp8_a, qa, &st[0], tally);
+    quantize(g.B, g.N, g.ldb, b_transposed, g.fp8_b, qb, &st[1], tally ? tally + 2 : nullptr);
     auto type = [](Fp8Format f) { return f == Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; };
     const cudaDataType_t ct = g.C.dtype() == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
     rt->gemm().fp8(g.M, g.N, g.K, g.alpha, qa, type(g.fp8_a), g.K, &st[0].scale_inv, qb,
@@ -157,6 +189,14 @@ void gemm_fp8(const GemmArgs& g) {
     cpu::gemm<float>(false, true, g.M, g.N, g.K, alpha, qa.q.data(), g.K, qb.q.data(), g.K, g.beta,
                      c.p(), g.ldc);
   }
+  if (g.fp8_tally_kind >= 0) {
+    TallyStore& t = tally_store();
+    std::lock_guard<std::mutex> lock(t.mu);
+    const int k = g.fp8_tally_kind;
+    ++t.host.gemms[k];
+    t.host.saturated[k][0] += qa.saturated, t.host.saturated[k][1] += qb.saturated;
+    t.host.underflow[k][0] += qa.underflow, t.host.underflow[k][1] += qb.underflow;
+  }
   if (g.fp8_stats) {
     Fp8GemmStats& o = *g.fp8_stats;
     o.amax_a = qa.amax, o.amax_b = qb.amax, o.scale_a = qa.scale, o.scale_b = qb.scale;
@@ -170,6 +210,29 @@ void gemm_fp8(const GemmArgs& g) {
 namespace vt::ops {
 
 using detail::need_f32;
+
+Fp8Tally fp8_tally_take() {
+  detail::TallyStore& t = detail::tally_store();
+  std::lock_guard<std::mutex> lock(t.mu);
+  Fp8Tally out = t.host;
+  t.host = Fp8Tally{};
+#if VTRAIN_HAS_CUDA
+  if (t.dev) {
+    t.rt->on_device();
+    const cudaStream_t s = t.rt->stream();
+    unsigned long long h[detail::kTallyCounters];
+    VT_CUDA_CHECK(cudaMemcpyAsync(h, t.dev, sizeof(h), cudaMemcpyDeviceToHost, s));
+    VT_CUDA_CHECK(cudaMemsetAsync(t.dev, 0, sizeof(h), s));
+    VT_CUDA_CHECK(cudaStreamSynchronize(s));
+    for (int k = 0; k < kFp8GemmKinds; ++k)
+      for (int o = 0; o < 2; ++o) {
+        out.saturated[k][o] += int64_t(h[k * 4 + o * 2]);
+        out.underflow[k][o] += int64_t(h[k * 4 + o * 2 + 1]);
+      }
+  }
+#endif
+  return out;
+}
 
 namespace {
 void check_inner(const char* what, int64_t K, const char* dim) {
@@ -195,6 +258,7 @@ void matmul_fp8(const Tensor& x, const Tensor& w, const Tensor& y, bool accumula
   g.beta = accumulate ? 1.0f : 0.0f;
   g.fp8_a = Fp8Format::kE4M3, g.fp8_b = Fp8Format::kE4M3;
   g.fp8_stats = stats;
+  g.fp8_tally_kind = int(Fp8GemmKind::kForward);
   gemm(g);
 }
 
@@ -214,6 +278,7 @@ void matmul_dx_fp8(const Tensor& dy, const Tensor& w, const Tensor& dx, bool acc
   g.beta = accumulate ? 1.0f : 0.0f;
   g.fp8_a = Fp8Format::kE5M2, g.fp8_b = Fp8Format::kE4M3;
   g.fp8_stats = stats;
+  g.fp8_tally_kind = int(Fp8GemmKind::kDataGrad);
   gemm(g);
 }
 
@@ -233,6 +298,7 @@ void matmul_dw_fp8(const Tensor& x, const Tensor& dy, const Tensor& dw, Fp8GemmS
   g.beta = 1.0f;
   g.fp8_a = Fp8Format::kE4M3, g.fp8_b = Fp8Format::kE5M2;
   g.fp8_stats = stats;
+  g.fp8_tally_kind = int(Fp8GemmKind::kWeightGrad);
   gemm(g);
 }
 
