@@ -312,7 +312,7 @@ void Trainer::note_changed_options(const CheckpointMeta& meta) const {
                                          "max_grad_norm", "polar_express", "final_lr_frac",
                                          "adamw_lr", "weight_decay",
                                          "muon_wd", "muon_wd_style", "muon_wd_scale",
-                                         "muon_momentum", "grad_sync"};
+                                         "muon_momentum", "grad_sync", "fp8"};
   if (!rank0_ || !meta.extra.is_object()) return;
   const nlohmann::json now = o_.to_json();
   std::string changed;
