@@ -1,5 +1,5 @@
 """`vtrain train --fp8` end to end on the CPU (docs/usage.md, docs/model.md "FP8 linear layers"):
-e4m3 trains (fake quantization), its metrics carry the per-kind FP8 counts with the GEMMs the
+e4m3 trains (fake quantization, labelled so: no speed claim), its metrics carry the per-kind FP8 counts with the GEMMs the
 model runs, the losses differ from --fp8 off but stay close, and an unknown value is refused."""
 import json
 import os
@@ -38,7 +38,8 @@ def steps(path):
 
 
 def test_fp8_trains_and_counts(datadir, tmp_path):
-    run("train", "--data", datadir, *TINY, "--fp8", "e4m3", "--metrics", tmp_path / "fp8.jsonl")
+    r = run("train", "--data", datadir, *TINY, "--fp8", "e4m3", "--metrics", tmp_path / "fp8.jsonl")
+    assert "fake quantization" in r.stdout and "say nothing about FP8 speed" in r.stdout
     run("train", "--data", datadir, *TINY, "--metrics", tmp_path / "bf16.jsonl")
     f8, bf = steps(tmp_path / "fp8.jsonl"), steps(tmp_path / "bf16.jsonl")
     assert len(f8) == 3 and "fp8" not in bf[0]
