@@ -728,6 +728,45 @@ def reproduction(cal: Calibration = None) -> list[dict]:
     return out
 
 
+# --fp8 e4m3 (issue 44). PREDICTION, nothing measured: Hopper's dense FP8 tensor-core peak is
+# twice its bf16 peak (H100 SXM / H200 datasheets: 1,979 vs 989 TFLOP/s), so a block linear GEMM
+# is predicted at FP8_GEMM_SPEEDUP times the bf16 rate the window measured for that shape (the
+# same efficiency against a doubled peak); the lm head stays bf16. Each FP8 GEMM adds, per
+# operand, the amax pass (reads bf16) and the quantization (reads bf16, writes one byte a
+# value) of kernels/fp8.cu, modelled as streaming kernels (the transposing ones are untuned:
+# optimistic). MFU stays counted against the bf16 peak, as peers report FP8 runs.
+FP8_GEMM_SPEEDUP = 2.0
+FP8_LAYERS = ("qkv", "attn_out", "fc", "mlp_out")
+
+
+def fp8_rates(rates: Rates) -> Rates:
+    g = {k: (v * FP8_GEMM_SPEEDUP if k.split(".")[0] in FP8_LAYERS else v)
+         for k, v in rates.gemm.items()}
+    return replace(rates, gemm=g, source=rates.source + "; FP8 GEMMs predicted at "
+                   f"{FP8_GEMM_SPEEDUP:g}x (not measured)")
+
+
+def fp8_quant_kernels(ks: list[Kernel]) -> list[Kernel]:
+    """The quantization kernels the block linear GEMMs of `ks` add under --fp8 e4m3."""
+    out = []
+    for k in ks:
+        if k.kind != "gemm" or k.name.split(".")[0] not in FP8_LAYERS:
+            continue
+        M, N, K = k.shape
+        for elems in (M * K, N * K):  # op(A) (M,K) and op(B)^T (N,K)
+            out.append(stream_kernel("fp8 quantization (amax + codes)", "fp8 amax_kernel<bf16>",
+                                     k.calls, elems, BF16))
+            out.append(stream_kernel("fp8 quantization (amax + codes)",
+                                     "fp8 quantize_kernel<bf16>", k.calls, elems, BF16 + 1))
+    return out
+
+
+def fp8_scratch_bytes(ks: list[Kernel]) -> int:
+    """The largest FP8 scratch one GEMM holds (both operands' codes; freed after it)."""
+    return max((k.shape[0] + k.shape[1]) * k.shape[2] for k in ks
+               if k.kind == "gemm" and k.name.split(".")[0] in FP8_LAYERS)
+
+
 def step_prediction(ks: list[Kernel], c: dict, dev: Device, cal: Calibration, rates: Rates,
                     outside_s: float | None = None) -> dict:
     """The step: its kernels plus the time outside the ops (None: the host gaps the model
@@ -830,6 +869,26 @@ def main() -> int:
             print(f"  {preset} mb {mb} on {d.name}: {eager['kernels_s'] * 1e3:.1f} ms of kernels + "
                   f"{eager['outside_s'] * 1e3:.1f} ms host gaps = {eager['step_s'] * 1e3:.1f} ms, "
                   f"{eager['tok_s']:,.0f} tok/s, MFU {100 * eager['mfu']:.1f}%{peer}")
+    print("\nPREDICTED with --fp8 e4m3 (not measured; FP8 GEMMs at "
+          f"{FP8_GEMM_SPEEDUP:g}x the measured bf16 rate, plus the quantization passes; MFU against "
+          "the bf16 peak, as peers report):")
+    for dname in ("h200", "h100"):
+        d = DEVICES[dname]
+        for preset, mb, accum in (("d24", 16, 1), ("d32", 8, 4)):
+            c = sr.preset(preset, mb)
+            ks = current_code_kernels(c, accum)
+            base = step_prediction(ks, c, d, cal, rates)
+            f8 = step_prediction(ks + fp8_quant_kernels(ks), c, d, cal, fp8_rates(rates))
+            fused = step_prediction(ks, c, d, cal, fp8_rates(rates))  # quantization free
+            out["predictions"][f"{preset}/{dname}/accum{accum}/fp8"] = {
+                k: v for k, v in f8.items() if k != "rows"}
+            print(f"  {preset} mb {mb} on {d.name}: {f8['step_s'] * 1e3:.1f} ms "
+                  f"(bf16 {base['step_s'] * 1e3:.1f} ms, {100 * (base['step_s'] / f8['step_s'] - 1):+.1f}% "
+                  f"tok/s), MFU {100 * f8['mfu']:.1f}%; quantization "
+                  f"{f8['rows'].get('fp8 quantization (amax + codes)', 0) * 1e3:.1f} ms; "
+                  f"largest FP8 scratch {fp8_scratch_bytes(ks) / 2**20:.0f} MiB; with the "
+                  f"quantization fused away {fused['step_s'] * 1e3:.1f} ms "
+                  f"({100 * (base['step_s'] / fused['step_s'] - 1):+.1f}% tok/s)")
     c = sr.preset("d24", 16)
     ks = current_code_kernels(c, 1)
     hi = step_prediction(ks, c, H200, replace(cal, eta=ETA_STREAM), rates)

@@ -8,12 +8,22 @@
 // heuristic's alignment preferences (an algorithm chosen for an alignment refuses pointers that
 // are less aligned). Every operand must be device memory of the handle's device. Products are
 // accumulated in fp32 and rounded once into D, as cuBLASLt's fp32-accumulating kernels do.
+// FP8 (Hopper): A and B of CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2 (not both E5M2) with
+// CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER (device fp32, default 1): D = alpha * scale_A *
+// scale_B * op(A) op(B) + beta * C, each code read as the exact value it stands for (decoded by
+// cuda_fp8.h's own conversion, not vtrain's), alpha * scale_A * scale_B formed in fp32 in that
+// order; C and D 16BF, 16F or 32F. The documented FP8 requirements are enforced: the "TN" format
+// (TRANSA = T, TRANSB = N, column-major), compute 32F, scale type 32F, A and B pointers and
+// leading dimensions multiples of 16 bytes, k a multiple of 16. D's scale and amax pointers
+// (FP8 outputs) are not emulated. CUBLASLT_MATMUL_DESC_FAST_ACCUM is accepted and computes like
+// the precise mode (fp32 accumulation throughout; the hardware's fast mode promotes less often).
 // Not emulated (refused with CUBLAS_STATUS_NOT_SUPPORTED and a message): epilogues, device
-// pointer mode, scale pointers (FP8), other compute types.
+// pointer mode, C/D scale pointers, amax of D, other compute types.
 #include <cblas.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cmath>
 #include <cstdio>
@@ -47,6 +57,9 @@ struct Desc {
   int32_t pointer_mode = CUBLASLT_POINTER_MODE_HOST;
   int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* a_scale = nullptr;  // FP8 operand scales (device fp32), null: 1
+  const void* b_scale = nullptr;
+  int8_t fast_accum = 0;
   bool unsupported_set = false;  // an attribute the stand-in does not emulate was set
   int32_t unsupported_attr = -1;
 };
@@ -87,6 +100,7 @@ size_t type_size(cudaDataType t) {
   switch (t) {
     case CUDA_R_32F: return 4;
     case CUDA_R_16BF: case CUDA_R_16F: return 2;
+    case CUDA_R_8F_E4M3: case CUDA_R_8F_E5M2: return 1;
     default: return 0;
   }
 }
@@ -96,6 +110,8 @@ const char* type_name(cudaDataType t) {
     case CUDA_R_32F: return "32F";
     case CUDA_R_16BF: return "16BF";
     case CUDA_R_16F: return "16F";
+    case CUDA_R_8F_E4M3: return "8F_E4M3";
+    case CUDA_R_8F_E5M2: return "8F_E5M2";
     default: return "an unsupported type";
   }
 }
@@ -111,6 +127,50 @@ uint64_t span(const Layout& l) {
   const uint64_t minor = l.order == CUBLASLT_ORDER_ROW ? l.cols : l.rows;
   const uint64_t major = l.order == CUBLASLT_ORDER_ROW ? l.rows : l.cols;
   return major == 0 ? 0 : uint64_t(l.ld) * (major - 1) + minor;
+}
+
+bool is_fp8(cudaDataType t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+
+// Checks an FP8 problem against the documented requirements (see the top).
+cublasStatus_t check_fp8_problem(const Desc& d, const Layout& a, const Layout& b, const Layout& c,
+                                 const Layout& dd, uint64_t* m, uint64_t* n, uint64_t* k) {
+  if (!is_fp8(a.type) || !is_fp8(b.type))
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, std::string("FP8 needs both A and B in FP8, got ") +
+                                                   type_name(a.type) + " x " + type_name(b.type));
+  if (a.type == CUDA_R_8F_E5M2 && b.type == CUDA_R_8F_E5M2)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 E5M2 x E5M2 is not supported");
+  if (d.compute != CUBLAS_COMPUTE_32F)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 needs compute type CUBLAS_COMPUTE_32F");
+  if (d.transa != CUBLAS_OP_T || d.transb != CUBLAS_OP_N)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  "FP8 needs the TN format: A transposed, B not (TRANSA = T, TRANSB = N)");
+  for (const Layout* l : {&a, &b, &c, &dd})
+    if (l->order != CUBLASLT_ORDER_COL)
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 needs column-major matrices");
+  if (c.type != dd.type ||
+      (dd.type != CUDA_R_16BF && dd.type != CUDA_R_16F && dd.type != CUDA_R_32F))
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  std::string("FP8 with C/D ") + type_name(c.type) + "/" + type_name(dd.type) +
+                      " is not emulated (C = D type in 16BF, 16F or 32F)");
+  for (const Layout* l : {&a, &b, &c, &dd})
+    if (l->ld < 0 || uint64_t(l->ld) < l->rows)
+      return refuse(CUBLAS_STATUS_INVALID_VALUE, "leading dimension " + std::to_string(l->ld) +
+                                                     " < " + std::to_string(l->rows));
+  if (a.ld % 16 != 0 || b.ld % 16 != 0)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  "FP8 leading dimensions of A and B must be multiples of 16 bytes");
+  // TN: A stored (k, m), B stored (k, n).
+  *m = dd.rows;
+  *n = dd.cols;
+  *k = a.rows;
+  if (a.cols != *m || b.cols != *n || b.rows != *k || c.rows != dd.rows || c.cols != dd.cols)
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, "FP8 shapes do not compose (TN)");
+  if (*k % 16 != 0)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  "FP8 needs k to be a multiple of 16, got " + std::to_string(*k));
+  if (a.batch != dd.batch || b.batch != dd.batch || c.batch != dd.batch || dd.batch < 1)
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, "batch counts of A, B, C and D differ");
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 // Checks the problem as cuBLASLt would before choosing an algorithm.
@@ -133,6 +193,10 @@ cublasStatus_t check_problem(const Desc& d, const Layout& a, const Layout& b, co
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "TRANSA must be N or T");
   if (d.transb != CUBLAS_OP_N && d.transb != CUBLAS_OP_T)
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "TRANSB must be N or T");
+  const bool fp8 = is_fp8(a.type) || is_fp8(b.type);
+  if (fp8) return check_fp8_problem(d, a, b, c, dd, m, n, k);
+  if (d.a_scale || d.b_scale)
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, "A/B scale pointers are for FP8 operands only");
   if (a.type != b.type || !type_size(a.type))
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, std::string("A and B types ") + type_name(a.type) +
                                                    " x " + type_name(b.type) + " not supported");
@@ -195,6 +259,14 @@ float load(const void* base, cudaDataType t, uint64_t i) {
     case CUDA_R_32F: return static_cast<const float*>(base)[i];
     case CUDA_R_16BF: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
     case CUDA_R_16F: return __half2float(static_cast<const __half*>(base)[i]);
+    case CUDA_R_8F_E4M3:
+    case CUDA_R_8F_E5M2: {
+      // The code's value through NVIDIA's conversion (exact: every FP8 value is a half).
+      const __nv_fp8_storage_t code = static_cast<const __nv_fp8_storage_t*>(base)[i];
+      const __half_raw h =
+          __nv_cvt_fp8_to_halfraw(code, t == CUDA_R_8F_E4M3 ? __NV_E4M3 : __NV_E5M2);
+      return __half2float(__half(h));
+    }
     default: return NAN;
   }
 }
@@ -230,7 +302,7 @@ struct Call {
   Layout a, b, c, dd;
   const void *A, *B, *C;
   void* Dp;
-  float alpha, beta;
+  float alpha, beta;  // alpha includes the FP8 scales
   uint64_t m, n, k;
 };
 
@@ -386,6 +458,11 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t h,
     case CUBLASLT_MATMUL_DESC_TRANSA: return set_attr(&d->transa, buf, size, "TRANSA");
     case CUBLASLT_MATMUL_DESC_TRANSB: return set_attr(&d->transb, buf, size, "TRANSB");
     case CUBLASLT_MATMUL_DESC_EPILOGUE: return set_attr(&d->epilogue, buf, size, "EPILOGUE");
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER:
+      return set_attr(&d->a_scale, buf, size, "A_SCALE_POINTER");
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER:
+      return set_attr(&d->b_scale, buf, size, "B_SCALE_POINTER");
+    case CUBLASLT_MATMUL_DESC_FAST_ACCUM: return set_attr(&d->fast_accum, buf, size, "FAST_ACCUM");
     default:
       d->unsupported_set = true;
       d->unsupported_attr = int32_t(attr);
@@ -491,6 +568,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
   if (cublasStatus_t st = check_operand(B, x.b, dev, "B")) return st;
   x.alpha = *static_cast<const float*>(alpha);  // host pointer mode: read at the call
   x.beta = *static_cast<const float*>(beta);
+  if (is_fp8(x.a.type)) {
+    if ((x.a.batch > 1 || x.b.batch > 1))
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "batched FP8 matmuls are not emulated");
+    if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0)
+      return refuse(CUBLAS_STATUS_INVALID_VALUE, "FP8 A and B must be 16-byte aligned");
+    for (const void* sp : {x.d.a_scale, x.d.b_scale})
+      if (sp) {
+        const Region r = classify(sp, sizeof(float));
+        if (!r.known || r.kind != MemKind::kDevice || r.device != dev)
+          return refuse(CUBLAS_STATUS_INVALID_VALUE, "an FP8 scale pointer is not device memory");
+      }
+  }
   if (x.beta != 0.0f || C == Dp)
     if (cublasStatus_t st = check_operand(C, x.c, dev, "C")) return st;
   if (cublasStatus_t st = check_operand(Dp, x.dd, dev, "D")) return st;
@@ -507,7 +596,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
   x.B = B;
   x.C = C;
   x.Dp = Dp;
-  enqueue(s, [x] { execute(x); });
+  enqueue(s, [x]() mutable {
+    // The scales are device values: read when the matmul runs, in stream order.
+    if (x.d.a_scale) x.alpha *= *static_cast<const float*>(x.d.a_scale);
+    if (x.d.b_scale) x.alpha *= *static_cast<const float*>(x.d.b_scale);
+    execute(x);
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -12,7 +12,8 @@
 #   train       d24 baseline, bf16, micro-batch 16 x 2048, 20 steps on synthetic (Markov) data:
 #               tok/s, MFU, peak memory, loss falling; --profile timed by device events
 #   tests       every GPU test binary (MPI ones at their rank counts), 60 s each
-#   gemm        tools/gemm_bench (vtrain's cuBLASLt GEMM at d24's fwd/dx/dW shapes) beside
+#   gemm        tools/gemm_bench --fp8 (vtrain's cuBLASLt GEMM at d24's fwd/dx/dW shapes, and the
+#               FP8 GEMMs of --fp8 e4m3 with their quantization) beside
 #               bench/gemm_torch.py (torch's bf16 matmul, same shapes)
 #   torch_peer  bench/bench_gpu_vs_torch.py's PyTorch side at d24 baseline (the vtrain side is
 #               the train stage's run, same shape)
@@ -311,7 +312,7 @@ stage_tests() {
 stage_gemm() {
   local shape=(--dim 1536 --tokens 32768 --vocab 32768)
   [ "$EMU" = 1 ] && shape=(--dim 64 --tokens 64 --vocab 128 --iters 1 --warmup 0)
-  "$B/gemm_bench" "${shape[@]}" --json "$NUM/gemm.json" || return 1
+  "$B/gemm_bench" "${shape[@]}" --fp8 --json "$NUM/gemm.json" || return 1
   "$PY" "$REPO/bench/gemm_torch.py" "$NUM/gemm.json"
   local s=$?
   [ $s -eq 77 ] && return 0  # no torch or no device for it: vtrain's side stands alone

@@ -9,7 +9,13 @@
 // the engine, so it runs where the rest of the bundle (MPI, HDF5, OpenBLAS) does not load.
 //
 //   gemm_bench [--dim 1536] [--tokens 32768] [--vocab 32768] [--mlp 4] [--iters 20] [--warmup 5]
-//              [--json FILE]
+//              [--json FILE] [--fp8]
+//
+// --fp8 (issue 44) adds, for each block linear GEMM (not the lm head, which --fp8 e4m3 keeps in
+// bf16), the FP8 GEMM of --fp8 e4m3 on codes already quantized (cuda::Gemm::fp8, TN, E4M3
+// activations and weights, E5M2 gradients: fwd E4M3 x E4M3, dx E5M2 x E4M3, dW E5M2 x E4M3)
+// and the quantization it needs (kernels/fp8.cu: amax and codes of op(A) and op(B)^T from bf16),
+// each timed alone, and the ratio of bf16's time to FP8's with its quantization.
 //
 // A linear layer y = x W^T with x (tokens, in) and W (out, in) as the engine stores it:
 //   fwd  y  = x W^T     M tokens, N out, K in
@@ -28,6 +34,7 @@
 
 #include "core/cuda_gemm.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/fp8.cuh"
 #include "tools/bench_fill.h"
 
 namespace {
@@ -37,7 +44,7 @@ using bf16 = __nv_bfloat16;
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "gemm_bench: %s\nusage: gemm_bench [--dim N] [--tokens N] [--vocab N] [--mlp N] "
-               "[--iters N] [--warmup N] [--json FILE]\n",
+               "[--iters N] [--warmup N] [--json FILE] [--fp8]\n",
                why.c_str());
   std::exit(2);
 }
@@ -68,11 +75,16 @@ void linear(std::vector<Shape>& v, const std::string& name, long long tokens, lo
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool fp8 = false;
   long long dim = 1536, tokens = 32768, vocab = 32768, mlp = 4;
   int iters = 20, warmup = 5;
   std::string json;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--fp8") {
+      fp8 = true;
+      continue;
+    }
     if (i + 1 >= argc) usage("missing value after " + a);
     const char* v = argv[++i];
     if (a == "--dim") dim = number(a, v);
@@ -143,10 +155,57 @@ int main(int argc, char** argv) {
     char buf[320];
     std::snprintf(buf, sizeof buf,
                   "%s{\"name\": \"%s\", \"trans_a\": %s, \"trans_b\": %s, \"M\": %lld, \"N\": %lld, "
-                  "\"K\": %lld, \"ms\": %.5f, \"vtrain_tflops\": %.3f}",
+                  "\"K\": %lld, \"ms\": %.5f, \"vtrain_tflops\": %.3f",
                   i ? ", " : "", s.name.c_str(), s.ta ? "true" : "false",
                   s.tb ? "true" : "false", s.M, s.N, s.K, per, tflops);
     js += buf;
+    if (fp8 && s.name.rfind("lm_head", 0) != 0) {
+      // The --fp8 e4m3 formats: the gradient operand (dx's A = dy, dW's A = dy^T) in E5M2.
+      const bool grad_a = s.name.find(".fwd") == std::string::npos;
+      const vt::Fp8Format fa = grad_a ? vt::Fp8Format::kE5M2 : vt::Fp8Format::kE4M3;
+      const vt::Fp8Format fb = vt::Fp8Format::kE4M3;
+      auto type = [](vt::Fp8Format f) { return f == vt::Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; };
+      uint8_t *qa = nullptr, *qb = nullptr;
+      vt::cuda::Fp8QuantState* st = nullptr;
+      VT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&qa), size_t(s.M * s.K)));
+      VT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&qb), size_t(s.N * s.K)));
+      VT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st), 2 * sizeof(*st)));
+      auto quantize = [&] {  // op(A) (M,K) rows; op(B)^T (N,K) rows, as gemm_fp8.cc does
+        VT_CUDA_CHECK(cudaMemsetAsync(st, 0, 2 * sizeof(*st), stream));
+        vt::cuda::fp8_amax(A, s.M, s.K, lda, s.ta, &st[0], stream);
+        vt::cuda::fp8_quantize(A, s.M, s.K, lda, s.ta, fa, qa, &st[0], stream);
+        vt::cuda::fp8_amax(B, s.N, s.K, ldb, !s.tb, &st[1], stream);
+        vt::cuda::fp8_quantize(B, s.N, s.K, ldb, !s.tb, fb, qb, &st[1], stream);
+      };
+      auto mm = [&] {
+        gemm.fp8(s.M, s.N, s.K, 1.0f, qa, type(fa), s.K, &st[0].scale_inv, qb, type(fb), s.K,
+                 &st[1].scale_inv, 0.0f, C, CUDA_R_16BF, s.N, stream);
+      };
+      auto time = [&](auto&& f) {
+        for (int w = 0; w < warmup; ++w) f();
+        VT_CUDA_CHECK(cudaEventRecord(e0, stream));
+        for (int it = 0; it < iters; ++it) f();
+        VT_CUDA_CHECK(cudaEventRecord(e1, stream));
+        VT_CUDA_CHECK(cudaEventSynchronize(e1));
+        float t = 0;
+        VT_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        return double(t) / iters;
+      };
+      quantize();
+      const double q_ms = time(quantize), f_ms = time(mm);
+      std::printf("%-14s %7s %7s %7s %10.4f %9.1f   fp8 gemm; quantization %.4f ms; bf16 / "
+                  "(fp8 + quantization) %.2fx\n",
+                  (s.name + ".fp8").c_str(), "", "", "", f_ms, flops / (f_ms * 1e-3) / 1e12, q_ms,
+                  per / (f_ms + q_ms));
+      std::snprintf(buf, sizeof buf,
+                    ", \"fp8_ms\": %.5f, \"fp8_tflops\": %.3f, \"fp8_quant_ms\": %.5f",
+                    f_ms, flops / (f_ms * 1e-3) / 1e12, q_ms);
+      js += buf;
+      cudaFree(qa);
+      cudaFree(qb);
+      cudaFree(st);
+    }
+    js += "}";
   }
   const double whole = flops_all / (ms_all * 1e-3) / 1e12;
   std::printf("%-14s %7s %7s %7s %10.4f %9.1f   (FLOP-weighted: one layer's GEMMs + lm_head)\n",

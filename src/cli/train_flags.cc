@@ -146,6 +146,10 @@ const CommandSpec& train_command() {
         choice_flag("recompute", "off", recompute_names(),
                     "what backward reruns instead of keeping it: attn (the attention core), mlp "
                     "(the MLP activation), block (all but each block's input)"),
+        choice_flag("fp8", "off", {"off", "e4m3"},
+                    "e4m3: the blocks' linear GEMMs in FP8 (E4M3 activations and weights, E5M2 "
+                    "gradients, per-tensor current scaling; lm head and attention stay bf16); "
+                    "on the CPU a fake quantization: the same numerics, no speed"),
         bool_flag("table-offload",
                   "keep the value tables (bov, bov-add, value-embed) and their AdamW states in "
                   "host memory; only the rows a step reads go to the device"),
@@ -285,6 +289,7 @@ absl::StatusOr<TrainOptions> parse_train_options(int argc, char** argv, int firs
     if (auto s = nanochat_wd_scale(o.model, 524288); !s.ok()) return s.status();
   }
   VT_ASSIGN_OR_RETURN(o.recompute, parse_recompute(f.get_string("recompute")));
+  o.fp8 = f.get_string("fp8");
   o.table_offload = f.get_bool("table-offload");
   if (o.table_offload && !o.model.value().has_table())
     return absl::InvalidArgumentError(absl::StrCat(

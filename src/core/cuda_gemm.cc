@@ -117,6 +117,30 @@ void Gemm::matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                                    p.c, C, p.c, &p.algo, workspace_, workspace_bytes_, stream));
 }
 
+void Gemm::fp8(int64_t M, int64_t N, int64_t K, float alpha, const void* A,
+               cudaDataType_t a_type, int64_t lda, const float* a_scale, const void* B,
+               cudaDataType_t b_type, int64_t ldb, const float* b_scale, float beta, void* C,
+               cudaDataType_t c_type, int64_t ldc, cudaStream_t stream, const void* C_in) {
+  VT_CUDA_REQUIRE(M >= 0 && N >= 0 && K > 0, "fp8 gemm dimensions must be >= 0, K > 0");
+  if (M == 0 || N == 0) return;
+  VT_CUDA_REQUIRE(lda >= K && ldb >= K && ldc >= N, "fp8 gemm leading dimension too small");
+  // The row-major C = A B^T is the column-major C^T = B A^T: A' = B transposed (T), B' = A (N).
+  const int ab = kFp8Key | int(b_type) | (int(a_type) << 8);
+  const Key key{false, true, M, N, K, lda, ldb, ldc, ab, int(c_type), alignment_of(A),
+                alignment_of(B),
+                std::min(alignment_of(C), C_in ? alignment_of(C_in) : alignment_of(C)),
+                int64_t{1}, int64_t{0}, int64_t{0}, int64_t{0}};
+  const Plan& p = plan(key);
+  // The scale pointers change per call (stream-ordered scratch): set on the cached descriptor
+  // before each matmul (calls are ordered, see the header). A' = B, B' = A.
+  VT_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                   &b_scale, sizeof(b_scale)));
+  VT_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                   &a_scale, sizeof(a_scale)));
+  VT_CUBLASLT_CHECK(cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C_in ? C_in : C,
+                                   p.c, C, p.c, &p.algo, workspace_, workspace_bytes_, stream));
+}
+
 const Gemm::Plan& Gemm::plan(const Key& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = plans_.find(key);
@@ -127,7 +151,11 @@ const Gemm::Plan& Gemm::plan(const Key& key) {
   ++misses_;
   const auto [trans_a, trans_b, M, N, K, lda, ldb, ldc, ab, ct, al_A, al_B, al_C, count, stride_A,
               stride_B, stride_C] = key;
-  const cudaDataType_t ab_type = cudaDataType_t(ab), c_type = cudaDataType_t(ct);
+  // FP8 keys carry A' and B' types apart (see Key).
+  const bool fp8 = (ab & kFp8Key) != 0;
+  const cudaDataType_t ab_type = cudaDataType_t(fp8 ? (ab & 0xff) : ab),
+                       b_type = cudaDataType_t(fp8 ? ((ab >> 8) & 0xff) : ab),
+                       c_type = cudaDataType_t(ct);
   // Column-major problem: C'(m = N, n = M) = op'(A') op'(B'), A' = B, B' = A.
   const uint64_t m = uint64_t(N), n = uint64_t(M), k = uint64_t(K);
   const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // on A' = B
@@ -143,7 +171,7 @@ const Gemm::Plan& Gemm::plan(const Key& key) {
   VT_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                                    sizeof(op_b)));
   VT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d->a, ab_type, a_rows, a_cols, ldb));
-  VT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d->b, ab_type, b_rows, b_cols, lda));
+  VT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d->b, b_type, b_rows, b_cols, lda));
   VT_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d->c, c_type, m, n, ldc));
   if (count > 1) {  // A' = B, B' = A: each layout takes its operand's stride
     const int32_t batch_count = static_cast<int32_t>(count);

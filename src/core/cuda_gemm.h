@@ -16,6 +16,11 @@
 // operand (C_in shares C's stride), one cuBLASLt call (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and
 // _STRIDED_BATCH_OFFSET on the three layouts).
 //
+// FP8 (Hopper): fp8() multiplies FP8 codes, A (M,K) and B (N,K) row-major (K-contiguous, the
+// "TN" layout Hopper's FP8 kernels take): C(M,N) = alpha * a_scale * b_scale * A B^T + beta C_in,
+// the scales device fp32 (the dequantization factors), fp32 accumulation, bf16 or fp32 C.
+// cuBLASLt requires K, lda and ldb multiples of 16 and A, B 16-byte aligned.
+//
 // Plans are cached: the matmul descriptor, the three matrix layouts and the algorithm the
 // heuristic picked are made once per problem key (transposes, M, N, K, leading dims, types and
 // the alignment of each pointer) and reused by every later call with that key, so a training
@@ -59,6 +64,12 @@ class Gemm {
                   const __nv_bfloat16* A, int64_t lda, const __nv_bfloat16* B, int64_t ldb,
                   float beta, float* C, int64_t ldc, cudaStream_t stream,
                   const float* C_in = nullptr, GemmBatch batch = {});
+  // FP8: a_type/b_type CUDA_R_8F_E4M3 or CUDA_R_8F_E5M2 (not both E5M2), c_type CUDA_R_16BF or
+  // CUDA_R_32F (C_in the same).
+  void fp8(int64_t M, int64_t N, int64_t K, float alpha, const void* A, cudaDataType_t a_type,
+           int64_t lda, const float* a_scale, const void* B, cudaDataType_t b_type, int64_t ldb,
+           const float* b_scale, float beta, void* C, cudaDataType_t c_type, int64_t ldc,
+           cudaStream_t stream, const void* C_in = nullptr);
 
  // Cached plans, and how many calls found theirs (hits) or made one (misses).
   size_t plans() const;
@@ -67,11 +78,13 @@ class Gemm {
 
  private:
   struct Plan;
-  // trans_a, trans_b, M, N, K, lda, ldb, ldc, ab type, c type, alignments of A, B, C (the lesser
-  // of C's and C_in's), batch count and the strides of A, B, C.
+  // trans_a, trans_b, M, N, K, lda, ldb, ldc, ab type (FP8: kFp8Key | A' type | B' type << 8,
+  // A' = our B, B' = our A), c type, alignments of A, B, C (the lesser of C's and C_in's), batch
+  // count and the strides of A, B, C (FP8 calls: count 1, strides 0).
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
                          int, uint32_t, uint32_t, uint32_t, int64_t, int64_t, int64_t, int64_t>;
   const Plan& plan(const Key& key);
+  static constexpr int kFp8Key = 1 << 16;
 
   void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,

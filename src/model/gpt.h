@@ -136,6 +136,10 @@ class GPT {
   // backward reruns. Same results as without (the reruns are deterministic).
   void set_recompute(Recompute r) { recompute_ = r; }
   Recompute recompute() const { return recompute_; }
+  // --fp8 e4m3: the blocks' linear layers multiply in FP8 (model/linear.h says which GEMMs and
+  // why the others stay bf16); master weights, gradients and optimizer states are unchanged.
+  void set_fp8(bool on) { fp8_ = on; }
+  bool fp8() const { return fp8_; }
 
   // Which earlier layers' context values must be kept for later layers (the value mode says).
   bool keeps_value(int layer) const;
@@ -227,6 +231,7 @@ class GPT {
   mutable std::vector<Tensor> attn_bias_;     // per held layer, as layers_ (undefined without --attn-bias)
   mutable bool fixed_ready_ = false;
   Recompute recompute_ = Recompute::kOff;
+  bool fp8_ = false;
 };
 
 }  // namespace vt

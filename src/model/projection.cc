@@ -2,6 +2,7 @@
 #include "model/projection.h"
 
 #include "core/ops.h"
+#include "model/linear.h"
 #include "parallel/tensor_parallel.h"
 
 namespace vt::projection {
@@ -46,7 +47,7 @@ Tensor effective_matrix(const GPT& m, const Projection& p) {
 
 void forward_in(const GPT& m, const Projection& p, const Tensor& x, const Tensor& out) {
   switch (p.kind) {
-    case Projection::Kind::kMatrix: ops::matmul(x, W(m, p.w), out); return;
+    case Projection::Kind::kMatrix: linear::forward(m, x, W(m, p.w), out); return;
     case Projection::Kind::kIdentity: {
       const int64_t N = ops::rows_of(x), C = x.dim(-1), K = out.numel() / N;
       ops::copy_2d(out, 0, K, x, K * m.parallel().tp_rank(), C, N, K);
@@ -54,7 +55,7 @@ void forward_in(const GPT& m, const Projection& p, const Tensor& x, const Tensor
       return;
     }
     case Projection::Kind::kReparam:
-      ops::matmul(x, gemm_matrix(m, effective_matrix(m, p)), out);
+      linear::forward(m, x, gemm_matrix(m, effective_matrix(m, p)), out);
       return;
     case Projection::Kind::kNone: break;
   }
@@ -65,8 +66,8 @@ void backward_in(const GPT& m, const Projection& p, const Tensor& x, const Tenso
                  const Tensor& dx, bool accumulate) {
   switch (p.kind) {
     case Projection::Kind::kMatrix:
-      ops::matmul_dw(x, d, G(m, p.w));
-      ops::matmul_dx(d, W(m, p.w), dx, accumulate);
+      linear::backward_dw(m, x, d, G(m, p.w));
+      linear::backward_dx(m, d, W(m, p.w), dx, accumulate);
       return;
     case Projection::Kind::kIdentity: {
       const int64_t N = ops::rows_of(x), C = x.dim(-1), K = d.numel() / N;
@@ -87,9 +88,9 @@ void backward_in(const GPT& m, const Projection& p, const Tensor& x, const Tenso
     case Projection::Kind::kReparam: {
       const Tensor eff = effective_matrix(m, p);
       Tensor dweff = Tensor::zeros(eff.shape(), DType::kF32, eff.device());
-      ops::matmul_dw(x, d, dweff);
+      linear::backward_dw(m, x, d, dweff);
       reparam_grads(m, p, dweff);
-      ops::matmul_dx(d, gemm_matrix(m, eff), dx, accumulate);
+      linear::backward_dx(m, d, gemm_matrix(m, eff), dx, accumulate);
       return;
     }
     case Projection::Kind::kNone: break;
@@ -99,7 +100,7 @@ void backward_in(const GPT& m, const Projection& p, const Tensor& x, const Tenso
 
 void forward_out(const GPT& m, const Projection& p, const Tensor& y, const Tensor& o) {
   switch (p.kind) {
-    case Projection::Kind::kMatrix: ops::matmul(y, W(m, p.w), o); return;
+    case Projection::Kind::kMatrix: linear::forward(m, y, W(m, p.w), o); return;
     case Projection::Kind::kIdentity: {
       const int64_t N = ops::rows_of(y), Q = y.dim(-1), C = o.dim(-1);
       Tensor(o).zero_();
@@ -108,7 +109,7 @@ void forward_out(const GPT& m, const Projection& p, const Tensor& y, const Tenso
       return;
     }
     case Projection::Kind::kReparam:
-      ops::matmul(y, gemm_matrix(m, effective_matrix(m, p)), o);
+      linear::forward(m, y, gemm_matrix(m, effective_matrix(m, p)), o);
       return;
     case Projection::Kind::kNone: break;
   }
@@ -119,8 +120,8 @@ void backward_out(const GPT& m, const Projection& p, const Tensor& y, const Tens
                   const Tensor& dy) {
   switch (p.kind) {
     case Projection::Kind::kMatrix:
-      ops::matmul_dw(y, dout, G(m, p.w));
-      ops::matmul_dx(dout, W(m, p.w), dy, false);
+      linear::backward_dw(m, y, dout, G(m, p.w));
+      linear::backward_dx(m, dout, W(m, p.w), dy, false);
       return;
     case Projection::Kind::kIdentity: {
       const int64_t N = ops::rows_of(y), Q = y.dim(-1), C = dout.dim(-1);
@@ -133,9 +134,9 @@ void backward_out(const GPT& m, const Projection& p, const Tensor& y, const Tens
     case Projection::Kind::kReparam: {
       const Tensor eff = effective_matrix(m, p);
       Tensor dweff = Tensor::zeros(eff.shape(), DType::kF32, eff.device());
-      ops::matmul_dw(y, dout, dweff);
+      linear::backward_dw(m, y, dout, dweff);
       reparam_grads(m, p, dweff);
-      ops::matmul_dx(dout, gemm_matrix(m, eff), dy, false);
+      linear::backward_dx(m, dout, gemm_matrix(m, eff), dy, false);
       return;
     }
     case Projection::Kind::kNone: break;

@@ -6,6 +6,7 @@
 #include "core/ops.h"
 #include "model/block_shape.h"
 #include "model/layer_attention.h"
+#include "model/linear.h"
 #include "model/projection.h"
 #include "parallel/tensor_parallel.h"
 
@@ -168,8 +169,8 @@ Tensor TrainKit::attention(const Tensor& n_block, BlockActs& a) const {
   a.attn_in = n;
   Tensor q = act({B, T, H, hd});
   Tensor k = act({B, T, Hkv, hd});
-  ops::matmul(n, m_.W(lp.wq), q);
-  ops::matmul(n, m_.W(lp.wk), k);
+  linear::forward(m_, n, m_.W(lp.wq), q);
+  linear::forward(m_, n, m_.W(lp.wk), k);
 
   // Value path.
   const ValuePath& vp = cfg.value();
@@ -304,10 +305,10 @@ Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
 
   // Projections into q, k, v.
   const Tensor& n = a.attn_in;
-  ops::matmul_dw(n, dq.reshaped({N, qd}), m_.G(lp.wq));
-  ops::matmul_dx(dq.reshaped({N, qd}), m_.W(lp.wq), dn, true);
-  ops::matmul_dw(n, dk.reshaped({N, kvd}), m_.G(lp.wk));
-  ops::matmul_dx(dk.reshaped({N, kvd}), m_.W(lp.wk), dn, true);
+  linear::backward_dw(m_, n, dq.reshaped({N, qd}), m_.G(lp.wq));
+  linear::backward_dx(m_, dq.reshaped({N, qd}), m_.W(lp.wq), dn, true);
+  linear::backward_dw(m_, n, dk.reshaped({N, kvd}), m_.G(lp.wk));
+  linear::backward_dx(m_, dk.reshaped({N, kvd}), m_.W(lp.wk), dn, true);
   if (lp.v.defined()) {
     const Tensor dctx2 = dctx.reshaped({N, kvd});
     if (target && vp.context_from_x0()) {
@@ -350,10 +351,10 @@ Tensor TrainKit::mlp(const Tensor& n, BlockActs& a) const {
   const int64_t N = rows(), C = m_.cfg_.n_embd;
   a.mlp_in = n;
   a.h = act({N, m_.hidden_});
-  ops::matmul(n, m_.W(lp.fc), a.h);
+  linear::forward(m_, n, m_.W(lp.fc), a.h);
   a.act = activation(a.h);
   Tensor out = act({N, C});
-  ops::matmul(a.act, m_.W(lp.proj), out);
+  linear::forward(m_, a.act, m_.W(lp.proj), out);
   tp::reduce_outputs(m_.par_.tp_comm(), out);
   return out;
 }
@@ -363,16 +364,16 @@ Tensor TrainKit::mlp_backward(const Tensor& dm, BlockActs& a) const {
   const int64_t N = rows(), C = m_.cfg_.n_embd;
   if (!a.act.defined()) a.act = activation(a.h);  // --recompute mlp dropped it
   Tensor dact = act({N, m_.hidden_});
-  ops::matmul_dw(a.act, dm, m_.G(lp.proj));
-  ops::matmul_dx(dm, m_.W(lp.proj), dact, false);
+  linear::backward_dw(m_, a.act, dm, m_.G(lp.proj));
+  linear::backward_dx(m_, dm, m_.W(lp.proj), dact, false);
   Tensor dh = act({N, m_.hidden_});
   if (m_.cfg_.mlp_act == "relu")
     ops::relu_backward(a.h, dact, dh, false);
   else
     ops::relu2_backward(a.h, dact, dh, false);
-  ops::matmul_dw(a.mlp_in, dh, m_.G(lp.fc));
+  linear::backward_dw(m_, a.mlp_in, dh, m_.G(lp.fc));
   Tensor dn = act({N, C});
-  ops::matmul_dx(dh, m_.W(lp.fc), dn, false);
+  linear::backward_dx(m_, dh, m_.W(lp.fc), dn, false);
   tp::reduce_input_grads(m_.par_.tp_comm(), dn);
   return dn;
 }

@@ -26,7 +26,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"muon_wd", muon_wd}, {"muon_wd_style", muon_wd_style}, {"muon_wd_scale", muon_wd_scale},
           {"muon_momentum", muon_momentum}, {"lr_batch_scale", lr_batch_scale},
           {"coef_optim", coef_optim},
-          {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute_name(recompute)},
+          {"act_dtype", act_dtype}, {"device_comm", device_comm}, {"recompute", recompute_name(recompute)}, {"fp8", fp8},
           {"table_offload", table_offload}, {"grad_sync", grad_sync}, {"zero", zero},
           {"cuda_graphs", cuda_graphs},
           {"muon_ns_dtype", muon_ns_dtype}, {"core_every", core_every}, {"core_dir", core_dir}};

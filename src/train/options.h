@@ -82,6 +82,9 @@ struct TrainOptions {
   std::string device_comm = "auto";
   bool table_offload = false;  // value tables and their AdamW states in host memory
   Recompute recompute = Recompute::kOff;  // --recompute: what backward reruns (model/recompute.h)
+  // --fp8: off, or e4m3 (the blocks' linear GEMMs in FP8: model/linear.h; on the CPU a fake
+  // quantization with the same values, for numerics, not speed).
+  std::string fp8 = "off";
   bool profile = false;    // per-op host time per step, printed at the end (core/op_profile.h)
   bool overlap_grad_sync = true;
   // --cuda-graphs: off, or micro-step (each micro-batch's forward + backward replayed from a

@@ -115,6 +115,10 @@ absl::Status build_model(const TrainOptions& o, Run& r) {
   if (o.vpp > 1) par.chunks = r.chunks;
   r.model = std::make_unique<GPT>(o.model, par);
   r.model->set_recompute(o.recompute);
+  r.model->set_fp8(o.fp8 == "e4m3");
+  if (o.fp8 == "e4m3" && r.device.device == Device::kCPU && r.rank0)
+    std::printf("fp8: e4m3 on the CPU is a fake quantization (the GPU path's values, fp32 "
+                "GEMMs): numerics only; its tok/s and MFU say nothing about FP8 speed\n");
   if (o.table_offload) r.store.keep_in_host_memory(ParamGroup::kValueTable);
   r.model->register_params(r.store);
   int held_layers = 0;

@@ -22,6 +22,7 @@
 #include "core/blas_info.h"
 #include "core/op_profile.h"
 #include "core/ops.h"
+#include "core/ops/gemm.h"
 #include "core/rng.h"
 #include "data/mixture.h"
 #include "data/data_fingerprint.h"
@@ -321,7 +322,7 @@ void Trainer::note_changed_options(const CheckpointMeta& meta) const {
                                          "max_grad_norm", "polar_express", "final_lr_frac",
                                          "adamw_lr", "weight_decay",
                                          "muon_wd", "muon_wd_style", "muon_wd_scale",
-                                         "muon_momentum", "grad_sync", "zero"};
+                                         "muon_momentum", "grad_sync", "zero", "fp8"};
   if (!rank0_ || !meta.extra.is_object()) return;
   const nlohmann::json now = o_.to_json();
   std::string changed;
@@ -660,6 +661,22 @@ void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, do
     }
   }
   t_last_ = t;
+  // --fp8: this step's FP8 counts (this rank's GEMMs), taken on every rank to restart them.
+  nlohmann::json fp8;
+  if (o_.fp8 != "off") {
+    const Fp8Tally ft = ops::fp8_tally_take();
+    fp8 = nlohmann::json::object();
+    int64_t saturated = 0;
+    for (int k = 0; k < kFp8GemmKinds; ++k) {
+      fp8[fp8_gemm_kind_name(k)] = {{"gemms", ft.gemms[k]},
+                                    {"saturated", {ft.saturated[k][0], ft.saturated[k][1]}},
+                                    {"underflow", {ft.underflow[k][0], ft.underflow[k][1]}}};
+      saturated += ft.saturated[k][0] + ft.saturated[k][1];
+    }
+    if (saturated > 0 && rank0_)
+      std::printf("fp8: step %lld saturated %lld elements (clamped to the format's max)\n",
+                  static_cast<long long>(done), static_cast<long long>(saturated));
+  }
   if (!rank0_) return;
   nlohmann::json by_source = run_->train->tokens_by_source();
   nlohmann::json rec = {{"step", done},
@@ -681,6 +698,7 @@ void Trainer::log_step(int64_t done, double loss, const optim::StepStats& st, do
                   {"device_peak_bytes", device_peak_bytes()},
                   {"tokens_by_source", std::move(by_source)}};
   if (o_.data.stages.size() > 1) rec["data_stage"] = data_stage_ + 1;
+  if (!fp8.is_null()) rec["fp8"] = std::move(fp8);
   metrics_.write(rec);
   if (done % o_.log_every == 0 || done == o_.steps || done == first_step_ + 1) {
     std::printf("%s\n", progress_line(done, o_.steps, loss, loss_smooth, st.matrix_lr, tok_per_s, mfu,

@@ -3,10 +3,14 @@
 // larger than the rows, strided batches, separate C and D, row-major A/B, bf16 inputs with fp32
 // or bf16 outputs (one rounding of the fp32 result), TF32 compute; and the refusals cuBLASLt
 // gives (leading dimension below the rows, shapes that do not compose, an algorithm chosen for
-// more alignment than the pointers have).
+// more alignment than the pointers have). FP8: E4M3/E5M2 codes with A/B scale pointers against
+// the formats' definition, and the FP8 requirements cuBLASLt documents (TN, k and leading
+// dimensions multiples of 16, not E5M2 x E5M2; scale pointers only with FP8 operands).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
+
+#include <cstdint>
 
 #include <cmath>
 #include <random>
@@ -229,6 +233,129 @@ TEST_F(EmuCublasLt, RefusesWhatCublasLtRefuses) {
     EXPECT_EQ(run(h_, p, A, B, C, D, 1.0f, 0.0f), CUBLAS_STATUS_INVALID_VALUE);
     A.dev = dev;
   }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// The value of an FP8 code from the format's definition (sign, exponent field, mantissa field;
+// subnormals at exponent 0). Finite codes only (the test draws no NaN/inf codes).
+double fp8_value(uint8_t code, bool e4m3) {
+  const int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  const int e = (code & 0x7f) >> mbits, m = code & ((1 << mbits) - 1);
+  const double v = e == 0 ? std::ldexp(double(m), 1 - bias - mbits)
+                          : std::ldexp(1.0 + double(m) / (1 << mbits), e - bias);
+  return code & 0x80 ? -v : v;
+}
+
+struct Fp8Run {
+  cudaDataType ta = CUDA_R_8F_E4M3, tb = CUDA_R_8F_E5M2;
+  cublasOperation_t oa = CUBLAS_OP_T, ob = CUBLAS_OP_N;
+  int64_t m = 8, n = 12, k = 32, lda = 48, ldb = 32;
+  bool scales = true;
+};
+
+// D (f32, m x n, ld m) = alpha * sa * sb * op(A) op(B) + beta * C, A stored (k, m), B (k, n).
+cublasStatus_t run_fp8(cublasLtHandle_t h, const Fp8Run& r, std::vector<uint8_t>& a,
+                       std::vector<uint8_t>& b, std::vector<float>& c, float alpha, float beta,
+                       float sa, float sb, std::vector<float>* d_out) {
+  a.resize(size_t(r.lda * r.m));
+  b.resize(size_t(r.ldb * r.n));
+  c.resize(size_t(r.m * r.n));
+  std::mt19937 g(9);
+  for (auto& x : a) x = uint8_t(g() & 0xff) & 0xf7;  // clears bit 3: no NaN/inf codes
+  for (auto& x : b) x = uint8_t(g() & 0xff) & 0xf3;  // clears bit 3 and 2 (E5M2 exponent < 31)
+  for (auto& x : c) x = float(int(g() % 7) - 3);
+  void *da, *db, *dc, *dd, *ds;
+  EXPECT_EQ(cudaMalloc(&da, a.size()), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&db, b.size()), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&dc, c.size() * 4), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&dd, c.size() * 4), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&ds, 8), cudaSuccess);
+  const float sc[2] = {sa, sb};
+  cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(ds, sc, 8, cudaMemcpyHostToDevice);
+  cublasLtMatmulDesc_t op;
+  EXPECT_EQ(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &r.oa, sizeof(r.oa));
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &r.ob, sizeof(r.ob));
+  if (r.scales) {
+    const void* pa = ds;
+    const void* pb = static_cast<float*>(ds) + 1;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &pa, sizeof(pa));
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &pb, sizeof(pb));
+  }
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatrixLayoutCreate(&la, r.ta, uint64_t(r.k), uint64_t(r.m), r.lda);
+  cublasLtMatrixLayoutCreate(&lb, r.tb, uint64_t(r.k), uint64_t(r.n), r.ldb);
+  cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, uint64_t(r.m), uint64_t(r.n), r.m);
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &heur, &found);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmul(h, op, &alpha, da, la, db, lb, &beta, dc, lc, dd, lc, &heur.algo, nullptr,
+                        0, nullptr);
+  if (st == CUBLAS_STATUS_SUCCESS && d_out) {
+    d_out->resize(c.size());
+    EXPECT_EQ(cudaMemcpy(d_out->data(), dd, c.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  for (auto l : {la, lb, lc}) cublasLtMatrixLayoutDestroy(l);
+  cublasLtMatmulDescDestroy(op);
+  for (void* p : {da, db, dc, dd, ds}) cudaFree(p);
+  return st;
+}
+
+TEST_F(EmuCublasLt, Fp8MatchesTheFormatsDefinitionWithScales) {
+  for (auto [ta, tb] : {std::pair{CUDA_R_8F_E4M3, CUDA_R_8F_E5M2},
+                        std::pair{CUDA_R_8F_E5M2, CUDA_R_8F_E4M3},
+                        std::pair{CUDA_R_8F_E4M3, CUDA_R_8F_E4M3}}) {
+    Fp8Run r;
+    r.ta = ta, r.tb = tb;
+    std::vector<uint8_t> a, b;
+    std::vector<float> c, d;
+    const float alpha = 0.75f, beta = 0.5f, sa = 0.0625f, sb = 3.0f;
+    ASSERT_EQ(run_fp8(h_, r, a, b, c, alpha, beta, sa, sb, &d), CUBLAS_STATUS_SUCCESS);
+    for (int64_t i = 0; i < r.m; ++i)
+      for (int64_t j = 0; j < r.n; ++j) {
+        double acc = 0, mag = 0;
+        for (int64_t l = 0; l < r.k; ++l) {
+          const double p = fp8_value(a[size_t(i * r.lda + l)], ta == CUDA_R_8F_E4M3) *
+                           fp8_value(b[size_t(j * r.ldb + l)], tb == CUDA_R_8F_E4M3);
+          acc += p;
+          mag += std::fabs(p);
+        }
+        const double scale = double(alpha) * sa * sb;
+        const double want = scale * acc + beta * c[size_t(j * r.m + i)];
+        // fp32 accumulation of exact products: k * 2^-24 of sum |p|, plus the final roundings.
+        const double tol = scale * mag * r.k * std::ldexp(1.0, -23) + 1e-6 * std::fabs(want);
+        ASSERT_NEAR(d[size_t(j * r.m + i)], want, tol) << i << "," << j;
+      }
+  }
+}
+
+TEST_F(EmuCublasLt, Fp8RefusesWhatTheDocumentedRequirementsExclude) {
+  std::vector<uint8_t> a, b;
+  std::vector<float> c;
+  auto status = [&](Fp8Run r) { return run_fp8(h_, r, a, b, c, 1.0f, 0.0f, 1.0f, 1.0f, nullptr); };
+  EXPECT_EQ(status(Fp8Run{}), CUBLAS_STATUS_SUCCESS);
+  Fp8Run nn;
+  nn.oa = CUBLAS_OP_N;  // not TN
+  EXPECT_EQ(status(nn), CUBLAS_STATUS_NOT_SUPPORTED);
+  Fp8Run e5e5;
+  e5e5.ta = CUDA_R_8F_E5M2;
+  EXPECT_EQ(status(e5e5), CUBLAS_STATUS_NOT_SUPPORTED);
+  Fp8Run odd_k;
+  odd_k.k = 24;
+  EXPECT_EQ(status(odd_k), CUBLAS_STATUS_NOT_SUPPORTED);
+  Fp8Run odd_ld;
+  odd_ld.lda = 40;
+  EXPECT_EQ(status(odd_ld), CUBLAS_STATUS_NOT_SUPPORTED);
+  Fp8Run mixed;
+  mixed.tb = CUDA_R_16BF;
+  EXPECT_EQ(status(mixed), CUBLAS_STATUS_NOT_SUPPORTED);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

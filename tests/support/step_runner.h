@@ -49,12 +49,14 @@ inline void pattern_batch(const ModelConfig& cfg, int B, int step, std::vector<i
 // perturb > 0 moves every parameter off its init by N(0, perturb) (scalars and gains by
 // N(0, 4 perturb)), the same numbers on every device: at init some gradients vanish in exact
 // arithmetic (scale-invariant gains in front of a norm, W_O = 0), and comparing their rounding
-// noise between backends tests nothing.
+// noise between backends tests nothing. fp8: the blocks' linear GEMMs in FP8 (--fp8 e4m3).
 inline StepRun run_steps(const ModelConfig& cfg, Device device, DType act, int steps, int B,
-                         uint64_t seed = 1234, double lr_scale = 1.0, double perturb = 0.0) {
+                         uint64_t seed = 1234, double lr_scale = 1.0, double perturb = 0.0,
+                         bool fp8 = false) {
   StepRun r;
   ParamStore store;
   GPT model(cfg);
+  model.set_fp8(fp8);
   model.register_params(store);
   store.finalize(device, act);
   model.init_params(seed);

@@ -1,0 +1,31 @@
+// The blocks' linear GEMMs, bf16 or FP8 (see linear.h).
+#include "model/linear.h"
+
+#include "core/ops/gemm.h"
+#include "model/gpt.h"
+
+namespace vt::linear {
+
+void forward(const GPT& m, const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate) {
+  if (m.fp8())
+    ops::matmul_fp8(x, w, y, accumulate);
+  else
+    ops::matmul(x, w, y, accumulate);
+}
+
+void backward_dx(const GPT& m, const Tensor& dy, const Tensor& w, const Tensor& dx,
+                 bool accumulate) {
+  if (m.fp8())
+    ops::matmul_dx_fp8(dy, w, dx, accumulate);
+  else
+    ops::matmul_dx(dy, w, dx, accumulate);
+}
+
+void backward_dw(const GPT& m, const Tensor& x, const Tensor& dy, const Tensor& dw) {
+  if (m.fp8())
+    ops::matmul_dw_fp8(x, dy, dw);
+  else
+    ops::matmul_dw(x, dy, dw);
+}
+
+}  // namespace vt::linear
