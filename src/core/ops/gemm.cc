@@ -64,7 +64,10 @@ void check_batch(const GemmArgs& g) {
 }  // namespace
 
 void gemm(const GemmArgs& g) {
-  if (g.fp8_a != Fp8Format::kNone || g.fp8_b != Fp8Format::kNone) return gemm_fp8(g);
+  if (g.fp8_a != Fp8Format::kNone || g.fp8_b != Fp8Format::kNone) {
+    VT_CHECK_MSG(g.batch == 1, "gemm: an FP8 GEMM is not batched (batch " << g.batch << ")");
+    return gemm_fp8(g);
+  }
   const bool addend = g.addend.defined();
   if (addend) check_addend(g);
   check_batch(g);
