@@ -94,6 +94,9 @@ OP_TO_ROWS: dict[str, tuple[str, ...]] = {
     "newton_schulz": ("Muon Newton-Schulz GEMMs (5 steps, bf16)",),
     "transpose": ("Muon Newton-Schulz GEMMs (5 steps, bf16)",),
     "normalize_frobenius": ("Muon Newton-Schulz GEMMs (5 steps, bf16)",),
+    "normalize_frobenius_segments": ("Muon Newton-Schulz GEMMs (5 steps, bf16)",),  # batched
+    # --fp8 e4m3: the linear layers' GEMMs with their quantization passes (one op each).
+    "gemm_fp8": ("GEMM forward (x W)", "GEMM backward dx (dy W^T)", "GEMM backward dW (x^T dy, fp32)"),
     "muon_momentum": ("Muon momentum + apply",),
     "muon_apply": ("Muon momentum + apply",),
     "adamw_update": ("AdamW (embedding, lm_head)",),
