@@ -596,11 +596,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
   x.B = B;
   x.C = C;
   x.Dp = Dp;
-  enqueue(s, [x]() mutable {
-    // The scales are device values: read when the matmul runs, in stream order.
-    if (x.d.a_scale) x.alpha *= *static_cast<const float*>(x.d.a_scale);
-    if (x.d.b_scale) x.alpha *= *static_cast<const float*>(x.d.b_scale);
-    execute(x);
+  enqueue(s, [x] {
+    // The scales are device values: read when the matmul runs, in stream order, into a copy of
+    // the call (a CUDA graph runs this operation again at every replay: the recorded call must
+    // stay as it was captured).
+    Call run = x;
+    if (run.d.a_scale) run.alpha *= *static_cast<const float*>(run.d.a_scale);
+    if (run.d.b_scale) run.alpha *= *static_cast<const float*>(run.d.b_scale);
+    execute(run);
   });
   return CUBLAS_STATUS_SUCCESS;
 }

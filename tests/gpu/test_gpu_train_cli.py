@@ -168,13 +168,18 @@ def _global_batch_of_two_micro_batches():
     return str(2 * rows * seq)
 
 
-@pytest.mark.parametrize("mode,dtype", [("baseline", "bf16"), ("bov", "bf16"), ("value-embed", "f32")])
-def test_cuda_graphs_give_the_eager_losses_bit_for_bit(mode, dtype, datadir, tmp_path):
+@pytest.mark.parametrize("mode,dtype,extra", [("baseline", "bf16", []), ("bov", "bf16", []),
+                                              ("value-embed", "f32", []),
+                                              ("baseline", "bf16", ["--fp8", "e4m3"])],
+                         ids=["baseline-bf16", "bov-bf16", "value-embed-f32", "baseline-bf16-fp8"])
+def test_cuda_graphs_give_the_eager_losses_bit_for_bit(mode, dtype, extra, datadir, tmp_path):
     """--cuda-graphs micro-step: every micro-batch's forward + backward replayed from a CUDA graph
     after an eager first step (2 micro-batches a step) gives the eager run's losses and gradient
-    norms exactly (the metrics hold the doubles at full precision)."""
+    norms exactly (the metrics hold the doubles at full precision). With --fp8 the replayed
+    cuBLASLt calls read their scale pointers again at each replay (the emulation once compounded
+    them into its recorded alpha)."""
     args = TINY + ["--value", mode, "--steps", "4", "--device", "cuda", "--act-dtype", dtype,
-                   "--global-batch", _global_batch_of_two_micro_batches()]
+                   "--global-batch", _global_batch_of_two_micro_batches(), *extra]
     eager, eager_rows = train(datadir, tmp_path / "eager", args)
     log = []
     graphs, graph_rows = train(datadir, tmp_path / "graphs", args + ["--cuda-graphs", "micro-step"],
