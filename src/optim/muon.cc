@@ -129,17 +129,7 @@ void check_ns_tensors(const Tensor& G, int rows, int cols, const Tensor& out) {
 // C (M x N, ldc) = alpha * op(A) * op(B) + beta * addend (C itself when addend is undefined).
 void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const Tensor& A,
               int64_t lda, const Tensor& B, int64_t ldb, float beta, const Tensor& C,
-              int64_t ldc, const Tensor& addend = Tensor()) {
-  GemmArgs g;
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.M = M, g.N = N, g.K = K;
-  g.alpha = alpha, g.beta = beta;
-  g.A = A, g.B = B, g.C = C;
-  g.lda = lda, g.ldb = ldb, g.ldc = ldc;
-  g.addend = addend;
-  ops::gemm(g);
-}
+              int64_t ldc, const Tensor& addend = Tensor());
 }  // namespace
 
 void newton_schulz(const Tensor& G, int rows, int cols, const Tensor& out, int steps,
@@ -237,6 +227,12 @@ void gemm_f32_batched(int64_t batch, int64_t stride_a, int64_t stride_b, int64_t
   g.batch = batch;
   g.stride_a = stride_a, g.stride_b = stride_b, g.stride_c = stride_c;
   ops::gemm(g);
+}
+
+void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const Tensor& A,
+              int64_t lda, const Tensor& B, int64_t ldb, float beta, const Tensor& C,
+              int64_t ldc, const Tensor& addend) {
+  gemm_f32_batched(1, 0, 0, 0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, addend);
 }
 
 // The f32 tensors t(0..count) as one tensor of count * mn elements when each follows the last in
