@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(build-essential cmake pkg-config git
   libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
   libabsl-dev libgtest-dev libopenblas-dev libopenblas0-openmp libpcre2-dev nlohmann-json3-dev
-  zlib1g-dev libzstd-dev zstd libsnappy-dev libprotobuf-dev protobuf-compiler
+  zlib1g-dev libzstd-dev zstd libsnappy-dev libprotobuf-dev protobuf-compiler libtomlplusplus-dev
   bible-kjv python3-venv
   slurmctld slurmd slurm-client munge iproute2 util-linux   # tests/cluster
   clang libclang-rt-14-dev libomp-dev)                      # tests/fuzz (libFuzzer)

@@ -118,4 +118,110 @@ absl::StatusOr<ModelConfig> model_config_from_flags(const Flags& f) {
   return m;
 }
 
+namespace {
+
+using FlagValues = std::vector<std::pair<std::string, nlohmann::json>>;
+
+// ModelConfig built from `preset` and `values` as model_config_from_flags builds it, with cfg's
+// vocabulary and reparam seed, finalized.
+absl::StatusOr<ModelConfig> rebuild(const std::string& preset, const FlagValues& values,
+                                    const ModelConfig& like) {
+  static const CommandSpec spec = [] {
+    CommandSpec c;
+    c.name = "model flags";
+    c.flags = model_flag_specs();
+    return c;
+  }();
+  std::vector<std::string> args = {"--preset", preset};
+  for (const auto& [name, v] : values) {
+    if (v.is_boolean()) {
+      if (v.get<bool>()) args.push_back("--" + name);
+      continue;
+    }
+    args.push_back("--" + name);
+    args.push_back(v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  VT_ASSIGN_OR_RETURN(Flags f, Flags::parse(spec, args));
+  VT_ASSIGN_OR_RETURN(ModelConfig m, model_config_from_flags(f));
+  m.vocab_size = like.vocab_size;
+  m.reparam_seed = like.reparam_seed;
+  VT_RETURN_IF_ERROR(m.finalize());
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<FlagValues> model_flags_of(const ModelConfig& cfg) {
+  const nlohmann::json want = cfg.to_json();
+  auto on_off = [](bool b) { return nlohmann::json(b ? "on" : "off"); };
+  const FlagValues core = {
+      {"layers", cfg.n_layer},        {"dim", cfg.n_embd},
+      {"heads", cfg.n_head},          {"kv-heads", cfg.n_kv_head},
+      {"head-dim", cfg.head_dim},     {"seq-len", cfg.seq_len},
+      {"window", cfg.effective_short_window()}, {"window-pattern", cfg.window_pattern},
+      {"window-keys", cfg.window_keys}, {"smear-gate", on_off(cfg.smear_gate)},
+      {"value", value_mode_name(cfg.value_mode)}, {"value-layers", cfg.value_layers},
+      {"block", block_shape_name(cfg.block)}};
+  // The options: the config fields each sets, and its value for cfg.
+  struct Option {
+    std::vector<const char*> fields;
+    const char* flag;
+    nlohmann::json value;
+  };
+  const std::vector<Option> options = {
+      {{"detach_v1"}, "detach-v1", cfg.detach_v1},
+      {{"shared_table"}, "shared-table", cfg.shared_table},
+      {{"bov_add_fixed"}, "bov-add-fixed", cfg.bov_add_fixed},
+      {{"value_coef_fixed", "value_coef"}, "value-coef",
+       cfg.value_coef_fixed ? nlohmann::json(cfg.value_coef).dump() : "learnable"},
+      {{"plus_init"}, "plus-init", cfg.plus_init},
+      {{"plus_scale"}, "plus-scale", cfg.plus_scale},
+      {{"neutreno_lambda"}, "neutreno-lambda", cfg.neutreno_lambda},
+      {{"qk_norm"}, "qk-norm", on_off(cfg.use_qk_norm())},
+      {{"mlp_act"}, "mlp-act", cfg.mlp_act},
+      {{"norm_none"}, "norm", cfg.norm_none ? "none" : "rms"},
+      {{"reparam_init"}, "reparam-init", cfg.reparam_init},
+      {{"proj_gains"}, "proj-gains", on_off(cfg.proj_gains)},
+      {{"attn_bias"}, "attn-bias", cfg.attn_bias},
+      {{"spa_schedule"}, "spa-schedule", cfg.spa_schedule},
+      {{"spa_rescale"}, "spa-rescale", cfg.spa_rescale},
+      {{"spa_centre"}, "spa-centre", cfg.spa_centre},
+      {{"dense"}, "dense", cfg.dense},
+      {{"dense_dilation"}, "dense-dilation", cfg.dense_dilation},
+      {{"dense_period"}, "dense-period", cfg.dense_period},
+  };
+  std::string differs;
+  for (const char* preset : {"tiny", "d12", "d24", "d32"}) {
+    absl::StatusOr<ModelConfig> base = rebuild(preset, core, cfg);
+    if (!base.ok()) {
+      differs = std::string(base.status().message());
+      continue;
+    }
+    const nlohmann::json got = base->to_json();
+    FlagValues values = core;
+    for (const Option& o : options) {
+      bool same = true;
+      for (const char* field : o.fields) same = same && got[field] == want[field];
+      if (!same) values.push_back({o.flag, o.value});
+    }
+    absl::StatusOr<ModelConfig> full = rebuild(preset, values, cfg);
+    if (!full.ok()) {
+      differs = std::string(full.status().message());
+      continue;
+    }
+    const nlohmann::json again = full->to_json();
+    if (again == want) {
+      values.insert(values.begin(), {"preset", preset});
+      return values;
+    }
+    differs.clear();
+    for (const auto& [field, v] : want.items())
+      if (!again.contains(field) || again[field] != v)
+        absl::StrAppend(&differs, differs.empty() ? "" : ", ", field, " ", v.dump(), " (flags give ",
+                        again.contains(field) ? again[field].dump() : "none", ")");
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the model config cannot be written as flags of vtrain train: ", differs));
+}
+
 }  // namespace vt

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "core/flags.h"
 #include "model/config.h"
+#include "nlohmann/json.hpp"
 
 namespace vt {
 
@@ -19,5 +20,13 @@ std::vector<FlagSpec> model_flag_specs();
 std::string model_choices_help();
 // The preset named by --preset with every given override applied; not finalized.
 absl::StatusOr<ModelConfig> model_config_from_flags(const Flags& f);
+
+// The model flags that rebuild `cfg` (a finalized config, e.g. a checkpoint's) with its
+// vocabulary and reparam seed: a preset, the shape, value mode and block shape, and each option
+// whose value differs from what those alone give; flag name -> value (a JSON string, number or
+// boolean, as config_file.h writes them). Checked by rebuilding: an error names the config fields
+// no flag reproduces (`vtrain ckpt inspect --as-config`).
+absl::StatusOr<std::vector<std::pair<std::string, nlohmann::json>>> model_flags_of(
+    const ModelConfig& cfg);
 
 }  // namespace vt

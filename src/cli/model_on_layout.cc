@@ -8,19 +8,29 @@
 #include "model/model_split.h"
 #include "parallel/failure.h"
 #include "train/options.h"
+#include "train/settings.h"
 
 namespace vt::cli {
+
+namespace {
+// The layout and device rows of the settings table (train/settings.h), with this command's help.
+const char* const kLayoutSettings[] = {"tp", "pp", "vpp", "device", "act-dtype", "device-comm"};
+FlagSpec setting_flag(const std::string& name, const std::string& help) {
+  FlagSpec f = train_setting(name).flag;
+  f.help = help;
+  return f;
+}
+}  // namespace
 
 std::vector<FlagSpec> layout_flag_specs() {
   return {
       flag_heading("layout and device"),
-      int_flag("tp", 1, 1, 1 << 20, "tensor-parallel ranks (dp = ranks / (tp*pp))"),
-      int_flag("pp", 1, 1, 1 << 20, "pipeline stages; any layout loads any checkpoint"),
-      int_flag("vpp", 1, 1, 1 << 20,
-               "model chunks per pipeline rank (the interleaved layout of `train --vpp`)"),
-      choice_flag("device", "cpu", {"cpu", "cuda", "emulated"}, "where the model runs"),
-      choice_flag("act-dtype", "", {"f32", "bf16"}, "activations (default bf16 off the CPU)"),
-      choice_flag("device-comm", "auto", {"auto", "nccl", "mpi"}, "how device tensors cross ranks"),
+      setting_flag("tp", "tensor-parallel ranks (dp = ranks / (tp*pp))"),
+      setting_flag("pp", "pipeline stages; any layout loads any checkpoint"),
+      setting_flag("vpp", "model chunks per pipeline rank (the interleaved layout of `train --vpp`)"),
+      setting_flag("device", "where the model runs"),
+      setting_flag("act-dtype", "activations (default bf16 off the CPU)"),
+      setting_flag("device-comm", "how device tensors cross ranks"),
   };
 }
 
@@ -40,10 +50,8 @@ absl::StatusOr<std::unique_ptr<ModelOnLayout>> load_model_on_layout(const Flags&
   o.tp = static_cast<int>(f.get_int("tp"));
   o.pp = static_cast<int>(f.get_int("pp"));
   o.vpp = static_cast<int>(f.get_int("vpp"));
-  o.device = f.get_string("device");
-  o.act_dtype = f.get_string("act-dtype");
-  if (o.act_dtype.empty()) o.act_dtype = o.device == "cpu" ? "f32" : "bf16";
-  o.device_comm = f.get_string("device-comm");
+  for (const char* name : kLayoutSettings) train_setting(name).read(f, o);
+  if (!f.has("act-dtype")) o.act_dtype = o.device == RunDevice::kCPU ? DType::kF32 : DType::kBF16;
   auto shape = make_grid_shape(world->size(), o.tp, o.pp, model_split(cfg));
   if (!shape.ok()) return agreed(shape.status());
   if (absl::Status st = check_virtual_stages(cfg.n_layer, o.pp, o.vpp, -1); !st.ok())

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/check.h"
+#include "core/flag_check.h"
 
 namespace vt {
 
@@ -144,6 +145,10 @@ std::string wrap(const std::string& text, size_t indent, size_t width) {
 bool is_help(const std::string& a) { return a == "--help" || a == "-h"; }
 
 }  // namespace
+
+absl::Status check_flag_value(const FlagSpec& f, const std::string& value) {
+  return check_value(f, value);
+}
 
 FlagSpec int_flag(const std::string& name, int64_t def, double lo, double hi, const std::string& help) {
   FlagSpec f{name, FlagType::kInt, absl::StrCat(def), lo, hi, {}, help};

@@ -19,13 +19,13 @@ namespace vt {
 
 absl::StatusOr<DevicePlan> setup_device(const TrainOptions& o, Communicator* world) {
   DevicePlan plan;
-  plan.act_dtype = o.act_dtype == "bf16" ? DType::kBF16 : DType::kF32;
-  if (o.device == "cpu") {
+  plan.act_dtype = o.act_dtype;
+  if (o.device == RunDevice::kCPU) {
     plan.description = absl::StrCat("cpu, ", dtype_name(plan.act_dtype), " activations");
     return plan;
   }
   plan.device = Device::kCUDA;
-  if (o.device == "emulated") {
+  if (o.device == RunDevice::kEmulated) {
     set_device_backend(make_device_emulator());
     plan.description = absl::StrCat("emulated device (the GPU code path on the CPU), ",
                                     dtype_name(plan.act_dtype), " activations");
@@ -69,21 +69,22 @@ absl::StatusOr<std::string> setup_device_comms(const TrainOptions& o, const Devi
                                                ProcessGrid& grid) {
   if (plan.device == Device::kCPU) return std::string("MPI");
   if (grid.world()->size() == 1) return std::string("none (one rank)");
-  std::string choice = o.device_comm;
-  const bool native_possible = o.device == "cuda" && node_local_size() <= cuda_device_count_or_zero();
+  DeviceComm choice = o.device_comm;
+  const bool native_possible = o.device == RunDevice::kCUDA && node_local_size() <= cuda_device_count_or_zero();
   // NCCL matches point-to-point messages by order, not by tag; the interleaved schedule's
   // forward and backward streams between two ranks are kept apart by tags (pipeline.h), so
   // --vpp runs over MPI: `auto` picks it, an explicit nccl is refused.
-  if (choice == "nccl" && o.vpp > 1)
+  if (choice == DeviceComm::kNccl && o.vpp > 1)
     return agreed(absl::InvalidArgumentError(
         "--vpp with NCCL device communication is not supported (the interleaved schedule's "
         "messages are matched by tag); pass --device-comm mpi or drop --vpp"));
-  if (choice == "auto") choice = native_possible && o.vpp == 1 ? "nccl" : "mpi";
-  if (choice == "mpi")
+  if (choice == DeviceComm::kAuto)
+    choice = native_possible && o.vpp == 1 ? DeviceComm::kNccl : DeviceComm::kMpi;
+  if (choice == DeviceComm::kMpi)
     return std::string(o.vpp > 1 && native_possible
                            ? "MPI, device tensors staged through host memory (--vpp needs tagged messages)"
                            : "MPI, device tensors staged through host memory");
-  if (o.device != "cuda")
+  if (o.device != RunDevice::kCUDA)
     return agreed(absl::InvalidArgumentError("--device-comm nccl needs --device cuda"));
   if (!native_possible)
     return agreed(absl::FailedPreconditionError(absl::StrCat(

@@ -36,7 +36,7 @@ int64_t GraphMicroSteps::replays() const { return 0; }
 #else
 
 std::string GraphMicroSteps::unsupported(const TrainOptions& o, const Run& run) {
-  if (o.device != "cuda") return "it needs --device cuda";
+  if (o.device != RunDevice::kCUDA) return "it needs --device cuda";
   if (!has_backend(Device::kCUDA) || backend(Device::kCUDA).cuda() == nullptr)
     return "no CUDA backend is in use";
   if (run.shape.pp != 1 || run.shape.tp != 1 || run.shape.dp != 1 || run.chunks.size() != 1)

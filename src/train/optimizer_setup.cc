@@ -9,7 +9,7 @@
 namespace vt {
 
 double lr_batch_scale(const TrainOptions& o) {
-  if (o.lr_batch_scale != "nanochat") return 1.0;
+  if (o.lr_batch_scale != NanochatScale::kNanochat) return 1.0;
   VT_CHECK_MSG(o.global_batch > 0, "--lr-batch-scale nanochat needs the resolved global batch");
   return std::sqrt(static_cast<double>(o.global_batch) / 524288.0);
 }
@@ -27,7 +27,7 @@ optim::OptimizerConfig optimizer_config(const TrainOptions& o) {
   oc.adamw.gain.lr = o.gain_lr;
   for (optim::AdamWHyper* h : {&oc.adamw.embedding, &oc.adamw.lm_head, &oc.adamw.value_table})
     h->lr *= b;
-  if (o.coef_optim == "vtrain") {
+  if (o.coef_optim == CoefOptim::kVtrain) {
     // vtrain's earlier setting: every coefficient in the scalar group (--scalar-lr, (0.8, 0.95),
     // no decay).
     oc.adamw.coef_main = oc.adamw.coef_skip = oc.adamw.coef_model = oc.adamw.scalar;
@@ -41,7 +41,7 @@ optim::OptimizerConfig optimizer_config(const TrainOptions& o) {
         &oc.adamw.gain, &oc.adamw.smear, &oc.adamw.coef_main, &oc.adamw.coef_skip,
         &oc.adamw.coef_model})
     h->lr *= o.lr_scale;
-  if (o.optimizer == "adamw") {
+  if (o.optimizer == OptimizerKind::kAdamW) {
     // One AdamW for every parameter (the official SAS code's: HF AdamW, betas (0.9, 0.999),
     // eps 1e-8; no weight decay on gains; our scalars and coefficients, which it has none of,
     // likewise).
@@ -60,16 +60,15 @@ optim::OptimizerConfig optimizer_config(const TrainOptions& o) {
   oc.max_grad_norm = o.max_grad_norm;
   if (o.polar_express) oc.muon.ns = optim::NsKind::kPolarExpress;
   oc.muon.weight_decay = o.muon_wd;
-  if (o.muon_wd_scale == "nanochat") {
+  if (o.muon_wd_scale == NanochatScale::kNanochat) {
     // parse_train_options and check_batch have vetted the config and the batch.
     auto scale = nanochat_wd_scale(o.model, o.global_batch);
     VT_CHECK_MSG(scale.ok(), scale.status().message());
     oc.muon.weight_decay *= *scale;
   }
-  if (o.muon_wd_style == "nanochat") oc.muon.wd_style = optim::MuonWdStyle::kNanochat;
-  if (o.muon_momentum == "nanochat")
-    oc.schedule.momentum_schedule = optim::MomentumSchedule::kNanochat;
-  oc.muon.ns_dtype = o.muon_ns_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  oc.muon.wd_style = o.muon_wd_style;
+  oc.schedule.momentum_schedule = o.muon_momentum;
+  oc.muon.ns_dtype = o.muon_ns_dtype;
   return oc;
 }
 

@@ -1,18 +1,31 @@
 // The options of a training run (docs/design.md "CLI"): what `vtrain train` parsed from its flags
-// (cli/train_flags.h) with the finalized ModelConfig, and the limits on quantities the flags make
-// together.
+// and --config file (cli/train_flags.h) with the finalized ModelConfig, and the limits on
+// quantities the flags make together. Which flag fills which field, and which fields are saved
+// with a checkpoint, is the settings table's (train/settings.h).
 #pragma once
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/dtype.h"
 #include "core/flags.h"
 #include "data/mixture.h"
 #include "model/config.h"
 #include "model/recompute.h"
 #include "nlohmann/json.hpp"
+#include "optim/muon.h"
+#include "optim/schedule.h"
 
 namespace vt {
+
+// The enumerated options. Their spellings on the command line, in a --config file and in the
+// saved options JSON are the settings table's (train/settings.cc), nowhere else.
+enum class OptimizerKind { kMuon, kAdamW };         // --optimizer
+enum class CoefOptim { kPaper, kVtrain };            // --coef-optim
+enum class NanochatScale { kNone, kNanochat };       // --lr-batch-scale, --muon-wd-scale
+enum class OnNonfinite { kStop, kSkipStep };         // --on-nonfinite
+enum class RunDevice { kCPU, kCUDA, kEmulated };     // --device
+enum class DeviceComm { kAuto, kNccl, kMpi };        // --device-comm
 
 // Limits on quantities derived from the flags (each flag has its own range; these bound what the
 // flags make together). Micro-batches per optimizer step and data-parallel rank (a pipeline
@@ -52,20 +65,20 @@ struct TrainOptions {
   // --optimizer: muon (Muon for the block matrices, AdamW groups for the rest) or adamw (one
   // AdamW for every parameter: lr adamw_lr, betas (0.9, 0.999), eps 1e-8, decoupled weight
   // decay weight_decay on all but the gains and scalars; the SAS paper's optimizer).
-  std::string optimizer = "muon";
+  OptimizerKind optimizer = OptimizerKind::kMuon;
   double adamw_lr = 1e-3;
   double weight_decay = 0.1;
   bool polar_express = false;
   double muon_wd = 0.0;                       // Muon weight decay (docs/model.md)
-  std::string muon_wd_style = "decoupled";    // decoupled | nanochat (cautious, cosine)
-  std::string muon_wd_scale = "none";         // none | nanochat (base_train's batch/horizon scaling)
-  std::string muon_momentum = "warmup";       // warmup | nanochat
+  optim::MuonWdStyle muon_wd_style = optim::MuonWdStyle::kDecoupled;  // nanochat: cautious, cosine
+  NanochatScale muon_wd_scale = NanochatScale::kNone;  // nanochat: base_train's batch/horizon scaling
+  optim::MomentumSchedule muon_momentum = optim::MomentumSchedule::kWarmup;
   // none | nanochat: every group's lr but the smear gate's and the gains' times
   // sqrt(global_batch / 2^19), as nanochat's base_train.py (train/optimizer_setup.h).
-  std::string lr_batch_scale = "none";
+  NanochatScale lr_batch_scale = NanochatScale::kNone;
   // paper | vtrain: the value paths' and DenseFormer's coefficients in the groups their papers'
   // code trains them with, or all in the scalar group (docs/model.md "Optimizer groups").
-  std::string coef_optim = "paper";
+  CoefOptim coef_optim = CoefOptim::kPaper;
   int64_t log_every = 1;
   int64_t health_every = 50;     // per-rank health report every N steps (train/rank_health.h)
   double straggler_margin = 0.2, straggler_min_s = 0.02;
@@ -77,9 +90,9 @@ struct TrainOptions {
   // GPU code path on the CPU, for tests). act_dtype: f32 or bf16 activations (default bf16 on
   // cuda/emulated, f32 on cpu). device_comm: how device tensors travel between ranks: nccl,
   // mpi (staged through host memory) or auto (nccl when every rank of a node has its own GPU).
-  std::string device = "cpu";
-  std::string act_dtype = "default";
-  std::string device_comm = "auto";
+  RunDevice device = RunDevice::kCPU;
+  DType act_dtype = DType::kF32;
+  DeviceComm device_comm = DeviceComm::kAuto;
   bool table_offload = false;  // value tables and their AdamW states in host memory
   Recompute recompute = Recompute::kOff;  // --recompute: what backward reruns (model/recompute.h)
   // --fp8: off, or e4m3 (the blocks' linear GEMMs in FP8: model/linear.h; on the CPU a fake
@@ -92,18 +105,18 @@ struct TrainOptions {
   std::string cuda_graphs = "off";
   // --grad-sync: the data-parallel gradient sum's wire format, fp32 or bf16 (each rank's
   // gradient rounded to bf16, fp32 additions rounded to bf16; optim/grad_sync.h).
-  std::string grad_sync = "fp32";
+  DType grad_sync = DType::kF32;
   // --zero: the ZeRO stage of the data-parallel optimizer (optim/distributed_optimizer.h).
   // 1: gradients all-reduced whole (grad_sync.h), optimizer states sharded; 2: gradients
   // reduce-scattered into the owners of the optimizer states (half the all-reduce's bytes).
   int zero = 1;
-  std::string muon_ns_dtype = "default";  // f32 | bf16 (default: bf16 on cuda, else f32)
-  bool skip_memory_check = false;
+  DType muon_ns_dtype = DType::kF32;  // f32 | bf16 (default: bf16 on cuda, else f32)
+  bool skip_memory_check = false;  // start even when the estimate exceeds free memory
   double memory_limit_gib = 0;  // > 0: the memory the start-up check counts as free (per
                                 // device with a CUDA device, else per host)
   bool allow_other_data = false;  // resume on data other than the checkpoint's (fingerprint)
-  bool async_save = false;  // write checkpoints in the background (train/checkpoint_writer.h)  // start even when the estimate exceeds free memory
-  std::string on_nonfinite = "stop";  // stop | skip-step
+  bool async_save = false;  // write checkpoints in the background (train/checkpoint_writer.h)
+  OnNonfinite on_nonfinite = OnNonfinite::kStop;
   std::string recipe = "vtrain";           // --recipe (cli/recipes.h)
   std::vector<std::string> recipe_flags;   // the flags it filled in, "--flag value"
   int64_t max_nonfinite_steps = 3;    // skip-step: stop after this many in a row
@@ -112,6 +125,8 @@ struct TrainOptions {
   std::vector<std::string> command;
 
   int64_t tokens_per_micro() const { return static_cast<int64_t>(micro_batch) * model.seq_len; }
+  // The saved options (checkpoints' meta, --tensorboard's text): the settings table's rows with
+  // a saved key (train/settings.h), and the data sources.
   nlohmann::json to_json() const;
   // The run's name in a --tensorboard directory (tensorboard.h vtrain_run.json): --ckpt-dir made
   // absolute (its links resolved), else the directory of --resume PATH, else "" (a run that

@@ -125,7 +125,7 @@ absl::Status build_model(const TrainOptions& o, Run& r) {
   for (const auto& [b, e] : r.chunks) held_layers += e - b;
   const MemoryEstimate mem = estimate_memory(o.model, r.store, r.shape, r.grid->coords(), held_layers,
                                              o.micro_batch, r.device.act_dtype, o.recompute, o.vpp,
-                                             r.micro_batches, o.grad_sync == "bf16");
+                                             r.micro_batches, o.grad_sync == DType::kBF16);
   r.memory_line = mem.to_string();
   return check_memory_fits(mem, o, r.shape, r.grid->coords().pp, r.device.device,
                            r.device.act_dtype, r.world);
@@ -206,7 +206,7 @@ void build_optimizer(const TrainOptions& o, Run& r) {
   const optim::OptimizerConfig oc = optimizer_config(o);
   r.opt = std::make_unique<optim::DistributedOptimizer>(&r.store, oc, *r.grid, o.zero);
   r.dp_sync = std::make_unique<optim::OverlappedGradSync>(
-      &r.store, r.grid->dp(), int64_t{4} << 20, o.grad_sync == "bf16" ? DType::kBF16 : DType::kF32);
+      &r.store, r.grid->dp(), int64_t{4} << 20, o.grad_sync);
 }
 
 // Phase 6: the checkpoint directory, locked, and its writer.
@@ -223,7 +223,7 @@ absl::Status open_checkpoint_dir(const TrainOptions& o, Run& r) {
 void set_mfu_terms(const TrainOptions& o, Run& r) {
   r.flops_per_token = flops_per_token(o.model);
   const char* peak_env = std::getenv("VTRAIN_PEAK_TFLOPS");
-  r.peak_flops = o.device == "cuda"
+  r.peak_flops = o.device == RunDevice::kCUDA
                      ? (peak_env ? std::atof(peak_env) : 989.0) * 1e12 * r.world->size()
                      : cpu_peak_flops(r.world);
 }

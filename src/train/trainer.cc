@@ -36,6 +36,7 @@
 #include "train/optimizer_setup.h"
 #include "plan/memory_estimate.h"
 #include "train/preflight.h"
+#include "train/settings.h"
 
 namespace vt {
 
@@ -174,17 +175,17 @@ void Trainer::print_banner() const {
   if (o_.recipe != "vtrain" || !o_.recipe_flags.empty())
     std::printf("recipe: %s%s%s\n", o_.recipe.c_str(), o_.recipe_flags.empty() ? "" : " set ",
                 absl::StrJoin(o_.recipe_flags, " ").c_str());
-  if (o_.muon_wd > 0 || o_.muon_momentum != "warmup") {
+  if (o_.muon_wd > 0 || o_.muon_momentum != optim::MomentumSchedule::kWarmup) {
     // The decay Muon starts with (after --muon-wd-scale), so nanochat's scaling can be read off.
     const optim::MuonConfig& mc = run_->opt->config().muon;
     std::printf("muon: weight decay %.6g (--muon-wd %g%s, %s) | momentum %s\n", mc.weight_decay,
-                o_.muon_wd, o_.muon_wd_scale == "nanochat" ? " x nanochat's batch/horizon scale" : "",
-                o_.muon_wd_style == "nanochat" ? "cautious, cosine to 0, times the aspect scale"
+                o_.muon_wd, o_.muon_wd_scale == NanochatScale::kNanochat ? " x nanochat's batch/horizon scale" : "",
+                o_.muon_wd_style == optim::MuonWdStyle::kNanochat ? "cautious, cosine to 0, times the aspect scale"
                                                : "decoupled",
-                o_.muon_momentum == "nanochat" ? "0.85 -> 0.97 over 400 steps, to 0.90 in warmdown"
+                o_.muon_momentum == optim::MomentumSchedule::kNanochat ? "0.85 -> 0.97 over 400 steps, to 0.90 in warmdown"
                                                : "0.85 -> 0.95 over 300 steps");
   }
-  if (o_.lr_batch_scale == "nanochat") {
+  if (o_.lr_batch_scale == NanochatScale::kNanochat) {
     // base_train.py's batch factor is applied as the authors' code applies it, whatever the
     // batch; below 2^15 tokens a step it shrinks every scaled lr by more than 4x, which a short
     // run cannot recover from: say so, with the flag that keeps the reference lrs.
@@ -214,11 +215,11 @@ void Trainer::print_banner() const {
                 o_.data.describe_stage(data_stage_).c_str(), later.c_str());
   }
   std::printf("device: %s | communication: %s\n", run_->device.description.c_str(), run_->comm_desc.c_str());
-  if (run_->shape.dp > 1 || o_.grad_sync != "fp32") {
+  if (run_->shape.dp > 1 || o_.grad_sync != DType::kF32) {
     // The payload of the step's data-parallel all-reduces on this rank (the arena, padding and
     // parameters kept in host memory included).
     const double elems = static_cast<double>(run_->store.total_numel() + run_->store.host_numel());
-    const bool bf16 = o_.grad_sync == "bf16";
+    const bool bf16 = o_.grad_sync == DType::kBF16;
     std::printf("data-parallel gradient sum: %s%s wire, %.3f MB per step and rank%s\n",
                 o_.zero == 2 ? "ZeRO-2 reduce-scatter into the optimizer's owners, " : "",
                 bf16 ? "bf16" : "fp32", elems * (bf16 ? 2 : 4) / 1e6,
@@ -316,21 +317,10 @@ absl::Status Trainer::finish_saves() {
 
 void Trainer::note_changed_options(const CheckpointMeta& meta) const {
   // What changes the run's course (the batch, the data order, the schedule): allowed on resume,
-  // but said, so a changed flag is never a silent surprise in the curves.
-  static const char* const kWatched[] = {"global_batch", "seed", "matrix_lr", "scalar_lr",
-                                         "gain_lr", "lr_scale", "warmup_steps", "warmdown_frac",
-                                         "max_grad_norm", "polar_express", "final_lr_frac",
-                                         "adamw_lr", "weight_decay",
-                                         "muon_wd", "muon_wd_style", "muon_wd_scale",
-                                         "muon_momentum", "grad_sync", "zero", "fp8"};
+  // but said, so a changed flag is never a silent surprise in the curves. Which options those
+  // are is the settings table's (train/settings.h).
   if (!rank0_ || !meta.extra.is_object()) return;
-  const nlohmann::json now = o_.to_json();
-  std::string changed;
-  for (const char* k : kWatched) {
-    const auto a = meta.extra.find(k);
-    if (a == meta.extra.end() || !now.contains(k) || *a == now[k]) continue;
-    absl::StrAppend(&changed, changed.empty() ? "" : ", ", k, " ", a->dump(), " -> ", now[k].dump());
-  }
+  const std::string changed = changed_on_resume(meta.extra, o_.to_json());
   if (!changed.empty())
     std::printf("note: resuming with options that differ from the checkpoint's run: %s\n",
                 changed.c_str());
@@ -491,7 +481,7 @@ absl::Status Trainer::nonfinite_step(int64_t index, double loss, double grad_nor
       " at step ", index + 1);
   ++nonfinite_in_row_;
   const bool weights_bad = where.find("parameters with non-finite") != std::string::npos;
-  if (o_.on_nonfinite == "skip-step" && !weights_bad && nonfinite_in_row_ < o_.max_nonfinite_steps) {
+  if (o_.on_nonfinite == OnNonfinite::kSkipStep && !weights_bad && nonfinite_in_row_ < o_.max_nonfinite_steps) {
     ++skipped_steps_;
     if (rank0_) {
       std::printf("skipping step %lld: %s (%s); update discarded (%lld in a row, %lld in all)\n",
@@ -528,7 +518,7 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
     hooks.block_output = [&](int layer, const Tensor& x) {
       if (layer == run_->inject.layer) ops::scale_copy(x, x, run_->inject.value);
     };
-  const DType wire = o_.grad_sync == "bf16" ? DType::kBF16 : DType::kF32;
+  const DType wire = o_.grad_sync;
   if (o_.overlap_grad_sync && o_.zero == 1) {
     hooks.layer_grads_done = [&](int layer) { run_->dp_sync->layer_done(layer); };
     hooks.head_grads_done = [&] { run_->dp_sync->head_done(); };

@@ -96,7 +96,7 @@ TEST(CoefGroups, PaperSettingsByDefault) {
 
 TEST(CoefGroups, VtrainOptionPutsEveryCoefficientInTheScalarGroup) {
   TrainOptions o = options();
-  o.coef_optim = "vtrain";
+  o.coef_optim = CoefOptim::kVtrain;
   o.scalar_lr = 0.3;
   o.lr_scale = 2.0;
   const optim::OptimizerConfig oc = optimizer_config(o);
@@ -119,7 +119,7 @@ TEST(CoefGroups, ScalarAndMatrixLrsCarryOver) {
 
 TEST(CoefGroups, AdamwOptimizerTrainsCoefficientsWithTheModelsAdamw) {
   TrainOptions o = options();
-  o.optimizer = "adamw";
+  o.optimizer = OptimizerKind::kAdamW;
   o.adamw_lr = 3e-4;
   const optim::OptimizerConfig oc = optimizer_config(o);
   for (const optim::AdamWHyper* h : {&oc.adamw.coef_main, &oc.adamw.coef_skip,
@@ -139,7 +139,7 @@ TEST(LrBatchScale, NoneLeavesTheLrs) {
 // constant 0.2 (gpt_base.py line 997) and vtrain's gains do not.
 TEST(LrBatchScale, NanochatScalesEveryGroupButTheSmearGateAndGains) {
   TrainOptions o = options(1536);
-  o.lr_batch_scale = "nanochat";
+  o.lr_batch_scale = NanochatScale::kNanochat;
   o.global_batch = 1 << 20;
   const double s = std::sqrt(2.0);
   EXPECT_NEAR(lr_batch_scale(o), s, 1e-15);
