@@ -58,3 +58,57 @@ def test_fp8_trains_and_counts(datadir, tmp_path):
 def test_unknown_fp8_value_is_refused(datadir):
     r = run("train", "--data", datadir, *TINY, "--fp8", "e5m2", ok=False)
     assert r.returncode != 0 and "--fp8" in r.stderr + r.stdout
+
+
+def test_fp8_shape_no_gemm_can_take_is_refused_by_name(datadir):
+    # --dim 72: the forward's inner dimension (the width) is not a multiple of 16, which an FP8
+    # GEMM needs (cuBLASLt's rule): refused before training, naming the dimension.
+    args = [a if a != "64" or i != TINY.index("--dim") + 1 else "72" for i, a in enumerate(TINY)]
+    r = run("train", "--data", datadir, *args, "--heads", "2", "--fp8", "e4m3", ok=False)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "--n-embd (the width) is 72, not a multiple of 16" in out, out
+    assert "--fp8 off" in out
+    run("train", "--data", datadir, *args, "--heads", "2", "--steps", "1")  # bf16 takes it
+
+
+def losses(path):
+    return [r["loss"] for r in steps(path)]
+
+
+def test_resume_needs_no_fp8_state_and_may_switch_fp8(datadir, tmp_path):
+    # Scales come from the current amax: nothing to save. An FP8 run stopped at step 2 and
+    # resumed gives the uninterrupted run's losses bit for bit.
+    four = [*TINY, "--steps", "4"]
+    run("train", "--data", datadir, *four, "--fp8", "e4m3", "--metrics", tmp_path / "whole.jsonl")
+    ck = tmp_path / "ck"
+    run("train", "--data", datadir, *TINY, "--steps", "2", "--fp8", "e4m3", "--ckpt-dir", ck)
+    r = run("train", "--data", datadir, *four, "--fp8", "e4m3", "--ckpt-dir", ck, "--resume",
+            "auto", "--metrics", tmp_path / "resumed.jsonl")
+    assert "differ from the checkpoint" not in r.stdout
+    assert losses(tmp_path / "resumed.jsonl") == losses(tmp_path / "whole.jsonl")[2:]
+    # Switched on (and off) at a resume: allowed, with a note naming the change.
+    for before, after in (("off", "e4m3"), ("e4m3", "off")):
+        d = tmp_path / f"{before}_{after}"
+        run("train", "--data", datadir, *TINY, "--steps", "2", "--fp8", before, "--ckpt-dir", d)
+        r = run("train", "--data", datadir, *four, "--fp8", after, "--ckpt-dir", d, "--resume",
+                "auto", "--metrics", d / "m.jsonl")
+        assert f'fp8 "{before}" -> "{after}"' in r.stdout, r.stdout
+        got = steps(d / "m.jsonl")
+        assert len(got) == 2 and all(("fp8" in s) == (after == "e4m3") for s in got)
+
+
+def test_plan_knows_fp8(tmp_path):
+    base = ["plan", "--preset", "d24", "--tokens", "10e9", "--gpus", "8", "--gpu", "h200",
+            "--layout", "1,1,8", "--micro-batch", "16", "--json"]
+    off = json.loads(run(*base).stdout.strip().splitlines()[-1])
+    on = json.loads(run(*base, "--fp8", "e4m3").stdout.strip().splitlines()[-1])
+    # Faster compute (the FP8 GEMMs) with the quantization passes counted, and more memory (the
+    # weights' FP8 codes).
+    assert on["fp8_quant_s"] > 0 and off["fp8_quant_s"] == 0
+    assert on["compute_s"] < off["compute_s"]
+    assert on["fp8_weights_bytes"] > 0 and off["fp8_weights_bytes"] == 0
+    assert on["per_gpu_bytes"] - off["per_gpu_bytes"] >= on["fp8_weights_bytes"]
+    r = run("plan", "--preset", "d24", "--tokens", "10e9", "--gpus", "8", "--gpu", "a100-80",
+            "--fp8", "e4m3", ok=False)
+    assert r.returncode != 0 and "--fp8 e4m3 with --gpu a100-80: this GPU has no FP8 tensor cores" \
+        in r.stdout + r.stderr
