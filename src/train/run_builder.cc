@@ -122,11 +122,11 @@ absl::Status check_fp8(const TrainOptions& o, const Run& r) {
   const ModelConfig& c = o.model;
   const int tp = r.shape.tp;
   const std::pair<const char*, int64_t> dims[] = {
-      {"--n-embd (the width)", c.n_embd},
-      {"the query width per tensor-parallel rank (--n-head x --head-dim / --tp)", c.q_dim() / tp},
-      {"the key/value width per tensor-parallel rank (--n-kv-head x --head-dim / --tp)",
+      {"--dim (the width)", c.n_embd},
+      {"the query width per tensor-parallel rank (--heads x --head-dim / --tp)", c.q_dim() / tp},
+      {"the key/value width per tensor-parallel rank (--kv-heads x --head-dim / --tp)",
        c.kv_dim() / tp},
-      {"the MLP's hidden width per tensor-parallel rank (--mlp-ratio x --n-embd / --tp)",
+      {"the MLP's hidden width per tensor-parallel rank (its ratio x --dim / --tp)",
        c.mlp_hidden() / tp},
       {"the micro-batch's tokens (--micro-batch x --seq-len)",
        int64_t{o.micro_batch} * c.seq_len}};

@@ -60,15 +60,27 @@ def test_unknown_fp8_value_is_refused(datadir):
     assert r.returncode != 0 and "--fp8" in r.stderr + r.stdout
 
 
+def with_flags(args, **values):
+    """args with the values of the flags named (dim=72: --dim 72) replaced."""
+    out = list(args)
+    for k, v in values.items():
+        out[out.index("--" + k.replace("_", "-")) + 1] = str(v)
+    return out
+
+
 def test_fp8_shape_no_gemm_can_take_is_refused_by_name(datadir):
     # --dim 72: the forward's inner dimension (the width) is not a multiple of 16, which an FP8
     # GEMM needs (cuBLASLt's rule): refused before training, naming the dimension.
-    args = [a if a != "64" or i != TINY.index("--dim") + 1 else "72" for i, a in enumerate(TINY)]
-    r = run("train", "--data", datadir, *args, "--heads", "2", "--fp8", "e4m3", ok=False)
+    args = with_flags(TINY, dim=72)
+    r = run("train", "--data", datadir, *args, "--fp8", "e4m3", ok=False)
     out = r.stdout + r.stderr
-    assert r.returncode != 0 and "--n-embd (the width) is 72, not a multiple of 16" in out, out
+    assert r.returncode != 0 and "--dim (the width) is 72, not a multiple of 16" in out, out
     assert "--fp8 off" in out
-    run("train", "--data", datadir, *args, "--heads", "2", "--steps", "1")  # bf16 takes it
+    # The micro-batch's tokens are the weight gradient's inner dimension: 1 x 8 is refused.
+    r = run("train", "--data", datadir, *with_flags(TINY, micro_batch=1, seq_len=8, window=8),
+            "--fp8", "e4m3", ok=False)
+    assert "the micro-batch's tokens (--micro-batch x --seq-len) is 8" in r.stdout + r.stderr
+    run("train", "--data", datadir, *with_flags(args, steps=1))  # bf16 takes the shape
 
 
 def losses(path):
@@ -78,10 +90,10 @@ def losses(path):
 def test_resume_needs_no_fp8_state_and_may_switch_fp8(datadir, tmp_path):
     # Scales come from the current amax: nothing to save. An FP8 run stopped at step 2 and
     # resumed gives the uninterrupted run's losses bit for bit.
-    four = [*TINY, "--steps", "4"]
+    four, two = with_flags(TINY, steps=4), with_flags(TINY, steps=2)
     run("train", "--data", datadir, *four, "--fp8", "e4m3", "--metrics", tmp_path / "whole.jsonl")
     ck = tmp_path / "ck"
-    run("train", "--data", datadir, *TINY, "--steps", "2", "--fp8", "e4m3", "--ckpt-dir", ck)
+    run("train", "--data", datadir, *two, "--fp8", "e4m3", "--ckpt-dir", ck)
     r = run("train", "--data", datadir, *four, "--fp8", "e4m3", "--ckpt-dir", ck, "--resume",
             "auto", "--metrics", tmp_path / "resumed.jsonl")
     assert "differ from the checkpoint" not in r.stdout
@@ -89,11 +101,11 @@ def test_resume_needs_no_fp8_state_and_may_switch_fp8(datadir, tmp_path):
     # Switched on (and off) at a resume: allowed, with a note naming the change.
     for before, after in (("off", "e4m3"), ("e4m3", "off")):
         d = tmp_path / f"{before}_{after}"
-        run("train", "--data", datadir, *TINY, "--steps", "2", "--fp8", before, "--ckpt-dir", d)
+        run("train", "--data", datadir, *two, "--fp8", before, "--ckpt-dir", d)
         r = run("train", "--data", datadir, *four, "--fp8", after, "--ckpt-dir", d, "--resume",
-                "auto", "--metrics", d / "m.jsonl")
+                "auto", "--metrics", tmp_path / f"{before}_{after}.jsonl")
         assert f'fp8 "{before}" -> "{after}"' in r.stdout, r.stdout
-        got = steps(d / "m.jsonl")
+        got = steps(tmp_path / f"{before}_{after}.jsonl")
         assert len(got) == 2 and all(("fp8" in s) == (after == "e4m3") for s in got)
 
 
