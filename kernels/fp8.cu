@@ -65,7 +65,8 @@ struct Quantizer {
 };
 
 // The 8 codes of a chunk stored at p: one 8-byte store when `vec`, else the first n bytes.
-__device__ __forceinline__ void store_codes(uint8_t* p, bool vec, int n, const uint8_t (&q)[kChunk]) {
+__device__ __forceinline__ void store_codes(uint8_t* p, bool vec, int n,
+                                            const uint8_t (&q)[kChunk]) {
   if (vec) {
     uint2 u;
     __builtin_memcpy(&u, q, sizeof(u));
@@ -173,7 +174,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     for (int i = threadIdx.x; i < kTile * kPerRow; i += blockDim.x) {
-      const int tc = i / kPerRow, tr = i % kPerRow * kChunk;  // transposed row tc, from stored row tr
+      // Transposed row tc, its 8 codes from stored rows tr.. of the tile.
+      const int tc = i / kPerRow, tr = i % kPerRow * kChunk;
       const int64_t c = c0 + tc, r = r0 + tr;
       if (c >= cols || r >= rows) continue;
       const int n = rows - r < kChunk ? int(rows - r) : kChunk;
@@ -229,8 +231,8 @@ void quantize_transposed(const T* src, int64_t srows, int64_t scols, int64_t ld,
   auto* kernel = &quantize_transposed_kernel<T>;
   VT_LAUNCH(kernel, grid_for_sms(tiles > 0 ? tiles * kThreads : 1, kThreads,
                                  detail::kElementwiseBlocksPerSm),
-            kThreads, 0, stream, src, srows, scols, ld, vec_ok(src, srows, ld), format, codes_t, codes,
-            st, tally);
+            kThreads, 0, stream, src, srows, scols, ld, vec_ok(src, srows, ld), format, codes_t,
+            codes, st, tally);
   VT_CUDA_CHECK_LAUNCH();
 }
 

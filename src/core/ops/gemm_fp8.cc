@@ -5,7 +5,8 @@
 // Host: the same operands rounded to the FP8 grid as fp32 values (fake quantization) and one
 // fp32 GEMM in the same layout with the same factor, so the two backends differ only where the
 // GEMM's reduction order does (on the CUDA emulation, whose cuBLASLt calls the same OpenBLAS
-// sgemm in the same layout: bit for bit).
+// sgemm in the same layout: bit for bit). Also the weights' FP8 cache (ops::Fp8WeightCacheScope):
+// a weight B quantized once per scope, both layouts, on either backend.
 #include <cmath>
 #include <cstring>
 #include <memory>
