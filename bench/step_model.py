@@ -731,12 +731,17 @@ def reproduction(cal: Calibration = None) -> list[dict]:
 # --fp8 e4m3 (issue 44). PREDICTION, nothing measured: Hopper's dense FP8 tensor-core peak is
 # twice its bf16 peak (H100 SXM / H200 datasheets: 1,979 vs 989 TFLOP/s), so a block linear GEMM
 # is predicted at FP8_GEMM_SPEEDUP times the bf16 rate the window measured for that shape (the
-# same efficiency against a doubled peak); the lm head stays bf16. Each FP8 GEMM adds, per
-# operand, the amax pass (reads bf16) and the quantization (reads bf16, writes one byte a
-# value) of kernels/fp8.cu, modelled as streaming kernels (the transposing ones are untuned:
-# optimistic). MFU stays counted against the bf16 peak, as peers report FP8 runs.
+# same efficiency against a doubled peak); the lm head stays bf16. The quantization kernels are
+# kernels/fp8.cu's: 16-byte accesses, grids of one wave (vec_kernel). Per micro-batch each block
+# GEMM quantizes its activation operands: an amax pass (reads bf16) and a quantization pass
+# (reads bf16, writes a byte a value; the weight gradient's two operands through the transposing
+# 64 x 64 tile kernel, modelled as the same streaming pass: optimistic until a window times it).
+# The weights are quantized once per optimizer step (ops::Fp8WeightCacheScope: an amax pass and
+# one pass writing both layouts) and reused by every micro-batch's forward and data gradient.
+# MFU stays counted against the bf16 peak, as peers report FP8 runs.
 FP8_GEMM_SPEEDUP = 2.0
 FP8_LAYERS = ("qkv", "attn_out", "fc", "mlp_out")
+FP8_ROW = "fp8 quantization (amax + codes)"
 
 
 def fp8_rates(rates: Rates) -> Rates:
@@ -746,25 +751,41 @@ def fp8_rates(rates: Rates) -> Rates:
                    f"{FP8_GEMM_SPEEDUP:g}x (not measured)")
 
 
-def fp8_quant_kernels(ks: list[Kernel]) -> list[Kernel]:
-    """The quantization kernels the block linear GEMMs of `ks` add under --fp8 e4m3."""
+def fp8_quant_kernels(ks: list[Kernel], accum: int = 1) -> list[Kernel]:
+    """The quantization kernels the block linear GEMMs of `ks` add under --fp8 e4m3, per
+    micro-step with the optimizer every `accum` micro-batches (kernels/fp8.cu, gemm_fp8.cc)."""
     out = []
     for k in ks:
         if k.kind != "gemm" or k.name.split(".")[0] not in FP8_LAYERS:
             continue
         M, N, K = k.shape
-        for elems in (M * K, N * K):  # op(A) (M,K) and op(B)^T (N,K)
-            out.append(stream_kernel("fp8 quantization (amax + codes)", "fp8 amax_kernel<bf16>",
-                                     k.calls, elems, BF16))
-            out.append(stream_kernel("fp8 quantization (amax + codes)",
-                                     "fp8 quantize_kernel<bf16>", k.calls, elems, BF16 + 1))
+        what = k.name.split(".")[1]
+        # The activation operands: fwd x (M,K); dx dy (M,K); dW x^T (M,K) and dy^T (N,K).
+        for elems, tr in ([(M * K, False)] if what in ("fwd", "dx") else
+                          [(M * K, True), (N * K, True)]):
+            out.append(vec_kernel(FP8_ROW, "fp8 amax_kernel<bf16>", k.calls, elems, BF16))
+            out.append(vec_kernel(FP8_ROW, "fp8 quantize_transposed_kernel<bf16>" if tr else
+                                  "fp8 quantize_kernel<bf16>", k.calls, elems, BF16 + 1))
+        if what == "fwd":  # the weight (N,K): once per optimizer step, both layouts in one pass
+            out.append(vec_kernel(FP8_ROW, "fp8 amax_kernel<bf16> (weight)", k.calls / accum,
+                                  N * K, BF16))
+            out.append(vec_kernel(FP8_ROW, "fp8 quantize_transposed_kernel<bf16> (weight, both "
+                                  "layouts)", k.calls / accum, N * K, BF16 + 2))
     return out
 
 
 def fp8_scratch_bytes(ks: list[Kernel]) -> int:
-    """The largest FP8 scratch one GEMM holds (both operands' codes; freed after it)."""
-    return max((k.shape[0] + k.shape[1]) * k.shape[2] for k in ks
+    """The largest FP8 scratch one GEMM holds (its activation operands' codes; freed after it)."""
+    return max((k.shape[0] + k.shape[1]) * k.shape[2] if k.name.endswith(".dW") else
+               k.shape[0] * k.shape[2] for k in ks
                if k.kind == "gemm" and k.name.split(".")[0] in FP8_LAYERS)
+
+
+def fp8_weight_cache_bytes(ks: list[Kernel]) -> int:
+    """The weights' cached codes, both layouts (2 bytes a block linear weight element)."""
+    return sum(2 * k.calls * k.shape[1] * k.shape[2] for k in ks
+               if k.kind == "gemm" and k.name.split(".")[0] in FP8_LAYERS and
+               k.name.endswith(".fwd"))
 
 
 def step_prediction(ks: list[Kernel], c: dict, dev: Device, cal: Calibration, rates: Rates,
@@ -870,24 +891,30 @@ def main() -> int:
                   f"{eager['outside_s'] * 1e3:.1f} ms host gaps = {eager['step_s'] * 1e3:.1f} ms, "
                   f"{eager['tok_s']:,.0f} tok/s, MFU {100 * eager['mfu']:.1f}%{peer}")
     print("\nPREDICTED with --fp8 e4m3 (not measured; FP8 GEMMs at "
-          f"{FP8_GEMM_SPEEDUP:g}x the measured bf16 rate, plus the quantization passes; MFU against "
-          "the bf16 peak, as peers report):")
+          f"{FP8_GEMM_SPEEDUP:g}x the measured bf16 rate, plus kernels/fp8.cu's vectorized "
+          "quantization, weights once per optimizer step; MFU against the bf16 peak, as peers "
+          "report):")
     for dname in ("h200", "h100"):
         d = DEVICES[dname]
         for preset, mb, accum in (("d24", 16, 1), ("d32", 8, 4)):
             c = sr.preset(preset, mb)
             ks = current_code_kernels(c, accum)
             base = step_prediction(ks, c, d, cal, rates)
-            f8 = step_prediction(ks + fp8_quant_kernels(ks), c, d, cal, fp8_rates(rates))
+            f8 = step_prediction(ks + fp8_quant_kernels(ks, accum), c, d, cal, fp8_rates(rates))
             fused = step_prediction(ks, c, d, cal, fp8_rates(rates))  # quantization free
-            out["predictions"][f"{preset}/{dname}/accum{accum}/fp8"] = {
-                k: v for k, v in f8.items() if k != "rows"}
+            out["predictions"][f"{preset}/{dname}/accum{accum}/fp8"] = dict(
+                {k: v for k, v in f8.items() if k != "rows"},
+                quantization_s=f8["rows"].get(FP8_ROW, 0),
+                weight_cache_bytes=fp8_weight_cache_bytes(ks),
+                scratch_bytes=fp8_scratch_bytes(ks), bf16_step_s=base["step_s"],
+                bf16_mfu=base["mfu"])
             print(f"  {preset} mb {mb} on {d.name}: {f8['step_s'] * 1e3:.1f} ms "
                   f"(bf16 {base['step_s'] * 1e3:.1f} ms, {100 * (base['step_s'] / f8['step_s'] - 1):+.1f}% "
-                  f"tok/s), MFU {100 * f8['mfu']:.1f}%; quantization "
-                  f"{f8['rows'].get('fp8 quantization (amax + codes)', 0) * 1e3:.1f} ms; "
-                  f"largest FP8 scratch {fp8_scratch_bytes(ks) / 2**20:.0f} MiB; with the "
-                  f"quantization fused away {fused['step_s'] * 1e3:.1f} ms "
+                  f"tok/s), MFU {100 * f8['mfu']:.1f}% (bf16 {100 * base['mfu']:.1f}%); "
+                  f"quantization {f8['rows'].get(FP8_ROW, 0) * 1e3:.1f} ms; weights' FP8 codes "
+                  f"{fp8_weight_cache_bytes(ks) / 2**20:.0f} MiB, largest GEMM scratch "
+                  f"{fp8_scratch_bytes(ks) / 2**20:.0f} MiB; with the quantization free "
+                  f"{fused['step_s'] * 1e3:.1f} ms "
                   f"({100 * (base['step_s'] / fused['step_s'] - 1):+.1f}% tok/s)")
     c = sr.preset("d24", 16)
     ks = current_code_kernels(c, 1)

@@ -1,8 +1,9 @@
 // FP8 quantization on the GPU for the FP8 GEMMs (core/ops/gemm.h): the amax of a matrix, then
 // its codes in E4M3 or E5M2 with the power-of-two scale core/fp8.h derives from that amax,
 // written row-major and K-contiguous (transposing when asked: Hopper's FP8 GEMMs take only the
-// "TN" layout), with the dequantization factor and saturation/underflow counts. Device pointers;
-// stream-ordered, no host synchronization.
+// "TN" layout), with the dequantization factor and saturation/underflow counts; a weight's two
+// layouts from one read (fp8_quantize_both), and a cached quantization's state reused. Device
+// pointers; stream-ordered, no host synchronization. 16-byte accesses, one wave of the SMs.
 #pragma once
 #include <cstdint>
 
@@ -39,5 +40,19 @@ void fp8_quantize(const float* src, int64_t rows, int64_t cols, int64_t ld, bool
 void fp8_quantize(const __nv_bfloat16* src, int64_t rows, int64_t cols, int64_t ld,
                   bool transposed, Fp8Format format, uint8_t* codes, Fp8QuantState* st,
                   cudaStream_t stream, unsigned long long* tally = nullptr);
+
+// Both layouts of the rows x cols matrix src[r * ld + c] from one read (a weight: the forward
+// GEMM reads W^T, the data gradient W, both E4M3 with the one scale of W's amax):
+// codes[r * cols + c] and codes_t[c * rows + r]. After fp8_amax(src, rows, cols, ld, false, st).
+void fp8_quantize_both(const float* src, int64_t rows, int64_t cols, int64_t ld,
+                       Fp8Format format, uint8_t* codes, uint8_t* codes_t, Fp8QuantState* st,
+                       cudaStream_t stream, unsigned long long* tally = nullptr);
+void fp8_quantize_both(const __nv_bfloat16* src, int64_t rows, int64_t cols, int64_t ld,
+                       Fp8Format format, uint8_t* codes, uint8_t* codes_t, Fp8QuantState* st,
+                       cudaStream_t stream, unsigned long long* tally = nullptr);
+// *st = *cached (a quantization done earlier, its codes reused), and its counts added to tally
+// (nullable) as if it had been quantized again: the metrics count per GEMM either way.
+void fp8_reuse(const Fp8QuantState* cached, Fp8QuantState* st, cudaStream_t stream,
+               unsigned long long* tally = nullptr);
 
 }  // namespace vt::cuda

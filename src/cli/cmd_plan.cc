@@ -68,6 +68,8 @@ const CommandSpec& plan_command() {
              choice_flag("grad-sync", "fp32", {"fp32", "bf16"},
                          "as vtrain train's flag: bf16 sends half the bytes of the data-parallel "
                          "all-reduce"),
+             choice_flag("fp8", "off", {"off", "e4m3"},
+                         "as vtrain train's flag: the blocks' linear GEMMs in FP8 (h100, h200)"),
              int_flag("zero", 1, 1, 2,
                       "as vtrain train's flag: 2 reduce-scatters the gradients into the "
                       "optimizer's owners (half the all-reduce's bytes)"),
@@ -226,6 +228,8 @@ absl::StatusOr<plan::PlanInput> plan_input(const Flags& f) {
   in.overlap_grad_sync = !f.get_bool("no-overlap-grad-sync");
   in.grad_sync_bf16 = f.get_string("grad-sync") == "bf16";
   in.zero = static_cast<int>(f.get_int("zero"));
+  in.fp8 = f.get_string("fp8") == "e4m3";
+  VT_RETURN_IF_ERROR(plan::check_fp8_gpu(in));
   in.intra_node_gbps = f.get_double("intra-node-gbps");
   in.inter_node_gbps = f.get_double("inter-node-gbps");
   in.disk_gbps = f.get_double("disk-gbps");

@@ -145,6 +145,17 @@ void ParamStore::refresh_compute_copy(const std::vector<char>& fresh) {
   flush();
 }
 
+bool ParamStore::holds_weights(const Tensor& t) const {
+  if (!finalized_ || !t.defined() || t.numel() == 0) return false;
+  const char* p = static_cast<const char*>(t.raw());
+  auto inside = [&](const Tensor& arena) {
+    if (!arena.defined()) return false;
+    const char* a = static_cast<const char*>(arena.raw());
+    return p >= a && p + t.nbytes() <= a + arena.nbytes();
+  };
+  return inside(params_) || inside(compute_copy_);
+}
+
 Tensor ParamStore::compute_copy_flat(int i) const {
   VT_CHECK(finalized_);
   const ParamInfo& p = infos_.at(i);

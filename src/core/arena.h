@@ -98,6 +98,9 @@ class ParamStore {
   // Copies every parameter value from `src` (same registration, any device) and refreshes the
   // compute copy.
   void copy_params_from(const ParamStore& src);
+  // Whether t's elements lie inside the parameter arena or the bf16 compute copy (a weight view,
+  // constant between optimizer steps; not a temporary derived from weights).
+  bool holds_weights(const Tensor& t) const;
   // Whole arenas (1-D, total_numel() elements): every parameter not kept in host memory.
   Tensor params_tensor() const { return params_.flat(0, total_); }
   Tensor grads_tensor() const { return grads_.flat(0, total_); }

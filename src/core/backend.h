@@ -80,6 +80,9 @@ std::vector<std::string> cuda_device_descriptions();
 // CPU), not GPUs: told by the name the emulation gives its devices, as a program would see a
 // GPU's name (no build switch in product code). False without any CUDA device.
 bool cuda_devices_are_emulated();
+// The current CUDA device's compute capability as major * 10 + minor (90: Hopper; FP8 tensor
+// cores from 89); 0 without a CUDA device.
+int cuda_compute_capability();
 // The environment variable that allows `--device cuda` on the CUDA emulation (its value "1"):
 // without it the emulation is refused there, as it is thousands of times slower than a GPU and a
 // script asking for a GPU must not silently get it. The test suite and the GPU window's

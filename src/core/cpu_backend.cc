@@ -115,6 +115,7 @@ int cuda_device_count_or_zero() {
 std::unique_ptr<Backend> make_cuda_backend() { return nullptr; }
 std::vector<std::string> cuda_device_descriptions() { return {}; }
 bool cuda_devices_are_emulated() { return false; }
+int cuda_compute_capability() { return 0; }
 #endif  // with CUDA: src/core/cuda_backend.cc
 
 }  // namespace vt

@@ -258,6 +258,17 @@ std::vector<std::string> cuda_device_descriptions() {
   return out;
 }
 
+int cuda_compute_capability() {
+  if (cuda::cuda_device_count() <= 0) return 0;
+  int d = 0;
+  cudaDeviceProp prop;
+  if (cudaGetDevice(&d) != cudaSuccess || cudaGetDeviceProperties(&prop, d) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return prop.major * 10 + prop.minor;
+}
+
 bool cuda_devices_are_emulated() {
   if (cuda::cuda_device_count() <= 0) return false;
   cudaDeviceProp prop;

@@ -1,14 +1,20 @@
 // The blocks' linear GEMMs, bf16 or FP8 (see linear.h).
 #include "model/linear.h"
 
+#include "core/arena.h"
 #include "core/ops/gemm.h"
 #include "model/gpt.h"
 
 namespace vt::linear {
+namespace {
+// A weight of the model (its arena), not a temporary derived from one (projection.cc's
+// reparametrized matrices): its FP8 codes may be cached for the step (ops::Fp8WeightCacheScope).
+bool is_weight(const GPT& m, const Tensor& w) { return m.store() && m.store()->holds_weights(w); }
+}  // namespace
 
 void forward(const GPT& m, const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate) {
   if (m.fp8())
-    ops::matmul_fp8(x, w, y, accumulate);
+    ops::matmul_fp8(x, w, y, accumulate, nullptr, is_weight(m, w));
   else
     ops::matmul(x, w, y, accumulate);
 }
@@ -16,7 +22,7 @@ void forward(const GPT& m, const Tensor& x, const Tensor& w, const Tensor& y, bo
 void backward_dx(const GPT& m, const Tensor& dy, const Tensor& w, const Tensor& dx,
                  bool accumulate) {
   if (m.fp8())
-    ops::matmul_dx_fp8(dy, w, dx, accumulate);
+    ops::matmul_dx_fp8(dy, w, dx, accumulate, nullptr, is_weight(m, w));
   else
     ops::matmul_dx(dy, w, dx, accumulate);
 }

@@ -10,6 +10,8 @@
 //   - the embeddings and value tables (wte, bov, value embeds): row lookups, not GEMMs;
 //   - attention (QK^T, PV): the attention kernels' own bf16 tensor-core MMAs, softmax between;
 //   - the decode path (model/decode.cc): inference, not this recipe.
+// The weights' codes are quantized once per optimizer step and reused by every micro-batch's
+// forward and data-gradient GEMMs while the trainer's ops::Fp8WeightCacheScope is alive.
 // The first block's projections are FP8 like every other block's (their inputs are
 // RMS-normed like the rest; nothing in the FP8 formats paper's results singles them out).
 #pragma once

@@ -15,12 +15,16 @@ std::string MemoryEstimate::to_string() const {
   constexpr double G = 1024.0 * 1024.0 * 1024.0;
   return absl::StrFormat(
       "params %.2f GiB | grads %.2f%s | bf16 weights %.2f | optimizer %.2f | activations %.2f "
-      "(+%.2f recomputed block, +%.2f backward temporaries) | logits %.2f | %stotal %.2f GiB%s",
+      "(+%.2f recomputed block, +%.2f backward temporaries) | logits %.2f | %s%stotal %.2f GiB%s",
       params / G, grads / G,
       grad_wire > 0 ? absl::StrFormat(" (+%.2f bf16 wire)", grad_wire / G) : "",
       compute_copy / G, optimizer / G, activations / G,
       recompute_transient / G, backward_transient / G, logits / G,
-      host_tables > 0 ? absl::StrFormat("table rows %.2f | ", table_rows / G) : "", total() / G,
+      host_tables > 0 ? absl::StrFormat("table rows %.2f | ", table_rows / G) : "",
+      fp8_weights > 0 ? absl::StrFormat("fp8 weights %.2f (+%.2f GEMM scratch) | ",
+                                        fp8_weights / G, fp8_scratch / G)
+                      : "",
+      total() / G,
       host_tables > 0 ? absl::StrFormat(" (+ tables in host memory %.2f GiB)", host_tables / G)
                       : "");
 }
@@ -28,7 +32,7 @@ std::string MemoryEstimate::to_string() const {
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
                                int B, DType act_dtype, Recompute recompute, int vpp,
-                               int micro_batches, bool bf16_grad_wire) {
+                               int micro_batches, bool bf16_grad_wire, bool fp8) {
   MemoryEstimate m;
   double matrix = 0, other = 0, host = 0, host_width = 0;
   // Muon momentum: only for the matrices whose owner (k-th matrix: stage rank k % (tp x dp)) is
@@ -134,6 +138,12 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   // test_cli_plan.py, tests/unit/xent_loss_grad_test.cc): the MLP's 2 hidden + C is the peak.
   const double sub_layer = std::max(2 * hidden + C, 2 * qd + 4 * kvd + 2 * C);
   m.backward_transient = tokens * (es * (sub_layer + 2 * C) + 4 * 2 * heads);
+  if (fp8) {
+    // The Muon matrices (the blocks' linear weights; a reparameterized projection's dW is
+    // multiplied through its effective matrix, not cached: counted anyway, an upper bound).
+    m.fp8_weights = 2 * matrix;
+    m.fp8_scratch = tokens * (C + hidden);
+  }
   if (coords.pp == shape.pp - 1) {
     const double vocab_local = static_cast<double>(cfg.vocab_padded) / tp;
     // The logits and their gradient; with the head not vocabulary-sharded (tp 1) the training

@@ -26,23 +26,29 @@ struct MemoryEstimate {
   double host_tables = 0, table_rows = 0;
   // --grad-sync bf16 with dp > 1: the bf16 copies the started sums keep until the wait.
   double grad_wire = 0;
+  // --fp8 e4m3: the weights' FP8 codes for the step (both layouts, 1 byte each: 2 bytes a
+  // matrix element; core/ops/gemm.h Fp8WeightCacheScope), and the largest GEMM's activation
+  // codes (the MLP's weight gradient: x and dh, a byte a value), alive during that GEMM.
+  double fp8_weights = 0, fp8_scratch = 0;
   // The loss end's logits and their gradient (one buffer at tp 1, where the gradient is written
   // over the logits) are freed before the blocks' backward starts
   // (GPT::head_backward), so they and the block transients are never alive together.
   double total() const {
     return params + grads + grad_wire + compute_copy + optimizer + activations + table_rows +
-           std::max(logits, recompute_transient + backward_transient);
+           fp8_weights + std::max(logits, recompute_transient + backward_transient + fp8_scratch);
   }
   std::string to_string() const;  // "params 1.2 GiB | grads ... | total ..."
 };
 
 // `store` is this rank's finalized store; B the micro-batch rows. `bf16_grad_wire`: the
 // data-parallel sum runs with --grad-sync bf16, whose started sums keep a bf16 copy of their
-// gradients until the wait (grad_wire: 2 bytes a gradient, where dp > 1).
+// gradients until the wait (grad_wire: 2 bytes a gradient, where dp > 1). `fp8`: --fp8 e4m3
+// (fp8_weights, fp8_scratch).
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
                                int B, DType act_dtype, Recompute recompute = Recompute::kOff,
                                int vpp = 1,
-                               int micro_batches = 1, bool bf16_grad_wire = false);
+                               int micro_batches = 1, bool bf16_grad_wire = false,
+                               bool fp8 = false);
 
 }  // namespace vt

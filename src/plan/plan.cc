@@ -109,9 +109,9 @@ std::vector<int> divisors(int n) {
 }  // namespace
 
 absl::StatusOr<GpuSpec> gpu_spec(const std::string& kind, double memory_gib, double tflops) {
-  if (kind == "h100") return GpuSpec{"h100", 81559.0 / 1024, 989};
-  if (kind == "h200") return GpuSpec{"h200", 143771.0 / 1024, 989};
-  if (kind == "a100-80") return GpuSpec{"a100-80", 80, 312};
+  if (kind == "h100") return GpuSpec{"h100", 81559.0 / 1024, 989, true, 3.35};
+  if (kind == "h200") return GpuSpec{"h200", 143771.0 / 1024, 989, true, 4.8};
+  if (kind == "a100-80") return GpuSpec{"a100-80", 80, 312, false, 2.039};
   if (kind == "custom") {
     if (!(memory_gib > 0) || !(tflops > 0))
       return absl::InvalidArgumentError(
@@ -120,6 +120,29 @@ absl::StatusOr<GpuSpec> gpu_spec(const std::string& kind, double memory_gib, dou
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown --gpu '", kind, "'; choose h100, h200, a100-80 or custom"));
+}
+
+double fp8_flops_share(const ModelConfig& cfg) {
+  const double lm_head = static_cast<double>(cfg.n_embd) * cfg.vocab_size;
+  return 6.0 * (static_cast<double>(matmul_params(cfg)) - lm_head) / flops_per_token(cfg);
+}
+
+double fp8_quant_elements_per_token_layer(const ModelConfig& cfg, int tp) {
+  const double C = cfg.n_embd, q = cfg.q_dim() / double(tp), kv = cfg.kv_dim() / double(tp),
+               F = cfg.mlp_hidden() / double(tp), qkv = q + 2 * kv;
+  const double forward = C + q + C + F;       // inputs of qkv, attn_out, fc, mlp_out
+  const double data_grad = qkv + C + F + C;   // their output gradients
+  const double weight_grad = forward + data_grad;
+  return forward + data_grad + weight_grad;
+}
+
+absl::Status check_fp8_gpu(const PlanInput& in) {
+  if (!in.fp8 || in.gpu.fp8) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--fp8 e4m3 with --gpu ", in.gpu.name,
+      in.gpu.name == "custom" ? ": a custom GPU's FP8 rate and HBM bandwidth are not known"
+                              : ": this GPU has no FP8 tensor cores",
+      "; plan FP8 on h100 or h200, or drop --fp8"));
 }
 
 std::vector<MemoryEstimate> stage_memory(const PlanInput& in, const Layout& l) {
@@ -137,7 +160,8 @@ std::vector<MemoryEstimate> stage_memory(const PlanInput& in, const Layout& l) {
     const int64_t rows = static_cast<int64_t>(l.micro_batch) * in.cfg.seq_len * l.dp;
     const int m = rows > 0 ? static_cast<int>(std::max<int64_t>(1, in.global_batch / rows)) : 1;
     out.push_back(estimate_memory(in.cfg, store, shape, coords, end - begin, l.micro_batch,
-                                  in.act_dtype, l.recompute, l.vpp, m, in.grad_sync_bf16));
+                                  in.act_dtype, l.recompute, l.vpp, m, in.grad_sync_bf16,
+                                  in.fp8));
   }
   return out;
 }
@@ -177,6 +201,14 @@ static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimat
   }
   p.compute_s = static_cast<double>(in.global_batch) * fpt /
                 (gpus * in.gpu.peak_tflops * 1e12 * in.mfu * p.gemm_eff) * rerun;
+  if (in.fp8) {
+    const double share = fp8_flops_share(in.cfg);
+    const double layers_all = in.cfg.n_layer;  // a step's tokens cross every layer once
+    p.fp8_quant_s = static_cast<double>(in.global_batch) / (l.dp * l.pp) * layers_all *
+                    fp8_quant_elements_per_token_layer(in.cfg, l.tp) * kFp8QuantBytesPerElement *
+                    rerun / (in.gpu.hbm_tbps * 1e12 * kFp8HbmShare);
+    p.compute_s = p.compute_s * (1.0 - share + share / kFp8GemmSpeedup) + p.fp8_quant_s;
+  }
   const int layers = stage_layers(in.cfg.n_layer, l.pp, 0).second;  // the largest stage
   p.launch_s = in.launch_us * 1e-6 * (kKernelsPerLayerPass + rerun_kernels) * layers *
                p.micro_batches;

@@ -23,10 +23,12 @@ struct GpuSpec {
   std::string name;
   double memory_gib = 0;  // what the device reports as its total memory
   double peak_tflops = 0; // dense bf16 tensor-core peak
+  bool fp8 = false;       // FP8 tensor cores (Hopper: twice the bf16 peak)
+  double hbm_tbps = 0;    // HBM bandwidth (datasheet), for --fp8's quantization passes
 };
 
-// h100 (SXM, 79.6 GiB, 989), h200 (140.4 GiB, 989), a100-80 (80 GiB, 312); "custom" takes
-// memory_gib and tflops (both must be > 0).
+// h100 (SXM, 79.6 GiB, 989, FP8, 3.35 TB/s), h200 (140.4 GiB, 989, FP8, 4.8 TB/s), a100-80
+// (80 GiB, 312, no FP8); "custom" takes memory_gib and tflops (both must be > 0; no FP8 known).
 absl::StatusOr<GpuSpec> gpu_spec(const std::string& kind, double memory_gib, double tflops);
 
 struct PlanInput {
@@ -68,7 +70,27 @@ struct PlanInput {
   // As vtrain train --zero: 1 all-reduces the gradients (2 (dp-1)/dp of them on the wire); 2
   // reduce-scatters them into the optimizer's owners ((dp-1)/dp: half the bytes).
   int zero = 1;
+  // As vtrain train --fp8 e4m3: the blocks' linear GEMMs (the Muon matrices' share of the FLOPs)
+  // at kFp8GemmSpeedup times the assumed rate, plus their activations' quantization passes
+  // (kFp8QuantBytesPerElement a GEMM input element, at kFp8HbmShare of the GPU's HBM bandwidth);
+  // the weights' FP8 codes in the memory estimate. MFU stays counted against the bf16 peak.
+  bool fp8 = false;
 };
+
+// --fp8's assumptions (bench/step_model.py's FP8 part: the same recipe, kernel by kernel):
+// Hopper's dense FP8 peak is twice its bf16 peak; an activation operand is read by an amax pass
+// (2 bytes) and a quantization pass (2 in, 1 out); the step model's fitted share of HBM
+// bandwidth its streaming kernels reach on the 2026-11-26 window is 0.52.
+inline constexpr double kFp8GemmSpeedup = 2.0;
+inline constexpr double kFp8QuantBytesPerElement = 5.0;
+inline constexpr double kFp8HbmShare = 0.52;
+// The FP8 GEMMs' share of the model FLOPs and the elements their activation operands quantize
+// per token and layer (forward inputs, data gradients' dy, both weight-gradient operands).
+double fp8_flops_share(const ModelConfig& cfg);
+double fp8_quant_elements_per_token_layer(const ModelConfig& cfg, int tp);
+// Refuses --fp8 e4m3 on a GPU without FP8 tensor cores (a100-80) or not known to have them
+// (custom), by name.
+absl::Status check_fp8_gpu(const PlanInput& in);
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1, micro_batch = 1;
@@ -88,7 +110,9 @@ struct LayoutPlan {
   int micro_batches = 1;      // per optimizer step and data-parallel rank
   double bubble = 1;          // 1 + (pp - 1) / (vpp x micro_batches)
   double gemm_eff = 1;        // the GEMM curve at micro-batch x seq-len tokens
-  double compute_s = 0;       // one step at the assumed MFU x gemm_eff (with recomputation's cost)
+  double compute_s = 0;       // one step at the assumed MFU x gemm_eff (with recomputation's cost;
+                              // with --fp8 the FP8 GEMMs' share faster, fp8_quant_s included)
+  double fp8_quant_s = 0;     // --fp8: the quantization passes of one step
   double launch_s = 0;        // kernel launches of one step (kKernelsPerLayerPass per layer and
                               // micro-batch, x 4/3 with recomputation, at launch_us each)
   double send_s = 0;          // pipeline sends of one step: the residual stream (micro-batch x

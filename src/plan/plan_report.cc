@@ -59,6 +59,15 @@ std::string header(const PlanInput& in, const Plan& p) {
       in.overlap_grad_sync ? "its layers' buckets overlapped with the last micro-batch's backward "
                              "(as vtrain train)"
                            : "after backward (--no-overlap-grad-sync)");
+  if (in.fp8)
+    absl::StrAppendFormat(
+        &s,
+        "--fp8 e4m3: the blocks' linear GEMMs (%.0f%% of the model FLOPs) at %.0fx the assumed "
+        "rate (Hopper's FP8 peak is %.0fx bf16's), plus their activations' quantization (%.0f "
+        "bytes a GEMM input element at %.0f%% of %.2f TB/s HBM); MFU stays counted against the "
+        "bf16 peak (as peers report FP8 runs); the weights' FP8 codes in the memory\n",
+        100 * plan::fp8_flops_share(c), kFp8GemmSpeedup, kFp8GemmSpeedup,
+        kFp8QuantBytesPerElement, 100 * kFp8HbmShare, in.gpu.hbm_tbps);
   absl::StrAppendFormat(
       &s,
       "fits: the start-up memory estimate of `vtrain train` + %.1f GiB for CUDA context, "
@@ -114,6 +123,10 @@ std::string format_breakdown(const LayoutPlan& l) {
   line("logits and their gradient (last stage; freed before the", m.logits);
   absl::StrAppendFormat(&s, "    blocks' backward: this or the two above count, the larger)\n");
   if (m.table_rows > 0) line("value-table rows of a step and their gradient", m.table_rows);
+  if (m.fp8_weights > 0) {
+    line("the weights' FP8 codes, both layouts (--fp8)", m.fp8_weights);
+    line("  + the largest FP8 GEMM's codes (with the transients)", m.fp8_scratch);
+  }
   line("allowance: context, workspaces, comm buffers", l.workspace);
   line("total", l.per_gpu());
   if (m.host_tables > 0) line("  + value tables in host memory (--table-offload)", m.host_tables);
@@ -232,6 +245,7 @@ std::string stage_memory_json(const PlanInput& in, const Layout& l) {
                         {"activations_bytes", m.activations},
                         {"recompute_bytes", m.recompute_transient},
                         {"backward_bytes", m.backward_transient}, {"logits_bytes", m.logits},
+                      {"fp8_weights_bytes", m.fp8_weights}, {"fp8_scratch_bytes", m.fp8_scratch},
                         {"estimate_bytes", m.total()}};
     s += j.dump() + "\n";
   }
@@ -248,9 +262,11 @@ std::string layout_json(const LayoutPlan& l) {
                       {"activations_bytes", m.activations},
                       {"recompute_bytes", m.recompute_transient},
                       {"backward_bytes", m.backward_transient}, {"logits_bytes", m.logits},
+                      {"fp8_weights_bytes", m.fp8_weights}, {"fp8_scratch_bytes", m.fp8_scratch},
                       {"tables_bytes", l.tables}, {"estimate_bytes", m.total()},
                       {"allowance_bytes", l.workspace}, {"per_gpu_bytes", l.per_gpu()},
                       {"fits", l.fits}, {"bubble", l.bubble}, {"compute_s", l.compute_s},
+                      {"fp8_quant_s", l.fp8_quant_s},
                       {"gemm_eff", l.gemm_eff}, {"launch_s", l.launch_s}, {"send_s", l.send_s},
                       {"allreduce_s", l.allreduce_s}, {"allreduce_exposed_s", l.allreduce_exposed_s},
                       {"optimizer_comm_s", l.optimizer_comm_s},

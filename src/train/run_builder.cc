@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/backend.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "data/mixture.h"
@@ -105,6 +106,38 @@ absl::Status place(const TrainOptions& o, Run& r) {
   return absl::OkStatus();
 }
 
+// --fp8 e4m3 refused by name where the blocks' linear GEMMs cannot run in FP8: a GPU without FP8
+// tensor cores (compute capability below 8.9), or a GEMM inner dimension that is not a multiple
+// of 16 (cuBLASLt's FP8 rule, kept by the CPU's fake quantization too): the forward's input
+// features, the data gradient's output features, the weight gradient's micro-batch tokens.
+absl::Status check_fp8(const TrainOptions& o, const Run& r) {
+  if (o.fp8 != "e4m3") return absl::OkStatus();
+  if (r.device.device == Device::kCUDA) {
+    const int cc = cuda_compute_capability();
+    if (cc < 89)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--fp8 e4m3: this GPU (compute capability ", cc / 10, ".", cc % 10,
+          ") has no FP8 tensor cores (8.9 and above: Ada, Hopper); run with --fp8 off"));
+  }
+  const ModelConfig& c = o.model;
+  const int tp = r.shape.tp;
+  const std::pair<const char*, int64_t> dims[] = {
+      {"--dim (the width)", c.n_embd},
+      {"the query width per tensor-parallel rank (--heads x --head-dim / --tp)", c.q_dim() / tp},
+      {"the key/value width per tensor-parallel rank (--kv-heads x --head-dim / --tp)",
+       c.kv_dim() / tp},
+      {"the MLP's hidden width per tensor-parallel rank (its ratio x --dim / --tp)",
+       c.mlp_hidden() / tp},
+      {"the micro-batch's tokens (--micro-batch x --seq-len)",
+       int64_t{o.micro_batch} * c.seq_len}};
+  for (const auto& [what, n] : dims)
+    if (n % 16 != 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--fp8 e4m3: ", what, " is ", n, ", not a multiple of 16: an FP8 GEMM's inner "
+          "dimension must be (cuBLASLt's rule); change it or run with --fp8 off"));
+  return absl::OkStatus();
+}
+
 // Phase 3: the model of this rank's layers, its parameters registered (not yet allocated), and
 // the memory estimate checked against the device before anything large is allocated.
 absl::Status build_model(const TrainOptions& o, Run& r) {
@@ -115,6 +148,7 @@ absl::Status build_model(const TrainOptions& o, Run& r) {
   if (o.vpp > 1) par.chunks = r.chunks;
   r.model = std::make_unique<GPT>(o.model, par);
   r.model->set_recompute(o.recompute);
+  VT_RETURN_IF_ERROR(check_fp8(o, r));
   r.model->set_fp8(o.fp8 == "e4m3");
   if (o.fp8 == "e4m3" && r.device.device == Device::kCPU && r.rank0)
     std::printf("fp8: e4m3 on the CPU is a fake quantization (the GPU path's values, fp32 "
@@ -125,7 +159,8 @@ absl::Status build_model(const TrainOptions& o, Run& r) {
   for (const auto& [b, e] : r.chunks) held_layers += e - b;
   const MemoryEstimate mem = estimate_memory(o.model, r.store, r.shape, r.grid->coords(), held_layers,
                                              o.micro_batch, r.device.act_dtype, o.recompute, o.vpp,
-                                             r.micro_batches, o.grad_sync == DType::kBF16);
+                                             r.micro_batches, o.grad_sync == DType::kBF16,
+                                             o.fp8 == "e4m3");
   r.memory_line = mem.to_string();
   return check_memory_fits(mem, o, r.shape, r.grid->coords().pp, r.device.device,
                            r.device.act_dtype, r.world);

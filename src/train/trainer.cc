@@ -531,20 +531,25 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
   run_->store.zero_grads();
   const float grad_scale = 1.0f / static_cast<float>(o_.global_batch);
   double loss_sum = 0.0;
-  if (o_.cuda_graphs == "micro-step") {
-    if (!graphs_) {
-      const std::string why = GraphMicroSteps::unsupported(o_, *run_);
-      if (!why.empty())
-        return absl::InvalidArgumentError(absl::StrCat("--cuda-graphs micro-step: ", why));
-      graphs_ = std::make_unique<GraphMicroSteps>(*run_->model, run_->store, o_.micro_batch,
-                                                  o_.model.seq_len, o_.model.vocab_size);
+  {
+    // --fp8 e4m3: the weights' FP8 codes, quantized once for this step's micro-batches and dropped
+    // before the optimizer changes the weights (core/ops/gemm.h Fp8WeightCacheScope).
+    ops::Fp8WeightCacheScope fp8_weights;
+    if (o_.cuda_graphs == "micro-step") {
+      if (!graphs_) {
+        const std::string why = GraphMicroSteps::unsupported(o_, *run_);
+        if (!why.empty())
+          return absl::InvalidArgumentError(absl::StrCat("--cuda-graphs micro-step: ", why));
+        graphs_ = std::make_unique<GraphMicroSteps>(*run_->model, run_->store, o_.micro_batch,
+                                                    o_.model.seq_len, o_.model.vocab_size);
+      }
+      VT_ASSIGN_OR_RETURN(loss_sum, graphs_->run(run_->micro_batches, grad_scale,
+                                                 fetch_from(*run_->train)));
+    } else {
+      loss_sum = run_->engine->train_step(run_->micro_batches, o_.micro_batch, grad_scale,
+                                          fetch_from(*run_->train), hooks);
+      if (run_->engine->stopped()) return StepOutcome::kStopped;  // partial gradients: discarded
     }
-    VT_ASSIGN_OR_RETURN(loss_sum, graphs_->run(run_->micro_batches, grad_scale,
-                                               fetch_from(*run_->train)));
-  } else {
-    loss_sum = run_->engine->train_step(run_->micro_batches, o_.micro_batch, grad_scale,
-                                        fetch_from(*run_->train), hooks);
-    if (run_->engine->stopped()) return StepOutcome::kStopped;  // partial gradients: discarded
   }
   sync_gradients(run_->store, *run_->grid, *run_->dp_sync, *run_->opt, wire);
   if (run_->inject.at(step_1based, FaultInjection::Where::kGradient) && run_->store.find(run_->inject.param) >= 0)

@@ -58,3 +58,69 @@ def test_fp8_trains_and_counts(datadir, tmp_path):
 def test_unknown_fp8_value_is_refused(datadir):
     r = run("train", "--data", datadir, *TINY, "--fp8", "e5m2", ok=False)
     assert r.returncode != 0 and "--fp8" in r.stderr + r.stdout
+
+
+def with_flags(args, **values):
+    """args with the values of the flags named (dim=72: --dim 72) replaced."""
+    out = list(args)
+    for k, v in values.items():
+        out[out.index("--" + k.replace("_", "-")) + 1] = str(v)
+    return out
+
+
+def test_fp8_shape_no_gemm_can_take_is_refused_by_name(datadir):
+    # --dim 72: the forward's inner dimension (the width) is not a multiple of 16, which an FP8
+    # GEMM needs (cuBLASLt's rule): refused before training, naming the dimension.
+    args = with_flags(TINY, dim=72)
+    r = run("train", "--data", datadir, *args, "--fp8", "e4m3", ok=False)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "--dim (the width) is 72, not a multiple of 16" in out, out
+    assert "--fp8 off" in out
+    # The micro-batch's tokens are the weight gradient's inner dimension: 1 x 8 is refused.
+    r = run("train", "--data", datadir, *with_flags(TINY, micro_batch=1, seq_len=8, window=8),
+            "--fp8", "e4m3", ok=False)
+    assert "the micro-batch's tokens (--micro-batch x --seq-len) is 8" in r.stdout + r.stderr
+    run("train", "--data", datadir, *with_flags(args, steps=1))  # bf16 takes the shape
+
+
+def losses(path):
+    return [r["loss"] for r in steps(path)]
+
+
+def test_resume_needs_no_fp8_state_and_may_switch_fp8(datadir, tmp_path):
+    # Scales come from the current amax: nothing to save. An FP8 run stopped at step 2 and
+    # resumed gives the uninterrupted run's losses bit for bit.
+    four, two = with_flags(TINY, steps=4), with_flags(TINY, steps=2)
+    run("train", "--data", datadir, *four, "--fp8", "e4m3", "--metrics", tmp_path / "whole.jsonl")
+    ck = tmp_path / "ck"
+    run("train", "--data", datadir, *two, "--fp8", "e4m3", "--ckpt-dir", ck)
+    r = run("train", "--data", datadir, *four, "--fp8", "e4m3", "--ckpt-dir", ck, "--resume",
+            "auto", "--metrics", tmp_path / "resumed.jsonl")
+    assert "differ from the checkpoint" not in r.stdout
+    assert losses(tmp_path / "resumed.jsonl") == losses(tmp_path / "whole.jsonl")[2:]
+    # Switched on (and off) at a resume: allowed, with a note naming the change.
+    for before, after in (("off", "e4m3"), ("e4m3", "off")):
+        d = tmp_path / f"{before}_{after}"
+        run("train", "--data", datadir, *two, "--fp8", before, "--ckpt-dir", d)
+        r = run("train", "--data", datadir, *four, "--fp8", after, "--ckpt-dir", d, "--resume",
+                "auto", "--metrics", tmp_path / f"{before}_{after}.jsonl")
+        assert f'fp8 "{before}" -> "{after}"' in r.stdout, r.stdout
+        got = steps(tmp_path / f"{before}_{after}.jsonl")
+        assert len(got) == 2 and all(("fp8" in s) == (after == "e4m3") for s in got)
+
+
+def test_plan_knows_fp8(tmp_path):
+    base = ["plan", "--preset", "d24", "--tokens", "10e9", "--gpus", "8", "--gpu", "h200",
+            "--layout", "1,1,8", "--micro-batch", "16", "--json"]
+    off = json.loads(run(*base).stdout.strip().splitlines()[-1])
+    on = json.loads(run(*base, "--fp8", "e4m3").stdout.strip().splitlines()[-1])
+    # Faster compute (the FP8 GEMMs) with the quantization passes counted, and more memory (the
+    # weights' FP8 codes).
+    assert on["fp8_quant_s"] > 0 and off["fp8_quant_s"] == 0
+    assert on["compute_s"] < off["compute_s"]
+    assert on["fp8_weights_bytes"] > 0 and off["fp8_weights_bytes"] == 0
+    assert on["per_gpu_bytes"] - off["per_gpu_bytes"] >= on["fp8_weights_bytes"]
+    r = run("plan", "--preset", "d24", "--tokens", "10e9", "--gpus", "8", "--gpu", "a100-80",
+            "--fp8", "e4m3", ok=False)
+    assert r.returncode != 0 and "--fp8 e4m3 with --gpu a100-80: this GPU has no FP8 tensor cores" \
+        in r.stdout + r.stderr

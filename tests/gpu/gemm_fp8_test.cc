@@ -47,20 +47,26 @@ struct Case {
   DType ab, c;
   Fp8Format fa, fb;
   bool addend;
+  // 0: 40 x 24 x 48 with padded leading dimensions (unaligned rows: the scalar paths); else
+  // contiguous M x N x K over several 64 x 64 tiles of the transposing kernel, 16-byte accesses
+  // (N = 100 leaves 4-element row tails).
+  int64_t M = 0, N = 0, K = 0;
 };
 
 std::string name(const Case& k) {
   return std::string(k.ta ? "T" : "N") + (k.tb ? "T" : "N") + "_" + dtype_name(k.ab) + "_" +
          dtype_name(k.c) + "_" + fp8_format_name(k.fa) + "x" + fp8_format_name(k.fb) +
-         (k.addend ? "_addend" : "");
+         (k.addend ? "_addend" : "") +
+         (k.M ? "_" + std::to_string(k.M) + "x" + std::to_string(k.N) + "x" + std::to_string(k.K)
+              : "");
 }
 
 class Fp8Gemm : public WithCudaBackend<::testing::TestWithParam<Case>> {};
 
 TEST_P(Fp8Gemm, CudaMatchesCpuFakeQuantization) {
   const Case k = GetParam();
-  const int64_t M = 40, N = 24, K = 48;
-  const int64_t lda = (k.ta ? M : K) + 3, ldb = (k.tb ? K : N) + 5, ldc = N + 2;
+  const int64_t M = k.M ? k.M : 40, N = k.M ? k.N : 24, K = k.M ? k.K : 48, pad = k.M ? 0 : 1;
+  const int64_t lda = (k.ta ? M : K) + 3 * pad, ldb = (k.tb ? K : N) + 5 * pad, ldc = N + 2 * pad;
   const int64_t a_rows = k.ta ? K : M, b_rows = k.tb ? N : K;
   // Operands of different magnitudes, so the scales differ from 1 and from each other.
   std::vector<float> a = random_vec(size_t(a_rows * lda), 1, 3.0f);
@@ -134,6 +140,11 @@ std::vector<Case> cases() {
   v.push_back({false, true, kBF16, kF32, Fp8Format::kE4M3, Fp8Format::kE5M2, true});
   v.push_back({true, false, kF32, kF32, Fp8Format::kE4M3, Fp8Format::kE5M2, false});
   v.push_back({true, true, kF32, kBF16, Fp8Format::kE5M2, Fp8Format::kE4M3, true});
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      v.push_back({ta, tb, kBF16, kBF16, Fp8Format::kE4M3, Fp8Format::kE5M2, false, 200, 136, 272});
+  v.push_back({true, false, kF32, kF32, Fp8Format::kE5M2, Fp8Format::kE4M3, false, 136, 100, 208});
+  v.push_back({false, true, kBF16, kF32, Fp8Format::kE4M3, Fp8Format::kE4M3, true, 72, 100, 144});
   return v;
 }
 
@@ -191,6 +202,66 @@ TEST_F(Fp8Tally, CountsUnderflowPerGemmKindOnBothBackends) {
     EXPECT_EQ(t.saturated[0][0] + t.saturated[0][1] + t.saturated[2][0] + t.saturated[2][1], 0);
     const vt::Fp8Tally again = ops::fp8_tally_take();
     EXPECT_EQ(again.gemms[0] + again.gemms[2] + again.underflow[0][0], 0);
+  }
+}
+
+// The weights' FP8 cache (ops::Fp8WeightCacheScope): inside a scope a weight is quantized once,
+// both layouts, and the forward and data-gradient GEMMs reuse it with the values and counts of
+// quantizing again; the scope's end drops it, so a weight changed in place (the optimizer) is
+// quantized afresh in the next scope.
+class Fp8WeightCache : public WithCudaBackend<::testing::Test> {};
+
+TEST_F(Fp8WeightCache, ReusesAWeightsCodesWithinAScopeOnlyAndMatchesUncached) {
+  const int64_t M = 64, K = 96, N = 80;
+  const std::vector<float> x = random_vec(size_t(M * K), 11, 1.0f),
+                           dy = random_vec(size_t(M * N), 12, 0.01f);
+  std::vector<float> w = random_vec(size_t(K * N), 13, 0.02f);
+  w[9] = 1e-12f;  // underflows at w's scale: counted once per GEMM, cached or not
+  for (Device dev : {kCPU, kGPU}) {
+    SCOPED_TRACE(dev == kCPU ? "cpu" : "gpu");
+    Tensor X = host(x, {M, K}, kBF16).to(dev), dY = host(dy, {M, N}, kBF16).to(dev);
+    Tensor W = host(w, {K, N}, kBF16).to(dev);
+    // Two forwards and two data gradients, the weight cached (in a scope) or not.
+    auto run = [&](bool cached) {
+      std::vector<std::vector<float>> out;
+      ops::fp8_tally_take();
+      for (int rep = 0; rep < 2; ++rep) {
+        Tensor Y = Tensor::zeros({M, N}, kBF16, dev), dX = Tensor::zeros({M, K}, kF32, dev);
+        ops::matmul_fp8(X, W, Y, false, nullptr, cached);
+        ops::matmul_dx_fp8(dY, W, dX, false, nullptr, cached);
+        out.push_back(vals(Y));
+        out.push_back(vals(dX));
+      }
+      const vt::Fp8Tally t = ops::fp8_tally_take();
+      out.push_back({float(t.gemms[0]), float(t.gemms[1]), float(t.underflow[0][1]),
+                     float(t.underflow[1][1])});
+      return out;
+    };
+    const auto plain = run(false);
+    EXPECT_EQ(plain.back(), (std::vector<float>{2, 2, 2, 2}));
+    const ops::Fp8WeightCacheStats before = ops::fp8_weight_cache_stats();
+    std::vector<std::vector<float>> cached;
+    {
+      ops::Fp8WeightCacheScope scope;
+      cached = run(true);
+      const ops::Fp8WeightCacheStats in = ops::fp8_weight_cache_stats();
+      EXPECT_EQ(in.fills - before.fills, 1);  // both layouts from one quantization
+      EXPECT_EQ(in.hits - before.hits, 3);
+      EXPECT_GE(in.bytes, 2 * K * N);
+    }
+    EXPECT_EQ(ops::fp8_weight_cache_stats().bytes, 0);
+    ASSERT_EQ(cached.size(), plain.size());
+    for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(cached[i], plain[i]) << i;
+    // The weight changes in place (same pointer, as an optimizer step does): a new scope
+    // quantizes it again.
+    for (auto& v : w) v *= -3.0f;
+    W.copy_from(host(w, {K, N}, kBF16).to(dev));
+    const auto plain2 = run(false);
+    ASSERT_NE(plain2[0], plain[0]);
+    {
+      ops::Fp8WeightCacheScope scope;
+      EXPECT_EQ(run(true), plain2);
+    }
   }
 }
 

@@ -177,6 +177,53 @@ def test_zero2_layouts_match_one_process(mode, datadir, tmp_path):
     assert not failures, "\n".join(failures)
 
 
+# --fp8 e4m3 on the layouts. The pipeline runs each micro-batch's FP8 GEMMs on the operands one
+# process has, in the same order (per-tensor scales of the same tensors, the weights' codes
+# quantized once a step either way): the layout contract as it stands (1e-5 losses, 1e-4
+# parameters). Data parallelism sums the gradients in another order (rounding-level, as the bf16
+# contract allows), and FP8 rounding is a step function: a weight that moved by a rounding
+# error crosses an FP8 rounding boundary where it sat near one, and the next steps' GEMMs see a
+# whole FP8 quantum of difference there. Tensor parallelism takes its scales per shard
+# (docs/model.md "FP8 linear layers": a rank's weight shard and, for the row-parallel W_O and
+# W_proj, its slice of the activations take their own amax, no all-reduce before each GEMM), so
+# a shard whose amax falls a binade below the whole tensor's rounds on a finer grid. Both are
+# held to the distance FP8 itself puts between one process's FP8 and bf16 runs (the size of
+# FP8 rounding on this model), per parameter and for the losses.
+FP8_LAYOUTS = [(2, 1, 1, None), (1, 1, 2, None), (2, 1, 2, None), (1, 2, 1, None),
+               (1, 2, 2, 4)]
+
+
+def test_fp8_layouts_match_one_process(datadir, tmp_path):
+    fp8 = ["--value", "baseline", "--fp8", "e4m3"]
+    ref_losses, ref_params = train(datadir, tmp_path / "ref", fp8, 1, 1, 1, 4)
+    bf_losses, bf_params = train(datadir, tmp_path / "bf16", ["--value", "baseline"], 1, 1, 1, 4)
+    assert ref_losses[-1] < ref_losses[0]
+    fp8_loss_dist = np.max(np.abs(ref_losses - bf_losses) / np.abs(bf_losses))
+    fp8_param_dist = {n: np.max(np.abs(ref_params[n] - bf_params[n])) /
+                      max(np.max(np.abs(bf_params[n])), 1e-30) for n in ref_params}
+    # FP8 moves the parameters by more than the layout contract allows (else this test could not
+    # tell an FP8 layout from a bf16 one), and the metrics count its GEMMs.
+    assert max(fp8_param_dist.values()) > 1e-4, fp8_param_dist
+    assert all(json.loads(l)["fp8"]["forward"]["gemms"] > 0
+               for l in open(tmp_path / "ref" / "m.jsonl") if '"loss"' in l)
+    failures = []
+    for dp, tp, pp, micro in FP8_LAYOUTS:
+        tag = f"dp{dp}_tp{tp}_pp{pp}" + (f"_m{micro}" if micro else "")
+        losses, params = train(datadir, tmp_path / tag, fp8, dp, tp, pp, micro)
+        rel = np.max(np.abs(losses - ref_losses) / np.abs(ref_losses))
+        exact = dp == 1 and tp == 1  # the pipeline alone
+        loss_bound = 1e-5 if exact else max(1e-5, fp8_loss_dist)
+        if not rel <= loss_bound:
+            failures.append(f"{tag}: losses {losses} vs {ref_losses} (rel {rel:.2e}, bound "
+                            f"{loss_bound:.2e})")
+        for name, ref in ref_params.items():
+            err = np.max(np.abs(params[name] - ref)) / max(np.max(np.abs(ref)), 1e-30)
+            bound = 1e-4 if exact else max(1e-4, fp8_param_dist[name])
+            if not err <= bound:
+                failures.append(f"{tag}: {name} differs (rel {err:.2e}, bound {bound:.2e})")
+    assert not failures, "\n".join(failures)
+
+
 # Interleaved 1F1B: (flags, layers, dp, tp, pp, vpp, micro-batches per step and dp rank, a
 # multiple of pp). With 4 layers over pp 2 x vpp 2 every layer is its own virtual stage: rank 0
 # holds layers 0 and 2, rank 1 layers 1 and 3, so V1 (layer 0's value) goes 0 -> 1 -> 0 -> 1

@@ -48,6 +48,9 @@ struct GemmArgs {
   Fp8Format fp8_a = Fp8Format::kNone, fp8_b = Fp8Format::kNone;
   Fp8GemmStats* fp8_stats = nullptr;  // filled when set
   int fp8_tally_kind = -1;  // 0..2: counted in ops::fp8_tally_take() under that Fp8GemmKind
+  // B is a weight that does not change while an ops::Fp8WeightCacheScope is alive: its codes
+  // (both layouts) are quantized once and reused (the same values: a cache, not a new recipe).
+  bool fp8_b_weight = false;
 };
 
 // The linear layers' FP8 GEMM kinds, as counted by fp8_tally_take().
@@ -84,12 +87,36 @@ void gemm(const GemmArgs& g);
 // (Micikevicius et al. 2022), Transformer Engine's HYBRID format and torchao's Float8Linear
 // default. Each GEMM's inner dimension must be a multiple of 16 (VT_CHECK-fails naming it).
 // When `stats` is given it receives that GEMM's Fp8GemmStats (a GPU stream synchronizes).
+// w_is_weight: w is a model weight (ParamStore::holds_weights), cached under a scope (below).
 void matmul_fp8(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate = false,
-                Fp8GemmStats* stats = nullptr);
+                Fp8GemmStats* stats = nullptr, bool w_is_weight = false);
 void matmul_dx_fp8(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate,
-                   Fp8GemmStats* stats = nullptr);
+                   Fp8GemmStats* stats = nullptr, bool w_is_weight = false);
 void matmul_dw_fp8(const Tensor& x, const Tensor& dy, const Tensor& dw,
                    Fp8GemmStats* stats = nullptr);
+
+// The weights' FP8 cache. While a scope is alive (the trainer holds one over each step's forward
+// and backward passes, where the weights do not change), an FP8 GEMM whose B is a weight
+// (GemmArgs::fp8_b_weight) quantizes it once, both layouts from one read (the forward GEMM reads
+// W^T, the data gradient W; one scale, W's amax), and every later GEMM of the step reuses the
+// codes: once per optimizer step instead of twice per micro-batch. The outermost scope's end
+// frees them (the optimizer changes the weights next), so nothing stale outlives a step. Not
+// used while the stream captures a CUDA graph (a replay would reuse codes no replay refills).
+// The values are those of quantizing again, counts included (the tally adds a reused weight's
+// counts per GEMM).
+class Fp8WeightCacheScope {
+ public:
+  Fp8WeightCacheScope();
+  ~Fp8WeightCacheScope();
+  Fp8WeightCacheScope(const Fp8WeightCacheScope&) = delete;
+  Fp8WeightCacheScope& operator=(const Fp8WeightCacheScope&) = delete;
+};
+// Weights quantized since the process began (cache misses; tests count them) and the bytes the
+// live cache holds (FP8 codes of both layouts: 2 bytes a weight element on a GPU).
+struct Fp8WeightCacheStats {
+  int64_t fills = 0, hits = 0, bytes = 0;
+};
+Fp8WeightCacheStats fp8_weight_cache_stats();
 
 // The counts since the last call, host and device GEMMs together, and zeroes them (synchronizes
 // the device's stream when device GEMMs were counted). This process's GEMMs only.

@@ -5,9 +5,11 @@
 // Host: the same operands rounded to the FP8 grid as fp32 values (fake quantization) and one
 // fp32 GEMM in the same layout with the same factor, so the two backends differ only where the
 // GEMM's reduction order does (on the CUDA emulation, whose cuBLASLt calls the same OpenBLAS
-// sgemm in the same layout: bit for bit).
+// sgemm in the same layout: bit for bit). Also the weights' FP8 cache (ops::Fp8WeightCacheScope):
+// a weight B quantized once per scope, both layouts, on either backend.
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -103,6 +105,65 @@ void check_fp8_args(const GemmArgs& g) {
   }
 }
 
+// The weights' FP8 cache (ops::Fp8WeightCacheScope): per weight, its codes in the stored layout
+// (rows x cols) and transposed (cols x rows), one amax, one scale, and the counts of one
+// quantization. Host entries hold the fake-quantized values, device entries the codes and the
+// quantization state in one stream-ordered allocation.
+struct WeightKey {
+  const void* ptr;
+  int64_t rows, cols, ld;
+  DType dtype;
+  Fp8Format format;
+  bool device;
+  bool operator==(const WeightKey&) const = default;
+};
+struct WeightEntry {
+  WeightKey key;
+  HostQuant plain, transposed;
+#if VTRAIN_HAS_CUDA
+  CudaRuntime* rt = nullptr;
+  char* buf = nullptr;  // codes, codes_t (each rows * cols rounded to 16 bytes), the state
+  int64_t codes_bytes = 0;
+  uint8_t* codes() const { return reinterpret_cast<uint8_t*>(buf); }
+  uint8_t* codes_t() const { return reinterpret_cast<uint8_t*>(buf) + codes_bytes; }
+  cuda::Fp8QuantState* state() const {
+    return reinterpret_cast<cuda::Fp8QuantState*>(buf + 2 * codes_bytes);
+  }
+#endif
+};
+struct WeightCache {
+  std::mutex mu;
+  int depth = 0;  // live scopes
+  std::vector<std::unique_ptr<WeightEntry>> entries;
+  ops::Fp8WeightCacheStats stats;
+};
+WeightCache& weight_cache() {
+  static WeightCache* c = new WeightCache;  // never destroyed (device memory outlives exit order)
+  return *c;
+}
+
+// The entry for the weight stored as rows x cols (leading dimension ld) in `t`, filled on a miss
+// by `fill`; nullptr when no scope is alive.
+template <class Fill>
+WeightEntry* weight_entry(const Tensor& t, int64_t rows, int64_t cols, int64_t ld, Fp8Format f,
+                          Fill fill) {
+  WeightCache& c = weight_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.depth == 0) return nullptr;
+  const WeightKey key{t.raw(), rows, cols, ld, t.dtype(), f, t.device() != Device::kCPU};
+  for (auto& e : c.entries)
+    if (e->key == key) {
+      ++c.stats.hits;
+      return e.get();
+    }
+  auto e = std::make_unique<WeightEntry>();
+  e->key = key;
+  c.stats.bytes += fill(*e);
+  ++c.stats.fills;
+  c.entries.push_back(std::move(e));
+  return c.entries.back().get();
+}
+
 }  // namespace
 
 void gemm_fp8(const GemmArgs& g) {
@@ -115,18 +176,45 @@ void gemm_fp8(const GemmArgs& g) {
   // op(A) is (M,K): stored (K,M) when trans_a. op(B)^T is (N,K): stored (N,K) when trans_b,
   // else B (K,N) read transposed.
   const bool a_transposed = g.trans_a, b_transposed = !g.trans_b;
+  // B as stored: (K, N) when read transposed, else (N, K).
+  const int64_t b_srows = b_transposed ? g.K : g.N, b_scols = b_transposed ? g.N : g.K;
 #if VTRAIN_HAS_CUDA
   if (CudaRuntime* rt = d.cuda()) {
     using namespace cuda_acts;
     rt->on_device();
     const cudaStream_t s = rt->stream();
     auto round16 = [](int64_t n) { return (n + 15) / 16 * 16; };
-    const int64_t bytes_a = round16(g.M * g.K), bytes_b = round16(g.N * g.K);
+    // B's weight entry: both layouts quantized once per scope (not while capturing a graph).
+    WeightEntry* wb = nullptr;
+    if (g.fp8_b_weight) {
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      VT_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+      if (capture == cudaStreamCaptureStatusNone)
+        wb = weight_entry(g.B, b_srows, b_scols, g.ldb, g.fp8_b, [&](WeightEntry& e) {
+          e.rt = rt;
+          e.codes_bytes = round16(g.N * g.K);
+          VT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&e.buf),
+                                        size_t(2 * e.codes_bytes) + sizeof(cuda::Fp8QuantState),
+                                        s));
+          VT_CUDA_CHECK(cudaMemsetAsync(e.state(), 0, sizeof(cuda::Fp8QuantState), s));
+          if (g.B.dtype() == DType::kF32) {
+            cuda::fp8_amax(f32p(g.B), b_srows, b_scols, g.ldb, false, e.state(), s);
+            cuda::fp8_quantize_both(f32p(g.B), b_srows, b_scols, g.ldb, g.fp8_b, e.codes(),
+                                    e.codes_t(), e.state(), s);
+          } else {
+            cuda::fp8_amax(bf16p(g.B), b_srows, b_scols, g.ldb, false, e.state(), s);
+            cuda::fp8_quantize_both(bf16p(g.B), b_srows, b_scols, g.ldb, g.fp8_b, e.codes(),
+                                    e.codes_t(), e.state(), s);
+          }
+          return 2 * e.codes_bytes;
+        });
+    }
+    const int64_t bytes_a = round16(g.M * g.K), bytes_b = wb ? 0 : round16(g.N * g.K);
     char* buf = nullptr;
     VT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf),
                                   size_t(bytes_a + bytes_b) + 2 * sizeof(cuda::Fp8QuantState), s));
     uint8_t* qa = reinterpret_cast<uint8_t*>(buf);
-    uint8_t* qb = qa + bytes_a;
+    uint8_t* qb = wb ? (b_transposed ? wb->codes_t() : wb->codes()) : qa + bytes_a;
     auto* st = reinterpret_cast<cuda::Fp8QuantState*>(buf + bytes_a + bytes_b);
     VT_CUDA_CHECK(cudaMemsetAsync(st, 0, 2 * sizeof(cuda::Fp8QuantState), s));
     unsigned long long* tally = nullptr;  // [operand][saturated, underflow] of this kind
@@ -154,7 +242,10 @@ void gemm_fp8(const GemmArgs& g) {
       }
     };
     quantize(g.A, g.M, g.lda, a_transposed, g.fp8_a, qa, &st[0], tally);
-    quantize(g.B, g.N, g.ldb, b_transposed, g.fp8_b, qb, &st[1], tally ? tally + 2 : nullptr);
+    if (wb)
+      cuda::fp8_reuse(wb->state(), &st[1], s, tally ? tally + 2 : nullptr);
+    else
+      quantize(g.B, g.N, g.ldb, b_transposed, g.fp8_b, qb, &st[1], tally ? tally + 2 : nullptr);
     auto type = [](Fp8Format f) { return f == Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; };
     const cudaDataType_t ct = g.C.dtype() == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
     rt->gemm().fp8(g.M, g.N, g.K, g.alpha, qa, type(g.fp8_a), g.K, &st[0].scale_inv, qb,
@@ -176,12 +267,27 @@ void gemm_fp8(const GemmArgs& g) {
   }
 #endif
   if (addend) g.C.copy_from(g.addend);
-  HostQuant qa, qb;
+  HostQuant qa, qb_own;
+  const HostQuant* qb_p = &qb_own;
   {
     host::In a(g.A), b(g.B);
     qa = quantize_host(a.p(), g.M, g.K, g.lda, a_transposed, g.fp8_a);
-    qb = quantize_host(b.p(), g.N, g.K, g.ldb, b_transposed, g.fp8_b);
+    WeightEntry* wb = nullptr;
+    if (g.fp8_b_weight)
+      wb = weight_entry(g.B, b_srows, b_scols, g.ldb, g.fp8_b, [&](WeightEntry& e) {
+        e.plain = quantize_host(b.p(), b_srows, b_scols, g.ldb, false, g.fp8_b);
+        e.transposed = e.plain;
+        for (int64_t r = 0; r < b_srows; ++r)
+          for (int64_t c = 0; c < b_scols; ++c)
+            e.transposed.q[size_t(c * b_srows + r)] = e.plain.q[size_t(r * b_scols + c)];
+        return int64_t(2 * e.plain.q.size() * sizeof(float));
+      });
+    if (wb)
+      qb_p = b_transposed ? &wb->transposed : &wb->plain;
+    else
+      qb_own = quantize_host(b.p(), g.N, g.K, g.ldb, b_transposed, g.fp8_b);
   }
+  const HostQuant& qb = *qb_p;
   // The factor as cuBLASLt forms it: alpha * (its A' = our B's scale) * (its B' = our A's).
   const float alpha = g.alpha * (1.0f / qb.scale) * (1.0f / qa.scale);
   {
@@ -234,6 +340,33 @@ Fp8Tally fp8_tally_take() {
   return out;
 }
 
+Fp8WeightCacheScope::Fp8WeightCacheScope() {
+  detail::WeightCache& c = detail::weight_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  ++c.depth;
+}
+
+Fp8WeightCacheScope::~Fp8WeightCacheScope() {
+  detail::WeightCache& c = detail::weight_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (--c.depth > 0) return;
+#if VTRAIN_HAS_CUDA
+  for (auto& e : c.entries)
+    if (e->buf) {
+      e->rt->on_device();
+      VT_CUDA_CHECK(cudaFreeAsync(e->buf, e->rt->stream()));
+    }
+#endif
+  c.entries.clear();
+  c.stats.bytes = 0;
+}
+
+Fp8WeightCacheStats fp8_weight_cache_stats() {
+  detail::WeightCache& c = detail::weight_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.stats;
+}
+
 namespace {
 void check_inner(const char* what, int64_t K, const char* dim) {
   VT_CHECK_MSG(K % 16 == 0, "--fp8 e4m3: the " << what << " GEMM's inner dimension (" << dim
@@ -244,7 +377,7 @@ void check_inner(const char* what, int64_t K, const char* dim) {
 }  // namespace
 
 void matmul_fp8(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate,
-                Fp8GemmStats* stats) {
+                Fp8GemmStats* stats, bool w_is_weight) {
   VT_CHECK(w.ndim() == 2);
   const int64_t K = w.dim(0), N = w.dim(1), M = x.numel() / K;
   VT_CHECK_MSG(x.numel() == M * K && y.numel() == M * N,
@@ -259,11 +392,12 @@ void matmul_fp8(const Tensor& x, const Tensor& w, const Tensor& y, bool accumula
   g.fp8_a = Fp8Format::kE4M3, g.fp8_b = Fp8Format::kE4M3;
   g.fp8_stats = stats;
   g.fp8_tally_kind = int(Fp8GemmKind::kForward);
+  g.fp8_b_weight = w_is_weight;
   gemm(g);
 }
 
 void matmul_dx_fp8(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate,
-                   Fp8GemmStats* stats) {
+                   Fp8GemmStats* stats, bool w_is_weight) {
   VT_CHECK(w.ndim() == 2);
   const int64_t K = w.dim(0), N = w.dim(1), M = dy.numel() / N;
   VT_CHECK_MSG(dy.numel() == M * N && dx.numel() == M * K,
@@ -279,6 +413,7 @@ void matmul_dx_fp8(const Tensor& dy, const Tensor& w, const Tensor& dx, bool acc
   g.fp8_a = Fp8Format::kE5M2, g.fp8_b = Fp8Format::kE4M3;
   g.fp8_stats = stats;
   g.fp8_tally_kind = int(Fp8GemmKind::kDataGrad);
+  g.fp8_b_weight = w_is_weight;
   gemm(g);
 }
 
