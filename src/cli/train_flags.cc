@@ -154,9 +154,10 @@ const CommandSpec& train_command() {
                   "keep the value tables (bov, bov-add, value-embed) and their AdamW states in "
                   "host memory; only the rows a step reads go to the device"),
         bool_flag("no-overlap-grad-sync", "sum data-parallel gradients after backward, not during it"),
-        choice_flag("cuda-graphs", "off", {"off", "micro-step"},
+        choice_flag("cuda-graphs", "off", {"off", "micro-step", "step"},
                     "micro-step: replay each micro-batch's forward + backward from a CUDA graph "
-                    "after an eager first step (--device cuda, one GPU, no pipeline, tensor or "
+                    "after an eager first step; step: the optimizer step too, its norm, clip and "
+                    "finite check on the device (--device cuda, one GPU, no pipeline, tensor or "
                     "data parallelism, no --table-offload or --profile)"),
         choice_flag("grad-sync", "fp32", {"fp32", "bf16"},
                     "the data-parallel gradient sum's wire format: bf16 sends half the bytes "
