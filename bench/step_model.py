@@ -668,14 +668,16 @@ def current_code_kernels(c: dict, accum: int = 1) -> list[Kernel]:
     mats = sr.block_matrices(c)
     for (r, k_) in mats:
         ks.append(vec_kernel(MUON_ROW, "muon_momentum_kernel", a, r * k_, 16, W=4))
+        # The step-values instances (coefficients and guard read from device memory: ptxas 30
+        # and 55 registers, 32 for the momentum).
         ks.append(vec_kernel(MUON_ROW, "muon_apply_kernel<float> (+ bf16 copy)", a, r * k_, 14,
-                             regs=29))
+                             regs=30))
     for k in muon_ns_batched_kernels(c, list(range(len(mats))), CAST_ROW):
         k.calls *= a
         ks.append(k)
     for _ in range(2):
         ks.append(vec_kernel("AdamW (embedding, lm_head)", "adamw_kernel", a, Vp * C, 28, W=4,
-                             blocks_per_sm=4, regs=46))
+                             blocks_per_sm=4, regs=55))
     params = sum(r * k_ for r, k_ in mats) + 2 * Vp * C
     ks.append(vec_kernel(CAST_ROW, "cast_kernel<float, bf16> (wte, lm_head)", a, 2 * Vp * C,
                          F32 + BF16, regs=30))
