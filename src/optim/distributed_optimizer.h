@@ -54,7 +54,11 @@
 // (adamw_update, muon_momentum, gemm-based newton_schulz, copy_2d, muon_apply), Tensor copies and
 // the communicators' Tensor collectives: no host access for a device store. A CPU store computes
 // exactly the floats of the host functions (the CPU backend runs them). A step ends with
-// store->refresh_compute_copy(). Checkpoint access (gather_state / scatter_state) uses host
+// store->refresh_compute_copy(). The updates read the step's values (every group's lr, the bias
+// corrections of the step count, Muon's momentum and weight decay, the clip factor, whether to
+// apply) from the step's scalars in the store's device memory (ops::StepValues; uploaded from a
+// pinned mirror once a step), never as kernel arguments, so a CUDA graph of the step replays them
+// with each step's values (begin_step / step_on_device / finish_step below). Checkpoint access (gather_state / scatter_state) uses host
 // tensors whatever the store's device.
 #pragma once
 #include <cstdint>
