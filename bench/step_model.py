@@ -125,6 +125,7 @@ class Kernel:
     syncs: int = 0           # __syncthreads in the critical path
     instr: int = 0           # SASS instructions a thread executes (sm_90; 0: not limiting)
     shape: tuple = ()        # gemm: (M, N, K)
+    optimizer: bool = False  # part of the optimizer step (what --cuda-graphs step also captures)
     attn: tuple = ()         # attn: (window, "fwd" | "bwd")
     note: str = ""
 
@@ -185,6 +186,30 @@ def host_gaps(kernels: list[Kernel], dev: Device, cal: Calibration, rates: Rates
     """Seconds per step the GPU waits for the host: each op the host issues in host_op seconds
     but the GPU finishes sooner. (The host gets ahead again behind long kernels; syncs are rare.)"""
     return sum(k.calls * max(0.0, cal.host_op - predict_call(k, dev, cal, rates)) for k in kernels)
+
+
+# Host ops between a --cuda-graphs step's synchronizing read (its losses and guard) and the GPU's
+# first kernel of the next step: the gradients' memset, micro-batch 0's two id uploads and two
+# device copies, the graph launch. Everything after runs behind a graph the GPU is executing.
+GRAPH_HOST_OPS_PER_STEP = 6
+CUDA_GRAPH_MODES = ("off", "micro-step", "step")
+
+
+def host_gaps_with_graphs(kernels: list[Kernel], dev: Device, cal: Calibration, rates: Rates,
+                          mode: str, accum: int = 1) -> float:
+    """PREDICTION (no window has measured a graph): seconds per micro-step the GPU waits for the
+    host under --cuda-graphs `mode`. off: host_gaps of every op. micro-step: the micro-steps are
+    graph launches the GPU runs far longer than the host takes to issue (no gap), the eager
+    optimizer keeps its gaps (host_gaps of its ops), plus the ops after the step's read. step: only
+    those GRAPH_HOST_OPS_PER_STEP ops, once per optimizer step (1 / accum per micro-step)."""
+    if mode == "off":
+        return host_gaps(kernels, dev, cal, rates)
+    per_step = GRAPH_HOST_OPS_PER_STEP * cal.host_op / accum
+    if mode == "micro-step":
+        return host_gaps([k for k in kernels if k.optimizer], dev, cal, rates) + per_step
+    if mode == "step":
+        return per_step
+    raise ValueError(f"--cuda-graphs has no mode {mode!r}")
 
 
 # --- shapes shared by both inventories --------------------------------------------------------------
@@ -639,20 +664,25 @@ def current_code_kernels(c: dict, accum: int = 1) -> list[Kernel]:
                      instr=XENT_INSTR * math.ceil(Vp / 1024)))
     # The optimizer, every `accum` micro-batches: Muon on every matrix (one GPU owns them all),
     # AdamW on wte and lm_head, the compute copy of the weights Muon does not write, the zeroing.
+    first_optimizer = len(ks)
     mats = sr.block_matrices(c)
     for (r, k_) in mats:
         ks.append(vec_kernel(MUON_ROW, "muon_momentum_kernel", a, r * k_, 16, W=4))
+        # The step-values instances (coefficients and guard read from device memory: ptxas 30
+        # and 55 registers, 32 for the momentum).
         ks.append(vec_kernel(MUON_ROW, "muon_apply_kernel<float> (+ bf16 copy)", a, r * k_, 14,
-                             regs=29))
+                             regs=30))
     for k in muon_ns_batched_kernels(c, list(range(len(mats))), CAST_ROW):
         k.calls *= a
         ks.append(k)
     for _ in range(2):
         ks.append(vec_kernel("AdamW (embedding, lm_head)", "adamw_kernel", a, Vp * C, 28, W=4,
-                             blocks_per_sm=4, regs=46))
+                             blocks_per_sm=4, regs=55))
     params = sum(r * k_ for r, k_ in mats) + 2 * Vp * C
     ks.append(vec_kernel(CAST_ROW, "cast_kernel<float, bf16> (wte, lm_head)", a, 2 * Vp * C,
                          F32 + BF16, regs=30))
+    for k in ks[first_optimizer:]:
+        k.optimizer = True
     ks.append(Kernel(CAST_ROW, "cudaMemsetAsync (gradients)", a, "memset", bytes=F32 * params))
     return ks
 
@@ -890,6 +920,21 @@ def main() -> int:
             print(f"  {preset} mb {mb} on {d.name}: {eager['kernels_s'] * 1e3:.1f} ms of kernels + "
                   f"{eager['outside_s'] * 1e3:.1f} ms host gaps = {eager['step_s'] * 1e3:.1f} ms, "
                   f"{eager['tok_s']:,.0f} tok/s, MFU {100 * eager['mfu']:.1f}%{peer}")
+    print("\nPREDICTED host gaps by --cuda-graphs mode (not measured: no window has run a graph; "
+          "docs/gpu-session.md's graphs stage measures them), d24 mb 16:")
+    for dname in ("h200", "h100"):
+        d = DEVICES[dname]
+        c = sr.preset("d24", 16)
+        ks = current_code_kernels(c, 1)
+        parts = []
+        for mode in CUDA_GRAPH_MODES:
+            gap = host_gaps_with_graphs(ks, d, cal, rates, mode)
+            p = step_prediction(ks, c, d, cal, rates, gap)
+            out["predictions"][f"d24/{dname}/accum1/cuda-graphs-{mode}"] = {
+                k: v for k, v in p.items() if k != "rows"}
+            parts.append(f"{mode} {gap * 1e3:.2f} ms gaps, {p['step_s'] * 1e3:.1f} ms, "
+                         f"{p['tok_s']:,.0f} tok/s")
+        print(f"  {d.name}: " + "; ".join(parts))
     print("\nPREDICTED with --fp8 e4m3 (not measured; FP8 GEMMs at "
           f"{FP8_GEMM_SPEEDUP:g}x the measured bf16 rate, plus kernels/fp8.cu's vectorized "
           "quantization, weights once per optimizer step; MFU against the bf16 peak, as peers "

@@ -21,4 +21,16 @@ void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_de
 void muon_apply(float* p, const __nv_bfloat16* x, int64_t n, double lr, double weight_decay,
                 double scale, bool cautious, cudaStream_t stream, __nv_bfloat16* copy = nullptr);
 
+// The three with the step's values read from device memory when the kernel runs: `guard`, the
+// step's kGuardFloats guard floats (core/optim_math.h: the momentum reads each gradient as
+// guard[kGuardGradScale] * g; nothing is written when guard[kGuardApply] is 0), and `coefs`, the
+// floats of vt::MuonMomentumCoefs / vt::MuonApplyCoefs.
+void muon_momentum(const float* g, float* buf, float* u, int64_t n, const float* guard,
+                   const float* coefs, cudaStream_t stream);
+void muon_apply(float* p, const float* x, int64_t n, const float* guard, const float* coefs,
+                bool cautious, cudaStream_t stream, __nv_bfloat16* copy = nullptr);
+void muon_apply(float* p, const __nv_bfloat16* x, int64_t n, const float* guard,
+                const float* coefs, bool cautious, cudaStream_t stream,
+                __nv_bfloat16* copy = nullptr);
+
 }  // namespace vt::cuda

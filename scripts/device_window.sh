@@ -17,6 +17,8 @@
 #               bench/gemm_torch.py (torch's bf16 matmul, same shapes)
 #   torch_peer  bench/bench_gpu_vs_torch.py's PyTorch side at d24 baseline (the vtrain side is
 #               the train stage's run, same shape)
+#   graphs      d24 baseline at train's shape without --profile (CUDA graphs refuse it), once per
+#               --cuda-graphs mode: off, micro-step, step (issue 37: the host time graphs remove)
 #   bov         d24 bov at micro-batch 8, as train
 #   cli         tests/gpu/test_gpu_train_cli.py, every case (no -x), whatever the deadline leaves
 # Each stage survives the failure of the ones before it. Out: $OUT/summary.txt (also printed
@@ -49,7 +51,7 @@ fi
 WORK=${WINDOW_WORK:-/tmp/vtrain-window}
 PY=${WINDOW_PYTHON:-python3}
 TEST_LIMIT=${WINDOW_TEST_LIMIT:-60}
-STAGES=${WINDOW_STAGES:-facts,attention,train,tests,gemm,torch_peer,bov,cli}
+STAGES=${WINDOW_STAGES:-facts,attention,train,tests,gemm,torch_peer,graphs,bov,cli}
 RESERVE=15  # seconds kept for the summary and the packing
 ROOT=$WORK/root
 B=$WORK/bin        # wrappers: vtrain, mpirun, attention_bench, gemm_bench, tests/<binary>
@@ -246,7 +248,8 @@ train_run() {
   rm -f "$WORK/$name.jsonl"
   "$B/vtrain" train --data "$WORK/data" --preset "$preset" --value "$value" --seq-len "$seq" \
     --micro-batch "$mb" --global-batch "$gb" --steps "$steps" --warmup 2 --device cuda \
-    --final-eval-tokens 0 --metrics "$WORK/$name.jsonl" --profile ${WINDOW_EXTRA:-} 2>&1 |
+    --final-eval-tokens 0 --metrics "$WORK/$name.jsonl" ${WINDOW_PROFILE---profile} \
+    ${WINDOW_EXTRA:-} 2>&1 |
     tee "$LOGS/$name.out"
   local rc=${PIPESTATUS[0]}
   "$PY" "$REPO/scripts/window_numbers.py" train "$WORK/$name.jsonl" "$LOGS/$name.out" \
@@ -255,6 +258,29 @@ train_run() {
 }
 stage_train() { train_run train baseline 16; }
 stage_bov() { train_run bov bov 8; }
+# graphs: the train stage's run without --profile (graphs refuse it, and its events add host time
+# of their own), once per --cuda-graphs mode; numbers/graphs.json holds the three fragments. The
+# summary line compares their tok/s (bench/step_model.py predicts the host gaps each leaves).
+stage_graphs() {
+  local rc=0 g
+  for g in off micro-step step; do
+    WINDOW_PROFILE= WINDOW_EXTRA="--cuda-graphs $g" train_run "graphs_$g" baseline 16 > /dev/null ||
+      rc=1
+  done
+  "$PY" - "$NUM" <<'PY' || rc=1
+import json, os, sys
+out = {}
+for g in ("off", "micro-step", "step"):
+    try:
+        out[g] = json.load(open(os.path.join(sys.argv[1], f"graphs_{g}.json")))
+    except (OSError, ValueError):
+        pass
+json.dump(out, open(os.path.join(sys.argv[1], "graphs.json"), "w"), indent=1)
+for g, r in out.items():
+    print(f"--cuda-graphs {g:10s} {r.get('tok_per_s', 0):>10,.0f} tok/s  MFU {100 * r.get('mfu', 0):5.1f}%")
+PY
+  return $rc
+}
 # modes (not in the default list): d24 at micro-batch 8 for each value mode in WINDOW_MODES, then
 # each block shape in WINDOW_BLOCKS (with the baseline value path), as train; a run each, so
 # that one mode's failure costs only its own row.
@@ -341,13 +367,14 @@ stage_cli() {
   "$PY" "$REPO/scripts/window_numbers.py" cli "$LOGS/cli.xml" "$NUM/cli.json"
   return $s
 }
-export -f stage_facts stage_attention make_data train_run stage_train stage_bov stage_modes \
+export -f stage_facts stage_attention make_data train_run stage_train stage_bov stage_graphs \
+  stage_modes \
   stage_tests \
   stage_gemm stage_torch_peer stage_cli
 
 # --- the run ------------------------------------------------------------------------------------
 declare -A LIMIT=([facts]=150 [attention]=90 [train]=150 [tests]=240 [gemm]=60 [torch_peer]=180
-                  [bov]=120 [cli]=600 [modes]=600)
+                  [graphs]=240 [bov]=120 [cli]=600 [modes]=600)
 # WINDOW_LIMITS="stage=seconds,...": other limits (the global deadline still bounds each).
 IFS=, read -r -a overrides <<< "${WINDOW_LIMITS:-}"
 for o in "${overrides[@]}"; do

@@ -21,7 +21,7 @@ import statistics
 import sys
 import xml.etree.ElementTree as ET
 
-STAGES = ("facts", "attention", "train", "tests", "gemm", "torch_peer", "bov", "cli")
+STAGES = ("facts", "attention", "train", "tests", "gemm", "torch_peer", "graphs", "bov", "cli")
 
 
 def _load(path):
@@ -186,6 +186,18 @@ def headline(stage: str, d: dict, train: dict | None = None) -> str:
                          f"bwd {r['bwd_tc_tflops']:.0f} vs {r['bwd_ref_tflops']:.0f} (tc vs ref); "
                          f"rel err out {r['out_rel_err']:.1e} grads {r['grad_rel_err']:.1e}")
         return " | ".join(parts)
+    if stage == "graphs":
+        # --cuda-graphs off / micro-step / step at the train stage's shape, without --profile.
+        base = (d.get("off") or {}).get("tok_per_s")
+        parts = []
+        for g in ("off", "micro-step", "step"):
+            r = d.get(g) or {}
+            if "tok_per_s" not in r:
+                parts.append(f"{g}: no step finished")
+                continue
+            rel = f" ({r['tok_per_s'] / base - 1:+.1%})" if base and g != "off" else ""
+            parts.append(f"{g} {r['tok_per_s']:,.0f} tok/s{rel}")
+        return "--cuda-graphs " + ", ".join(parts)
     if stage in ("train", "bov"):
         if "tok_per_s" not in d:
             return f"{d.get('preset')} {d.get('value')}: no step finished"

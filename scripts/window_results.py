@@ -108,6 +108,7 @@ OP_TO_ROWS: dict[str, tuple[str, ...]] = {
     "axpy_coef": (), "dot_into": (), "copy_2d": (), "gate_sigmoid": (), "gated_mix": (),
     "gated_mix_backward": (), "gate_sigmoid_backward": (), "host_alloc": (),
     "host_alloc_zeroed": (),
+    "step_guard": (),  # the gradient norm, clip and finite check on the device (--cuda-graphs step)
 }
 
 

@@ -11,17 +11,16 @@ namespace vt::cpu {
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                   const AdamWStepArgs& a) {
   VT_CHECK_MSG(a.t >= 1, "AdamW step count must be >= 1, got " << a.t);
-  const double bc1 = 1.0 - std::pow(a.beta1, static_cast<double>(a.t));
-  const double bc2 = 1.0 - std::pow(a.beta2, static_cast<double>(a.t));
-  const float decay = static_cast<float>(1.0 - a.lr * a.weight_decay);
-  const float step_size = static_cast<float>(a.lr / bc1);
-  const float inv_bc2 = static_cast<float>(1.0 / bc2);
-  const float b1 = static_cast<float>(a.beta1), omb1 = static_cast<float>(1.0 - a.beta1);
-  const float b2 = static_cast<float>(a.beta2), omb2 = static_cast<float>(1.0 - a.beta2);
-  const float eps = static_cast<float>(a.eps);
+  adamw_update(p, g, m, v, n, adamw_coefs(a), 1.0f);
+}
+
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWCoefs& c,
+                  float grad_scale) {
+  const float decay = c.decay, step_size = c.step_size, inv_bc2 = c.inv_bc2;
+  const float b1 = c.b1, omb1 = c.omb1, b2 = c.b2, omb2 = c.omb2, eps = c.eps;
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = grad_scale * g[i];  // x * 1 is x: the bits of the loop without a scale
     const float mi = b1 * m[i] + omb1 * gi;
     const float vi = b2 * v[i] + omb2 * (gi * gi);
     m[i] = mi;
@@ -31,11 +30,15 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
 }
 
 void muon_momentum(const float* g, float* buf, float* u, int64_t n, double momentum) {
-  const float mo = static_cast<float>(momentum);
-  const float om = static_cast<float>(1.0 - momentum);
+  muon_momentum(g, buf, u, n, muon_momentum_coefs(momentum), 1.0f);
+}
+
+void muon_momentum(const float* g, float* buf, float* u, int64_t n, const MuonMomentumCoefs& c,
+                   float grad_scale) {
+  const float mo = c.mo, om = c.om;
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = grad_scale * g[i];
     const float bi = mo * buf[i] + om * gi;
     buf[i] = bi;
     u[i] = om * gi + mo * bi;
@@ -47,10 +50,9 @@ inline float as_float(float x) { return x; }
 inline float as_float(uint16_t x) { return bf16_to_f32(x); }
 
 template <class X>
-void muon_apply_impl(float* p, const X* x, int64_t n, double lr, double weight_decay, double scale,
-                     bool cautious, uint16_t* copy) {
-  const float decay = static_cast<float>(1.0 - lr * weight_decay);
-  const float step = static_cast<float>(lr * scale);
+void muon_apply_impl(float* p, const X* x, int64_t n, const MuonApplyCoefs& c, bool cautious,
+                     uint16_t* copy) {
+  const float decay = c.decay, step = c.step;
   if (cautious) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) {
@@ -70,12 +72,22 @@ void muon_apply_impl(float* p, const X* x, int64_t n, double lr, double weight_d
 
 void muon_apply(float* p, const float* x, int64_t n, double lr, double weight_decay, double scale,
                 bool cautious, uint16_t* copy) {
-  muon_apply_impl(p, x, n, lr, weight_decay, scale, cautious, copy);
+  muon_apply_impl(p, x, n, muon_apply_coefs(lr, weight_decay, scale), cautious, copy);
 }
 
 void muon_apply(float* p, const uint16_t* x, int64_t n, double lr, double weight_decay,
                 double scale, bool cautious, uint16_t* copy) {
-  muon_apply_impl(p, x, n, lr, weight_decay, scale, cautious, copy);
+  muon_apply_impl(p, x, n, muon_apply_coefs(lr, weight_decay, scale), cautious, copy);
+}
+
+void muon_apply(float* p, const float* x, int64_t n, const MuonApplyCoefs& c, bool cautious,
+                uint16_t* copy) {
+  muon_apply_impl(p, x, n, c, cautious, copy);
+}
+
+void muon_apply(float* p, const uint16_t* x, int64_t n, const MuonApplyCoefs& c, bool cautious,
+                uint16_t* copy) {
+  muon_apply_impl(p, x, n, c, cautious, copy);
 }
 
 }  // namespace vt::cpu

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <thread>
 
 #include "core/check.h"
@@ -110,6 +112,22 @@ DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig co
   exp_avg_sq_ = Tensor::zeros({adam_size}, DType::kF32, dev);
   exp_avg_host_ = Tensor::zeros({adam_host_size}, DType::kF32, Device::kCPU);
   exp_avg_sq_host_ = Tensor::zeros({adam_host_size}, DType::kF32, Device::kCPU);
+  // The step's scalars: the guard, a slot per AdamW group in use, Muon's momentum, a slot per
+  // matrix.
+  int64_t floats = kGuardFloats;
+  auto slot = [&floats](size_t bytes) {
+    const int64_t at = floats;
+    floats += static_cast<int64_t>(bytes / sizeof(float));
+    return at;
+  };
+  for (const AdamPlan& a : adam_) {
+    const size_t g = static_cast<size_t>(store_->info(a.param).group);
+    if (adam_coefs_.size() <= g) adam_coefs_.resize(g + 1, -1);
+    if (adam_coefs_[g] < 0) adam_coefs_[g] = slot(sizeof(AdamWCoefs));
+  }
+  momentum_coefs_ = slot(sizeof(MuonMomentumCoefs));
+  for (MatrixPlan& m : matrices_) m.coefs = slot(sizeof(MuonApplyCoefs));
+  scalars_ = StagedTensor(floats, DType::kF32, dev);
 
   // Every rank of the stage must plan the same matrices in the same order (the broadcasts of the
   // step pair up by position): compare counts and sizes over the stage group.
@@ -142,16 +160,23 @@ double DistributedOptimizer::grad_norm() {
   return global_grad_norm(*store_, grid_, norm_mask_);
 }
 
-double DistributedOptimizer::owned_grad_norm() const {
+void DistributedOptimizer::norm_parts(std::vector<Tensor>* device, std::vector<Tensor>* host) const {
+  if (zero_stage_ == 1) {
+    grad_norm_parts(*store_, norm_mask_, device, host);
+    return;
+  }
   // Device parts and parameters kept in host memory apart (as global_grad_norm does).
-  std::vector<Tensor> device_parts, host_parts;
   const bool split = store_->device() != Device::kCPU;
   for (const AdamPlan& a : adam_)
     if (norm_mask_[a.param] && a.hi > a.lo)
-      (split && a.host ? host_parts : device_parts)
-          .push_back(store_->grad(a.param).flat(a.lo, a.hi - a.lo));
+      (split && a.host ? *host : *device).push_back(store_->grad(a.param).flat(a.lo, a.hi - a.lo));
   for (const MatrixPlan& m : matrices_)
-    if (norm_mask_[m.param] && m.held) device_parts.push_back(store_->grad(m.param));
+    if (norm_mask_[m.param] && m.held) device->push_back(store_->grad(m.param));
+}
+
+double DistributedOptimizer::owned_grad_norm() const {
+  std::vector<Tensor> device_parts, host_parts;
+  norm_parts(&device_parts, &host_parts);
   double s = ops::sum_squares_list(device_parts) + ops::sum_squares_list(host_parts);
   grid_.dp()->all_reduce_sum(&s, 1);
   grid_.tp()->all_reduce_sum(&s, 1);
@@ -279,7 +304,13 @@ void DistributedOptimizer::reduce_grads(DType wire) {
   std::fill(matrix_started_.begin(), matrix_started_.end(), 0);
 }
 
-StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps, double grad_norm) {
+template <class C>
+void DistributedOptimizer::write_coefs(int64_t at, const C& c) {
+  VT_CHECK(at >= kGuardFloats && at + int64_t(sizeof(C) / sizeof(float)) <= scalars_.numel());
+  std::memcpy(scalars_.host_as<float>() + at, &c, sizeof c);
+}
+
+StepStats DistributedOptimizer::begin_step(int64_t step_index, int64_t total_steps) {
   StepStats s;
   s.step = step_index;
   s.lr_multiplier = lr_multiplier(config_.schedule, step_index, total_steps);
@@ -289,41 +320,109 @@ StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps, do
                         step_index, total_steps);
   s.matrix_lr =
       (config_.adamw_matrices ? config_.adamw.matrix.lr : config_.muon.lr) * s.lr_multiplier;
+  ++step_count_;
+  // The kernels' floats, formed as the by-value launches form them (core/optim_math.h).
+  for (size_t g = 0; g < adam_coefs_.size(); ++g) {
+    if (adam_coefs_[g] < 0) continue;
+    const AdamWHyper& h = config_.adamw.for_group(static_cast<ParamGroup>(g));
+    write_coefs(adam_coefs_[g],
+                adamw_coefs(adamw_step_args(h, h.lr * s.lr_multiplier, step_count_)));
+  }
+  write_coefs(momentum_coefs_, muon_momentum_coefs(s.momentum));
+  const double lr = config_.muon.lr * s.lr_multiplier;
+  const bool nanochat = config_.muon.wd_style == MuonWdStyle::kNanochat;
+  for (const MatrixPlan& m : matrices_) {
+    const double scale = muon_scale(m.rows, m.cols, config_.muon.aspect);
+    write_coefs(m.coefs, muon_apply_coefs(lr, nanochat ? s.muon_weight_decay * scale
+                                                        : s.muon_weight_decay,
+                                          scale));
+  }
+  return s;
+}
+
+StepStats DistributedOptimizer::step(int64_t step_index, int64_t total_steps, double grad_norm) {
+  StepStats s = begin_step(step_index, total_steps);
   s.grad_norm = grad_norm;
   s.clip_scale = clip_scale(s.grad_norm, config_.max_grad_norm);
-  scale_grads(*store_, s.clip_scale);
-  ++step_count_;
+  // The guard the host formed: every gradient read times the clip factor, the update applied
+  // (the trainer does not step on a non-finite norm).
+  float* guard = scalars_.host_as<float>();
+  guard[kGuardGradScale] = static_cast<float>(s.clip_scale);
+  guard[kGuardApply] = 1.0f;
+  scalars_.upload();
+  apply_updates();
+  return s;
+}
+
+std::string DistributedOptimizer::device_step_unsupported() const {
+  if (grid_.world()->size() != 1)
+    return "the optimizer step on the device runs on one rank (this grid has " +
+           std::to_string(grid_.world()->size()) + ")";
+  if (store_->has_host_params()) return "parameters kept in host memory update on the host";
+  return "";
+}
+
+void DistributedOptimizer::step_on_device(const Tensor& losses) {
+  const std::string why = device_step_unsupported();
+  VT_CHECK_MSG(why.empty(), "DistributedOptimizer::step_on_device: " << why);
+  std::vector<Tensor> device_parts, host_parts;
+  norm_parts(&device_parts, &host_parts);
+  VT_CHECK(host_parts.empty());
+  scalars_.upload();  // then the guard's floats are overwritten on the device
+  ops::step_guard(device_parts, losses, config_.max_grad_norm, scalars_.device());
+  apply_updates();
+}
+
+StepStats DistributedOptimizer::finish_step(StepStats s, bool* applied) {
+  scalars_.download(0, kGuardFloats);
+  scalars_.wait();
+  const float* guard = scalars_.host_as<float>();
+  // global_grad_norm's value: sqrt of the sum (plus the empty host part's 0).
+  s.grad_norm = std::sqrt(ops::guard_sum_squares(guard) + 0.0);
+  s.clip_scale = clip_scale(s.grad_norm, config_.max_grad_norm);
+  if (applied) *applied = guard[kGuardApply] != 0.0f;
+  return s;
+}
+
+std::vector<const void*> DistributedOptimizer::device_step_buffers() const {
+  return {store_->params_tensor().raw(), store_->grads_tensor().raw(), momentum_.raw(),
+          update_.raw(), exp_avg_.raw(), exp_avg_sq_.raw(), scalars_.device().raw()};
+}
+
+void DistributedOptimizer::apply_updates() {
   // Parameters kept in host memory: updated by the host beside the device's work when the store
-  // is on a device (their states and gradients are host tensors: the CPU backend runs them).
+  // is on a device (their states and gradients are host tensors: the CPU backend runs them,
+  // with the scalars' host mirror).
   const bool side = store_->has_host_params() && store_->device() != Device::kCPU;
   std::thread host_update;
   if (side)
-    host_update = std::thread([this, m = s.lr_multiplier] { adamw_update(true, m); });
+    host_update = std::thread([this] { adamw_update(true); });
   else
-    adamw_update(true, s.lr_multiplier);
-  adamw_update(false, s.lr_multiplier);
+    adamw_update(true);
+  adamw_update(false);
   adamw_gather(false);
   std::vector<char> fresh_copy(static_cast<size_t>(store_->size()), 0);
-  muon_step(s.lr_multiplier, s.momentum, s.muon_weight_decay, fresh_copy);
+  muon_step(fresh_copy);
   if (host_update.joinable()) host_update.join();
   adamw_gather(true);
   // Muon's applies wrote their matrices' bf16 compute copies (the same bits as the cast): the
   // rest (AdamW's, after their gather) are cast here.
   store_->refresh_compute_copy(fresh_copy);
-  return s;
 }
 
-void DistributedOptimizer::adamw_update(bool host, double lr_multiplier) {
+void DistributedOptimizer::adamw_update(bool host) {
+  // Host-kept parameters of a device store read the host mirror of the scalars.
+  const Tensor scalars =
+      host && store_->device() != Device::kCPU ? scalars_.host_view() : scalars_.device();
   for (const AdamPlan& a : adam_) {
     if (a.hi == a.lo || a.host != host) continue;
     const ParamInfo& info = store_->info(a.param);
-    const AdamWHyper& h = config_.adamw.for_group(info.group);
     const int64_t n = a.hi - a.lo;
     const Tensor& m = state_tensor(a, "exp_avg");
     const Tensor& v = state_tensor(a, "exp_avg_sq");
     ops::adamw_update(store_->param(a.param).flat(a.lo, n), store_->grad(a.param).flat(a.lo, n),
                       m.flat(a.state, n), v.flat(a.state, n),
-                      adamw_step_args(h, h.lr * lr_multiplier, step_count_));
+                      ops::StepValues{scalars, adam_coefs_[static_cast<size_t>(info.group)]});
   }
 }
 
@@ -411,9 +510,8 @@ std::vector<size_t> DistributedOptimizer::muon_order(size_t lo, size_t hi, int o
   return order;
 }
 
-void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, double weight_decay,
-                                     std::vector<char>& fresh_copy) {
-  const double lr = config_.muon.lr * lr_multiplier;
+void DistributedOptimizer::muon_step(std::vector<char>& fresh_copy) {
+  const Tensor scalars = scalars_.device();
   const Tensor params = store_->params_tensor(), grads = store_->grads_tensor();
   const Device dev = store_->device();
   Communicator* tp = grid_.tp();
@@ -430,7 +528,7 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
     const ParamInfo& info = store_->info(m.param);
     const int64_t n = info.numel();
     ops::muon_momentum(grads.flat(info.offset, n), momentum_.flat(m.state, n),
-                       update_.flat(m.update, n), momentum);
+                       update_.flat(m.update, n), ops::StepValues{scalars, momentum_coefs_});
   }
 
   // 2. The owner's TP group assembles each whole matrix; only the owner keeps it.
@@ -522,11 +620,10 @@ void DistributedOptimizer::muon_step(double lr_multiplier, double momentum, doub
       mine = Tensor::zeros({n}, x.dtype(), dev);
       ops::copy_2d(mine, 0, lc, x, info.split.offset, m.cols, m.rows, lc);
     }
-    const double scale = muon_scale(m.rows, m.cols, config_.muon.aspect);
-    const bool nanochat = config_.muon.wd_style == MuonWdStyle::kNanochat;
+    const bool nanochat = config_.muon.wd_style == MuonWdStyle::kNanochat;  // cautious decay
     const Tensor copy = store_->compute_copy_flat(m.param);
-    ops::muon_apply(params.flat(info.offset, n), mine, lr,
-                    nanochat ? weight_decay * scale : weight_decay, scale, nanochat, copy);
+    ops::muon_apply(params.flat(info.offset, n), mine, ops::StepValues{scalars, m.coefs},
+                    nanochat, copy);
     if (copy.defined()) fresh_copy[static_cast<size_t>(m.param)] = 1;
   };
   if (rounds > 0) orthogonalize(round_range(0).first, round_range(0).second);

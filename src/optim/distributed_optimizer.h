@@ -54,7 +54,11 @@
 // (adamw_update, muon_momentum, gemm-based newton_schulz, copy_2d, muon_apply), Tensor copies and
 // the communicators' Tensor collectives: no host access for a device store. A CPU store computes
 // exactly the floats of the host functions (the CPU backend runs them). A step ends with
-// store->refresh_compute_copy(). Checkpoint access (gather_state / scatter_state) uses host
+// store->refresh_compute_copy(). The updates read the step's values (every group's lr, the bias
+// corrections of the step count, Muon's momentum and weight decay, the clip factor, whether to
+// apply) from the step's scalars in the store's device memory (ops::StepValues; uploaded from a
+// pinned mirror once a step), never as kernel arguments, so a CUDA graph of the step replays them
+// with each step's values (begin_step / step_on_device / finish_step below). Checkpoint access (gather_state / scatter_state) uses host
 // tensors whatever the store's device.
 #pragma once
 #include <cstdint>
@@ -62,6 +66,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/staged_tensor.h"
 #include "core/tensor.h"
 #include "optim/muon.h"
 #include "optim/optimizer.h"
@@ -100,12 +105,32 @@ class DistributedOptimizer {
 
   // One update at 0-based step `step_index` of `total_steps` (same schedules, clipping and
   // stats on every layout). Gradients must already be summed over DP (stage 1: whole; stage 2:
-  // by reduce_grads). Clipping scales the
-  // store's grads in place; grads are not zeroed.
+  // by reduce_grads). Clipping multiplies each gradient by the clip factor as the update kernels
+  // read it (the bits of scaling it in place first); the store's grads are left as they are,
+  // not zeroed.
   StepStats step(int64_t step_index, int64_t total_steps);
   // The same with the global grad norm already computed by grad_norm() (the trainer checks it
   // for non-finite values before any weight changes).
   StepStats step(int64_t step_index, int64_t total_steps, double grad_norm);
+
+  // The step split for a CUDA graph (train/graph_optimizer_step.h), on a 1-rank grid whose
+  // parameters are all on the store's device: begin_step() is the host's part (the schedule's
+  // values for the step written into the step's scalars, the step count advanced; the stats
+  // without grad_norm and clip_scale), step_on_device() the device's part, capturable: the
+  // scalars' upload, ops::step_guard (the gradient norm, the clip factor and the finite check of
+  // the norm and of `losses`, the step's per-token losses, on the device) and the updates, which
+  // read it all when they run and leave parameters and states untouched when the guard says the
+  // step is not finite. After the device work, finish_step() reads the guard back (one small
+  // copy, synchronizing) and completes the stats; *applied says whether the update ran. The same
+  // floats as step(): the same schedule values, the norm summed by the same launches, the clip
+  // in the same fp64 operations.
+  StepStats begin_step(int64_t step_index, int64_t total_steps);
+  void step_on_device(const Tensor& losses);
+  StepStats finish_step(StepStats s, bool* applied);
+  // Why step_on_device cannot run on this optimizer ("" when it can).
+  std::string device_step_unsupported() const;
+  // The device buffers step_on_device reads or writes that outlive it (a CUDA graph's key).
+  std::vector<const void*> device_step_buffers() const;
   // Collective over the grid: the global gradient norm (every element counted once).
   double grad_norm();
 
@@ -139,6 +164,7 @@ class DistributedOptimizer {
  private:
   struct MatrixPlan {
     int param = 0;          // ParamStore index
+    int64_t coefs = 0;      // its MuonApplyCoefs in scalars_
     int owner = 0;          // stage rank running newton_schulz
     int64_t rows = 0, cols = 0;  // global shape
     int64_t state = -1;     // offset in momentum_ (held only)
@@ -161,13 +187,20 @@ class DistributedOptimizer {
 
   // The updates of the owned chunks of the parameters kept in host memory (host) or not, and
   // the all-gathers of their buckets over DP.
-  void adamw_update(bool host, double lr_multiplier);
+  void adamw_update(bool host);
   void adamw_gather(bool host);
   const Tensor& state_tensor(const AdamPlan& a, const std::string& kind) const;
   // Marks in `fresh_copy` (one flag per parameter) the matrices whose bf16 compute copy its
   // applies wrote (ops::muon_apply's copy), for refresh_compute_copy to skip.
-  void muon_step(double lr_multiplier, double momentum, double weight_decay,
-                 std::vector<char>& fresh_copy);
+  void muon_step(std::vector<char>& fresh_copy);
+  // The updates of a step whose scalars are uploaded (guard included): AdamW, its gathers, Muon,
+  // the compute copy.
+  void apply_updates();
+  // Stage 2's norm parts / stage 1's (grad_norm_parts), in the order the norm sums them.
+  void norm_parts(std::vector<Tensor>* device, std::vector<Tensor>* host) const;
+  // The coefficients of slot `at` of the step's scalars (host mirror).
+  template <class C>
+  void write_coefs(int64_t at, const C& c);
   // Muon's rounds (muon_round_begin_) and, within round [lo, hi), the matrices `owner`
   // orthogonalizes, grouped by shape (groups in the order of their first matrix): the order of
   // its newton_schulz_batched list, and of update_ for the held ones, so that each batch's
@@ -204,6 +237,12 @@ class DistributedOptimizer {
   Tensor exp_avg_, exp_avg_sq_;
   Tensor exp_avg_host_, exp_avg_sq_host_;  // host memory, for parameters kept there
   Tensor update_;  // Muon's Nesterov directions (MatrixPlan::update), reused every step
+  // The step's scalars (ops::StepValues): the guard (core/optim_math.h), then the AdamWCoefs of
+  // each AdamW group (adam_coefs_), Muon's MuonMomentumCoefs (momentum_coefs_) and each matrix's
+  // MuonApplyCoefs (MatrixPlan::coefs). Written on the host by begin_step, uploaded in the step.
+  StagedTensor scalars_;
+  std::vector<int64_t> adam_coefs_;  // by ParamGroup value; -1: no AdamW parameter of the group
+  int64_t momentum_coefs_ = 0;
   std::vector<size_t> muon_round_begin_;  // first matrix of each Muon round
 };
 

@@ -178,15 +178,22 @@ std::vector<uint8_t> grad_norm_mask(const ParamStore& store, const ProcessGrid& 
   return mask;
 }
 
+void grad_norm_parts(const ParamStore& store, const std::vector<uint8_t>& mask,
+                     std::vector<Tensor>* device, std::vector<Tensor>* host) {
+  VT_CHECK(static_cast<int>(mask.size()) == store.size());
+  // Parameters kept in host memory are summed apart, unless the store is on the CPU too (then in
+  // the same order as without).
+  const bool split = store.device() != Device::kCPU;
+  for (int i = 0; i < store.size(); ++i)
+    if (mask[i]) (split && store.info(i).host ? *host : *device).push_back(store.grad(i));
+}
+
 double global_grad_norm(const ParamStore& store, const ProcessGrid& grid,
                         const std::vector<uint8_t>& mask) {
   VT_CHECK(static_cast<int>(mask.size()) == store.size());
-  // One device synchronization for the whole store; parameters kept in host memory are summed
-  // apart, unless the store is on the CPU too (then in the same order as without).
+  // One device synchronization for the whole store.
   std::vector<Tensor> counted, host_kept;
-  const bool split = store.device() != Device::kCPU;
-  for (int i = 0; i < store.size(); ++i)
-    if (mask[i]) (split && store.info(i).host ? host_kept : counted).push_back(store.grad(i));
+  grad_norm_parts(store, mask, &counted, &host_kept);
   double s = ops::sum_squares_list(counted) + ops::sum_squares_list(host_kept);
   grid.tp()->all_reduce_sum(&s, 1);
   grid.pp()->all_reduce_sum(&s, 1);

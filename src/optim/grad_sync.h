@@ -77,5 +77,9 @@ std::vector<uint8_t> grad_norm_mask(const ParamStore& store, const ProcessGrid& 
 // the same value. Collective over grid.tp() and grid.pp().
 double global_grad_norm(const ParamStore& store, const ProcessGrid& grid,
                         const std::vector<uint8_t>& mask);
+// The gradients global_grad_norm sums, in its order: those on the store's device (`device`) and
+// those kept in host memory (`host`; empty when the store is on the CPU: they are in `device`).
+void grad_norm_parts(const ParamStore& store, const std::vector<uint8_t>& mask,
+                     std::vector<Tensor>* device, std::vector<Tensor>* host);
 
 }  // namespace vt::optim

@@ -2,7 +2,6 @@
 #include "train/graph_micro_steps.h"
 
 #include <cstdio>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/arena.h"
@@ -27,6 +26,10 @@ GraphMicroSteps::GraphMicroSteps(GPT& model, ParamStore& store, int B, int64_t T
   VT_CHECK_MSG(false, "GraphMicroSteps without CUDA");
 }
 GraphMicroSteps::~GraphMicroSteps() = default;
+absl::Status GraphMicroSteps::queue(int, float, const FetchBatch&) {
+  return absl::UnimplementedError("--cuda-graphs: this build has no CUDA");
+}
+double GraphMicroSteps::read_loss_sum() { return 0.0; }
 absl::StatusOr<double> GraphMicroSteps::run(int, float, const FetchBatch&) {
   return absl::UnimplementedError("--cuda-graphs: this build has no CUDA");
 }
@@ -68,9 +71,14 @@ GraphMicroSteps::~GraphMicroSteps() = default;
 int GraphMicroSteps::captures() const { return graph_->captures(); }
 int64_t GraphMicroSteps::replays() const { return graph_->replays(); }
 
-absl::StatusOr<double> GraphMicroSteps::run(int M, float grad_scale, const FetchBatch& fetch) {
+absl::Status GraphMicroSteps::queue(int M, float grad_scale, const FetchBatch& fetch) {
   const int64_t N = int64_t(B_) * T_;
-  std::vector<int32_t> in(static_cast<size_t>(N)), tg(static_cast<size_t>(N));
+  VT_CHECK_MSG(queued_ == 0, "GraphMicroSteps::queue: the last step's losses were not read");
+  if (losses_.numel() != M * N) {  // the first step (M is the run's)
+    staged_ids_ = StagedTensor(M * N, DType::kI32, Device::kCUDA);
+    staged_targets_ = StagedTensor(M * N, DType::kI32, Device::kCUDA);
+    losses_ = StagedTensor(M * N, DType::kF32, Device::kCUDA);
+  }
   char shapes[160];
   std::snprintf(shapes, sizeof shapes, "B=%d T=%lld grad_scale=%a", B_,
                 static_cast<long long>(T_), static_cast<double>(grad_scale));
@@ -78,16 +86,19 @@ absl::StatusOr<double> GraphMicroSteps::run(int M, float grad_scale, const Fetch
                      {ids_.raw(), targets_.raw(), loss_.raw(), store_.params_tensor().raw(),
                       store_.grads_tensor().raw()}};
   auto body = [&] { model_.forward_backward_on_device(ids_, targets_, B_, grad_scale, loss_); };
-  double loss_sum = 0.0;
   for (int i = 0; i < M; ++i) {
-    fetch(i, in.data(), tg.data());
+    int32_t* in = staged_ids_.host_as<int32_t>() + i * N;
+    int32_t* tg = staged_targets_.host_as<int32_t>() + i * N;
+    fetch(i, in, tg);
     for (int64_t n = 0; n < N; ++n) {  // as GPT::start_activations checks them
       VT_CHECK_MSG(in[n] >= 0 && in[n] < vocab_,
                    "token id " << in[n] << " outside the vocabulary [0, " << vocab_ << ")");
       VT_CHECK_MSG(tg[n] >= 0 && tg[n] < vocab_, "target id " << tg[n] << " outside the vocabulary");
     }
-    ids_.copy_from(Tensor::view(in.data(), {N}, DType::kI32));
-    targets_.copy_from(Tensor::view(tg.data(), {N}, DType::kI32));
+    staged_ids_.upload(i * N, N);
+    staged_targets_.upload(i * N, N);
+    ids_.copy_from(staged_ids_.device().flat(i * N, N));  // device to device: queued
+    targets_.copy_from(staged_targets_.device().flat(i * N, N));
     if (!warmed_up_) {
       body();  // the first step: eager
     } else {
@@ -98,13 +109,33 @@ absl::StatusOr<double> GraphMicroSteps::run(int M, float grad_scale, const Fetch
         std::printf("cuda graphs: captured the training micro-step (%s); replayed from now on\n",
                     shapes);
     }
-    // The sum GPT::head_forward forms of its host copy: in token order, in double.
-    double sum = 0.0;
-    for (float l : loss_.to_host_f32()) sum += l;
-    loss_sum += sum;
+    losses_.device().flat(i * N, N).copy_from(loss_);
   }
   warmed_up_ = true;
+  queued_ = M;
+  return absl::OkStatus();
+}
+
+double GraphMicroSteps::read_loss_sum() {
+  const int64_t N = int64_t(B_) * T_;
+  losses_.download(0, queued_ * N);
+  losses_.wait();
+  // The sum GPT::head_forward forms of its host copy, per micro-batch: in token order, in double.
+  const float* l = losses_.host_as<float>();
+  double loss_sum = 0.0;
+  for (int i = 0; i < queued_; ++i) {
+    double sum = 0.0;
+    for (int64_t n = 0; n < N; ++n) sum += l[i * N + n];
+    loss_sum += sum;
+  }
+  queued_ = 0;
   return loss_sum;
+}
+
+absl::StatusOr<double> GraphMicroSteps::run(int M, float grad_scale, const FetchBatch& fetch) {
+  absl::Status st = queue(M, grad_scale, fetch);
+  if (!st.ok()) return st;
+  return read_loss_sum();
 }
 
 #endif  // VTRAIN_HAS_CUDA

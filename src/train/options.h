@@ -100,8 +100,9 @@ struct TrainOptions {
   std::string fp8 = "off";
   bool profile = false;    // per-op host time per step, printed at the end (core/op_profile.h)
   bool overlap_grad_sync = true;
-  // --cuda-graphs: off, or micro-step (each micro-batch's forward + backward replayed from a
-  // CUDA graph after an eager first step; train/graph_micro_steps.h says where it applies).
+  // --cuda-graphs: off, micro-step (each micro-batch's forward + backward replayed from a CUDA
+  // graph after an eager first step; train/graph_micro_steps.h says where it applies) or step
+  // (the optimizer step too: train/graph_optimizer_step.h).
   std::string cuda_graphs = "off";
   // --grad-sync: the data-parallel gradient sum's wire format, fp32 or bf16 (each rank's
   // gradient rounded to bf16, fp32 additions rounded to bf16; optim/grad_sync.h).

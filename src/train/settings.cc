@@ -284,9 +284,10 @@ std::vector<TrainSetting> make_table() {
                    [](const Flags& f, TrainOptions& o) {
                      o.overlap_grad_sync = !f.get_bool("no-overlap-grad-sync");
                    }},
-      bind(choice_flag("cuda-graphs", "off", {"off", "micro-step"},
+      bind(choice_flag("cuda-graphs", "off", {"off", "micro-step", "step"},
                        "micro-step: replay each micro-batch's forward + backward from a CUDA graph "
-                       "after an eager first step (--device cuda, one GPU, no pipeline, tensor or "
+                       "after an eager first step; step: the optimizer step too, its norm, clip and "
+                       "finite check on the device (--device cuda, one GPU, no pipeline, tensor or "
                        "data parallelism, no --table-offload or --profile)"),
            &O::cuda_graphs, saved("cuda_graphs")),
       choose("grad-sync", DType::kF32, kWireDTypes, &O::grad_sync,

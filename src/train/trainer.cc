@@ -33,6 +33,7 @@
 #include "parallel/mpi_communicator.h"
 #include "train/evaluate.h"
 #include "train/graph_micro_steps.h"
+#include "train/graph_optimizer_step.h"
 #include "train/optimizer_setup.h"
 #include "plan/memory_estimate.h"
 #include "train/preflight.h"
@@ -531,20 +532,24 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
   run_->store.zero_grads();
   const float grad_scale = 1.0f / static_cast<float>(o_.global_batch);
   double loss_sum = 0.0;
+  const bool graph_step = o_.cuda_graphs == "step";
+  optim::StepStats device_st;  // --cuda-graphs step: the step the device ran
+  bool applied = false;
   {
     // --fp8 e4m3: the weights' FP8 codes, quantized once for this step's micro-batches and dropped
     // before the optimizer changes the weights (core/ops/gemm.h Fp8WeightCacheScope).
     ops::Fp8WeightCacheScope fp8_weights;
-    if (o_.cuda_graphs == "micro-step") {
+    if (o_.cuda_graphs != "off") {
       if (!graphs_) {
-        const std::string why = GraphMicroSteps::unsupported(o_, *run_);
+        std::string why = GraphMicroSteps::unsupported(o_, *run_);
+        if (why.empty() && graph_step) why = GraphOptimizerStep::unsupported(*run_->opt);
         if (!why.empty())
-          return absl::InvalidArgumentError(absl::StrCat("--cuda-graphs micro-step: ", why));
+          return absl::InvalidArgumentError(absl::StrCat("--cuda-graphs ", o_.cuda_graphs, ": ", why));
         graphs_ = std::make_unique<GraphMicroSteps>(*run_->model, run_->store, o_.micro_batch,
                                                     o_.model.seq_len, o_.model.vocab_size);
+        if (graph_step) opt_graph_ = std::make_unique<GraphOptimizerStep>(*run_->opt);
       }
-      VT_ASSIGN_OR_RETURN(loss_sum, graphs_->run(run_->micro_batches, grad_scale,
-                                                 fetch_from(*run_->train)));
+      VT_RETURN_IF_ERROR(graphs_->queue(run_->micro_batches, grad_scale, fetch_from(*run_->train)));
     } else {
       loss_sum = run_->engine->train_step(run_->micro_batches, o_.micro_batch, grad_scale,
                                           fetch_from(*run_->train), hooks);
@@ -554,13 +559,24 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
   sync_gradients(run_->store, *run_->grid, *run_->dp_sync, *run_->opt, wire);
   if (run_->inject.at(step_1based, FaultInjection::Where::kGradient) && run_->store.find(run_->inject.param) >= 0)
     ops::add_scalar(run_->store.grad(run_->inject.param), 0, run_->inject.value);
+  if (graph_step) {
+    // The whole update on the device, no host read before it; then the step's one read of the
+    // losses and of the guard (the norm for the log, whether the update ran).
+    device_st = run_->opt->begin_step(index, o_.steps);
+    VT_RETURN_IF_ERROR(opt_graph_->run(graphs_->losses()));
+  }
+  if (o_.cuda_graphs != "off") loss_sum = graphs_->read_loss_sum();
+  if (graph_step) device_st = run_->opt->finish_step(device_st, &applied);
   // Sums over the data-parallel replicas and the pipeline (only the last stage has losses).
   run_->grid->pp()->all_reduce_sum(&loss_sum, 1);
   run_->grid->dp()->all_reduce_sum(&loss_sum, 1);
   const double loss = loss_sum / static_cast<double>(o_.global_batch);
 
-  const double grad_norm = run_->opt->grad_norm();
+  const double grad_norm = graph_step ? device_st.grad_norm : run_->opt->grad_norm();
   if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+    // --cuda-graphs step: the guard found the same and left the weights untouched.
+    VT_CHECK_MSG(!graph_step || !applied, "the device applied a step with loss " << loss
+                                                                             << ", norm " << grad_norm);
     bool skip = false;
     VT_RETURN_IF_ERROR(nonfinite_step(index, loss, grad_norm, &skip));
     completed_step_ = step_1based;  // the data of the step is consumed; no update
@@ -571,9 +587,11 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
     check_health(step_1based, now_seconds() - t_begin, comm_seconds_total() - comm_begin);
     return StepOutcome::kSkipped;
   }
+  VT_CHECK_MSG(!graph_step || applied, "the device skipped a finite step (loss " << loss
+                                                                              << ", norm " << grad_norm << ")");
   nonfinite_in_row_ = 0;
   const double comm_before = comm_seconds_total();
-  optim::StepStats st = run_->opt->step(index, o_.steps, grad_norm);
+  optim::StepStats st = graph_step ? device_st : run_->opt->step(index, o_.steps, grad_norm);
   completed_step_ = step_1based;
   tokens_seen_ += o_.global_batch;
   loader_state_ = run_->train->state_json();

@@ -38,6 +38,7 @@ void install_stop_signal_handlers();
 int stop_signal_received();
 
 class GraphMicroSteps;
+class GraphOptimizerStep;
 
 class Trainer {
  public:
@@ -93,7 +94,8 @@ class Trainer {
   Communicator* world_;
   bool rank0_ = false;
   std::unique_ptr<Run> run_;  // the run's objects (run_builder.h)
-  std::unique_ptr<GraphMicroSteps> graphs_;  // --cuda-graphs micro-step, made at the first step
+  std::unique_ptr<GraphMicroSteps> graphs_;  // --cuda-graphs micro-step|step, made at the first step
+  std::unique_ptr<GraphOptimizerStep> opt_graph_;  // --cuda-graphs step
   std::unique_ptr<RankHealth> health_;
   double data_s_ = 0;  // seconds this step spent reading batches
   SlowRank slow_;      // VTRAIN_INJECT_SLOW_RANK

@@ -1105,6 +1105,101 @@ void AdamWThreeStepsFromRandomStates() {
   EXPECT_TRUE(close(v, 1e-5, 1e-11));
 }
 
+// The updates with their step's values in memory (ops::StepValues, what the optimizer and its
+// CUDA graph run) on each backend: with guard {1, apply} the by-value update's bits; with a clip
+// factor s the bits of the by-value update on gradients scaled by s first (ops::scale_copy, what
+// the clip did before it moved into the kernels); with apply 0 nothing written. On the GPU the
+// scalars live in device memory and are read when the kernels run.
+void StepValueUpdatesAreTheByValueOnes() {
+  const int64_t n = 9001;
+  AdamWStepArgs a;
+  a.lr = 0.013, a.beta1 = 0.8, a.beta2 = 0.95, a.weight_decay = 0.1, a.eps = 1e-10, a.t = 3;
+  const double momentum = 0.93, lr = 0.02, wd = 0.4, scale = 1.7;
+  const AdamWCoefs ac = adamw_coefs(a);
+  const MuonMomentumCoefs mc = muon_momentum_coefs(momentum);
+  const MuonApplyCoefs pc = muon_apply_coefs(lr, wd, scale);
+  for (Device dev : {kCPU, kGPU}) {
+    for (const float clip : {1.0f, 0.37f, -1.0f}) {  // -1: the guard says skip
+      SCOPED_TRACE(testing::Message() << (dev == kGPU ? "gpu" : "cpu") << " clip " << clip);
+      std::vector<float> sv(kGuardFloats + 12, 0.0f);
+      sv[kGuardGradScale] = clip < 0 ? 1.0f : clip;
+      sv[kGuardApply] = clip < 0 ? 0.0f : 1.0f;
+      std::memcpy(&sv[kGuardFloats], &ac, sizeof ac);
+      std::memcpy(&sv[kGuardFloats + 8], &mc, sizeof mc);
+      std::memcpy(&sv[kGuardFloats + 10], &pc, sizeof pc);
+      const Tensor scalars = Tensor::from_host(sv.data(), {int64_t(sv.size())}, dev);
+      auto on = [dev](const std::vector<float>& v) {
+        return Tensor::from_host(v.data(), {int64_t(v.size())}, dev);
+      };
+      const std::vector<float> g0 = randn(n, 190, 0.1f), p0 = randn(n, 191), m0 = randn(n, 192, 0.1f);
+      const std::vector<float> v0 = uniform(n, 193, 0.0f, 0.02f), x0 = randn(n, 194);
+      // Reference: the by-value ops on gradients the clip scaled in place.
+      const Tensor g = on(g0), rp = on(p0), rm = on(m0), rv = on(v0), rbuf = on(m0);
+      const Tensor ru = Tensor::zeros({n}, kF32, dev), rq = on(p0), rc = Tensor::zeros({n}, kBF16, dev);
+      if (clip > 0) {
+        const Tensor gs = g.clone();
+        if (clip != 1.0f) ops::scale_copy(gs, gs, clip);
+        ops::adamw_update(rp, gs, rm, rv, a);
+        ops::muon_momentum(gs, rbuf, ru, momentum);
+        ops::muon_apply(rq, on(x0), lr, wd, scale, true, rc);
+      }
+      // The same from the scalars.
+      const Tensor p = on(p0), m = on(m0), v = on(v0), buf = on(m0), u = Tensor::zeros({n}, kF32, dev);
+      const Tensor q = on(p0), c = Tensor::zeros({n}, kBF16, dev);
+      ops::adamw_update(p, g, m, v, ops::StepValues{scalars, kGuardFloats});
+      ops::muon_momentum(g, buf, u, ops::StepValues{scalars, kGuardFloats + 8});
+      ops::muon_apply(q, on(x0), ops::StepValues{scalars, kGuardFloats + 10}, true, c);
+      for (const auto& [got, want] : std::vector<std::pair<Tensor, Tensor>>{
+               {p, rp}, {m, rm}, {v, rv}, {buf, rbuf}, {u, ru}, {q, rq}})
+        EXPECT_EQ(vals(got), vals(want));
+      EXPECT_EQ(bf16_bits_of(c), bf16_bits_of(rc));
+      EXPECT_EQ(vals(g), g0) << "the gradients are read, never written";
+      if (clip < 0) EXPECT_EQ(vals(p), p0) << "a skipped step writes nothing";
+    }
+  }
+}
+
+// The guard formed on the device: its sum of squares is sum_squares_list's over the same tensors
+// (the same launches, bit for bit), its clip factor optim/clip.h's rule on that sum's root in
+// fp64 (bit for bit), apply 0 exactly when the norm or a loss is not finite; on both backends.
+void StepGuardIsTheHostRule() {
+  const std::vector<float> a0 = randn(40000, 195), b0 = randn(333, 196, 3.0f), l0 = randn(77, 197);
+  for (Device dev : {kCPU, kGPU}) {
+    SCOPED_TRACE(dev == kGPU ? "gpu" : "cpu");
+    auto on = [dev](const std::vector<float>& v) {
+      return Tensor::from_host(v.data(), {int64_t(v.size())}, dev);
+    };
+    const Tensor a = on(a0), b = on(b0);
+    const double sum = ops::sum_squares_list({a, b});
+    const double norm = std::sqrt(sum);
+    for (double max_norm : {0.0, norm * 2, norm / 3}) {
+      for (int bad = 0; bad < 3; ++bad) {  // 0: finite; 1: a NaN loss; 2: an infinite gradient
+        SCOPED_TRACE(testing::Message() << "max_norm " << max_norm << " bad " << bad);
+        std::vector<float> l = l0;
+        if (bad == 1) l[40] = std::nanf("");
+        const Tensor losses = on(l);
+        const Tensor guard = Tensor::zeros({kGuardFloats + 3}, kF32, dev);
+        std::vector<Tensor> grads = {a, b};
+        if (bad == 2) grads.push_back(on({1.0f, std::numeric_limits<float>::infinity()}));
+        ops::step_guard(grads, losses, max_norm, guard);
+        const std::vector<float> gv = vals(guard);
+        if (bad != 2) {
+          const double got = ops::guard_sum_squares(gv.data());
+          EXPECT_EQ(std::memcmp(&got, &sum, sizeof sum), 0) << got << " vs " << sum;
+          const double want = max_norm <= 0.0 || !(norm > max_norm) ? 1.0 : max_norm / (norm + 1e-6);
+          EXPECT_EQ(gv[kGuardGradScale], static_cast<float>(want));
+        }
+        EXPECT_EQ(gv[kGuardApply], bad == 0 ? 1.0f : 0.0f);
+        EXPECT_EQ(gv[kGuardFloats], 0.0f) << "only the guard is written";
+      }
+    }
+    // No losses at all: the norm alone decides.
+    const Tensor guard = Tensor::zeros({kGuardFloats}, kF32, dev);
+    ops::step_guard({a}, Tensor(), 0.0, guard);
+    EXPECT_EQ(vals(guard)[kGuardApply], 1.0f);
+  }
+}
+
 void MuonUpdatesMatchCpu() {
   const int64_t n = 9001;
   Pair buf = pair(randn(n, 160), {n});
@@ -1201,6 +1296,8 @@ const OpRow kOps[] = {
     {"adamw", AdamWMatchesCpu},
     {"adamw_random_states", AdamWThreeStepsFromRandomStates},
     {"muon", MuonUpdatesMatchCpu},
+    {"step_value_updates", StepValueUpdatesAreTheByValueOnes},
+    {"step_guard", StepGuardIsTheHostRule},
 };
 
 // The CUDA backend registered as the device backend for each row, removed afterwards.

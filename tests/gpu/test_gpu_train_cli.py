@@ -12,8 +12,9 @@ there, and the d12 runs are 2 layers of d12 at a short sequence):
   the CPU run (skipped on a machine with one GPU; on the emulation each rank has its own);
 - dp 2 with --grad-sync bf16 over NCCL gives the CPU's bf16-wire losses (1e-4);
 - a GPU checkpoint resumes on the CPU with the same next losses (1e-4);
-- --cuda-graphs micro-step gives the eager run's losses and gradient norms bit for bit, and
-  names itself and the reason where it does not apply;
+- --cuda-graphs micro-step, and step (the optimizer step captured too, with an lr that changes
+  every step and a clip that triggers), give the eager run's losses and gradient norms bit for
+  bit, and name themselves and the reason where they do not apply;
 - d12 with baseline and bov trains a few steps (tokens/s and memory are printed for the record;
   the assertion is only that the loss is finite and falls)."""
 import json
@@ -192,6 +193,33 @@ def test_cuda_graphs_give_the_eager_losses_bit_for_bit(mode, dtype, extra, datad
     assert len(set(eager)) == 4, "the steps must differ for the comparison to mean anything"
 
 
+@pytest.mark.parametrize("mode,dtype,extra", [("baseline", "bf16", []),
+                                              ("resformer-dense", "f32", []),
+                                              ("bov", "bf16", ["--optimizer", "adamw"])],
+                         ids=["baseline-bf16", "resformer-dense-f32", "bov-bf16-adamw"])
+def test_cuda_graphs_step_gives_the_eager_run_bit_for_bit(mode, dtype, extra, datadir, tmp_path):
+    """--cuda-graphs step: the micro-steps and the optimizer step replayed (its gradient norm,
+    clip and finite check formed on the device) give the eager run's losses and gradient norms
+    exactly, over steps whose lr changes every step (warmup, then the warmdown) and a clip that
+    triggers. Step 1 runs eagerly, step 2 captures, steps 3-5 replay: their losses follow from
+    the replayed updates."""
+    clip = 0.25
+    args = TINY + ["--value", mode, "--steps", "5", "--device", "cuda", "--act-dtype", dtype,
+                   "--warmup", "3", "--warmdown", "0.6", "--max-grad-norm", str(clip),
+                   "--global-batch", _global_batch_of_two_micro_batches(), *extra]
+    eager, eager_rows = train(datadir, tmp_path / "eager", args)
+    log = []
+    graphs, graph_rows = train(datadir, tmp_path / "graphs", args + ["--cuda-graphs", "step"],
+                               stdout=log)
+    assert log[0].count("cuda graphs: captured the training micro-step") == 1, log[0][-3000:]
+    assert log[0].count("cuda graphs: captured the optimizer step") == 1, log[0][-3000:]
+    assert list(graphs) == list(eager)
+    assert [r["grad_norm"] for r in graph_rows] == [r["grad_norm"] for r in eager_rows]
+    assert len(set(r["lr"] for r in eager_rows)) == 5, "the lr must change every step"
+    assert any(r["grad_norm"] > clip for r in eager_rows), "the clip must trigger"
+    assert len(set(eager)) == 5, "the steps must differ for the comparison to mean anything"
+
+
 def test_cuda_graphs_refuse_a_layout_they_do_not_cover(datadir, tmp_path):
     """Where graphs do not apply the run stops with the flag's name and the reason."""
     cmd = [VTRAIN, "train", "--data", str(datadir), *TINY, "--steps", "2", "--device", "cpu",
@@ -199,6 +227,10 @@ def test_cuda_graphs_refuse_a_layout_they_do_not_cover(datadir, tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode != 0
     assert "--cuda-graphs micro-step: it needs --device cuda" in r.stdout + r.stderr
+    r = subprocess.run(cmd[:-3] + ["step", *cmd[-2:]], capture_output=True, text=True, env=ENV,
+                       timeout=600)
+    assert r.returncode != 0
+    assert "--cuda-graphs step: it needs --device cuda" in r.stdout + r.stderr
 
 
 D12 = (["--layers", "2", "--seq-len", "256", "--micro-batch", "2", "--steps", "6"] if EMULATED

@@ -29,7 +29,7 @@ import pytest
 ROOT = Path(os.environ.get("VTRAIN_ROOT", Path(__file__).resolve().parents[2]))
 BUILD = Path(os.environ.get("VTRAIN_BUILD", ROOT / "build"))
 WINDOW = ROOT / "scripts" / "device_window.sh"
-STAGES = ["facts", "attention", "train", "tests", "gemm", "torch_peer", "bov", "cli"]
+STAGES = ["facts", "attention", "train", "tests", "gemm", "torch_peer", "graphs", "bov", "cli"]
 GPU_TEST_BINARIES = sorted(p.stem for p in (ROOT / "tests" / "gpu").glob("*_test.cc"))
 
 # Limits a busy 2-core machine stays far below (the defaults are a GPU machine's: 60 s a test
@@ -136,6 +136,12 @@ def test_window_end_to_end_on_the_emulation(tmp_path, bundle):
         assert t["profile_calls_per_step"].get("gemm", 0) > 0, t
         assert t["profile_outside_ms_per_step"] >= 0, t
     assert num["bov"]["value"] == "bov" and num["train"]["value"] == "baseline"
+    # The graphs stage: the train run without --profile under each --cuda-graphs mode.
+    assert sorted(num["graphs"]) == ["micro-step", "off", "step"], num["graphs"]
+    for g, t in num["graphs"].items():
+        assert t["steps"] == 20 and t["tok_per_s"] > 0 and "profile_ms_per_step" not in t, (g, t)
+    assert num["graphs"]["step"]["losses"] == num["graphs"]["off"]["losses"], num["graphs"]
+    assert "--cuda-graphs off" in summary and "step " in summary, summary
     tests = num["tests"]
     assert sorted(tests["binaries"]) == GPU_TEST_BINARIES
     assert not not_ok(tests["binaries"]), f"test binaries not ok: {not_ok(tests['binaries'])}"

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "core/arena.h"
 #include "core/communicator.h"
@@ -168,10 +169,25 @@ TEST(Optimizer, ClippingAndExternalNorm) {
   fill(s, 8, true);
   const double norm = grad_norm(s);
   ASSERT_GT(norm, 1.0);
+  // The reference: the same store with its gradients scaled in place by the clip factor first
+  // (what the optimizer did before the factor moved into the update kernels), stepped unclipped.
+  ParamStore ref = make_store();
+  fill(ref, 7, false);
+  fill(ref, 8, true);
+  OptimizerConfig unclipped = cfg;
+  unclipped.max_grad_norm = 0.0;
+  DistributedOptimizer ref_opt(&ref, unclipped, grid);
+  const std::vector<float> grads = s.grads_tensor().to_host_f32();
   StepStats st = opt.step(50, 100);
   EXPECT_DOUBLE_EQ(st.grad_norm, norm);
   EXPECT_NEAR(st.clip_scale, 1.0 / (norm + 1e-6), 1e-15);
-  EXPECT_NEAR(grad_norm(s), 1.0, 1e-5);  // grads were clipped in place
+  scale_grads(ref, st.clip_scale);
+  ref_opt.step(50, 100, grad_norm(ref));
+  // The update kernels read each gradient times the factor: the bits of the clipped-in-place
+  // step, and the gradients themselves left as they were.
+  EXPECT_EQ(s.params_tensor().to_host_f32(), ref.params_tensor().to_host_f32());
+  EXPECT_EQ(s.grads_tensor().to_host_f32(), grads);
+  EXPECT_NEAR(grad_norm(ref), 1.0, 1e-5);  // the reference's were clipped in place
   // A caller-provided (e.g. all-reduced) norm is used as is.
   fill(s, 9, true);
   StepStats st2 = opt.step(51, 100, 0.5);

@@ -3,17 +3,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <mutex>
 
 #include "core/check.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/host_window.h"
+#include "core/optim_math.h"
 
 #if VTRAIN_HAS_CUDA
 #include "core/cuda_runtime.h"
 #include "core/ops/cuda_acts.h"
 #include "kernels/elementwise.cuh"
 #include "kernels/reduce.cuh"
+#include "kernels/step_guard.cuh"
 #endif
 
 namespace vt::ops {
@@ -132,6 +135,58 @@ double sum_squares_list(const std::vector<Tensor>& xs) {
   double total = 0.0;
   for (const Tensor& x : xs) total += x.numel() ? sum_squares_host(x) : 0.0;
   return total;
+}
+
+void step_guard(const std::vector<Tensor>& grads, const Tensor& losses, double max_grad_norm,
+                const Tensor& scalars) {
+  need_f32("step_guard", scalars, "the step's scalars");
+  VT_CHECK_MSG(scalars.numel() >= kGuardFloats, "step_guard: the scalars hold " << scalars.numel()
+                                                    << " floats, the guard " << kGuardFloats);
+  if (losses.defined()) need_f32("step_guard", losses, "the losses");
+  for (const Tensor& g : grads) {
+    need_float("step_guard", g);
+    VT_CHECK_MSG(g.device() == scalars.device(), "step_guard: a gradient on another device");
+  }
+  const int64_t n_losses = losses.defined() ? losses.numel() : 0;
+  auto d = n_losses ? on("step_guard", {&scalars, &losses}) : on("step_guard", {&scalars});
+#if VTRAIN_HAS_CUDA
+  if (CudaRuntime* rt = d.cuda()) {
+    using namespace cuda_acts;
+    rt->on_device();
+    const cudaStream_t s = rt->stream();
+    const Scratch sc(rt);
+    // sum_squares_list's launches (its bits), the result left in the scratch for the guard.
+    bool first = true;
+    for (const Tensor& x : grads) {
+      if (x.numel() == 0) continue;
+      sum_squares_into(x, sc, !first, s);
+      first = false;
+    }
+    if (first) VT_CUDA_CHECK(cudaMemsetAsync(sc.res, 0, sizeof(double), s));
+    cuda::step_guard(sc.res, n_losses ? f32p(losses) : nullptr, n_losses, max_grad_norm,
+                     f32p(scalars), s);
+    return;
+  }
+#endif
+  const double sum = sum_squares_list(grads);
+  const double norm = std::sqrt(sum);
+  bool finite = std::isfinite(norm);
+  if (n_losses) {
+    host::In lp(losses);
+    for (int64_t i = 0; i < n_losses && finite; ++i) finite = std::isfinite(lp.p()[i]);
+  }
+  const double scale =
+      max_grad_norm <= 0.0 || !(norm > max_grad_norm) ? 1.0 : max_grad_norm / (norm + 1e-6);
+  host::InOut gp(scalars);
+  gp.p()[kGuardGradScale] = static_cast<float>(scale);
+  gp.p()[kGuardApply] = finite ? 1.0f : 0.0f;
+  std::memcpy(gp.p() + kGuardSumSquares, &sum, sizeof sum);
+}
+
+double guard_sum_squares(const float* guard) {
+  double s = 0.0;
+  std::memcpy(&s, guard + kGuardSumSquares, sizeof s);
+  return s;
 }
 
 void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index) {

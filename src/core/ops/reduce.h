@@ -1,6 +1,7 @@
 // The reduction op family: fp64 dot products and sums of squares (returned to the host, which
 // synchronizes with the device), the same left on the device (dot_into), and the Frobenius
-// normalization of Newton-Schulz. Host loops here (chunked fp64 sums); CUDA kernels:
+// normalization of Newton-Schulz, and an optimizer step's guard formed on the device
+// (step_guard: kernels/step_guard.cu). Host loops here (chunked fp64 sums); CUDA kernels:
 // kernels/reduce.cu (block partials in fp64) and kernels/elementwise.cu (double_to_float,
 // div_by_norm, div_by_norm_to), through the CUDA runtime's reduction scratch.
 #pragma once
@@ -18,6 +19,16 @@ double sum_squares(const Tensor& x);
 double sum_squares_list(const std::vector<Tensor>& xs);
 // out.flat[index] = float(sum(a * b)) (fp64 accumulation), without synchronizing.
 void dot_into(const Tensor& a, const Tensor& b, const Tensor& out, int64_t index = 0);
+// The step's guard formed where the gradients are, without a host read: the fp64 sum of squares
+// of `grads` (f32/bf16, one device; summed in list order with sum_squares_list's blocks and
+// order: the same bits), then in guard = scalars.flat(0, kGuardFloats) the clip factor for
+// max_grad_norm (optim/clip.h's clip_scale of its square root; 1 when max_grad_norm <= 0), apply
+// = 1 when that norm and every element of `losses` (f32, may be empty) are finite, else 0, and
+// the sum of squares' 8 bytes (read back by guard_sum_squares).
+void step_guard(const std::vector<Tensor>& grads, const Tensor& losses, double max_grad_norm,
+                const Tensor& scalars);
+// The fp64 sum of squares in a guard's floats (host memory: a copy of the guard).
+double guard_sum_squares(const float* guard);
 // x /= sqrt(sum(x^2)) * scale + eps, on the device (the division in double, rounded once).
 void normalize_frobenius(const Tensor& x, double scale, double eps);
 // out = x / (sqrt(sum(x^2)) * scale + eps), x (f32) left as it is: the bits of copying x into an f32
