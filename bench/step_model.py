@@ -639,7 +639,17 @@ def current_code_kernels(c: dict, accum: int = 1) -> list[Kernel]:
                          "mem", bytes=e * 2 * rows_ * hd + F32 * rows_ + 8 * c["T"] * hd // 2,
                          blocks=math.ceil(rows_ / 32), threads=256, regs=41, dram_trips=1,
                          l2_trips=1))
-    # activation.cu: chunks of 8, grid-stride over 8 blocks a SM.
+    # activation.cu: chunks of 8, grid-stride over 8 blocks a SM. These two passes are the fewest
+    # the MLP's relu^2 can take while cuBLASLt computes the GEMMs (issue 37 item 3): no cuBLASLt
+    # epilogue squares (RELU, GELU and their AUX/backward forms only), so the forward reads fc's
+    # output h and writes a = relu(h)^2 for proj's GEMM (4 bytes an element), and the backward
+    # reads the derivative's source and proj's dgrad and writes dh for fc's two GEMMs (6 bytes).
+    # Keeping only a and taking the derivative as 2 sqrt(a) moves the same bytes (it would save
+    # h's memory, not a pass) and is not exact in bf16: sqrt(bf16(r^2)) is within 2^-9 of r
+    # relative, up to half a bf16 ulp of dh before dh's own rounding; h is kept. Under
+    # --recompute mlp the rerun (4 bytes) and the backward (6) could be one pass reading h and dy
+    # and writing a and dh (8 bytes): not built. Fewer bytes need the square in a GEMM epilogue
+    # (a CUTLASS/custom GEMM), not cuBLASLt.
     ks.append(vec_kernel("relu^2 forward + backward", "act_forward_kernel<bf16, true>", L, N * F,
                          2 * e, regs=24))
     ks.append(vec_kernel("relu^2 forward + backward", "act_backward_kernel<bf16, true>", L, N * F,
@@ -678,12 +688,18 @@ def current_code_kernels(c: dict, accum: int = 1) -> list[Kernel]:
     for _ in range(2):
         ks.append(vec_kernel("AdamW (embedding, lm_head)", "adamw_kernel", a, Vp * C, 28, W=4,
                              blocks_per_sm=4, regs=55))
-    params = sum(r * k_ for r, k_ in mats) + 2 * Vp * C
     ks.append(vec_kernel(CAST_ROW, "cast_kernel<float, bf16> (wte, lm_head)", a, 2 * Vp * C,
                          F32 + BF16, regs=30))
     for k in ks[first_optimizer:]:
         k.optimizer = True
-    ks.append(Kernel(CAST_ROW, "cudaMemsetAsync (gradients)", a, "memset", bytes=F32 * params))
+    # Deferred gradient zeroing (issue 37 item 3, ParamStore::set_overwrite_first): the block
+    # matrices' and lm_head's gradients are overwritten by their step's first weight-gradient GEMM
+    # (beta = 0, which also spares cuBLASLt reading the old f32 gradient: not modelled, small
+    # beside the GEMM); only wte's gradient (the embedding's scatter-add writes a few rows) is
+    # still zeroed, one memset a step. It was every gradient: F32 x (block matrices + 2 Vp C).
+    # (Under --fp8 e4m3 the block matrices keep their zeroing: GPT::gemm_written_grads.)
+    ks.append(Kernel(CAST_ROW, "cudaMemsetAsync (wte's gradient)", a, "memset",
+                     bytes=F32 * Vp * C))
     return ks
 
 

@@ -163,6 +163,65 @@ Tensor ParamStore::compute_copy_flat(int i) const {
   return compute_copy_.flat(p.offset, p.numel());
 }
 
+void ParamStore::zero_grads() {
+  grads_.zero_();
+  if (host_grads_.defined()) host_grads_.zero_();
+  std::fill(unwritten_.begin(), unwritten_.end(), 0);
+}
+
+void ParamStore::set_overwrite_first(const std::vector<int>& params) {
+  VT_CHECK(finalized_);
+  overwrite_first_.assign(infos_.size(), 0);
+  unwritten_.assign(infos_.size(), 0);
+  zero_runs_.clear();
+  for (int i : params) {
+    VT_CHECK_MSG(!infos_.at(i).host,
+                 "set_overwrite_first: " << infos_[i].name << " is kept in host memory");
+    overwrite_first_[i] = 1;
+  }
+  // The device arena less the named gradients' elements, in maximal ranges (alignment padding
+  // included: the arena outside the gradients stays zero).
+  std::vector<int> order;
+  for (int i = 0; i < size(); ++i)
+    if (!infos_[i].host) order.push_back(i);
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return infos_[a].offset < infos_[b].offset; });
+  int64_t begin = 0;
+  for (int i : order)
+    if (overwrite_first_[i]) {
+      if (infos_[i].offset > begin) zero_runs_.emplace_back(begin, infos_[i].offset - begin);
+      begin = infos_[i].offset + infos_[i].numel();
+    }
+  if (total_ > begin) zero_runs_.emplace_back(begin, total_ - begin);
+}
+
+void ParamStore::begin_gradients() {
+  VT_CHECK(finalized_);
+  if (overwrite_first_.empty()) return zero_grads();
+  for (const auto& [offset, n] : zero_runs_)
+    if (n > 0) grads_.flat(offset, n).zero_();
+  if (host_grads_.defined()) host_grads_.zero_();
+  unwritten_ = overwrite_first_;
+}
+
+bool ParamStore::take_first_write(int i) {
+  if (unwritten_.empty() || !unwritten_.at(i)) return false;
+  unwritten_[i] = 0;
+  return true;
+}
+
+void ParamStore::zero_unwritten(int layer) {
+  for (size_t i = 0; i < unwritten_.size(); ++i)
+    if (unwritten_[i] && (layer == kAllLayers || infos_[i].layer == layer)) {
+      grad(static_cast<int>(i)).zero_();
+      unwritten_[i] = 0;
+    }
+}
+
+int ParamStore::unwritten_count() const {
+  return static_cast<int>(std::count(unwritten_.begin(), unwritten_.end(), 1));
+}
+
 int ParamStore::find(const std::string& name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? -1 : it->second;

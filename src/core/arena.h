@@ -7,6 +7,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -113,10 +114,29 @@ class ParamStore {
   bool has_host_params() const { return host_total_ > 0; }
   float* param_data() const { return params_.f32(); }
   float* grad_data() const { return grads_.f32(); }
-  void zero_grads() {
-    grads_.zero_();
-    if (host_grads_.defined()) host_grads_.zero_();
-  }
+  // Every gradient zeroed; none waits for a first write (see begin_gradients).
+  void zero_grads();
+
+  // Deferred gradient zeroing (issue 37 item 3): the gradients named here are written only by
+  // weight-gradient GEMMs that call take_first_write(). begin_gradients() zeroes every other
+  // gradient (in runs of arena neighbours) and leaves these as they are: the step's first GEMM
+  // into each overwrites it (beta = 0, the old values never read), later ones accumulate, so the
+  // zeroing pass over them is gone. Without a call (or with an empty list) begin_gradients() is
+  // zero_grads(). Host-kept parameters cannot be named.
+  void set_overwrite_first(const std::vector<int>& params);
+  // At the start of a step's backward passes (before the first micro-batch's).
+  void begin_gradients();
+  // For a gradient named in set_overwrite_first: true exactly once after begin_gradients(), and
+  // then the caller must overwrite the whole gradient (later writes accumulate). False for every
+  // other gradient and after zero_grads().
+  bool take_first_write(int i);
+  // Zeroes the gradients still waiting for their first write, so that they read as zero: every
+  // one (kAllLayers), or those with ParamInfo::layer == layer (-1: outside the blocks). Before
+  // anything reads gradients (the optimizer, the gradient sums, the per-layer hooks).
+  static constexpr int kAllLayers = -2;
+  void zero_unwritten(int layer = kAllLayers);
+  // How many gradients wait for their first write (tests).
+  int unwritten_count() const;
 
  private:
   std::vector<ParamInfo> infos_;
@@ -131,6 +151,9 @@ class ParamStore {
   Tensor grads_;
   Tensor compute_copy_;
   Tensor host_params_, host_grads_;  // Device::kCPU, host_total_ elements
+  std::vector<char> overwrite_first_;  // per parameter: named in set_overwrite_first
+  std::vector<char> unwritten_;        // per parameter: stale until its first write this step
+  std::vector<std::pair<int64_t, int64_t>> zero_runs_;  // (offset, numel): begin_gradients' memsets
 };
 
 }  // namespace vt

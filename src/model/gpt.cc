@@ -191,6 +191,19 @@ void GPT::register_params(ParamStore& store) {
     }
 }
 
+std::vector<int> GPT::gemm_written_grads() const {
+  std::vector<int> out;
+  if (!fp8_)
+    for (const LayerParams& lp : layers_) {
+      for (int i : {lp.wq, lp.wk, lp.fc, lp.proj})
+        if (i >= 0) out.push_back(i);
+      for (const Projection* p : {&lp.v, &lp.o})
+        if (p->kind == Projection::Kind::kMatrix && p->w >= 0) out.push_back(p->w);
+    }
+  if (lm_head_ >= 0) out.push_back(lm_head_);
+  return out;
+}
+
 void GPT::init_params(uint64_t seed) {
   VT_CHECK(store_ && store_->finalized());
   VT_CHECK(static_cast<int>(init_rules_.size()) == store_->size());
@@ -423,7 +436,7 @@ Bundle GPT::head_backward(Activations& acts, float grad_scale) const {
     dlogits = act({N, vocab_rows_});
     ops::xent_backward(xent_args(acts), acts.lse, grad_scale, dlogits);
   }
-  ops::matmul_dw(acts.head_n, dlogits, G(lm_head_));
+  ops::matmul_dw(acts.head_n, dlogits, G(lm_head_), !store_->take_first_write(lm_head_));
   Tensor dn = act({N, C});
   ops::matmul_dx(dlogits, W(lm_head_), dn, false);
   tp::reduce_input_grads(par_.tp_comm(), dn);

@@ -144,6 +144,13 @@ class GPT {
   // Which earlier layers' context values must be kept for later layers (the value mode says).
   bool keeps_value(int layer) const;
   ParamStore* store() const { return store_; }
+  // The gradients whose every write is a weight-gradient GEMM that asks
+  // ParamStore::take_first_write (linear::backward_dw by index, the head's): the blocks' W_Q,
+  // W_K, fc, proj, their matrix V and O projections, and lm_head. The trainer defers their
+  // zeroing to those GEMMs' beta = 0 (ParamStore::set_overwrite_first). Under --fp8 e4m3 only
+  // lm_head (the FP8 weight-gradient GEMM accumulates, so its first write would need the zeroing
+  // anyway).
+  std::vector<int> gemm_written_grads() const;
   // Where activations live and their dtype: the store's device and compute dtype.
   Device device() const { return store_->device(); }
   DType act_dtype() const { return store_->compute_dtype(); }

@@ -34,4 +34,16 @@ void backward_dw(const GPT& m, const Tensor& x, const Tensor& dy, const Tensor& 
     ops::matmul_dw(x, dy, dw);
 }
 
+void backward_dw(const GPT& m, const Tensor& x, const Tensor& dy, int param) {
+  ParamStore& store = *m.store();
+  const Tensor dw = store.grad(param);
+  const bool first = store.take_first_write(param);
+  if (m.fp8()) {  // the FP8 weight-gradient GEMM accumulates: its first write onto zeros
+    if (first) Tensor(dw).zero_();
+    ops::matmul_dw_fp8(x, dy, dw);
+  } else {
+    ops::matmul_dw(x, dy, dw, !first);
+  }
+}
+
 }  // namespace vt::linear

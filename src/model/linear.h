@@ -30,6 +30,9 @@ void backward_dx(const GPT& m, const Tensor& dy, const Tensor& w, const Tensor& 
                  bool accumulate);
 // dw (K,N) += x^T @ dy.
 void backward_dw(const GPT& m, const Tensor& x, const Tensor& dy, const Tensor& dw);
+// The gradient of parameter `param` += x^T @ dy, or = on its first write of the step when the
+// store defers its zeroing (ParamStore::take_first_write: beta = 0 instead of a zeroed arena).
+void backward_dw(const GPT& m, const Tensor& x, const Tensor& dy, int param);
 
 }  // namespace linear
 }  // namespace vt

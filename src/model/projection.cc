@@ -66,7 +66,7 @@ void backward_in(const GPT& m, const Projection& p, const Tensor& x, const Tenso
                  const Tensor& dx, bool accumulate) {
   switch (p.kind) {
     case Projection::Kind::kMatrix:
-      linear::backward_dw(m, x, d, G(m, p.w));
+      linear::backward_dw(m, x, d, p.w);
       linear::backward_dx(m, d, W(m, p.w), dx, accumulate);
       return;
     case Projection::Kind::kIdentity: {
@@ -120,7 +120,7 @@ void backward_out(const GPT& m, const Projection& p, const Tensor& y, const Tens
                   const Tensor& dy) {
   switch (p.kind) {
     case Projection::Kind::kMatrix:
-      linear::backward_dw(m, y, dout, G(m, p.w));
+      linear::backward_dw(m, y, dout, p.w);
       linear::backward_dx(m, dout, W(m, p.w), dy, false);
       return;
     case Projection::Kind::kIdentity: {

@@ -305,9 +305,9 @@ Tensor TrainKit::attention_backward(const Tensor& dout, BlockActs& a) const {
 
   // Projections into q, k, v.
   const Tensor& n = a.attn_in;
-  linear::backward_dw(m_, n, dq.reshaped({N, qd}), m_.G(lp.wq));
+  linear::backward_dw(m_, n, dq.reshaped({N, qd}), lp.wq);
   linear::backward_dx(m_, dq.reshaped({N, qd}), m_.W(lp.wq), dn, true);
-  linear::backward_dw(m_, n, dk.reshaped({N, kvd}), m_.G(lp.wk));
+  linear::backward_dw(m_, n, dk.reshaped({N, kvd}), lp.wk);
   linear::backward_dx(m_, dk.reshaped({N, kvd}), m_.W(lp.wk), dn, true);
   if (lp.v.defined()) {
     const Tensor dctx2 = dctx.reshaped({N, kvd});
@@ -364,14 +364,14 @@ Tensor TrainKit::mlp_backward(const Tensor& dm, BlockActs& a) const {
   const int64_t N = rows(), C = m_.cfg_.n_embd;
   if (!a.act.defined()) a.act = activation(a.h);  // --recompute mlp dropped it
   Tensor dact = act({N, m_.hidden_});
-  linear::backward_dw(m_, a.act, dm, m_.G(lp.proj));
+  linear::backward_dw(m_, a.act, dm, lp.proj);
   linear::backward_dx(m_, dm, m_.W(lp.proj), dact, false);
   Tensor dh = act({N, m_.hidden_});
   if (m_.cfg_.mlp_act == "relu")
     ops::relu_backward(a.h, dact, dh, false);
   else
     ops::relu2_backward(a.h, dact, dh, false);
-  linear::backward_dw(m_, a.mlp_in, dh, m_.G(lp.fc));
+  linear::backward_dw(m_, a.mlp_in, dh, lp.fc);
   Tensor dn = act({N, C});
   linear::backward_dx(m_, dh, m_.W(lp.fc), dn, false);
   tp::reduce_input_grads(m_.par_.tp_comm(), dn);

@@ -237,6 +237,11 @@ absl::Status open_data(const TrainOptions& o, Run& r) {
 void build_optimizer(const TrainOptions& o, Run& r) {
   r.store.finalize(r.device.device, r.device.act_dtype);
   r.model->init_params(o.seed);
+  // Deferred gradient zeroing: the GEMM-written gradients are overwritten by their step's first
+  // weight-gradient GEMM (beta = 0) instead of zeroed (ParamStore::set_overwrite_first). Not
+  // under --cuda-graphs micro-step or step: a captured micro-step replays its GEMMs' beta as
+  // captured.
+  if (o.cuda_graphs == "off") r.store.set_overwrite_first(r.model->gemm_written_grads());
   r.engine = std::make_unique<PipelineEngine>(*r.model, *r.grid);
   const optim::OptimizerConfig oc = optimizer_config(o);
   r.opt = std::make_unique<optim::DistributedOptimizer>(&r.store, oc, *r.grid, o.zero);

@@ -520,16 +520,32 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
       if (layer == run_->inject.layer) ops::scale_copy(x, x, run_->inject.value);
     };
   const DType wire = o_.grad_sync;
+  // Each hook first zeroes what of its gradients no GEMM wrote this step (deferred zeroing:
+  // ParamStore::begin_gradients; normally nothing).
+  ParamStore& store = run_->store;
   if (o_.overlap_grad_sync && o_.zero == 1) {
-    hooks.layer_grads_done = [&](int layer) { run_->dp_sync->layer_done(layer); };
-    hooks.head_grads_done = [&] { run_->dp_sync->head_done(); };
+    hooks.layer_grads_done = [&](int layer) {
+      store.zero_unwritten(layer);
+      run_->dp_sync->layer_done(layer);
+    };
+    hooks.head_grads_done = [&] {
+      store.zero_unwritten(-1);
+      run_->dp_sync->head_done();
+    };
   } else if (o_.overlap_grad_sync) {  // --zero 2: the reduces into the owners
-    hooks.layer_grads_done = [&](int layer) { run_->opt->layer_grads_done(layer, wire); };
-    hooks.head_grads_done = [&] { run_->opt->head_grads_done(wire); };
+    hooks.layer_grads_done = [&](int layer) {
+      store.zero_unwritten(layer);
+      run_->opt->layer_grads_done(layer, wire);
+    };
+    hooks.head_grads_done = [&] {
+      store.zero_unwritten(-1);
+      run_->opt->head_grads_done(wire);
+    };
   }
   if (slow_.rank == world_->rank() && slow_.seconds > 0)  // a straggler, on purpose (tests)
     std::this_thread::sleep_for(std::chrono::duration<double>(slow_.seconds));
-  run_->store.zero_grads();
+  // Every gradient zeroed, or (the GEMM-written ones) overwritten by its first GEMM of the step.
+  run_->store.begin_gradients();
   const float grad_scale = 1.0f / static_cast<float>(o_.global_batch);
   double loss_sum = 0.0;
   const bool graph_step = o_.cuda_graphs == "step";
@@ -556,6 +572,7 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
       if (run_->engine->stopped()) return StepOutcome::kStopped;  // partial gradients: discarded
     }
   }
+  run_->store.zero_unwritten();  // a gradient no GEMM wrote this step reads as zero
   sync_gradients(run_->store, *run_->grid, *run_->dp_sync, *run_->opt, wire);
   if (run_->inject.at(step_1based, FaultInjection::Where::kGradient) && run_->store.find(run_->inject.param) >= 0)
     ops::add_scalar(run_->store.grad(run_->inject.param), 0, run_->inject.value);

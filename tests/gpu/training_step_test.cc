@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 
 #include "../support/step_runner.h"
 #include "../unit/model_test_util.h"
 #include "core/backend.h"
+#include "core/ops.h"
+#include "core/rng.h"
 #include "gpu_test_util.h"
 
 namespace vt {
@@ -148,6 +152,95 @@ TEST_F(GpuTraining, Fp8StepsMatchCpuFakeQuantization) {
     }
     EXPECT_GT(dot / std::sqrt(na * nb), 0.995) << what;
   }
+}
+
+// Deferred gradient zeroing (ParamStore::set_overwrite_first with GPT::gemm_written_grads: the
+// GEMM-written gradients are not zeroed at a step's start but overwritten by their first
+// weight-gradient GEMM, beta = 0) gives the zeroed path's losses, every step's gradient arena and
+// the final parameters bit for bit. At step 2 the arena holds step 1's gradients, which the
+// zeroed path clears and the deferred one must never read; two micro-batches a step make the
+// second GEMM into each gradient accumulate onto the first's. The value modes with f32 and bf16
+// activations; on the CPU also the block shapes (f32; identity and reparameterized projections,
+// whose matrices keep their zeroing, and value-embed's gate matrix).
+void expect_deferred_zeroing_exact(const ModelConfig& cfg, Device dev, const std::string& what,
+                                   std::initializer_list<DType> acts, double perturb = 0.05,
+                                   double lr_scale = 1.0) {
+  const int steps = 2, rows = 2, accum = 2;
+  for (DType act : acts) {
+    const std::string w = what + (act == DType::kF32 ? " f32" : " bf16");
+    const testing::StepRun zeroed = testing::run_steps(cfg, dev, act, steps, rows, 1234, lr_scale,
+                                                       perturb, false, accum, false);
+    const testing::StepRun deferred = testing::run_steps(cfg, dev, act, steps, rows, 1234,
+                                                         lr_scale, perturb, false, accum, true);
+    ASSERT_EQ(zeroed.step_grads.size(), deferred.step_grads.size()) << w;
+    for (size_t s = 0; s < zeroed.step_grads.size(); ++s) {
+      EXPECT_EQ(zeroed.losses[s], deferred.losses[s]) << w << " step " << s;
+      const std::vector<float>& a = zeroed.step_grads[s];
+      const std::vector<float>& b = deferred.step_grads[s];
+      ASSERT_EQ(a.size(), b.size());
+      const auto diff = std::mismatch(a.begin(), a.end(), b.begin(), [](float x, float y) {
+        return std::memcmp(&x, &y, sizeof(float)) == 0;
+      });
+      EXPECT_TRUE(diff.first == a.end())
+          << w << " step " << s << ": gradient of "
+          << testing::param_at(zeroed, diff.first - a.begin()) << " differs (" << *diff.first
+          << " vs " << *diff.second << ")";
+    }
+    EXPECT_EQ(std::memcmp(zeroed.final_params.data(), deferred.final_params.data(),
+                          zeroed.final_params.size() * sizeof(float)),
+              0)
+        << w << ": parameters";
+  }
+}
+
+const ValueMode kZeroingModes[] = {ValueMode::kBaseline, ValueMode::kBov, ValueMode::kValueEmbed,
+                                   ValueMode::kResformerDense};
+
+TEST(GradZeroing, DeferredEqualsZeroedBitForBitOnCpu) {
+  for (ValueMode mode : kZeroingModes)
+    expect_deferred_zeroing_exact(testing::tiny_config(mode), Device::kCPU, value_mode_name(mode),
+                                  {DType::kF32, DType::kBF16});
+  for (const testing::Variant& v : testing::block_variants()) {
+    if (v.name != "parallel" && v.name != "sas_p_proj_gains" && v.name != "sas_nonorm_orth" &&
+        v.name != "vskipinit_neutreno")
+      continue;
+    const ModelConfig cfg = testing::variant_config(v);
+    expect_deferred_zeroing_exact(cfg, Device::kCPU, v.name, {DType::kF32},
+                                  cfg.norm_none ? 0.015 : 0.05, v.lr_scale);
+  }
+}
+
+TEST_F(GpuTraining, DeferredZeroingEqualsZeroedBitForBit) {
+  for (ValueMode mode : kZeroingModes)
+    expect_deferred_zeroing_exact(testing::tiny_config(mode), Device::kCUDA,
+                                  value_mode_name(mode), {DType::kF32, DType::kBF16});
+}
+
+// What the deferral rests on: a weight-gradient GEMM with accumulate = false never reads the
+// gradient's old values (NaN there stays out) and writes the bits of accumulating onto zeros.
+TEST_F(GpuTraining, FirstWriteGemmIgnoresOldValues) {
+  for (Device dev : {Device::kCPU, Device::kCUDA})
+    for (DType act : {DType::kF32, DType::kBF16}) {
+      Rng rng(7);
+      const int64_t M = 37, K = 24, N = 40;
+      std::vector<float> x(M * K), dy(M * N);
+      for (float& v : x) v = static_cast<float>(rng.normal(0.0, 1.0));
+      for (float& v : dy) v = static_cast<float>(rng.normal(0.0, 1.0));
+      auto on = [&](const std::vector<float>& h, Shape shape) {
+        Tensor t = Tensor::zeros(shape, act, dev);
+        ops::copy(t, Tensor::from_host(h.data(), shape, dev));
+        return t;
+      };
+      const Tensor tx = on(x, {M, K}), tdy = on(dy, {M, N});
+      Tensor zeroed = Tensor::zeros({K, N}, DType::kF32, dev);
+      ops::matmul_dw(tx, tdy, zeroed, true);
+      std::vector<float> nan(K * N, std::nanf(""));
+      Tensor stale = Tensor::from_host(nan.data(), {K, N}, dev);
+      ops::matmul_dw(tx, tdy, stale, false);
+      const std::vector<float> a = zeroed.to_host_f32(), b = stale.to_host_f32();
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << (dev == Device::kCPU ? "cpu" : "cuda") << " " << dtype_name(act);
+    }
 }
 
 // A short bf16 run on the GPU learns the repeating pattern.

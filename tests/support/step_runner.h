@@ -20,6 +20,7 @@ namespace vt::testing {
 struct StepRun {
   std::vector<double> losses;          // mean loss of each step (before its update)
   std::vector<float> first_grads;      // the whole gradient arena after step 1's backward
+  std::vector<std::vector<float>> step_grads;  // the arena after each step's backward
   std::vector<float> final_params;     // the whole parameter arena after the last update
   std::vector<std::string> names;      // parameter names, for messages
   std::vector<int64_t> offsets;        // their arena offsets
@@ -50,9 +51,12 @@ inline void pattern_batch(const ModelConfig& cfg, int B, int step, std::vector<i
 // N(0, 4 perturb)), the same numbers on every device: at init some gradients vanish in exact
 // arithmetic (scale-invariant gains in front of a norm, W_O = 0), and comparing their rounding
 // noise between backends tests nothing. fp8: the blocks' linear GEMMs in FP8 (--fp8 e4m3).
+// accum micro-batches of B rows a step (each its own rows). defer_zeroing: the trainer's
+// gradient zeroing (ParamStore::set_overwrite_first with GPT::gemm_written_grads, then
+// begin_gradients / zero_unwritten each step) instead of zero_grads.
 inline StepRun run_steps(const ModelConfig& cfg, Device device, DType act, int steps, int B,
                          uint64_t seed = 1234, double lr_scale = 1.0, double perturb = 0.0,
-                         bool fp8 = false) {
+                         bool fp8 = false, int accum = 1, bool defer_zeroing = false) {
   StepRun r;
   ParamStore store;
   GPT model(cfg);
@@ -82,15 +86,23 @@ inline StepRun run_steps(const ModelConfig& cfg, Device device, DType act, int s
     h->lr *= lr_scale;
   oc.schedule.warmup_steps = 0;
   optim::DistributedOptimizer opt(&store, oc, grid);
+  if (defer_zeroing) store.set_overwrite_first(model.gemm_written_grads());
   std::vector<int32_t> in, tg;
-  const double tokens = static_cast<double>(B) * cfg.seq_len;
+  const double tokens = static_cast<double>(B) * cfg.seq_len * accum;
   for (int step = 0; step < steps; ++step) {
-    pattern_batch(cfg, B, step, in, tg);
-    store.zero_grads();
-    const double loss_sum = model.forward_backward(in.data(), tg.data(), B,
-                                                   static_cast<float>(1.0 / tokens));
+    if (defer_zeroing)
+      store.begin_gradients();
+    else
+      store.zero_grads();
+    double loss_sum = 0;
+    for (int m = 0; m < accum; ++m) {
+      pattern_batch(cfg, B, step * accum + m, in, tg);
+      loss_sum += model.forward_backward(in.data(), tg.data(), B, static_cast<float>(1.0 / tokens));
+    }
+    if (defer_zeroing) store.zero_unwritten();
     r.losses.push_back(loss_sum / tokens);
-    if (step == 0) r.first_grads = store.grads_tensor().to_host_f32();
+    r.step_grads.push_back(store.grads_tensor().to_host_f32());
+    if (step == 0) r.first_grads = r.step_grads.back();
     opt.step(step, steps);
   }
   r.final_params = store.params_tensor().to_host_f32();

@@ -2,7 +2,9 @@
 // x0v's), layout-independent init slices, and basic loss sanity at init.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "core/arena.h"
 #include "core/rng.h"
@@ -373,6 +375,81 @@ TEST(Model, InitSlicesAreLayoutIndependent) {
   EXPECT_EQ(generate_init(rule, info.name, 64 * 64, 3), global);
   EXPECT_NE(generate_init(rule, info.name, 64 * 64, 4), global);
   (void)c;
+}
+
+// Deferred gradient zeroing in the store: begin_gradients() zeroes every gradient not named in
+// set_overwrite_first (their alignment padding included) and leaves the named ones as they
+// were; take_first_write is true once per named gradient and step, false for the rest;
+// zero_unwritten(layer) zeroes only that layer's unwritten gradients; zero_grads() zeroes all and
+// leaves none waiting.
+TEST(ParamStore, DeferredZeroing) {
+  ParamStore store;
+  const int a = store.add("a", {3}, ParamGroup::kScalar);            // padded to 16
+  const int w0 = store.add("w0", {4, 5}, ParamGroup::kMatrix, {}, {}, ParamMeta{0});
+  const int g = store.add("g", {2}, ParamGroup::kGain, {}, {}, ParamMeta{0});
+  const int w1 = store.add("w1", {4, 4}, ParamGroup::kMatrix, {}, {}, ParamMeta{1});
+  const int head = store.add("head", {5}, ParamGroup::kLmHead);
+  store.finalize();
+  store.set_overwrite_first({w0, w1, head});
+  std::vector<float> all(store.total_numel(), 7.0f);
+  auto fill = [&] { store.grads_tensor().copy_from(Tensor::view(all.data(), {store.total_numel()})); };
+  fill();
+  store.begin_gradients();
+  std::vector<float> after = store.grads_tensor().to_host_f32();
+  auto in = [&](int p, int64_t i) {
+    const ParamInfo& info = store.info(p);
+    return i >= info.offset && i < info.offset + info.numel();
+  };
+  for (int64_t i = 0; i < store.total_numel(); ++i) {
+    const bool kept = in(w0, i) || in(w1, i) || in(head, i);
+    EXPECT_EQ(after[i], kept ? 7.0f : 0.0f) << "element " << i;
+  }
+  EXPECT_EQ(store.unwritten_count(), 3);
+  EXPECT_FALSE(store.take_first_write(a));
+  EXPECT_FALSE(store.take_first_write(g));
+  EXPECT_TRUE(store.take_first_write(w0));
+  EXPECT_FALSE(store.take_first_write(w0));
+  store.zero_unwritten(0);  // w0 was written: untouched; w1 (layer 1) and head wait
+  EXPECT_EQ(store.grad(w0).to_host_f32()[0], 7.0f);
+  EXPECT_EQ(store.unwritten_count(), 2);
+  store.zero_unwritten(-1);  // head
+  EXPECT_EQ(store.grad(head).to_host_f32()[4], 0.0f);
+  EXPECT_EQ(store.grad(w1).to_host_f32()[0], 7.0f);
+  store.zero_unwritten();
+  EXPECT_EQ(store.grad(w1).to_host_f32()[15], 0.0f);
+  EXPECT_EQ(store.unwritten_count(), 0);
+  EXPECT_FALSE(store.take_first_write(w1));
+  fill();
+  store.zero_grads();
+  for (float v : store.grads_tensor().to_host_f32()) EXPECT_EQ(v, 0.0f);
+  EXPECT_FALSE(store.take_first_write(w0));
+}
+
+// The GEMM-written gradients GPT names: exactly the blocks' W_Q, W_K, W_V, W_O, fc and proj and
+// lm_head; never an embedding, a value table, a scalar or another matrix (value-embed's gate
+// matrix is written by its own op); under --fp8 e4m3 lm_head only.
+TEST(Model, GemmWrittenGrads) {
+  auto ends_with = [](const std::string& s, const std::string& t) {
+    return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+  };
+  for (ValueMode mode : {ValueMode::kBaseline, ValueMode::kBov, ValueMode::kValueEmbed}) {
+    auto b = build(tiny(mode));
+    std::vector<int> want;
+    for (int i = 0; i < b->store.size(); ++i) {
+      const std::string& n = b->store.info(i).name;
+      bool gemm = n == "lm_head";
+      for (const char* t : {"attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.fc", "mlp.proj"})
+        gemm = gemm || ends_with(n, t);
+      if (gemm) want.push_back(i);
+    }
+    std::vector<int> ids = b->model->gemm_written_grads();
+    std::sort(ids.begin(), ids.end());
+    EXPECT_EQ(ids, want) << value_mode_name(mode);
+    EXPECT_GE(want.size(), 6u * 2 + 1) << value_mode_name(mode);
+    b->model->set_fp8(true);
+    EXPECT_EQ(b->model->gemm_written_grads(), std::vector<int>{b->store.find("lm_head")})
+        << value_mode_name(mode);
+  }
 }
 
 }  // namespace

@@ -150,7 +150,7 @@ void matmul_dx(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumul
   gemm(g);
 }
 
-void matmul_dw(const Tensor& x, const Tensor& dy, const Tensor& dw) {
+void matmul_dw(const Tensor& x, const Tensor& dy, const Tensor& dw, bool accumulate) {
   VT_CHECK(dw.ndim() == 2);
   need_f32("matmul_dw", dw, "the weight gradient");
   const int64_t K = dw.dim(0), N = dw.dim(1), M = x.numel() / K;
@@ -162,7 +162,7 @@ void matmul_dw(const Tensor& x, const Tensor& dy, const Tensor& dw) {
   g.M = K, g.N = N, g.K = M;
   g.A = x, g.B = dy, g.C = dw;
   g.lda = K, g.ldb = N, g.ldc = N;
-  g.beta = 1.0f;
+  g.beta = accumulate ? 1.0f : 0.0f;  // beta 0: dw's old values are never read
   gemm(g);
 }
 

@@ -75,8 +75,9 @@ namespace ops {
 void matmul(const Tensor& x, const Tensor& w, const Tensor& y, bool accumulate = false);
 // dx (M,K) = dy (M,N) @ w^T, or += when accumulate.
 void matmul_dx(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate);
-// dw (K,N) += x^T (K,M) @ dy (M,N).
-void matmul_dw(const Tensor& x, const Tensor& dy, const Tensor& dw);
+// dw (K,N) += x^T (K,M) @ dy (M,N), or = when !accumulate (dw's old values, NaN included, are
+// then never read: a gradient's first write of a step, ParamStore::take_first_write).
+void matmul_dw(const Tensor& x, const Tensor& dy, const Tensor& dw, bool accumulate = true);
 // The general GEMM (row-major, leading dimensions; see GemmArgs).
 void gemm(const GemmArgs& g);
 
