@@ -26,11 +26,18 @@ struct MemoryEstimate {
   double host_tables = 0, table_rows = 0;
   // --grad-sync bf16 with dp > 1: the bf16 copies the started sums keep until the wait.
   double grad_wire = 0;
+  // --zero 2 with dp > 1 (optim/distributed_optimizer.h): the AdamW buckets packed by owner for
+  // the reduce-scatter and the owned sums (f32, during backward until the optimizer step), and
+  // the started gathers' send and receive buffers of the updated parameters (from the step to
+  // the next forward's layers; bf16 for the output head's weight, f32 for the rest). They are
+  // never alive together: total() counts the larger.
+  double zero_reduce = 0, param_gather = 0;
   // The loss end's logits and their gradient (one buffer at tp 1, where the gradient is written
   // over the logits) are freed before the blocks' backward starts
   // (GPT::head_backward), so they and the block transients are never alive together.
   double total() const {
     return params + grads + grad_wire + compute_copy + optimizer + activations + table_rows +
+           std::max(zero_reduce, param_gather) +
            std::max(logits, recompute_transient + backward_transient);
   }
   std::string to_string() const;  // "params 1.2 GiB | grads ... | total ..."
@@ -38,11 +45,12 @@ struct MemoryEstimate {
 
 // `store` is this rank's finalized store; B the micro-batch rows. `bf16_grad_wire`: the
 // data-parallel sum runs with --grad-sync bf16, whose started sums keep a bf16 copy of their
-// gradients until the wait (grad_wire: 2 bytes a gradient, where dp > 1).
+// gradients until the wait (grad_wire: 2 bytes a gradient, where dp > 1). `zero_stage`: --zero.
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
                                int B, DType act_dtype, Recompute recompute = Recompute::kOff,
                                int vpp = 1,
-                               int micro_batches = 1, bool bf16_grad_wire = false);
+                               int micro_batches = 1, bool bf16_grad_wire = false,
+                               int zero_stage = 1);
 
 }  // namespace vt

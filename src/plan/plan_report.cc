@@ -133,9 +133,9 @@ std::string why_line(const Plan& p) {
   std::string s = absl::StrFormat(
       "why: %s wins at %.3f s a step: pipeline bubble %.3f s ((%.3f - 1) x %.3f s of compute, "
       "launches, tp all-reduces and sends), exposed gradient sum %.3f s, optimizer collectives "
-      "%.3f s",
+      "%.3f s exposed of %.3f s",
       name(w), w.step_s, (w.bubble - 1) * busy, w.bubble, busy, w.allreduce_exposed_s,
-      w.optimizer_comm_s);
+      w.optimizer_comm_s, w.param_return_s);
   if (w.layout.pp > 1) {
     const LayoutPlan* flat = nullptr;
     for (const LayoutPlan& l : p.fitting)
@@ -147,10 +147,10 @@ std::string why_line(const Plan& p) {
       absl::StrAppendFormat(
           &s,
           "; the best layout without a pipeline (%s, %.3f s) has no bubble but exposes %.3f s of "
-          "its gradient sum, %.3f s of optimizer collectives (Muon's broadcasts and ZeRO-1's "
-          "all-gather, after the update) and %.3f s of tp all-reduces",
+          "its gradient sum, %.3f s of optimizer collectives (of %.3f s: Muon's broadcasts and "
+          "the AdamW all-gather) and %.3f s of tp all-reduces",
           name(*flat), flat->step_s, flat->allreduce_exposed_s, flat->optimizer_comm_s,
-          flat->tp_comm_s);
+          flat->param_return_s, flat->tp_comm_s);
   }
   return s + "\n";
 }
@@ -254,6 +254,7 @@ std::string layout_json(const LayoutPlan& l) {
                       {"gemm_eff", l.gemm_eff}, {"launch_s", l.launch_s}, {"send_s", l.send_s},
                       {"allreduce_s", l.allreduce_s}, {"allreduce_exposed_s", l.allreduce_exposed_s},
                       {"optimizer_comm_s", l.optimizer_comm_s},
+                      {"param_return_s", l.param_return_s},
                       {"tp_comm_s", l.tp_comm_s}, {"step_s", l.step_s},
                       {"tok_per_s", l.tok_per_s}, {"days", l.days}, {"gpu_hours", l.gpu_hours}};
   return j.dump();

@@ -125,7 +125,7 @@ absl::Status build_model(const TrainOptions& o, Run& r) {
   for (const auto& [b, e] : r.chunks) held_layers += e - b;
   const MemoryEstimate mem = estimate_memory(o.model, r.store, r.shape, r.grid->coords(), held_layers,
                                              o.micro_batch, r.device.act_dtype, o.recompute, o.vpp,
-                                             r.micro_batches, o.grad_sync == "bf16");
+                                             r.micro_batches, o.grad_sync == "bf16", o.zero);
   r.memory_line = mem.to_string();
   return check_memory_fits(mem, o, r.shape, r.grid->coords().pp, r.device.device,
                            r.device.act_dtype, r.world);

@@ -247,6 +247,7 @@ FetchBatch Trainer::fetch_from(data::BatchSource& loader) {
 absl::Status Trainer::save(int64_t step) {
   op_profile::Pause no_profile;
   if (o_.ckpt_dir.empty() || step == last_saved_step_) return absl::OkStatus();
+  run_->opt->sync_master_weights();  // --zero 2: the checkpoint holds the fp32 masters
   // Never a checkpoint of non-finite weights (an update can overflow even from finite
   // gradients): one reduction over the parameters, agreed by every rank.
   double sq = ops::sum_squares(run_->store.params_tensor());
@@ -369,6 +370,7 @@ std::string Trainer::latest_note() const {
 
 absl::Status Trainer::evaluate(int64_t step, int64_t max_tokens) {
   op_profile::Pause no_profile;
+  run_->opt->sync_master_weights();  // --zero 2: samples decode from the fp32 masters
   // Each source's validation split (a mixture's: up to max_tokens each). The mixture's figures
   // are the sources' weighted by the --data weights (the first stage's), fixed for the whole run
   // so that a stage switch does not move them; with stages, also under the weights of the stage
@@ -520,6 +522,7 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
   const double bytes_begin = comm_bytes_total();
   data_s_ = 0;
   if (run_->inject.at(step_1based, FaultInjection::Where::kWeight) && run_->store.find(run_->inject.param) >= 0) {
+    run_->opt->sync_master_weights();  // the refresh below casts every master
     ops::add_scalar(run_->store.param(run_->inject.param), 0, run_->inject.value);
     run_->store.refresh_compute_copy();
   }
@@ -536,6 +539,9 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
     hooks.layer_grads_done = [&](int layer) { run_->opt->layer_grads_done(layer, wire); };
     hooks.head_grads_done = [&] { run_->opt->head_grads_done(wire); };
   }
+  // --zero 2: the last step's parameter gathers, waited layer by layer as the forward needs them.
+  if (o_.zero == 2)
+    hooks.params_needed = [&](int layer) { run_->opt->finish_param_gathers(layer); };
   if (slow_.rank == world_->rank() && slow_.seconds > 0)  // a straggler, on purpose (tests)
     std::this_thread::sleep_for(std::chrono::duration<double>(slow_.seconds));
   run_->store.zero_grads();
@@ -549,6 +555,7 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
       graphs_ = std::make_unique<GraphMicroSteps>(*run_->model, run_->store, o_.micro_batch,
                                                   o_.model.seq_len, o_.model.vocab_size);
     }
+    run_->opt->finish_param_gathers();  // a recorded graph has no host waits inside
     VT_ASSIGN_OR_RETURN(loss_sum, graphs_->run(run_->micro_batches, grad_scale,
                                                fetch_from(*run_->train)));
   } else {
@@ -556,6 +563,7 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
                                         fetch_from(*run_->train), hooks);
     if (run_->engine->stopped()) return StepOutcome::kStopped;  // partial gradients: discarded
   }
+  run_->opt->finish_param_gathers();  // any a stage's forward did not need
   sync_gradients(run_->store, *run_->grid, *run_->dp_sync, *run_->opt, wire);
   if (run_->inject.at(step_1based, FaultInjection::Where::kGradient) && run_->store.find(run_->inject.param) >= 0)
     ops::add_scalar(run_->store.grad(run_->inject.param), 0, run_->inject.value);
