@@ -1,5 +1,6 @@
 // The text `vtrain plan` prints (see plan.h): assumptions, the layout table, the checkpoint and
 // a memory breakdown.
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -43,8 +44,8 @@ std::string header(const PlanInput& in, const Plan& p) {
       "data-parallel %s x %s grads at %.0f GB/s in a node, %.0f GB/s "
       "across nodes, %s; tensor-parallel all-reduces (4 per layer and micro-batch, 6 with "
       "recompute) at the in-node rate, not overlapped; the optimizer's broadcast of Muon's "
-      "matrices (bf16) and ZeRO-1 all-gather over the stage at the all-reduce's rate, not "
-      "overlapped\n",
+      "matrices (bf16) and all-gather of the AdamW chunks over the stage at the all-reduce's "
+      "rate, %s\n",
       in.mfu, in.mfu_source.empty() ? "" : absl::StrCat(", ", in.mfu_source).c_str(),
       in.gemm_curve.source, in.recompute_cost,
       in.vpp > 1 ? absl::StrCat("1F1B bubble x(1 + (pp-1)/(", in.vpp, " m)) where --vpp ", in.vpp,
@@ -58,7 +59,10 @@ std::string header(const PlanInput& in, const Plan& p) {
       in.inter_node_gbps,
       in.overlap_grad_sync ? "its layers' buckets overlapped with the last micro-batch's backward "
                              "(as vtrain train)"
-                           : "after backward (--no-overlap-grad-sync)");
+                           : "after backward (--no-overlap-grad-sync)",
+      in.zero == 2 ? "behind the next step's first forward layer by layer (--zero 2: the head's "
+                     "weight in bf16; the embedding's gather exposed)"
+                   : "not overlapped");
   absl::StrAppendFormat(
       &s,
       "fits: the start-up memory estimate of `vtrain train` + %.1f GiB for CUDA context, "
@@ -111,6 +115,8 @@ std::string format_breakdown(const LayoutPlan& l) {
   line("activations kept for backward", m.activations);
   line("rebuilt in one block's backward (--recompute)", m.recompute_transient);
   line("backward temporaries (one block)", m.backward_transient);
+  if (m.zero_reduce + m.param_gather > 0)
+    line("ZeRO-2 buffers: packed reduce-scatter or parameter gathers", std::max(m.zero_reduce, m.param_gather));
   line("logits and their gradient (last stage; freed before the", m.logits);
   absl::StrAppendFormat(&s, "    blocks' backward: this or the two above count, the larger)\n");
   if (m.table_rows > 0) line("value-table rows of a step and their gradient", m.table_rows);
