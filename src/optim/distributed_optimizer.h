@@ -148,7 +148,9 @@ class DistributedOptimizer {
   // One update at 0-based step `step_index` of `total_steps` (same schedules, clipping and
   // stats on every layout). Gradients must already be summed over DP (stage 1: whole; stage 2:
   // by reduce_grads). Clipping scales the
-  // store's grads in place; grads are not zeroed.
+  // store's grads in place; grads are not zeroed. With stage 2 (and dp or the stage > 1) the
+  // updated parameters are complete only after finish_param_gathers() (the next forward's
+  // waits), the fp32 masters of bf16-returned chunks only after sync_master_weights().
   StepStats step(int64_t step_index, int64_t total_steps);
   // The same with the global grad norm already computed by grad_norm() (the trainer checks it
   // for non-finite values before any weight changes).
