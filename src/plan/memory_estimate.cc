@@ -85,6 +85,14 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
     m.zero_reduce = 4 * other * share;
     m.param_gather = (4 * (other - bf16_head) + 2 * bf16_head) * share;
   }
+  if (zero_stage == 2 && shape.tp * shape.dp > 1) {
+    // Muon's results stay in flight until the next forward: every rank of the stage holds each
+    // whole orthogonalized matrix (bf16 with bf16 Newton-Schulz, the GPU default; f32 under f32
+    // activations, where Newton-Schulz runs in f32 too).
+    double global = 0;
+    for (int64_t e : matrix_elements) global += static_cast<double>(e);
+    m.param_gather += (act_dtype == DType::kBF16 ? 2 : 4) * global;
+  }
   // Saved per token and layer (BlockActs): x_in, n1, x_mid, n2 (C each); q before RoPE and after
   // RoPE + QK-norm (one tensor, after RoPE, without QK-norm), the attention output (2-3
   // q-widths); k likewise, the context value, in target layers the mixed value and table rows

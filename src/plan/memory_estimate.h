@@ -28,9 +28,10 @@ struct MemoryEstimate {
   double grad_wire = 0;
   // --zero 2 with dp > 1 (optim/distributed_optimizer.h): the AdamW buckets packed by owner for
   // the reduce-scatter and the owned sums (f32, during backward until the optimizer step), and
-  // the started gathers' send and receive buffers of the updated parameters (from the step to
-  // the next forward's layers; bf16 for the output head's weight, f32 for the rest). They are
-  // never alive together: total() counts the larger.
+  // the started gathers' send and receive buffers of the updated parameters with Muon's whole
+  // orthogonalized matrices in flight (from the step to the next forward's layers; bf16 for the
+  // output head's weight and, under bf16 activations, Muon's results; f32 for the rest). They
+  // are never alive together: total() counts the larger.
   double zero_reduce = 0, param_gather = 0;
   // The loss end's logits and their gradient (one buffer at tp 1, where the gradient is written
   // over the logits) are freed before the blocks' backward starts
