@@ -66,8 +66,20 @@ void Communicator::all_reduce_max(const Tensor& t) {
   store_back(t, h);
 }
 
+void Communicator::all_gather(const uint16_t* in, uint16_t* out, int64_t n) {
+  VT_CHECK_MSG(size() == 1, "this communicator has no bf16 all-gather for a group of " << size());
+  if (in != out) std::memmove(out, in, n * sizeof(uint16_t));
+}
+
 void Communicator::all_gather(const Tensor& in, const Tensor& out) {
   check_pair(in, out, size(), "all_gather");
+  if (in.dtype() == DType::kBF16) {  // the bits through host memory, 2 bytes a value
+    const Tensor hi = in.on_host() ? in : in.to(Device::kCPU);
+    const Tensor ho = out.on_host() ? out : Tensor::empty(out.shape(), DType::kBF16, Device::kCPU);
+    all_gather(hi.bf16(), ho.bf16(), in.numel());
+    if (ho.raw() != out.raw()) out.copy_from(ho);
+    return;
+  }
   Tensor hi = host_f32(in, true), ho = host_f32(out, false);
   all_gather(hi.f32(), ho.f32(), in.numel());
   store_back(out, ho);

@@ -100,6 +100,24 @@ class Communicator {
   }
   virtual void reduce_sum_start(const Tensor& t, int root) { reduce_sum(t, root); }
   virtual void reduce_sum_bf16_start(const Tensor& t, int root) { reduce_sum_bf16(t, root); }
+
+  // The all-gather's 16-bit wire: in (n bf16 bits), out (size() * n), rank order; the bits
+  // travel as they are (2 bytes a value). The Tensor all_gather of bf16 tensors lands here.
+  // Default: a copy for a group of one, else refused.
+  virtual void all_gather(const uint16_t* in, uint16_t* out, int64_t n);
+  // Non-blocking all_gather (ZeRO-2's return of the updated parameters, docs/design.md
+  // "Parallelism"): f32 or bf16 tensors, the bytes as they are; completed by all_reduce_wait()
+  // with every started call, or by all_reduce_wait_until() below (same rules as
+  // all_reduce_sum_start). Default: the blocking call.
+  virtual void all_gather_start(const Tensor& in, const Tensor& out) { all_gather(in, out); }
+  // Waiting for part of the started calls, in the order they were started: started_mark() is a
+  // mark after every call started so far; all_reduce_wait_until(mark) completes at least the
+  // calls started before `mark` (a consumer waits for the calls it needs right before it needs
+  // them, the later ones stay in flight). Only calls whose result needs no widening may be
+  // outstanding then (all-gathers and broadcasts: no *_bf16_start sums). Default: marks are 0
+  // and the wait is all_reduce_wait() (everything: correct, without the overlap).
+  virtual int64_t started_mark() const { return 0; }
+  virtual void all_reduce_wait_until(int64_t mark) { all_reduce_wait(); }
 };
 
 // Communication volume (the `comm_bytes` metric): the bytes this process has put on the wire,
@@ -130,7 +148,8 @@ void count_collective(CommKind kind, int64_t elements, int64_t elem_bytes, int g
   using Communicator::send_async;              \
   using Communicator::recv;                    \
   using Communicator::all_reduce_sum_bf16;      \
-  using Communicator::reduce_scatter_sum_bf16
+  using Communicator::reduce_scatter_sum_bf16;  \
+  using Communicator::all_gather_start
 
 // The group of one process.
 class SelfCommunicator final : public Communicator {

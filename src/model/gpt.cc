@@ -242,6 +242,7 @@ void GPT::start_activations(Activations& acts, const int32_t* inputs, const int3
 Bundle GPT::embed_forward(Activations& acts, const PassHooks& hooks) const {
   VT_CHECK(is_first_stage());
   const int64_t N = static_cast<int64_t>(acts.B) * cfg_.seq_len, C = cfg_.n_embd;
+  if (hooks.params_needed) hooks.params_needed(-1);
   acts.emb_raw = act({acts.B, cfg_.seq_len, C});
   ops::embedding(P(wte_), vocab_offset_, acts.input_ids, acts.emb_raw);
   tp::reduce_outputs(par_.tp_comm(), acts.emb_raw);
@@ -265,6 +266,7 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts, const PassHooks& hoo
   if (bundle.values.empty()) bundle.values.resize(cfg_.n_layer);
   if (bundle.dense.empty()) bundle.dense.resize(cfg_.n_layer + 1);
   acts.x0 = bundle.x0;
+  if (hooks.params_needed) hooks.params_needed(-1);
   if (!cfg_.target_layers.empty()) {
     cfg_.value().begin_pass(cfg_, *store_, value_shared_, acts.value_coef);
     acts.value_dcoef.assign(acts.value_coef.size(), 0.0);
@@ -281,6 +283,7 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts, const PassHooks& hoo
     const Tensor in = std::move(pending);
     pending = Tensor();
     const bool defer = carry && i + 1 < end && shape_->opens_with_norm(cfg_, i + 1);
+    if (hooks.params_needed) hooks.params_needed(i);
     block_forward(i, bundle, acts, a, in, defer ? &pending : nullptr);
     if (hooks.block_output) hooks.block_output(i, bundle.x);
     if (hooks.block_state) hooks.block_state(i, a, bundle, acts);
@@ -288,6 +291,8 @@ void GPT::blocks_forward(Bundle& bundle, Activations& acts, const PassHooks& hoo
     drop_recomputed(a);
   }
   VT_CHECK(!pending.defined());
+  if (hooks.params_needed && is_last_stage() && acts.chunk + 1 == num_chunks())
+    hooks.params_needed(PassHooks::kHeadParams);
   acts.values = bundle.values;
   acts.dense = bundle.dense;
 }

@@ -67,6 +67,13 @@ struct PassHooks {
   std::function<void(int layer, const BlockActs& a, const Bundle& bundle, const Activations& acts)>
       block_state;
   std::function<void()> head_grads_done;
+  // Right before a forward first reads the parameters of `layer` (-1: the embedding and the
+  // shared parameters, at the start of embed_forward and blocks_forward; kHeadParams: the output
+  // head, at the end of the last stage's blocks_forward); called in every forward pass, the
+  // caller ignores all but the first (ZeRO-2 waits there for the gathers of the updated
+  // parameters: optim/distributed_optimizer.h finish_param_gathers).
+  std::function<void(int layer)> params_needed;
+  static constexpr int kHeadParams = 1 << 30;
 };
 
 class GPT {

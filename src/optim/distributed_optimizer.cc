@@ -22,6 +22,22 @@ namespace {
 constexpr int64_t kGatherBucket = int64_t{4} << 20;
 }  // namespace
 
+std::vector<int> muon_owners(const std::vector<int64_t>& elements, int ranks) {
+  VT_CHECK_MSG(ranks >= 1, "muon_owners: " << ranks << " ranks");
+  std::vector<size_t> order(elements.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return elements[a] > elements[b]; });
+  std::vector<int64_t> load(static_cast<size_t>(ranks), 0);
+  std::vector<int> owner(elements.size(), 0);
+  for (size_t k : order) {
+    const auto least = std::min_element(load.begin(), load.end());  // the first of equals
+    owner[k] = static_cast<int>(least - load.begin());
+    *least += elements[k];
+  }
+  return owner;
+}
+
 DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig config,
                                            const ProcessGrid& grid, int zero_stage)
     : store_(store),
@@ -67,15 +83,8 @@ DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig co
       }
       MatrixPlan m;
       m.param = i;
-      m.owner = static_cast<int>(matrices_.size() % stage_size);
       m.rows = info.global_shape[0];
       m.cols = info.global_shape[1];
-      // Only the owner's DP replica keeps the momentum (its TP group gathers the matrix).
-      m.held = m.owner / tp == dp_rank;
-      if (m.held) {
-        m.state = momentum_size;
-        momentum_size += info.numel();
-      }
       matrix_numel += static_cast<double>(m.rows * m.cols);
       plan_of_[i] = static_cast<int>(matrices_.size());
       matrices_.push_back(m);
@@ -90,18 +99,41 @@ DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig co
       int64_t& size = a.host ? adam_host_size : adam_size;
       a.state = size;
       size += a.hi - a.lo;
-      if (buckets_.empty() || buckets_.back().host != a.host ||
+      a.bf16 = zero_stage_ == 2 && info.group == ParamGroup::kLmHead && !a.host &&
+               store_->compute_dtype() == DType::kBF16;
+      if (buckets_.empty() || buckets_.back().host != a.host || buckets_.back().bf16 != a.bf16 ||
           (buckets_.back().size > 0 && buckets_.back().size + a.chunk > kGatherBucket)) {
         Bucket b;
         b.begin = b.end = static_cast<int>(adam_.size());
         b.host = a.host;
+        b.bf16 = a.bf16;
         buckets_.push_back(b);
       }
       a.pack = buckets_.back().size;
       buckets_.back().size += a.chunk;
       buckets_.back().end = static_cast<int>(adam_.size()) + 1;
+      // The forward reads a block's parameters at its layer, the output head's at the head, the
+      // rest (embedding, shared) first.
+      const int need = info.layer >= 0                                           ? info.layer
+                       : info.group == ParamGroup::kLmHead && !info.pp_replicated ? kHeadLayer
+                                                                                 : -1;
+      buckets_.back().need = std::min(buckets_.back().need, need);
       plan_of_[i] = static_cast<int>(adam_.size());
       adam_.push_back(a);
+    }
+  }
+  // Owners balanced by elements (muon_owners); only the owner's DP replica keeps the momentum
+  // (its TP group gathers the matrix).
+  std::vector<int64_t> elements;
+  for (const MatrixPlan& m : matrices_) elements.push_back(m.rows * m.cols);
+  const std::vector<int> owners = muon_owners(elements, stage_size);
+  for (size_t k = 0; k < matrices_.size(); ++k) {
+    MatrixPlan& m = matrices_[k];
+    m.owner = owners[k];
+    m.held = m.owner / tp == dp_rank;
+    if (m.held) {
+      m.state = momentum_size;
+      momentum_size += store_->info(m.param).numel();
     }
   }
   plan_muon_rounds();
@@ -144,7 +176,13 @@ DistributedOptimizer::DistributedOptimizer(ParamStore* store, OptimizerConfig co
   matrix_started_.assign(matrices_.size(), 0);
   reduce_send_.assign(buckets_.size(), Tensor());
   reduce_recv_.assign(buckets_.size(), Tensor());
+  gather_send_.assign(buckets_.size(), Tensor());
+  gather_recv_.assign(buckets_.size(), Tensor());
+  gather_mark_.assign(buckets_.size(), 0);
+  muon_pending_.assign(matrices_.size(), MuonPending{});
 }
+
+DistributedOptimizer::~DistributedOptimizer() { finish_param_gathers(); }
 
 void DistributedOptimizer::set_step_count(int64_t t) {
   VT_CHECK_MSG(t >= 0, "step count must be >= 0, got " << t);
@@ -311,6 +349,9 @@ void DistributedOptimizer::write_coefs(int64_t at, const C& c) {
 }
 
 StepStats DistributedOptimizer::begin_step(int64_t step_index, int64_t total_steps) {
+  // The last step's return (the forward normally finished it): its deferred Muon applies read
+  // the scalars this step is about to rewrite.
+  finish_param_gathers();
   StepStats s;
   s.step = step_index;
   s.lr_multiplier = lr_multiplier(config_.schedule, step_index, total_steps);
@@ -400,14 +441,138 @@ void DistributedOptimizer::apply_updates() {
   else
     adamw_update(true);
   adamw_update(false);
-  adamw_gather(false);
   std::vector<char> fresh_copy(static_cast<size_t>(store_->size()), 0);
+  if (zero_stage_ == 2) {
+    start_param_gathers();  // finished by finish_param_gathers, which also casts their copies
+    if (gathers_pending_)
+      for (size_t bi = 0; bi < buckets_.size(); ++bi)
+        if (gather_recv_[bi].defined())
+          for (int k = buckets_[bi].begin; k < buckets_[bi].end; ++k)
+            fresh_copy[static_cast<size_t>(adam_[k].param)] = 1;
+  } else {
+    adamw_gather(false);
+  }
   muon_step(fresh_copy);
   if (host_update.joinable()) host_update.join();
   adamw_gather(true);
   // Muon's applies wrote their matrices' bf16 compute copies (the same bits as the cast): the
   // rest (AdamW's, after their gather) are cast here.
   store_->refresh_compute_copy(fresh_copy);
+}
+
+void DistributedOptimizer::start_param_gathers() {
+  Communicator* dp = grid_.dp();
+  const int D = dp->size();
+  if (D == 1) return;
+  const Device dev = store_->device();
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    const Bucket& b = buckets_[bi];
+    if (b.host || b.size == 0) continue;
+    const DType dt = b.bf16 ? DType::kBF16 : DType::kF32;
+    const Tensor send = Tensor::zeros({b.size}, dt, dev);
+    const Tensor recv = Tensor::empty({b.size * D}, dt, dev);  // written whole by the gather
+    for (int k = b.begin; k < b.end; ++k) {
+      const AdamPlan& a = adam_[k];
+      const int64_t n = a.hi - a.lo;
+      // bf16: the cast refresh_compute_copy makes (round to nearest even).
+      if (n > 0) ops::copy(send.flat(a.pack, n), store_->param(a.param).flat(a.lo, n));
+    }
+    dp->all_gather_start(send, recv);
+    gather_mark_[bi] = dp->started_mark();
+    gather_send_[bi] = send;
+    gather_recv_[bi] = recv;
+    gathers_pending_ = true;
+    if (b.bf16) masters_stale_ = true;
+  }
+}
+
+void DistributedOptimizer::unpack_gather(size_t bi, const Tensor& recv, bool into_masters) {
+  const Bucket& b = buckets_[bi];
+  const int D = grid_.dp()->size();
+  for (int k = b.begin; k < b.end; ++k) {
+    const AdamPlan& a = adam_[k];
+    const Tensor p = store_->param(a.param);
+    const int64_t n = p.numel();
+    if (n == 0) continue;
+    const Tensor copy = store_->compute_copy_flat(a.param);
+    const Tensor target = into_masters ? p.flat(0, n) : copy;
+    const int64_t full = std::min<int64_t>(D, n / a.chunk);  // ranks with a whole chunk
+    ops::copy_2d(target, 0, a.chunk, recv, a.pack, b.size, full, a.chunk);
+    const int64_t rest = n - full * a.chunk;  // rank `full` holds the short last chunk
+    if (rest > 0)
+      ops::copy_2d(target, full * a.chunk, rest, recv, full * b.size + a.pack, rest, 1, rest);
+    // An fp32 return lands in the masters: its compute copy is their cast, as refresh makes it.
+    if (into_masters && !b.bf16 && copy.defined()) ops::copy(copy, p.flat(0, n));
+  }
+}
+
+void DistributedOptimizer::finish_param_gathers(int layer) {
+  if (!gathers_pending_) return;
+  const bool all = layer >= kHeadLayer;
+  bool left = false;
+  // Muon's results of the matrices read at `layer` (and every one broadcast before them): the
+  // wait, then the applies.
+  int64_t muon_mark = -1;
+  for (size_t k = 0; k < matrices_.size(); ++k)
+    if (muon_pending_[k].result.defined() &&
+        (all || store_->info(matrices_[k].param).layer <= layer))
+      muon_mark = std::max(muon_mark, muon_pending_[k].mark);
+  if (muon_mark >= 0) grid_.stage()->all_reduce_wait_until(muon_mark);
+  for (size_t k = 0; k < matrices_.size(); ++k) {
+    MuonPending& p = muon_pending_[k];
+    if (!p.result.defined()) continue;
+    if (p.mark > muon_mark) {
+      left = true;
+      continue;
+    }
+    muon_apply_result(matrices_[k], p.result, nullptr);
+  }
+  int64_t mark = -1;
+  for (size_t bi = 0; bi < buckets_.size(); ++bi)
+    if (gather_recv_[bi].defined() && (buckets_[bi].need <= layer || all))
+      mark = std::max(mark, gather_mark_[bi]);
+  if (mark >= 0) grid_.dp()->all_reduce_wait_until(mark);
+  // Done: every bucket started up to the mark (all of them where marks are 0: the default waits
+  // for everything).
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    if (!gather_recv_[bi].defined()) continue;
+    if (mark < 0 || gather_mark_[bi] > mark) {
+      left = true;
+      continue;
+    }
+    unpack_gather(bi, gather_recv_[bi], /*into_masters=*/!buckets_[bi].bf16);
+    gather_send_[bi] = Tensor();
+    gather_recv_[bi] = Tensor();
+  }
+  gathers_pending_ = left;
+}
+
+void DistributedOptimizer::sync_master_weights() {
+  finish_param_gathers();
+  if (!masters_stale_) return;
+  masters_stale_ = false;
+  Communicator* dp = grid_.dp();
+  const int D = dp->size();
+  const Device dev = store_->device();
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    const Bucket& b = buckets_[bi];
+    if (!b.bf16 || b.size == 0) continue;
+    const Tensor send = Tensor::zeros({b.size}, DType::kF32, dev);
+    const Tensor recv = Tensor::empty({b.size * D}, DType::kF32, dev);
+    for (int k = b.begin; k < b.end; ++k) {
+      const AdamPlan& a = adam_[k];
+      const int64_t n = a.hi - a.lo;
+      if (n > 0) send.flat(a.pack, n).copy_from(store_->param(a.param).flat(a.lo, n));
+    }
+    dp->all_gather(send, recv);
+    unpack_gather(bi, recv, /*into_masters=*/true);
+  }
+}
+
+bool DistributedOptimizer::returns_bf16(const std::string& name) const {
+  const int i = store_->find(name);
+  VT_CHECK_MSG(i >= 0, "returns_bf16: no parameter named " << name);
+  return !config_.uses_muon(store_->info(i).group) && adam_plan(i, "returns_bf16").bf16;
 }
 
 void DistributedOptimizer::adamw_update(bool host) {
@@ -559,8 +724,7 @@ void DistributedOptimizer::muon_step(std::vector<char>& fresh_copy) {
   }
 
   // 3-4. Owners orthogonalize their whole matrices and broadcast the results over the stage,
-  // round by round: a round is consecutive matrices, as many as keep every owner's share (owner
-  // k % S) within kNsBatchElements elements (one matrix at least), and each owner runs its share
+  // round by round: a round is consecutive matrices, as many as keep every owner's share within kNsBatchElements elements (one matrix at least), and each owner runs its share
   // of a round as one newton_schulz_batched call (batched by shape). Round r's broadcasts are
   // started (on the communicator's own stream where it has one), round r + 1's Newton-Schulz
   // runs meanwhile, then the wait, and every rank applies its own slice of round r. With bf16
@@ -606,37 +770,56 @@ void DistributedOptimizer::muon_step(std::vector<char>& fresh_copy) {
     ortho[k] = Tensor();
     stage->broadcast_start(sent[k], m.owner);
   };
-  auto apply = [&](size_t k) {
-    const MatrixPlan& m = matrices_[k];
-    const ParamInfo& info = store_->info(m.param);
-    Tensor x = sent[k];  // f32, or bf16 (muon_apply reads either)
-    sent[k] = Tensor();
-    const int64_t n = info.numel();
-    Tensor mine = x;
-    if (info.split.axis == 0) {
-      mine = x.flat(info.split.offset * m.cols, n);
-    } else if (info.split.axis == 1 && info.shape[1] != m.cols) {
-      const int64_t lc = info.shape[1];
-      mine = Tensor::zeros({n}, x.dtype(), dev);
-      ops::copy_2d(mine, 0, lc, x, info.split.offset, m.cols, m.rows, lc);
-    }
-    const bool nanochat = config_.muon.wd_style == MuonWdStyle::kNanochat;  // cautious decay
-    const Tensor copy = store_->compute_copy_flat(m.param);
-    ops::muon_apply(params.flat(info.offset, n), mine, ops::StepValues{scalars, m.coefs},
-                    nanochat, copy);
-    if (copy.defined()) fresh_copy[static_cast<size_t>(m.param)] = 1;
+  auto apply = [&](size_t k) { muon_apply_result(matrices_[k], sent[k], &fresh_copy); };
   };
+  // Stage 2 leaves the broadcasts in flight: each matrix's result is applied when the next
+  // forward first needs its layer (finish_param_gathers), with this step's lr and decay.
+  const bool defer = zero_stage_ == 2 && S > 1;
   if (rounds > 0) orthogonalize(round_range(0).first, round_range(0).second);
   for (size_t r = 0; r < rounds; ++r) {
     const auto [lo, hi] = round_range(r);
-    for (size_t k = lo; k < hi; ++k) start_broadcast(k);
+    for (size_t k = lo; k < hi; ++k) {
+      start_broadcast(k);
+      if (defer) {
+        muon_pending_[k] = {sent[k], stage->started_mark()};
+        sent[k] = Tensor();
+        fresh_copy[static_cast<size_t>(matrices_[k].param)] = 1;  // written by the apply
+        gathers_pending_ = true;
+      }
+    }
     if (r + 1 < rounds) {
       const auto [nlo, nhi] = round_range(r + 1);
       orthogonalize(nlo, nhi);
     }
+    if (defer) continue;
     stage->all_reduce_wait();
     for (size_t k = lo; k < hi; ++k) apply(k);
   }
+}
+
+void DistributedOptimizer::muon_apply_result(const MatrixPlan& m, Tensor& x,
+                                             std::vector<char>* fresh_copy) {
+  const ParamInfo& info = store_->info(m.param);
+  const Tensor params = store_->params_tensor();
+  const Device dev = store_->device();
+  const Tensor result = x;  // f32, or bf16 (muon_apply reads either)
+  x = Tensor();
+  const int64_t n = info.numel();
+  Tensor mine = result;
+  if (info.split.axis == 0) {
+    mine = result.flat(info.split.offset * m.cols, n);
+  } else if (info.split.axis == 1 && info.shape[1] != m.cols) {
+    const int64_t lc = info.shape[1];
+    mine = Tensor::zeros({n}, result.dtype(), dev);
+    ops::copy_2d(mine, 0, lc, result, info.split.offset, m.cols, m.rows, lc);
+  }
+  // The step's lr and decay from the device scalars (begin_step); a deferred apply (--zero 2)
+  // runs before the next begin_step rewrites them.
+  const bool nanochat = config_.muon.wd_style == MuonWdStyle::kNanochat;  // cautious decay
+  const Tensor copy = store_->compute_copy_flat(m.param);
+  ops::muon_apply(params.flat(info.offset, n), mine, ops::StepValues{scalars_.device(), m.coefs},
+                  nanochat, copy);
+  if (copy.defined() && fresh_copy != nullptr) (*fresh_copy)[static_cast<size_t>(m.param)] = 1;
 }
 
 const std::vector<std::string>& DistributedOptimizer::state_kinds(const std::string& name) const {

@@ -6,9 +6,9 @@
 //
 // Global grad norm: every element of the model counted once (grad_sync.h), so clipping matches.
 //
-// Muon (kMatrix): each matrix of the stage is orthogonalized as a whole exactly once per step:
-// matrix k (k-th kMatrix parameter in ParamStore order) is owned by stage rank
-// k % stage()->size(), i.e. TP coordinate owner % tp and DP coordinate owner / tp. Its momentum
+// Muon (kMatrix): each matrix of the stage is orthogonalized as a whole exactly once per step,
+// by its owner, a stage rank (TP coordinate owner % tp, DP coordinate owner / tp) chosen by
+// muon_owners below: the stage's matrices balanced by elements over its tp x dp ranks. Its momentum
 // buffer lives only in the owner's DP replica, on the local TP shards of that replica's TP group
 // (so a rank keeps and updates about 1/dp of the stage's momentum). That TP group updates the
 // momentum of its shards, all-gathers the Nesterov directions (columns reordered for column
@@ -45,6 +45,28 @@
 // Per rank and step that sends (dp - 1) / dp of the parameters' bytes on the wire (plus the
 // AdamW buckets' padding, under dp elements a parameter), against twice that for the all-reduce.
 //
+// Parameter return (stage 2, docs/design.md "Parallelism"): step() STARTS the all-gathers of the
+// updated AdamW chunks (Communicator::all_gather_start, bucket by bucket in parameter order) and
+// returns; finish_param_gathers(layer) waits for the buckets that hold a parameter the forward
+// reads at `layer` (the trainer's PassHooks::params_needed, right before that layer's first use
+// in the next step's forward: -1 the embedding and the shared parameters, kHeadLayer the output
+// head) and writes them back, so the gathers run behind the forward layer by layer. What travels:
+//   - bf16 for the output head's weight (kLmHead) when the store keeps a bf16 compute copy: every
+//     read of it in training is a GEMM on the compute copy, so the owners send bf16(master), the
+//     very cast refresh_compute_copy makes, straight into every replica's compute copy (the same
+//     bits as one process's). The fp32 master stays on its owner only: a replica's master of the
+//     chunks it does not own is stale until sync_master_weights() (an fp32 gather of those
+//     chunks; the trainer calls it before a checkpoint or an evaluation reads the masters).
+//   - fp32 for every other AdamW parameter: the forward reads them in fp32 (embedding lookups of
+//     wte and the value tables, scalars, gains, coefficients, the smear gate's lambda; with
+//     --adamw-matrices the block-shape projections read matrices in fp32), so a bf16 copy would
+//     change the model. Parameters kept in host memory, and stage 1, gather fp32 inside step().
+// Muon's matrices return by the stage broadcast of their orthogonalized updates (bf16 with bf16
+// Newton-Schulz; every rank applies the update to its own fp32 master, so no master is stale):
+// with stage 2 step() leaves those broadcasts in flight too, and finish_param_gathers(layer)
+// waits for the matrices of `layer` and applies them (ops::muon_apply, this step's lr and decay:
+// the same floats, later). Newton-Schulz itself still runs inside step().
+//
 // Collectives: step() on every rank of the grid; gather_state() of any parameter on every rank of
 // the DP group, in the same order (AdamW: the chunks' all-gather; Muon: a broadcast from the
 // owner's replica). scatter_state() is local (keeps what this rank stores).
@@ -74,6 +96,15 @@
 
 namespace vt::optim {
 
+// The owners of a stage's Muon matrices (`elements`: each matrix's global elements, in
+// ParamStore order) over `ranks` stage ranks: greedy, largest first (ties in order), each to the
+// rank with the fewest elements so far (ties to the lowest rank). Deterministic: every rank, and
+// the planner's memory estimate, computes the same owners. Balances the momentum each DP replica
+// keeps, the Newton-Schulz work (its FLOPs grow with rows x cols x min(rows, cols); a layer's
+// matrices share their smaller side, d) and the bytes each owner broadcasts; round-robin (k mod
+// ranks) put every MLP matrix of a d x 4d model on the even ranks at dp 8.
+std::vector<int> muon_owners(const std::vector<int64_t>& elements, int ranks);
+
 class DistributedOptimizer {
  public:
   // The store must be finalized and, with the grid, outlive the optimizer. Collective over the
@@ -82,6 +113,10 @@ class DistributedOptimizer {
   // zero_stage: 1 (gradients summed whole before step) or 2 (reduce_grads, see above).
   DistributedOptimizer(ParamStore* store, OptimizerConfig config, const ProcessGrid& grid,
                        int zero_stage = 1);
+  // Waits for what step() left in flight (stage 2's parameter return): its buffers die here.
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
   // ZeRO-2's gradient sum over DP into the owners (see above), in the wire format `wire` (kF32
   // or kBF16). Collective over the DP group, after the gradients are final on this rank (summed
@@ -97,6 +132,18 @@ class DistributedOptimizer {
   void layer_grads_done(int layer, DType wire);
   void head_grads_done(DType wire);
   int zero_stage() const { return zero_stage_; }
+  // Stage 2's parameter return (see above). The layer index of the output head's parameters.
+  static constexpr int kHeadLayer = 1 << 30;
+  // Waits for (and writes back) the started gathers of every bucket holding a parameter read at
+  // `layer` (and every bucket started before them), and the Muon results of that layer's
+  // matrices (applied). Collective-free; a no-op when none is pending. kHeadLayer and above:
+  // all of them.
+  void finish_param_gathers(int layer = kHeadLayer);
+  // Every replica's fp32 masters whole again (finish_param_gathers, then the fp32 all-gather of
+  // the chunks whose return was bf16). Collective over DP; a no-op when nothing is stale.
+  void sync_master_weights();
+  // Whether a parameter's updated chunks return in bf16 (into the compute copy).
+  bool returns_bf16(const std::string& name) const;
   // Stage 2, after reduce_grads: the whole summed gradient on every DP rank (the parts this rank
   // does not own zeroed, then an f32 all-reduce over DP, which adds zeros to each owned sum),
   // for the non-finite report, which reads the first replica's arena. Collective over DP; a
@@ -107,7 +154,9 @@ class DistributedOptimizer {
   // stats on every layout). Gradients must already be summed over DP (stage 1: whole; stage 2:
   // by reduce_grads). Clipping multiplies each gradient by the clip factor as the update kernels
   // read it (the bits of scaling it in place first); the store's grads are left as they are,
-  // not zeroed.
+  // not zeroed. With stage 2 (and dp or the stage > 1) the updated parameters are complete only
+  // after finish_param_gathers() (the next forward's waits, or the next begin_step), the fp32
+  // masters of bf16-returned chunks only after sync_master_weights().
   StepStats step(int64_t step_index, int64_t total_steps);
   // The same with the global grad norm already computed by grad_norm() (the trainer checks it
   // for non-finite values before any weight changes).
@@ -178,11 +227,14 @@ class DistributedOptimizer {
     int64_t state = 0;      // offset in exp_avg_ / exp_avg_sq_ (the _host_ pair when host)
     int64_t pack = 0;       // offset of this parameter's chunk in its gather bucket
     bool host = false;      // the store keeps the parameter in host memory
+    bool bf16 = false;      // stage 2 returns it in bf16 into the compute copy (see above)
   };
   struct Bucket {
     int begin = 0, end = 0; // range of adam_ entries
     int64_t size = 0;       // per-rank chunk floats of the bucket
     bool host = false;      // its parameters are kept in host memory
+    bool bf16 = false;      // its parameters return in bf16
+    int need = kHeadLayer;  // the first layer whose forward reads one of its parameters
   };
 
   // The updates of the owned chunks of the parameters kept in host memory (host) or not, and
@@ -219,6 +271,24 @@ class DistributedOptimizer {
   std::vector<char> bucket_started_;  // per bucket / matrix, this step
   std::vector<char> matrix_started_;
   std::vector<Tensor> reduce_send_, reduce_recv_;  // per bucket: packed input, owned sums
+  // Stage 2's parameter return: starts the gathers of the device buckets (end of step()).
+  void start_param_gathers();
+  // Writes bucket bi's gathered chunks into the masters (fp32) or the compute copy (bf16).
+  void unpack_gather(size_t bi, const Tensor& recv, bool into_masters);
+  std::vector<Tensor> gather_send_, gather_recv_;  // per bucket, while its gather is in flight
+  std::vector<int64_t> gather_mark_;               // per bucket: dp's started_mark() after it
+  bool gathers_pending_ = false;  // gathers or Muon results not yet written back
+  // Stage 2: a Muon result broadcast in step() and applied by finish_param_gathers.
+  struct MuonPending {
+    Tensor result;      // the whole orthogonalized matrix (f32 or bf16), in flight until mark
+    int64_t mark = 0;   // the stage communicator's started_mark() after its broadcast
+  };
+  std::vector<MuonPending> muon_pending_;  // per matrix
+  // Applies matrix m's orthogonalized whole result x (released) to this rank's slice of the
+  // master and its compute copy with the step's lr and decay from the device scalars
+  // (begin_step); marks the copy in *fresh_copy when given.
+  void muon_apply_result(const MatrixPlan& m, Tensor& x, std::vector<char>* fresh_copy);
+  bool masters_stale_ = false;  // bf16 returns since the last sync_master_weights
 
   ParamStore* store_;
   OptimizerConfig config_;

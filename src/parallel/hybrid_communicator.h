@@ -4,6 +4,8 @@
 // communicator is in use, so layers keep calling one Communicator per group.
 #pragma once
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "core/communicator.h"
 
@@ -71,7 +73,31 @@ class HybridCommunicator final : public Communicator {
   void reduce_sum_bf16_start(const Tensor& t, int root) override {
     pick(t)->reduce_sum_bf16_start(t, root);
   }
+  void all_gather(const uint16_t* in, uint16_t* out, int64_t n) override {
+    host_->all_gather(in, out, n);
+  }
+  void all_gather_start(const Tensor& in, const Tensor& out) override {
+    pick(in)->all_gather_start(in, out);
+  }
+  // A mark of this group is the pair of its two sides' marks: marks_ keeps those not yet
+  // waited for, mark number base_ + 1 first.
+  int64_t started_mark() const override {
+    marks_.push_back({host_->started_mark(), device_->started_mark()});
+    return base_ + static_cast<int64_t>(marks_.size());
+  }
+  void all_reduce_wait_until(int64_t mark) override {
+    if (mark <= base_) return;  // waited for already
+    const int64_t i = mark - base_ - 1;
+    if (i >= static_cast<int64_t>(marks_.size())) return all_reduce_wait();
+    const auto [h, d] = marks_[static_cast<size_t>(i)];
+    host_->all_reduce_wait_until(h);
+    device_->all_reduce_wait_until(d);
+    marks_.erase(marks_.begin(), marks_.begin() + i + 1);
+    base_ = mark;
+  }
   void all_reduce_wait() override {
+    base_ += static_cast<int64_t>(marks_.size());
+    marks_.clear();
     host_->all_reduce_wait();
     device_->all_reduce_wait();
   }
@@ -80,6 +106,8 @@ class HybridCommunicator final : public Communicator {
   Communicator* pick(const Tensor& t) const { return t.on_host() ? host_ : device_.get(); }
   Communicator* host_;
   std::unique_ptr<Communicator> device_;
+  mutable std::vector<std::pair<int64_t, int64_t>> marks_;  // (host, device) per mark taken
+  int64_t base_ = 0;                                         // marks up to it: waited for
 };
 
 }  // namespace vt

@@ -372,11 +372,55 @@ void MpiCommunicator::reduce_sum_bf16_start(const Tensor& t, int root) {
   bf16_sums_.push_back(std::move(s));
 }
 
+void MpiCommunicator::all_gather(const uint16_t* in, uint16_t* out, int64_t n) {
+  CommOpScope watch("all-gather(bf16)", watch_name_);
+  count_collective(CommKind::kAllGather, n * size_, 2, size_);
+  VT_CHECK_MSG(n <= kChunk, "all_gather of " << n << " elements is too large for one call");
+  check(MPI_Allgather(in, static_cast<int>(n), MPI_UINT16_T, out, static_cast<int>(n),
+                      MPI_UINT16_T, comm_),
+        "all-gather(bf16)");
+}
+
+void MpiCommunicator::all_gather_start(const Tensor& in, const Tensor& out) {
+  const bool bf16 = in.dtype() == DType::kBF16;
+  if (size() == 1 || !in.on_host() || !out.on_host() || (!bf16 && in.dtype() != DType::kF32) ||
+      in.dtype() != out.dtype()) {
+    all_gather(in, out);  // checks the pair
+    return;
+  }
+  const int64_t n = in.numel();
+  VT_CHECK_MSG(out.numel() == n * size_, "all_gather_start: sizes " << n << " and "
+                                             << out.numel() << " do not match");
+  VT_CHECK_MSG(n <= kChunk, "all_gather of " << n << " elements is too large for one call");
+  if (n == 0) return;
+  const MPI_Datatype type = bf16 ? MPI_UINT16_T : MPI_FLOAT;
+  count_collective(CommKind::kAllGather, n * size_, bf16 ? 2 : 4, size_);
+  reductions_.emplace_back();
+  check(MPI_Iallgather(in.raw(), static_cast<int>(n), type, out.raw(), static_cast<int>(n), type,
+                       comm_, &reductions_.back()),
+        "all-gather (start)");
+}
+
+void MpiCommunicator::all_reduce_wait_until(int64_t mark) {
+  const int64_t n = std::min<int64_t>(mark - completed_, static_cast<int64_t>(reductions_.size()));
+  if (n <= 0) return;
+  if (!bf16_sums_.empty()) {  // they are widened by the whole wait
+    all_reduce_wait();
+    return;
+  }
+  CommOpScope watch("all-gather (wait)", watch_name_);
+  check(MPI_Waitall(static_cast<int>(n), reductions_.data(), MPI_STATUSES_IGNORE),
+        "all-gather (wait)");
+  reductions_.erase(reductions_.begin(), reductions_.begin() + n);
+  completed_ += n;
+}
+
 void MpiCommunicator::all_reduce_wait() {
   if (reductions_.empty()) return;
   CommOpScope watch("all_reduce_sum (wait)", watch_name_);
   check(MPI_Waitall(static_cast<int>(reductions_.size()), reductions_.data(), MPI_STATUSES_IGNORE),
         "all_reduce_sum (wait)");
+  completed_ += static_cast<int64_t>(reductions_.size());
   reductions_.clear();
   for (const Bf16Sum& s : bf16_sums_) {
     float* x = s.target.f32();

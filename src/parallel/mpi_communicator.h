@@ -41,6 +41,16 @@ class MpiCommunicator final : public Communicator {
   // each), completed by all_reduce_wait; device tensors: the blocking staged call.
   void broadcast_start(const Tensor& t, int root) override;
   void all_reduce_wait() override;
+  // MPI_Allgather of 16-bit words (2 bytes a value).
+  void all_gather(const uint16_t* in, uint16_t* out, int64_t n) override;
+  // Host f32 or bf16 tensors: MPI_Iallgather of the raw elements, completed by all_reduce_wait
+  // or all_reduce_wait_until; device tensors: the blocking staged call.
+  void all_gather_start(const Tensor& in, const Tensor& out) override;
+  // Marks count the requests started (the calls above); the wait completes the oldest ones.
+  int64_t started_mark() const override {
+    return completed_ + static_cast<int64_t>(reductions_.size());
+  }
+  void all_reduce_wait_until(int64_t mark) override;
   void wait_sends() override;
   // The bf16 wire (communicator.h): MPI_Allreduce of a 2-byte contiguous type with a
   // user-defined, commutative MPI_Op (the fp32 sum of two bf16 values, rounded to bf16).
@@ -76,6 +86,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   std::string name_;
   std::vector<MPI_Request> reductions_;         // sums and broadcasts started (the *_start calls)
+  int64_t completed_ = 0;                       // requests waited for so far (started_mark)
   struct Bf16Sum {
     Tensor target, wire;  // the f32 tensor and its bf16 values on the wire
     Tensor input;         // a reduce-scatter's packed bf16 input, alive until the wait

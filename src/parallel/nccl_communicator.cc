@@ -7,6 +7,7 @@
 #if VTRAIN_HAS_CUDA
 #include "parallel/nccl_communicator.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -134,6 +135,7 @@ NcclCommunicator::~NcclCommunicator() {
     cudaStreamSynchronize(stream());
   }
   if (order_ev_) cudaEventDestroy(order_ev_);
+  release_marks(marks_.size());
   if (async_stream_) {
     cudaStreamSynchronize(async_stream_);
     cudaStreamDestroy(async_stream_);
@@ -368,7 +370,7 @@ void NcclCommunicator::all_reduce_sum_start(const Tensor& t) {
   count_collective(CommKind::kAllReduce, t.numel(), nccl_bytes(type), size_);
   check(ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, ncclSum, comm_, async_stream_),
         op);
-  async_pending_ = true;
+  note_started(op);
 }
 
 void NcclCommunicator::broadcast_start(const Tensor& t, int root) {
@@ -383,13 +385,122 @@ void NcclCommunicator::broadcast_start(const Tensor& t, int root) {
   order_async_after_all(op);
   count_collective(CommKind::kBroadcast, t.numel(), nccl_bytes(type), size_);
   check(ncclBroadcast(t.raw(), t.raw(), size_t(t.numel()), type, root, comm_, async_stream_), op);
+  note_started(op);
+}
+
+void NcclCommunicator::note_started(const char* op) {
   async_pending_ = true;
+  ++started_;
+  cudaEvent_t ev = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), rank_, op);
+  check_cuda(cudaEventRecord(ev, async_stream_), rank_, op);
+  marks_.emplace_back(started_, ev);
+}
+
+void NcclCommunicator::release_marks(size_t count) {
+  for (size_t i = 0; i < count && i < marks_.size(); ++i) cudaEventDestroy(marks_[i].second);
+  marks_.erase(marks_.begin(), marks_.begin() + std::min(count, marks_.size()));
+}
+
+bool NcclCommunicator::can_start(const Tensor& t) const {
+  return !t.on_host() && compute_stream_ != nullptr && size_ > 1;
+}
+
+void NcclCommunicator::all_reduce_wait_until(int64_t mark) {
+  if (!async_pending_) return;
+  if (!bf16_sums_.empty() || marks_.empty() || mark >= marks_.back().first) {
+    all_reduce_wait();
+    return;
+  }
+  const char* op = "all_reduce_sum (wait until)";
+  // The newest call up to the mark: its event follows every earlier one on async_stream_.
+  size_t last = marks_.size();
+  for (size_t i = 0; i < marks_.size() && marks_[i].first <= mark; ++i) last = i;
+  if (last == marks_.size()) return;  // those were waited for already
+  const cudaStream_t bs = compute_stream_, s = stream();
+  check_cuda(cudaStreamWaitEvent(bs ? bs : s, marks_[last].second, 0), rank_, op);
+  if (bs && bs != s) check_cuda(cudaStreamWaitEvent(s, marks_[last].second, 0), rank_, op);
+  release_marks(last + 1);
+}
+
+void NcclCommunicator::all_gather_start(const Tensor& in, const Tensor& out) {
+  const char* op = "all_gather (start)";
+  if (!can_start(in) || in.numel() == 0) {
+    all_gather(in, out);
+    return;
+  }
+  check_pair(in, out, size_, 1, rank_, op);
+  const ncclDataType_t type = nccl_type(in, rank_, op);
+  flush_sends(op);
+  order_async_after_all(op);
+  count_collective(CommKind::kAllGather, out.numel(), nccl_bytes(type), size_);
+  check(ncclAllGather(in.raw(), out.raw(), size_t(in.numel()), type, comm_, async_stream_), op);
+  note_started(op);
+}
+
+void NcclCommunicator::reduce_scatter_sum_start(const Tensor& in, const Tensor& out) {
+  const char* op = "reduce_scatter_sum (start)";
+  if (!can_start(in) || out.numel() == 0) {
+    reduce_scatter_sum(in, out);
+    return;
+  }
+  check_pair(in, out, 1, size_, rank_, op);
+  const ncclDataType_t type = nccl_type(in, rank_, op);
+  flush_sends(op);
+  order_async_after_all(op);
+  count_collective(CommKind::kReduceScatter, in.numel(), nccl_bytes(type), size_);
+  check(ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), type, ncclSum, comm_,
+                          async_stream_),
+        op);
+  note_started(op);
+}
+
+void NcclCommunicator::reduce_scatter_sum_bf16_start(const Tensor& in, const Tensor& out) {
+  if (!can_start(in) || out.numel() == 0 || in.dtype() != DType::kF32 ||
+      out.dtype() != DType::kF32) {
+    reduce_scatter_sum_bf16(in, out);
+    return;
+  }
+  check_pair(in, out, 1, size_, rank_, "reduce_scatter_sum_bf16 (start)");
+  Bf16Sum b{out.flat(0, out.numel()), Tensor::empty({out.numel()}, DType::kBF16, out.device()),
+            Tensor::empty({in.numel()}, DType::kBF16, in.device())};
+  ops::copy(b.input, in.flat(0, in.numel()));  // on the backend's stream, before the start
+  reduce_scatter_sum_start(b.input, b.wire);    // ncclBfloat16
+  bf16_sums_.push_back(std::move(b));
+}
+
+void NcclCommunicator::reduce_sum_start(const Tensor& t, int root) {
+  const char* op = "reduce_sum (start)";
+  if (!can_start(t) || t.numel() == 0) {
+    reduce_sum(t, root);
+    return;
+  }
+  const ncclDataType_t type = nccl_type(t, rank_, op);
+  flush_sends(op);
+  order_async_after_all(op);
+  count_collective(CommKind::kReduce, t.numel(), nccl_bytes(type), size_);
+  check(ncclReduce(t.raw(), t.raw(), size_t(t.numel()), type, ncclSum, root, comm_, async_stream_),
+        op);
+  note_started(op);
+}
+
+void NcclCommunicator::reduce_sum_bf16_start(const Tensor& t, int root) {
+  if (!can_start(t) || t.numel() == 0 || t.dtype() != DType::kF32) {
+    reduce_sum_bf16(t, root);
+    return;
+  }
+  // Non-roots get their own rounded values back, as the blocking call leaves them.
+  Bf16Sum b{t.flat(0, t.numel()), Tensor::empty({t.numel()}, DType::kBF16, t.device()), Tensor()};
+  ops::copy(b.wire, b.target);
+  reduce_sum_start(b.wire, root);
+  bf16_sums_.push_back(std::move(b));
 }
 
 void NcclCommunicator::all_reduce_wait() {
   if (!async_pending_) return;
   const char* op = "all_reduce_sum (wait)";
   async_pending_ = false;
+  release_marks(marks_.size());
   check_cuda(cudaEventRecord(async_done_, async_stream_), rank_, op);
   const cudaStream_t bs = compute_stream_, s = stream();
   check_cuda(cudaStreamWaitEvent(bs ? bs : s, async_done_, 0), rank_, op);
@@ -432,7 +543,7 @@ void NcclCommunicator::all_reduce_sum_bf16_start(const Tensor& t) {
     all_reduce_sum_bf16(t);
     return;
   }
-  Bf16Sum b{t, Tensor::empty(t.shape(), DType::kBF16, t.device())};
+  Bf16Sum b{t, Tensor::empty(t.shape(), DType::kBF16, t.device()), Tensor()};
   ops::copy(b.wire, t);         // on the backend's stream, before the sum's start event
   all_reduce_sum_start(b.wire);  // ncclBfloat16 on the started sums' stream
   bf16_sums_.push_back(std::move(b));

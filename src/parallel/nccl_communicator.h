@@ -113,6 +113,21 @@ class NcclCommunicator final : public Communicator {
   // cast back on the backend's stream after the sums. The buffer call takes device memory.
   void all_reduce_sum_bf16(const Tensor& t) override;
   void all_reduce_sum_bf16_start(const Tensor& t) override;
+  // The other started calls on device tensors, on the started sums' stream likewise (host
+  // tensors: the blocking calls): ncclAllGather (f32 or bf16, as their type), ncclReduceScatter
+  // and ncclReduce in f32, and their bf16 wires (packed to bf16 on the backend's stream before
+  // the start; all_reduce_wait() widens the results back on it, as for the bf16 sums).
+  void all_gather_start(const Tensor& in, const Tensor& out) override;
+  void reduce_scatter_sum_start(const Tensor& in, const Tensor& out) override;
+  void reduce_scatter_sum_bf16_start(const Tensor& in, const Tensor& out) override;
+  void reduce_sum_start(const Tensor& t, int root) override;
+  void reduce_sum_bf16_start(const Tensor& t, int root) override;
+  // Marks count the started calls; an event recorded after each lets all_reduce_wait_until make
+  // the backend's stream wait for the calls up to a mark only (a device-side wait: the later
+  // ones stay in flight behind the backend's next work). With bf16 results still to widen, or
+  // a mark at the newest call, it is all_reduce_wait().
+  int64_t started_mark() const override { return started_; }
+  void all_reduce_wait_until(int64_t mark) override;
   void all_reduce_sum_bf16(uint16_t* data, int64_t n) override;
   // The reduce-scatter's bf16 wire: cast to bf16 on the tensors' device, ncclReduceScatter in
   // ncclBfloat16, cast back (host tensors staged).
@@ -169,7 +184,15 @@ class NcclCommunicator final : public Communicator {
   bool async_pending_ = false;
   struct Bf16Sum {
     Tensor target, wire;  // an f32 tensor and its bf16 buffer, both on the device
+    Tensor input;         // a reduce-scatter's packed bf16 input, alive until the wait
   };
+  // A started call on async_stream_: counted, and an event recorded after it (marks_).
+  void note_started(const char* op);
+  // Whether a started call on `t` can go to async_stream_ (a device tensor with the backend).
+  bool can_start(const Tensor& t) const;
+  int64_t started_ = 0;
+  std::vector<std::pair<int64_t, cudaEvent_t>> marks_;  // (mark, event after that call)
+  void release_marks(size_t count);
   std::vector<Bf16Sum> bf16_sums_;  // started bf16 sums, widened back by all_reduce_wait
 
   ncclComm_t comm_ = nullptr;

@@ -8,6 +8,7 @@
 #include "model/dense.h"
 #include "model/block_shape_kind.h"
 #include "model/value_path.h"
+#include "optim/distributed_optimizer.h"
 
 namespace vt {
 
@@ -20,6 +21,11 @@ std::string MemoryEstimate::to_string() const {
       grad_wire > 0 ? absl::StrFormat(" (+%.2f bf16 wire)", grad_wire / G) : "",
       compute_copy / G, optimizer / G, activations / G,
       recompute_transient / G, backward_transient / G, logits / G,
+      zero_reduce + param_gather > 0
+          ? absl::StrFormat("zero-2 buffers %.2f (reduce-scatter %.2f, parameter gather %.2f) | ",
+                            std::max(zero_reduce, param_gather) / G, zero_reduce / G,
+                            param_gather / G)
+          : "",
       host_tables > 0 ? absl::StrFormat("table rows %.2f | ", table_rows / G) : "",
       fp8_weights > 0 ? absl::StrFormat("fp8 weights %.2f (+%.2f GEMM scratch) | ",
                                         fp8_weights / G, fp8_scratch / G)
@@ -32,13 +38,24 @@ std::string MemoryEstimate::to_string() const {
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
                                int B, DType act_dtype, Recompute recompute, int vpp,
-                               int micro_batches, bool bf16_grad_wire, bool fp8) {
+                               int micro_batches, bool bf16_grad_wire, bool fp8,
+                               int zero_stage) {
   MemoryEstimate m;
   double matrix = 0, other = 0, host = 0, host_width = 0;
-  // Muon momentum: only for the matrices whose owner (k-th matrix: stage rank k % (tp x dp)) is
-  // in this rank's DP replica (optim/distributed_optimizer.h).
+  double head = 0;  // AdamW elements whose ZeRO-2 return is bf16 (the output head's weight)
+  // Muon momentum: only for the matrices whose owner (optim/distributed_optimizer.h
+  // muon_owners over the stage's tp x dp ranks) is in this rank's DP replica.
   double momentum = 0;
-  int64_t matrix_index = 0;
+  std::vector<int64_t> matrix_elements;
+  std::vector<double> matrix_local;
+  for (const ParamInfo& p : store.infos())
+    if (!p.host && p.group == ParamGroup::kMatrix) {
+      matrix_elements.push_back(shape_numel(p.global_shape.empty() ? p.shape : p.global_shape));
+      matrix_local.push_back(static_cast<double>(p.numel()));
+    }
+  const std::vector<int> owners = optim::muon_owners(matrix_elements, shape.tp * shape.dp);
+  for (size_t k = 0; k < owners.size(); ++k)
+    if (owners[k] / shape.tp == coords.dp) momentum += matrix_local[k];
   for (const ParamInfo& p : store.infos()) {
     if (p.host) {  // --table-offload: the table, its gradient and AdamW states in host memory
       host += static_cast<double>(p.numel());
@@ -46,9 +63,7 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
       continue;
     }
     (p.group == ParamGroup::kMatrix ? matrix : other) += static_cast<double>(p.numel());
-    if (p.group == ParamGroup::kMatrix &&
-        matrix_index++ % (int64_t{shape.tp} * shape.dp) / shape.tp == coords.dp)
-      momentum += static_cast<double>(p.numel());
+    if (p.group == ParamGroup::kLmHead) head += static_cast<double>(p.numel());
   }
   m.host_tables = 8 * host + 8 * host / shape.dp;
   const double n = matrix + other;
@@ -66,6 +81,23 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
   m.grad_wire = bf16_grad_wire && shape.dp > 1 ? 2 * n : 0;
   m.compute_copy = act_dtype == DType::kBF16 ? 2 * n : 0;  // the bf16 weight copy
   m.optimizer = 4 * momentum + 8 * other / shape.dp;
+  if (zero_stage == 2 && shape.dp > 1) {
+    // Per rank: the packed input (dp chunks of ceil(n / dp): n, rounded up) and the owned sums
+    // (n / dp); the gathers' send (n / dp) and receive (n) buffers, 2 bytes a value for the
+    // head's weight where a bf16 compute copy exists, else 4.
+    const double share = 1.0 + 1.0 / shape.dp;
+    const double bf16_head = act_dtype == DType::kBF16 ? head : 0;
+    m.zero_reduce = 4 * other * share;
+    m.param_gather = (4 * (other - bf16_head) + 2 * bf16_head) * share;
+  }
+  if (zero_stage == 2 && shape.tp * shape.dp > 1) {
+    // Muon's results stay in flight until the next forward: every rank of the stage holds each
+    // whole orthogonalized matrix (bf16 with bf16 Newton-Schulz, the GPU default; f32 under f32
+    // activations, where Newton-Schulz runs in f32 too).
+    double global = 0;
+    for (int64_t e : matrix_elements) global += static_cast<double>(e);
+    m.param_gather += (act_dtype == DType::kBF16 ? 2 : 4) * global;
+  }
   // Saved per token and layer (BlockActs): x_in, n1, x_mid, n2 (C each); q before RoPE and after
   // RoPE + QK-norm (one tensor, after RoPE, without QK-norm), the attention output (2-3
   // q-widths); k likewise, the context value, in target layers the mixed value and table rows

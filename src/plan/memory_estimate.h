@@ -30,12 +30,20 @@ struct MemoryEstimate {
   // matrix element; core/ops/gemm.h Fp8WeightCacheScope), and the largest GEMM's activation
   // codes (the MLP's weight gradient: x and dh, a byte a value), alive during that GEMM.
   double fp8_weights = 0, fp8_scratch = 0;
+  // --zero 2 with dp > 1 (optim/distributed_optimizer.h): the AdamW buckets packed by owner for
+  // the reduce-scatter and the owned sums (f32, during backward until the optimizer step), and
+  // the started gathers' send and receive buffers of the updated parameters with Muon's whole
+  // orthogonalized matrices in flight (from the step to the next forward's layers; bf16 for the
+  // output head's weight and, under bf16 activations, Muon's results; f32 for the rest). They
+  // are never alive together: total() counts the larger.
+  double zero_reduce = 0, param_gather = 0;
   // The loss end's logits and their gradient (one buffer at tp 1, where the gradient is written
   // over the logits) are freed before the blocks' backward starts
   // (GPT::head_backward), so they and the block transients are never alive together.
   double total() const {
     return params + grads + grad_wire + compute_copy + optimizer + activations + table_rows +
-           fp8_weights + std::max(logits, recompute_transient + backward_transient + fp8_scratch);
+           fp8_weights + std::max(zero_reduce, param_gather) +
+           std::max(logits, recompute_transient + backward_transient + fp8_scratch);
   }
   std::string to_string() const;  // "params 1.2 GiB | grads ... | total ..."
 };
@@ -43,12 +51,12 @@ struct MemoryEstimate {
 // `store` is this rank's finalized store; B the micro-batch rows. `bf16_grad_wire`: the
 // data-parallel sum runs with --grad-sync bf16, whose started sums keep a bf16 copy of their
 // gradients until the wait (grad_wire: 2 bytes a gradient, where dp > 1). `fp8`: --fp8 e4m3
-// (fp8_weights, fp8_scratch).
+// (fp8_weights, fp8_scratch). `zero_stage`: --zero.
 MemoryEstimate estimate_memory(const ModelConfig& cfg, const ParamStore& store,
                                const GridShape& shape, const GridCoords& coords, int layers,
                                int B, DType act_dtype, Recompute recompute = Recompute::kOff,
                                int vpp = 1,
                                int micro_batches = 1, bool bf16_grad_wire = false,
-                               bool fp8 = false);
+                               bool fp8 = false, int zero_stage = 1);
 
 }  // namespace vt

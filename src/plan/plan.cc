@@ -161,7 +161,7 @@ std::vector<MemoryEstimate> stage_memory(const PlanInput& in, const Layout& l) {
     const int m = rows > 0 ? static_cast<int>(std::max<int64_t>(1, in.global_batch / rows)) : 1;
     out.push_back(estimate_memory(in.cfg, store, shape, coords, end - begin, l.micro_batch,
                                   in.act_dtype, l.recompute, l.vpp, m, in.grad_sync_bf16,
-                                  in.fp8));
+                                  in.fp8, in.zero));
   }
   return out;
 }
@@ -169,7 +169,7 @@ std::vector<MemoryEstimate> stage_memory(const PlanInput& in, const Layout& l) {
 // The cost of a layout given its largest stage's memory estimate.
 static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimate& mem, int stage,
                        double max_grads, double layer_share, double matrix_global,
-                       double adam_local) {
+                       double adam_local, double head_local, double first_local) {
   LayoutPlan p;
   p.layout = l;
   p.mem = mem;
@@ -239,15 +239,33 @@ static LayoutPlan cost(const PlanInput& in, const Layout& l, const MemoryEstimat
     p.tp_comm_s = layers * (l.recompute == Recompute::kBlock ? 6.0 : 4.0) * 2.0 * (l.tp - 1) / l.tp * tokens *
                   in.cfg.n_embd * es / (in.intra_node_gbps * 1e9);
   }
-  // The optimizer's collectives, once per step over the stage's tp x dp ranks, not overlapped
+  // The optimizer's collectives, once per step over the stage's tp x dp ranks
   // (optim/distributed_optimizer.h): Muon's owners broadcast each orthogonalized matrix (bf16,
-  // as bf16 Newton-Schulz on GPUs gives it; global shape) to the stage; ZeRO-1 all-gathers the
-  // AdamW chunks (fp32) over dp. (The broadcasts run behind the next round's Newton-Schulz;
-  // counted whole here, as the planner does not model the optimizer's compute.)
+  // as bf16 Newton-Schulz on GPUs gives it; global shape) to the stage; the AdamW chunks are
+  // all-gathered over dp (fp32; with --zero 2 the output head's weight in bf16 where the
+  // activations are bf16). ZeRO-1 runs them inside the step, exposed. ZeRO-2 leaves them in
+  // flight and the next step's first forward waits layer by layer: what the embedding and the
+  // shared parameters need (their fp32 gather) is exposed, the rest hides behind that forward
+  // (one micro-batch's: 1 of the 3 + rerun passes of its compute) up to its length. (The
+  // planner does not model the optimizer's own compute, Newton-Schulz included.)
   const int stage_ranks = l.tp * l.dp;
-  if (stage_ranks > 1)
-    p.optimizer_comm_s = (2.0 * matrix_global +
-                          4.0 * (l.dp - 1) / l.dp * adam_local) / (p.allreduce_gbps * 1e9);
+  if (stage_ranks > 1) {
+    const double bw = p.allreduce_gbps * 1e9, share = (l.dp - 1.0) / l.dp;
+    const double muon_s = 2.0 * matrix_global / bw;
+    if (in.zero == 2) {
+      const double head_bytes = in.act_dtype == DType::kBF16 ? 2.0 : 4.0;
+      const double adam_s =
+          share * (4.0 * (adam_local - head_local) + head_bytes * head_local) / bw;
+      const double first_s = share * 4.0 * first_local / bw;
+      const double extra_passes = 3.0 * (rerun - 1.0);
+      const double forward_s = p.compute_s / p.micro_batches / (3.0 + extra_passes);
+      p.param_return_s = muon_s + adam_s;
+      p.optimizer_comm_s = first_s + std::max(0.0, p.param_return_s - first_s - forward_s);
+    } else {
+      p.param_return_s = muon_s + share * 4.0 * adam_local / bw;
+      p.optimizer_comm_s = p.param_return_s;
+    }
+  }
   p.step_s = (p.compute_s + p.tp_comm_s + p.launch_s + p.send_s) * p.bubble +
              p.allreduce_exposed_s + p.optimizer_comm_s;
   p.tok_per_s = static_cast<double>(in.global_batch) / p.step_s;
@@ -272,12 +290,17 @@ LayoutPlan plan_layout(const PlanInput& in, const Layout& l) {
     max_grads = std::max(max_grads, mems[s].grads);
   }
   double table_numel = 0, layer_numel = 0, all_numel = 0, matrix_global = 0, adam_local = 0;
+  double head_local = 0, first_local = 0;  // the output head's weight; what layer 0 waits for
   const ParamStore store = stage_store(in.cfg, l.tp, l.pp, worst, false);
   for (const ParamInfo& info : store.infos()) {
     if (info.group == ParamGroup::kMatrix)
       matrix_global += static_cast<double>(info.global_shape[0] * info.global_shape[1]);
     else
       adam_local += static_cast<double>(info.numel());
+    if (info.group == ParamGroup::kLmHead)
+      head_local += static_cast<double>(info.numel());
+    else if (info.group != ParamGroup::kMatrix && info.layer < 0)
+      first_local += static_cast<double>(info.numel());
     if (info.name.size() >= 5 && info.name.compare(info.name.size() - 5, 5, "table") == 0)
       table_numel += static_cast<double>(info.numel());
     // Summed behind backward: the layers', and the output head's (started right after the
@@ -287,7 +310,8 @@ LayoutPlan plan_layout(const PlanInput& in, const Layout& l) {
     all_numel += static_cast<double>(info.numel());
   }
   LayoutPlan p = cost(in, l, mems[worst], worst, max_grads,
-                      all_numel > 0 ? layer_numel / all_numel : 1.0, matrix_global, adam_local);
+                      all_numel > 0 ? layer_numel / all_numel : 1.0, matrix_global, adam_local,
+                      head_local, first_local);
   // (With --table-offload they are in host memory: the breakdown's host line counts them.)
   if (!in.table_offload)
     p.tables = table_numel * (4 + 4 + (in.act_dtype == DType::kBF16 ? 2 : 0) + 8.0 / l.dp);

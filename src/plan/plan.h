@@ -68,7 +68,8 @@ struct PlanInput {
   bool overlap_grad_sync = true;   // as vtrain train (--no-overlap-grad-sync)
   bool grad_sync_bf16 = false;     // as vtrain train --grad-sync bf16: half the all-reduce's bytes
   // As vtrain train --zero: 1 all-reduces the gradients (2 (dp-1)/dp of them on the wire); 2
-  // reduce-scatters them into the optimizer's owners ((dp-1)/dp: half the bytes).
+  // reduce-scatters them into the optimizer's owners ((dp-1)/dp: half the bytes) and returns the
+  // updated parameters behind the next forward (LayoutPlan::optimizer_comm_s).
   int zero = 1;
   // As vtrain train --fp8 e4m3: the blocks' linear GEMMs (the Muon matrices' share of the FLOPs)
   // at kFp8GemmSpeedup times the assumed rate, plus their activations' quantization passes
@@ -126,9 +127,14 @@ struct LayoutPlan {
   // and MLP: "reduce from" in forward, "copy to" in backward; 6 with recomputation), each
   // 2 (tp-1)/tp x micro-batch tokens x d activations, at the intra-node bandwidth, not overlapped.
   double tp_comm_s = 0;
-  // The optimizer's collectives over the stage (tp x dp ranks), at the all-reduce's bandwidth,
-  // not overlapped: Muon's broadcast of every orthogonalized matrix (bf16, global shapes) and
-  // the ZeRO-1 all-gather of the AdamW chunks ((dp-1)/dp of the local AdamW parameters, fp32).
+  // The optimizer's collectives over the stage (tp x dp ranks), at the all-reduce's bandwidth:
+  // the return of the updated parameters, Muon's broadcast of every orthogonalized matrix (bf16,
+  // global shapes) and the all-gather of the AdamW chunks ((dp-1)/dp of the local AdamW
+  // parameters, fp32; with zero 2 the output head's weight bf16 under bf16 activations), whole
+  // (param_return_s), and what of it the step waits for (optimizer_comm_s): all of it with
+  // zero 1; with zero 2 the gather the embedding waits for plus what the next step's first
+  // forward does not hide (plan.cc cost).
+  double param_return_s = 0;
   double optimizer_comm_s = 0;
   double step_s = 0;  // (compute_s + tp_comm_s + launch_s + send_s) x bubble + allreduce_exposed_s
                       // + optimizer_comm_s

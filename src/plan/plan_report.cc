@@ -1,5 +1,6 @@
 // The text `vtrain plan` prints (see plan.h): assumptions, the layout table, the checkpoint and
 // a memory breakdown.
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -43,8 +44,8 @@ std::string header(const PlanInput& in, const Plan& p) {
       "data-parallel %s x %s grads at %.0f GB/s in a node, %.0f GB/s "
       "across nodes, %s; tensor-parallel all-reduces (4 per layer and micro-batch, 6 with "
       "recompute) at the in-node rate, not overlapped; the optimizer's broadcast of Muon's "
-      "matrices (bf16) and ZeRO-1 all-gather over the stage at the all-reduce's rate, not "
-      "overlapped\n",
+      "matrices (bf16) and all-gather of the AdamW chunks over the stage at the all-reduce's "
+      "rate, %s\n",
       in.mfu, in.mfu_source.empty() ? "" : absl::StrCat(", ", in.mfu_source).c_str(),
       in.gemm_curve.source, in.recompute_cost,
       in.vpp > 1 ? absl::StrCat("1F1B bubble x(1 + (pp-1)/(", in.vpp, " m)) where --vpp ", in.vpp,
@@ -58,7 +59,10 @@ std::string header(const PlanInput& in, const Plan& p) {
       in.inter_node_gbps,
       in.overlap_grad_sync ? "its layers' buckets overlapped with the last micro-batch's backward "
                              "(as vtrain train)"
-                           : "after backward (--no-overlap-grad-sync)");
+                           : "after backward (--no-overlap-grad-sync)",
+      in.zero == 2 ? "behind the next step's first forward layer by layer (--zero 2: the head's "
+                     "weight in bf16; the embedding's gather exposed)"
+                   : "not overlapped");
   if (in.fp8)
     absl::StrAppendFormat(
         &s,
@@ -120,6 +124,8 @@ std::string format_breakdown(const LayoutPlan& l) {
   line("activations kept for backward", m.activations);
   line("rebuilt in one block's backward (--recompute)", m.recompute_transient);
   line("backward temporaries (one block)", m.backward_transient);
+  if (m.zero_reduce + m.param_gather > 0)
+    line("ZeRO-2 buffers: packed reduce-scatter or parameter gathers", std::max(m.zero_reduce, m.param_gather));
   line("logits and their gradient (last stage; freed before the", m.logits);
   absl::StrAppendFormat(&s, "    blocks' backward: this or the two above count, the larger)\n");
   if (m.table_rows > 0) line("value-table rows of a step and their gradient", m.table_rows);
@@ -146,9 +152,9 @@ std::string why_line(const Plan& p) {
   std::string s = absl::StrFormat(
       "why: %s wins at %.3f s a step: pipeline bubble %.3f s ((%.3f - 1) x %.3f s of compute, "
       "launches, tp all-reduces and sends), exposed gradient sum %.3f s, optimizer collectives "
-      "%.3f s",
+      "%.3f s exposed of %.3f s",
       name(w), w.step_s, (w.bubble - 1) * busy, w.bubble, busy, w.allreduce_exposed_s,
-      w.optimizer_comm_s);
+      w.optimizer_comm_s, w.param_return_s);
   if (w.layout.pp > 1) {
     const LayoutPlan* flat = nullptr;
     for (const LayoutPlan& l : p.fitting)
@@ -160,10 +166,10 @@ std::string why_line(const Plan& p) {
       absl::StrAppendFormat(
           &s,
           "; the best layout without a pipeline (%s, %.3f s) has no bubble but exposes %.3f s of "
-          "its gradient sum, %.3f s of optimizer collectives (Muon's broadcasts and ZeRO-1's "
-          "all-gather, after the update) and %.3f s of tp all-reduces",
+          "its gradient sum, %.3f s of optimizer collectives (of %.3f s: Muon's broadcasts and "
+          "the AdamW all-gather) and %.3f s of tp all-reduces",
           name(*flat), flat->step_s, flat->allreduce_exposed_s, flat->optimizer_comm_s,
-          flat->tp_comm_s);
+          flat->param_return_s, flat->tp_comm_s);
   }
   return s + "\n";
 }
@@ -270,6 +276,7 @@ std::string layout_json(const LayoutPlan& l) {
                       {"gemm_eff", l.gemm_eff}, {"launch_s", l.launch_s}, {"send_s", l.send_s},
                       {"allreduce_s", l.allreduce_s}, {"allreduce_exposed_s", l.allreduce_exposed_s},
                       {"optimizer_comm_s", l.optimizer_comm_s},
+                      {"param_return_s", l.param_return_s},
                       {"tp_comm_s", l.tp_comm_s}, {"step_s", l.step_s},
                       {"tok_per_s", l.tok_per_s}, {"days", l.days}, {"gpu_hours", l.gpu_hours}};
   return j.dump();

@@ -160,7 +160,7 @@ absl::Status build_model(const TrainOptions& o, Run& r) {
   const MemoryEstimate mem = estimate_memory(o.model, r.store, r.shape, r.grid->coords(), held_layers,
                                              o.micro_batch, r.device.act_dtype, o.recompute, o.vpp,
                                              r.micro_batches, o.grad_sync == DType::kBF16,
-                                             o.fp8 == "e4m3");
+                                             o.fp8 == "e4m3", o.zero);
   r.memory_line = mem.to_string();
   return check_memory_fits(mem, o, r.shape, r.grid->coords().pp, r.device.device,
                            r.device.act_dtype, r.world);

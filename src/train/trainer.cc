@@ -249,6 +249,7 @@ FetchBatch Trainer::fetch_from(data::BatchSource& loader) {
 absl::Status Trainer::save(int64_t step) {
   op_profile::Pause no_profile;
   if (o_.ckpt_dir.empty() || step == last_saved_step_) return absl::OkStatus();
+  run_->opt->sync_master_weights();  // --zero 2: the checkpoint holds the fp32 masters
   // Never a checkpoint of non-finite weights (an update can overflow even from finite
   // gradients): one reduction over the parameters, agreed by every rank.
   double sq = ops::sum_squares(run_->store.params_tensor());
@@ -360,6 +361,7 @@ std::string Trainer::latest_note() const {
 
 absl::Status Trainer::evaluate(int64_t step, int64_t max_tokens) {
   op_profile::Pause no_profile;
+  run_->opt->sync_master_weights();  // --zero 2: samples decode from the fp32 masters
   // Each source's validation split (a mixture's: up to max_tokens each). The mixture's figures
   // are the sources' weighted by the --data weights (the first stage's), fixed for the whole run
   // so that a stage switch does not move them; with stages, also under the weights of the stage
@@ -511,6 +513,7 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
   const double bytes_begin = comm_bytes_total();
   data_s_ = 0;
   if (run_->inject.at(step_1based, FaultInjection::Where::kWeight) && run_->store.find(run_->inject.param) >= 0) {
+    run_->opt->sync_master_weights();  // the refresh below casts every master
     ops::add_scalar(run_->store.param(run_->inject.param), 0, run_->inject.value);
     run_->store.refresh_compute_copy();
   }
@@ -542,6 +545,9 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
       run_->opt->head_grads_done(wire);
     };
   }
+  // --zero 2: the last step's parameter gathers, waited layer by layer as the forward needs them.
+  if (o_.zero == 2)
+    hooks.params_needed = [&](int layer) { run_->opt->finish_param_gathers(layer); };
   if (slow_.rank == world_->rank() && slow_.seconds > 0)  // a straggler, on purpose (tests)
     std::this_thread::sleep_for(std::chrono::duration<double>(slow_.seconds));
   // Every gradient zeroed, or (the GEMM-written ones) overwritten by its first GEMM of the step.
@@ -565,6 +571,7 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
                                                     o_.model.seq_len, o_.model.vocab_size);
         if (graph_step) opt_graph_ = std::make_unique<GraphOptimizerStep>(*run_->opt);
       }
+      run_->opt->finish_param_gathers();  // a recorded graph has no host waits inside
       VT_RETURN_IF_ERROR(graphs_->queue(run_->micro_batches, grad_scale, fetch_from(*run_->train)));
     } else {
       loss_sum = run_->engine->train_step(run_->micro_batches, o_.micro_batch, grad_scale,
@@ -572,6 +579,7 @@ absl::StatusOr<Trainer::StepOutcome> Trainer::train_step(int64_t index) {
       if (run_->engine->stopped()) return StepOutcome::kStopped;  // partial gradients: discarded
     }
   }
+  run_->opt->finish_param_gathers();  // any a stage's forward did not need
   run_->store.zero_unwritten();  // a gradient no GEMM wrote this step reads as zero
   sync_gradients(run_->store, *run_->grid, *run_->dp_sync, *run_->opt, wire);
   if (run_->inject.at(step_1based, FaultInjection::Where::kGradient) && run_->store.find(run_->inject.param) >= 0)

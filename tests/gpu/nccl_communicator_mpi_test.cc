@@ -4,7 +4,7 @@
 // backend and for NCCL alike (a data-parallel group on a multi-GPU node must not pick the device
 // from its rank inside the group); Tensor collectives on device and host tensors in f32 and
 // bf16, and the bf16 wire's sum of f32 tensors; 1F1B-style exchanges where both neighbours send
-// first; non-blocking sums; calls on device tensors queued on the backend's stream without the
+// first; non-blocking sums, gathers, reduce-scatters and reduces (waited in parts by marks); calls on device tensors queued on the backend's stream without the
 // host waiting. Skipped when the machine has fewer GPUs than ranks on it.
 // vtrain-mpi-ranks: 2 4
 #include <cuda_runtime_api.h>
@@ -288,6 +288,70 @@ TEST_F(NcclMpi, Bf16WireReduceScatterAndReduce) {
       for (int i = 0; i < 8; ++i)
         EXPECT_EQ(rc[size_t(i)], float(world_ * i + world_ * (world_ - 1) / 2));
     }
+  }
+}
+
+// ZeRO-2's started calls on device tensors (the started sums' stream): all-gathers in f32 and
+// bf16 (the bytes as they are: bf16 bit for bit) completed in two parts by marks
+// (all_reduce_wait_until), and the started reduce-scatter and reduce in f32 and on the bf16
+// wire, which equal the blocking calls' results bit for bit; comm_bytes counts each at its start.
+TEST_F(NcclMpi, StartedGathersReduceScattersAndReducesComplete) {
+  NcclCommunicator comm(MPI_COMM_WORLD, compute());
+  const int64_t n = 37;
+  const double share = double(world_ - 1) / world_;
+  std::vector<float> mine(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) mine[size_t(i)] = wire_value(me_, i);
+  const Tensor f = Tensor::from_host(mine.data(), {n}, Device::kCPU).to(Device::kCUDA);
+  const Tensor b = Tensor::from_host(mine.data(), {n}, Device::kCPU).to(Device::kCUDA, DType::kBF16);
+  std::vector<Tensor> outs = {Tensor::zeros({n * world_}, DType::kF32, Device::kCUDA),
+                              Tensor::zeros({n * world_}, DType::kBF16, Device::kCUDA),
+                              Tensor::zeros({n * world_}, DType::kF32, Device::kCUDA)};
+  const double before = comm_bytes_total();
+  comm.all_gather_start(f, outs[0]);
+  comm.all_gather_start(b, outs[1]);
+  const int64_t second = comm.started_mark();
+  comm.all_gather_start(f, outs[2]);
+  const int64_t third = comm.started_mark();
+  EXPECT_GT(third, second);
+  EXPECT_DOUBLE_EQ(comm_bytes_total() - before, share * n * world_ * (4 + 2 + 4));
+  auto expect_gathered = [&](const Tensor& out, bool bf16, int k) {
+    const std::vector<float> got = out.to_host_f32();
+    for (int r = 0; r < world_; ++r)
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = wire_value(r, i);
+        EXPECT_EQ(got[size_t(r * n + i)], bf16 ? model_bf16(v) : v)
+            << "gather " << k << " rank " << r << " element " << i;
+      }
+  };
+  comm.all_reduce_wait_until(second);  // the first two; the third may still be in flight
+  expect_gathered(outs[0], false, 0);
+  expect_gathered(outs[1], true, 1);
+  comm.all_reduce_wait_until(third);
+  expect_gathered(outs[2], false, 2);
+
+  // Reduce-scatter and reduce, started against blocking.
+  std::vector<float> all(static_cast<size_t>(n * world_));
+  for (int64_t j = 0; j < n * world_; ++j) all[size_t(j)] = wire_value(me_, j);
+  const Tensor in = Tensor::from_host(all.data(), {n * world_}, Device::kCPU).to(Device::kCUDA);
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 wire" : "f32");
+    const Tensor want = Tensor::zeros({n}, DType::kF32, Device::kCUDA);
+    const Tensor got = Tensor::zeros({n}, DType::kF32, Device::kCUDA);
+    const Tensor r_want = in.flat(0, n).clone(), r_got = in.flat(0, n).clone();
+    if (bf16) {
+      comm.reduce_scatter_sum_bf16(in, want);
+      comm.reduce_sum_bf16(r_want, world_ - 1);
+      comm.reduce_scatter_sum_bf16_start(in, got);
+      comm.reduce_sum_bf16_start(r_got, world_ - 1);
+    } else {
+      comm.reduce_scatter_sum(in, want);
+      comm.reduce_sum(r_want, world_ - 1);
+      comm.reduce_scatter_sum_start(in, got);
+      comm.reduce_sum_start(r_got, world_ - 1);
+    }
+    comm.all_reduce_wait();
+    EXPECT_EQ(got.to_host_f32(), want.to_host_f32());
+    if (me_ == world_ - 1) EXPECT_EQ(r_got.to_host_f32(), r_want.to_host_f32());
   }
 }
 

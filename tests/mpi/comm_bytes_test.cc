@@ -3,7 +3,8 @@
 // and a data-parallel optimizer step sends what the formula written out here from the
 // parameters' shapes says, for ZeRO-1 (all_reduce_grads) and ZeRO-2 (reduce_grads, a
 // reduce-scatter into the owners) on both wires; ZeRO-2's gradient sum is at most half of
-// ZeRO-1's plus the AdamW chunks' padding.
+// ZeRO-1's plus the AdamW chunks' padding. ZeRO-2 with a bf16 compute copy returns the output
+// head's weight in bf16 (Zero2Bf16ReturnMatchesTheFormula).
 // vtrain-mpi-ranks: 1 2 4 8
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -147,6 +148,63 @@ TEST(CommBytes, OptimizerStepMatchesTheFormula) {
     EXPECT_LE(grad_sum_bytes[2][b], share * (adam + muon + (D - 1) * adam_params) * w);
     if (D > 1) EXPECT_LT(grad_sum_bytes[2][b], 0.6 * grad_sum_bytes[1][b]);
   }
+}
+
+// ZeRO-2 as a GPU run has it: bf16 gradient wire, bf16 Newton-Schulz, a bf16 compute copy. The
+// step's parameter return is started in step() and finished by the next forward's waits; what
+// it sends per rank: the AdamW chunks gathered in fp32 except the output head's weight (bf16,
+// into the compute copy) and Muon's bf16 results broadcast. The whole step (reduce-scatter,
+// norm, return) is then the target 2 x 2 bytes x parameters x (D-1)/D plus the fp32
+// half of the AdamW parameters other than the head and the chunks' padding.
+TEST(CommBytes, Zero2Bf16ReturnMatchesTheFormula) {
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const int D = world.size();
+  ProcessGrid grid(&world, GridShape{1, D, 1});
+  const double share = static_cast<double>(D - 1) / D;
+  double chunks = 0, head_chunks = 0, muon = 0, params = 0, fp32_adam = 0, adam_params = 0;
+  for (const Spec& s : specs()) {
+    const int64_t n = shape_numel(s.shape);
+    params += static_cast<double>(n);
+    if (s.group == ParamGroup::kMatrix) {
+      muon += static_cast<double>(n);
+      continue;
+    }
+    ++adam_params;
+    const double c = static_cast<double>((n + D - 1) / D);
+    chunks += c;
+    if (s.group == ParamGroup::kLmHead)
+      head_chunks += c;
+    else
+      fp32_adam += static_cast<double>(n);
+  }
+  ParamStore store;
+  for (const Spec& s : specs()) store.add(s.name, s.shape, s.group);
+  store.finalize(Device::kCPU, DType::kBF16);
+  optim::OptimizerConfig cfg = optim::OptimizerConfig::defaults(64);
+  cfg.muon.ns_dtype = DType::kBF16;
+  optim::DistributedOptimizer opt(&store, cfg, grid, /*zero_stage=*/2);
+  EXPECT_TRUE(opt.returns_bf16("lm_head"));
+  EXPECT_FALSE(opt.returns_bf16("wte"));  // the embedding lookup reads the fp32 master
+  const double sum = bytes_of([&] { opt.reduce_grads(DType::kBF16); });
+  const double norm = bytes_of([&] { opt.grad_norm(); });
+  const double step = bytes_of([&] {
+    opt.step(0, 10, 1.0);
+    opt.finish_param_gathers(-1);
+    for (int layer = 0; layer < 3; ++layer) opt.finish_param_gathers(layer);
+    opt.finish_param_gathers(optim::DistributedOptimizer::kHeadLayer);
+  });
+  EXPECT_DOUBLE_EQ(sum, (D - 1) * chunks * 2 + share * muon * 2);
+  EXPECT_DOUBLE_EQ(norm, 2 * share * 8);
+  EXPECT_DOUBLE_EQ(step, (D - 1) * ((chunks - head_chunks) * 4 + head_chunks * 2) +
+                             share * muon * 2);
+  // Against the target: the fp32 AdamW parameters add 2 bytes each, the padding under D - 1
+  // elements a parameter and wire.
+  EXPECT_LE(sum + norm + step, share * (2 * 2 * params + 2 * fp32_adam +
+                                        (2 + 4) * (D - 1) * adam_params + 16));
+  // The masters made whole again (a checkpoint's view) cost the head's chunks once more, fp32.
+  const double sync = bytes_of([&] { opt.sync_master_weights(); });
+  EXPECT_DOUBLE_EQ(sync, (D - 1) * head_chunks * 4);
+  EXPECT_EQ(bytes_of([&] { opt.sync_master_weights(); }), 0.0);  // nothing stale any more
 }
 
 }  // namespace

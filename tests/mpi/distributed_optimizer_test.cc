@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/bf16.h"
 #include "core/communicator.h"
 #include "core/rng.h"
 #include "optim/distributed_optimizer.h"
@@ -225,7 +226,9 @@ TEST_F(DistributedOptimizerTest, MatchesSingleProcessOnEveryLayout) {
           }
           store.add(s.name, local, s.group, s.shape, split, meta(s));
         }
-        store.finalize();
+        // ZeRO-2 runs with a bf16 compute copy: the output head's weight returns in bf16 into
+        // it, the rest in fp32 (the masters are the reference's either way).
+        store.finalize(Device::kCPU, zero == 2 ? DType::kBF16 : DType::kF32);
         for (const Spec& s : mine) {
           auto v = tp_slice(values(s), s.shape, s.axis, tp, c.tp);
           std::copy(v.begin(), v.end(), store.param(s.name).f32());
@@ -251,6 +254,11 @@ TEST_F(DistributedOptimizerTest, MatchesSingleProcessOnEveryLayout) {
             opt->reduce_grads(DType::kF32);
           }
           const StepStats st = opt->step(step, kSteps);
+          if (zero == 2) {  // the next forward's waits, layer by layer, then the head
+            opt->finish_param_gathers(-1);
+            for (int layer = 0; layer < kLayers; ++layer) opt->finish_param_gathers(layer);
+            opt->finish_param_gathers(DistributedOptimizer::kHeadLayer);
+          }
           const StepStats& want = ref.stats[step];
           EXPECT_EQ(st.lr_multiplier, want.lr_multiplier);
           EXPECT_EQ(st.momentum, want.momentum);
@@ -286,6 +294,23 @@ TEST_F(DistributedOptimizerTest, MatchesSingleProcessOnEveryLayout) {
         // without clipping nothing else rounds differently: the parameters must be bitwise the
         // reference's, the stage's broadcasts included (bf16 ones must lose nothing).
         const bool exact = shape.dp <= 2 && sc.cfg.max_grad_norm <= 0;
+        if (zero == 2) {
+          // Every replica's compute copy is its cast of the owners' masters, bit for bit (the
+          // bf16 return of lm_head included), before and after the masters are made whole.
+          std::map<std::string, std::vector<uint16_t>> copies;
+          for (const Spec& s : mine) {
+            const Tensor copy = store.compute_copy_flat(store.find(s.name));
+            copies[s.name].assign(copy.bf16(), copy.bf16() + copy.numel());
+          }
+          opt->sync_master_weights();
+          for (const Spec& s : mine) {
+            const Tensor p = store.param(s.name);
+            std::vector<uint16_t> cast(static_cast<size_t>(p.numel()));
+            for (int64_t k = 0; k < p.numel(); ++k) cast[k] = f32_to_bf16(p.f32()[k]);
+            EXPECT_EQ(copies.at(s.name), cast) << s.name << " compute copy";
+            EXPECT_EQ(opt->returns_bf16(s.name), s.name == "lm_head") << s.name;
+          }
+        }
         for (const Spec& s : mine) {
           const auto want = tp_slice(ref.params.at(s.name), s.shape, s.axis, tp, c.tp);
           EXPECT_LE(rel_err(to_vec(store.param(s.name)), want), kTol) << s.name;
@@ -320,6 +345,47 @@ TEST_F(DistributedOptimizerTest, MatchesSingleProcessOnEveryLayout) {
       }
     }
   }
+}
+
+// Muon's owners (muon_owners): a d32-like stage (per layer four d x d attention matrices, the
+// MLP's d x 4d and 4d x d, two small d x 32 gates) over 8 and 12 stage ranks. Greedy largest-first keeps every rank's
+// elements within one largest matrix of the mean (round-robin gives the ranks that draw MLP
+// matrices several times more), and every rank of the job computes the same owners.
+TEST_F(DistributedOptimizerTest, MuonOwnersBalanceElements) {
+  const int64_t d = 2048;
+  std::vector<int64_t> elements;
+  for (int layer = 0; layer < 32; ++layer)
+    for (int64_t e : {d * d, d * d, d * d, d * d, 4 * d * d, 4 * d * d, 32 * d, 32 * d})
+      elements.push_back(e);
+  int64_t total = 0;
+  for (int64_t e : elements) total += e;
+  for (int ranks : {8, 12}) {
+    SCOPED_TRACE("ranks " + std::to_string(ranks));
+    const std::vector<int> owner = muon_owners(elements, ranks);
+    ASSERT_EQ(owner.size(), elements.size());
+    std::vector<int64_t> load(ranks, 0), round_robin(ranks, 0);
+    for (size_t k = 0; k < elements.size(); ++k) {
+      ASSERT_GE(owner[k], 0);
+      ASSERT_LT(owner[k], ranks);
+      load[owner[k]] += elements[k];
+      round_robin[k % ranks] += elements[k];
+    }
+    const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+    EXPECT_LE(*hi - *lo, 4 * d * d);
+    EXPECT_LE(*hi, total / ranks + 4 * d * d);
+    const int64_t rr_max = *std::max_element(round_robin.begin(), round_robin.end());
+    const int64_t rr_min = *std::min_element(round_robin.begin(), round_robin.end());
+    EXPECT_GT(rr_max - rr_min, 4 * d * d) << "round-robin was balanced: the test shows nothing";
+    EXPECT_EQ(muon_owners(elements, ranks), owner);  // deterministic
+    // Every rank of the job agrees.
+    double mine = 0;
+    for (size_t k = 0; k < owner.size(); ++k) mine += static_cast<double>(owner[k]) * (k + 1);
+    double sum = mine;
+    world_.all_reduce_sum(&sum, 1);
+    EXPECT_EQ(sum, mine * world_.size());
+  }
+  EXPECT_EQ(muon_owners({5, 5, 5}, 1), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(muon_owners({1, 3, 2}, 2), (std::vector<int>{1, 0, 1}));  // 3 -> 0, 2 -> 1, 1 -> 1
 }
 
 TEST_F(DistributedOptimizerTest, AllReduceGradsSumsOverDp) {

@@ -112,6 +112,36 @@ def test_bf16_layouts_fall_and_stay_near_f32(datadir, tmp_path):
         assert bf[-1] < 0.8 * bf[0], f"{tag}: bf16 loss did not fall: {bf}"
 
 
+def test_zero2_bf16_return_on_the_emulated_device(datadir, tmp_path):
+    # --zero 2 with bf16 activations on the emulated device: the output head's weight returns in
+    # bf16 into every replica's bf16 weight copy, the rest in fp32, and Muon's results are applied
+    # when the next forward reaches their layer; the checkpoint's fp32 masters are made whole
+    # first. At dp 2 that is --zero 1's run bit for bit: the bf16 reduce-scatter of 2 ranks gives
+    # the all-reduce's bits, the returned bf16 values are the cast --zero 1 makes, the deferred
+    # Muon applies the same floats, and nothing clips (no --max-grad-norm: the owned parts' norm,
+    # summed in another order, is only reported). dp 2 follows dp 1's losses (only the fp32
+    # gradient sum's order differs; the zero-initialized projections' few updates amplify it in
+    # the parameters, for --zero 1 alike), and the step sends fewer bytes than --zero 1's.
+    flags = ["--act-dtype", "bf16", "--grad-sync", "bf16"]
+    one, _, _ = train(datadir, tmp_path / "one", "baseline", 1, 1, 1, "emulated", steps=6,
+                      extra=flags + ["--zero", "2"])
+    two, rows2, _ = train(datadir, tmp_path / "two", "baseline", 2, 1, 1, "emulated", steps=6,
+                          extra=flags + ["--zero", "2"])
+    z1, rows1, _ = train(datadir, tmp_path / "z1", "baseline", 2, 1, 1, "emulated", steps=6,
+                         extra=flags)
+    assert np.array_equal(two, z1), (two, z1)
+    np.testing.assert_allclose(two, one, rtol=2e-3)
+    assert two[-1] < 0.9 * two[0], two
+    p2 = params_of(tmp_path / "two" / "ckpt" / "step_00000006.h5")
+    pz = params_of(tmp_path / "z1" / "ckpt" / "step_00000006.h5")
+    assert set(p2) == set(pz) and "lm_head" in p2
+    for k in pz:
+        assert np.array_equal(p2[k], pz[k]), f"{k} differs from --zero 1's"
+    b1 = [r["comm_bytes"] for r in rows1]
+    b2 = [r["comm_bytes"] for r in rows2]
+    assert all(b < a for a, b in zip(b1, b2)), (b1, b2)
+
+
 def test_device_checkpoint_resumes_on_cpu_and_device(datadir, tmp_path):
     full, _, _ = train(datadir, tmp_path / "full", "bov", 1, 2, 1, "emulated", steps=6,
                        extra=["--act-dtype", "f32"])

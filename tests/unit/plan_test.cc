@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <regex>
 #include <set>
@@ -274,13 +276,31 @@ TEST(Plan, Bf16GradSyncHalvesTheAllReduce) {
 }
 
 // --zero 2: the gradient sum is a reduce-scatter into the optimizer's owners, (8-1)/8 x the
-// wire's bytes of the model's gradients a rank, half the all-reduce's, on either wire.
+// wire's bytes of the model's gradients a rank, half the all-reduce's, on either wire. The
+// parameters return behind the next step's first forward, by hand: Muon's bf16 broadcasts of the
+// matrices and 7/8 of the AdamW parameters (fp32, the output head's weight bf16 under bf16
+// activations) at 400 GB/s; the embedding's and shared parameters' gather is exposed, the rest
+// up to one micro-batch's forward (a third of its compute) hidden. The memory estimate gains the
+// larger of the packed reduce-scatter buffers and the gathers' buffers.
 TEST(Plan, Zero2HalvesTheGradientSum) {
   PlanInput in = plain_cost(small_input());
   ParamStore store;
   GPT model(in.cfg);
   model.register_params(store);
   const double grads = 4.0 * store.total_numel();
+  double matrices = 0, adam = 0, head = 0, first = 0;
+  for (const ParamInfo& info : store.infos()) {
+    const double n = static_cast<double>(info.numel());
+    (info.group == ParamGroup::kMatrix ? matrices : adam) += n;
+    if (info.group == ParamGroup::kLmHead) head += n;
+    else if (info.group != ParamGroup::kMatrix && info.layer < 0) first += n;
+  }
+  ASSERT_GT(head, 0.0);
+  ASSERT_GT(first, 0.0);
+  const double hb = in.act_dtype == DType::kBF16 ? 2.0 : 4.0;
+  const double muon_s = 2.0 * matrices / 400e9;
+  const double adam_s = 7.0 / 8 * (4.0 * (adam - head) + hb * head) / 400e9;
+  const double first_s = 7.0 / 8 * 4.0 * first / 400e9;
   for (bool bf16 : {false, true}) {
     in.grad_sync_bf16 = bf16;
     in.zero = 1;
@@ -289,8 +309,26 @@ TEST(Plan, Zero2HalvesTheGradientSum) {
     const LayoutPlan z2 = plan_layout(in, Layout{1, 1, 8, 2, Recompute::kOff});
     EXPECT_NEAR(z2.allreduce_s, 7.0 / 8 * grads * (bf16 ? 0.5 : 1.0) / 400e9, 1e-15);
     EXPECT_NEAR(z1.allreduce_s, 2 * z2.allreduce_s, 1e-15);
-    EXPECT_NEAR(z1.step_s - z2.step_s, z2.allreduce_s, 1e-12);  // summed after backward here
-    EXPECT_DOUBLE_EQ(z2.optimizer_comm_s, z1.optimizer_comm_s);
+    // Summed after backward here; and the optimizer's return partly hidden.
+    EXPECT_NEAR(z1.step_s - z2.step_s,
+                z2.allreduce_s + z1.optimizer_comm_s - z2.optimizer_comm_s, 1e-12);
+    EXPECT_NEAR(z1.optimizer_comm_s, muon_s + 7.0 / 8 * 4.0 * adam / 400e9, 1e-15);
+    EXPECT_DOUBLE_EQ(z1.param_return_s, z1.optimizer_comm_s);
+    EXPECT_NEAR(z2.param_return_s, muon_s + adam_s, 1e-15);
+    const double forward_s = z2.compute_s / z2.micro_batches / 3;
+    EXPECT_NEAR(z2.optimizer_comm_s,
+                first_s + std::max(0.0, muon_s + adam_s - first_s - forward_s), 1e-15);
+    EXPECT_LT(z2.optimizer_comm_s, z1.optimizer_comm_s);
+    // Memory: 4 bytes x 9/8 of the AdamW elements packed for the reduce-scatter; the gathers
+    // the same with the head's weight at hb bytes, plus Muon's results; the total counts the
+    // larger.
+    EXPECT_NEAR(z2.mem.zero_reduce, 4.0 * adam * 9 / 8, 1e-6);
+    // plus Muon's whole results in flight (bf16 under bf16 activations: hb bytes).
+    EXPECT_NEAR(z2.mem.param_gather, (4.0 * (adam - head) + hb * head) * 9 / 8 + hb * matrices,
+                1e-6);
+    EXPECT_NEAR(z2.mem.total() - z1.mem.total(),
+                std::max(z2.mem.zero_reduce, z2.mem.param_gather), 1e-3);
+    EXPECT_EQ(z1.mem.zero_reduce + z1.mem.param_gather, 0.0);
     auto p = make_plan(in);
     ASSERT_TRUE(p.ok()) << p.status();
     const std::string text = format_plan(in, *p, 3);
