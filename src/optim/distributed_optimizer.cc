@@ -771,9 +771,9 @@ void DistributedOptimizer::muon_step(std::vector<char>& fresh_copy) {
     stage->broadcast_start(sent[k], m.owner);
   };
   auto apply = [&](size_t k) { muon_apply_result(matrices_[k], sent[k], &fresh_copy); };
-  };
   // Stage 2 leaves the broadcasts in flight: each matrix's result is applied when the next
-  // forward first needs its layer (finish_param_gathers), with this step's lr and decay.
+  // forward first needs its layer (finish_param_gathers), with this step's lr and decay (the device
+  // scalars, rewritten only by the next begin_step, which finishes every apply first).
   const bool defer = zero_stage_ == 2 && S > 1;
   if (rounds > 0) orthogonalize(round_range(0).first, round_range(0).second);
   for (size_t r = 0; r < rounds; ++r) {
