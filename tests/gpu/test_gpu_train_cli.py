@@ -121,17 +121,22 @@ def test_two_ranks_one_gpu_through_mpi_match_cpu(datadir, tmp_path):
     np.testing.assert_allclose(gpu, cpu, rtol=1e-4)
 
 
-# Two ranks: tensor parallel, or data parallel (what is left of the world without --tp/--pp).
-@pytest.mark.parametrize("layout", [["--tp", "2"], []], ids=["tp2", "dp2"])
+# Two ranks: tensor parallel, or data parallel (what is left of the world without --tp/--pp);
+# and both under --fp8 e4m3 (issue 44: the GPU's FP8 GEMMs across ranks give the CPU's fake
+# quantization's losses).
+@pytest.mark.parametrize("layout", [["--tp", "2"], [], ["--tp", "2", "--fp8", "e4m3"],
+                                    ["--fp8", "e4m3"]], ids=["tp2", "dp2", "tp2-fp8", "dp2-fp8"])
 def test_two_ranks_two_gpus_through_nccl_match_cpu(layout, datadir, tmp_path):
     if GPUS < 2 and not EMULATED:
         pytest.skip(f"NCCL between ranks needs a GPU per rank; {GPUS} visible")
     env = dict(ENV, VT_EMU_DEVICES="2")  # the emulation's node has two devices
     args = TINY + ["--value", "bov", "--steps", "4"]
     cpu, _ = train(datadir, tmp_path / "cpu", args + layout + ["--device", "cpu"], np_=2, env=env)
-    gpu, _ = train(datadir, tmp_path / "gpu", args + layout + ["--device", "cuda", "--device-comm",
-                   "nccl"] + F32_NS, np_=2, env=env)
+    gpu, rows = train(datadir, tmp_path / "gpu", args + layout + ["--device", "cuda",
+                      "--device-comm", "nccl"] + F32_NS, np_=2, env=env)
     np.testing.assert_allclose(gpu, cpu, rtol=1e-4)
+    if "--fp8" in layout:  # the FP8 GEMMs ran, on the device
+        assert rows[-1]["fp8"]["forward"]["gemms"] > 0, rows[-1]
 
 
 def test_dp2_bf16_grad_sync_through_nccl_matches_cpu(datadir, tmp_path):

@@ -41,11 +41,14 @@ def datadir(tmp_path_factory):
 
 # A simplified block with the U-SPA bias, NeuTRENO and DenseFormer (Hkv = H for sas-p).
 # And the BoV paper's recipe (smear gate, windows of W + 1 keys, nanochat's Muon decay and
-# momentum) under bov.
+# momentum) under bov. And --fp8 e4m3.
 VARIANTS = {"sas-p_uspa_neutreno_dense": ["--value", "neutreno", "--block", "sas-p", "--kv-heads",
                                           "4", "--attn-bias", "uspa", "--window-pattern", "L",
                                           "--dense"],
-            "bov_recipe": ["--value", "bov", "--recipe", "bov"]}
+            "bov_recipe": ["--value", "bov", "--recipe", "bov"],
+            # FP8 linear layers (issue 44): the device's quantization and scaled GEMMs are the
+            # CPU's fake quantization bit for bit, so each layout equals its CPU run exactly.
+            "baseline_fp8": ["--value", "baseline", "--fp8", "e4m3"]}
 
 
 def train(datadir, out, mode, dp, tp, pp, device, steps=4, extra=()):
@@ -80,7 +83,7 @@ def params_of(path):
 
 
 @pytest.mark.parametrize("mode", ["baseline", "bov", "resformer-dense", "value-embed",
-                                  "sas-p_uspa_neutreno_dense", "bov_recipe"])
+                                  "sas-p_uspa_neutreno_dense", "bov_recipe", "baseline_fp8"])
 def test_emulated_device_equals_cpu_on_every_layout(mode, datadir, tmp_path):
     failures = []
     for dp, tp, pp in LAYOUTS:
@@ -90,6 +93,8 @@ def test_emulated_device_equals_cpu_on_every_layout(mode, datadir, tmp_path):
                                   extra=["--act-dtype", "f32"])
         assert "emulated device" in stdout and "memory estimate" in stdout, stdout
         assert rows[-1]["device_peak_bytes"] > 0
+        if "--fp8" in VARIANTS.get(mode, []):  # the FP8 GEMMs ran on the device
+            assert rows[-1]["fp8"]["forward"]["gemms"] > 0, rows[-1]
         if not np.array_equal(cpu, dev):
             failures.append(f"{tag}: losses cpu {cpu} emulated {dev}")
         pc = params_of(tmp_path / f"cpu_{tag}" / "ckpt" / "step_00000004.h5")
