@@ -19,6 +19,7 @@
 #               the train stage's run, same shape)
 #   graphs      d24 baseline at train's shape without --profile (CUDA graphs refuse it), once per
 #               --cuda-graphs mode: off, micro-step, step (issue 37: the host time graphs remove)
+#   fp8         d24 baseline as train under --fp8 e4m3 (issue 44: the FP8 step beside bf16's)
 #   bov         d24 bov at micro-batch 8, as train
 #   cli         tests/gpu/test_gpu_train_cli.py, every case (no -x), whatever the deadline leaves
 # Each stage survives the failure of the ones before it. Out: $OUT/summary.txt (also printed
@@ -51,7 +52,7 @@ fi
 WORK=${WINDOW_WORK:-/tmp/vtrain-window}
 PY=${WINDOW_PYTHON:-python3}
 TEST_LIMIT=${WINDOW_TEST_LIMIT:-60}
-STAGES=${WINDOW_STAGES:-facts,attention,train,tests,gemm,torch_peer,graphs,bov,cli}
+STAGES=${WINDOW_STAGES:-facts,attention,train,tests,gemm,torch_peer,graphs,fp8,bov,cli}
 RESERVE=15  # seconds kept for the summary and the packing
 ROOT=$WORK/root
 B=$WORK/bin        # wrappers: vtrain, mpirun, attention_bench, gemm_bench, tests/<binary>
@@ -258,6 +259,9 @@ train_run() {
 }
 stage_train() { train_run train baseline 16; }
 stage_bov() { train_run bov bov 8; }
+# fp8: the train stage's run with the linear layers' GEMMs in FP8 (--fp8 e4m3), profiled the same
+# way; the summary line gives its tok/s against train's (bench/step_model.py's FP8 line predicts it).
+stage_fp8() { WINDOW_EXTRA="--fp8 e4m3" train_run fp8 baseline 16; }
 # graphs: the train stage's run without --profile (graphs refuse it, and its events add host time
 # of their own), once per --cuda-graphs mode; numbers/graphs.json holds the three fragments. The
 # summary line compares their tok/s (bench/step_model.py predicts the host gaps each leaves).
@@ -368,13 +372,14 @@ stage_cli() {
   return $s
 }
 export -f stage_facts stage_attention make_data train_run stage_train stage_bov stage_graphs \
+  stage_fp8 \
   stage_modes \
   stage_tests \
   stage_gemm stage_torch_peer stage_cli
 
 # --- the run ------------------------------------------------------------------------------------
 declare -A LIMIT=([facts]=150 [attention]=90 [train]=150 [tests]=240 [gemm]=60 [torch_peer]=180
-                  [graphs]=240 [bov]=120 [cli]=600 [modes]=600)
+                  [graphs]=240 [fp8]=150 [bov]=120 [cli]=600 [modes]=600)
 # WINDOW_LIMITS="stage=seconds,...": other limits (the global deadline still bounds each).
 IFS=, read -r -a overrides <<< "${WINDOW_LIMITS:-}"
 for o in "${overrides[@]}"; do

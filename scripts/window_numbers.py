@@ -21,7 +21,8 @@ import statistics
 import sys
 import xml.etree.ElementTree as ET
 
-STAGES = ("facts", "attention", "train", "tests", "gemm", "torch_peer", "graphs", "bov", "cli")
+STAGES = ("facts", "attention", "train", "tests", "gemm", "torch_peer", "graphs", "fp8", "bov",
+          "cli")
 
 
 def _load(path):
@@ -198,11 +199,15 @@ def headline(stage: str, d: dict, train: dict | None = None) -> str:
             rel = f" ({r['tok_per_s'] / base - 1:+.1%})" if base and g != "off" else ""
             parts.append(f"{g} {r['tok_per_s']:,.0f} tok/s{rel}")
         return "--cuda-graphs " + ", ".join(parts)
-    if stage in ("train", "bov"):
+    if stage in ("train", "bov", "fp8"):
         if "tok_per_s" not in d:
             return f"{d.get('preset')} {d.get('value')}: no step finished"
         fell = "falls" if d["loss_last"] < d["loss_first"] else "DOES NOT FALL"
-        return (f"{d['preset']} {d['value']} mb{d['micro_batch']} T{d['seq_len']}: "
+        # fp8: the train stage's run under --fp8 e4m3, its speed against train's (bf16).
+        vs = (f" ({d['tok_per_s'] / train['tok_per_s']:.2f}x train's bf16)"
+              if stage == "fp8" and train.get("tok_per_s") else "")
+        return (f"{'--fp8 e4m3 ' if stage == 'fp8' else ''}"
+                f"{d['preset']} {d['value']} mb{d['micro_batch']} T{d['seq_len']}{vs}: "
                 f"{d['tok_per_s']:,.0f} tok/s, MFU {100 * d['mfu']:.1f}%, "
                 f"{_gib(d.get('peak_device_bytes'))}, loss {d['loss_first']:.3f} -> "
                 f"{d['loss_last']:.3f} over {d['steps']} steps ({fell})"

@@ -29,7 +29,8 @@ import pytest
 ROOT = Path(os.environ.get("VTRAIN_ROOT", Path(__file__).resolve().parents[2]))
 BUILD = Path(os.environ.get("VTRAIN_BUILD", ROOT / "build"))
 WINDOW = ROOT / "scripts" / "device_window.sh"
-STAGES = ["facts", "attention", "train", "tests", "gemm", "torch_peer", "graphs", "bov", "cli"]
+STAGES = ["facts", "attention", "train", "tests", "gemm", "torch_peer", "graphs", "fp8", "bov",
+          "cli"]
 GPU_TEST_BINARIES = sorted(p.stem for p in (ROOT / "tests" / "gpu").glob("*_test.cc"))
 
 # Limits a busy 2-core machine stays far below (the defaults are a GPU machine's: 60 s a test
@@ -128,7 +129,7 @@ def test_window_end_to_end_on_the_emulation(tmp_path, bundle):
     for w, r in num["attention"]["windows"].items():
         # bf16 tensor-core vs reference kernels on the same inputs: close, not equal.
         assert 0 <= r["out_rel_err"] < 0.05 and 0 <= r["grad_rel_err"] < 0.05, (w, r)
-    for run in ("train", "bov"):
+    for run in ("train", "bov", "fp8"):
         t = num[run]
         assert t["steps"] == 20 and t["loss_last"] < t["loss_first"] - 0.5, t
         assert t["tok_per_s"] > 0 and t["profile_ms_per_step"].get("gemm", 0) > 0, t
@@ -136,6 +137,7 @@ def test_window_end_to_end_on_the_emulation(tmp_path, bundle):
         assert t["profile_calls_per_step"].get("gemm", 0) > 0, t
         assert t["profile_outside_ms_per_step"] >= 0, t
     assert num["bov"]["value"] == "bov" and num["train"]["value"] == "baseline"
+    assert "--fp8 e4m3 " in summary and "x train's bf16" in summary, summary
     # The graphs stage: the train run without --profile under each --cuda-graphs mode.
     assert sorted(num["graphs"]) == ["micro-step", "off", "step"], num["graphs"]
     for g, t in num["graphs"].items():
