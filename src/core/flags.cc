@@ -9,7 +9,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/check.h"
-#include "core/flag_check.h"
 
 namespace vt {
 

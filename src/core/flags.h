@@ -83,4 +83,10 @@ std::string usage(const CommandSpec& spec);
 // True when argv[first..] holds --help or -h (checked before anything else runs, MPI included).
 bool wants_help(int argc, char** argv, int first);
 
+// Whether `value` is a valid value of flag `f`, for values that come from elsewhere than the
+// command line (run config files: cli/config_file.h), so that they are refused exactly as the
+// flag would be: the error names the flag and the limit ("--steps 0: out of range, expected an
+// integer in [1, ...]").
+absl::Status check_flag_value(const FlagSpec& f, const std::string& value);
+
 }  // namespace vt

@@ -254,7 +254,7 @@ void PipelineEngine::prepare_tables(int M, int B, const FetchBatch& fetch, bool 
 double PipelineEngine::train_step(int M, int B, float grad_scale, const FetchBatch& fetch,
                                   const PassHooks& hooks) {
   // Backwards see layer_grads_done only in the last micro-batch's pass of each chunk.
-  const PassHooks last_backward{{}, hooks.layer_grads_done, {}, hooks.head_grads_done};
+  const PassHooks last_backward{{}, hooks.layer_grads_done, {}, hooks.head_grads_done, {}};
   const int P = grid_.shape().pp, s = grid_.coords().pp, V = model_.num_chunks();
   const double t_begin = now_s();
   rank_times_ = RankTimes{};

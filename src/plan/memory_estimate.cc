@@ -16,7 +16,7 @@ std::string MemoryEstimate::to_string() const {
   constexpr double G = 1024.0 * 1024.0 * 1024.0;
   return absl::StrFormat(
       "params %.2f GiB | grads %.2f%s | bf16 weights %.2f | optimizer %.2f | activations %.2f "
-      "(+%.2f recomputed block, +%.2f backward temporaries) | logits %.2f | %s%stotal %.2f GiB%s",
+      "(+%.2f recomputed block, +%.2f backward temporaries) | logits %.2f | %s%s%stotal %.2f GiB%s",
       params / G, grads / G,
       grad_wire > 0 ? absl::StrFormat(" (+%.2f bf16 wire)", grad_wire / G) : "",
       compute_copy / G, optimizer / G, activations / G,

@@ -1,24 +1,10 @@
-// TrainOptions as JSON (see options.h): the settings table's saved rows (train/settings.h) and the
-// data sources.
+// TrainOptions' run identity (see options.h). Its JSON (to_json) is the settings table's, in
+// train/settings.cc.
 #include "train/options.h"
 
 #include <filesystem>
 
-#include "train/settings.h"
-
 namespace vt {
-
-nlohmann::json TrainOptions::to_json() const {
-  nlohmann::json j = saved_train_settings(*this);
-  nlohmann::json sources = nlohmann::json::array();
-  if (data.is_mixture())
-    for (size_t k = 0; k < data.sources.size(); ++k)
-      sources.push_back({{"name", data.sources[k].name}, {"dir", data.sources[k].dir},
-                         {"weight", data.stages[0].weights[k]}});
-  j["data_dir"] = data_dir;
-  j["data_sources"] = sources;
-  return j;
-}
 
 std::string TrainOptions::run_identity() const {
   namespace fs = std::filesystem;

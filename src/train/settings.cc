@@ -355,4 +355,17 @@ std::string changed_on_resume(const nlohmann::json& saved, const nlohmann::json&
   return changed;
 }
 
+// TrainOptions as JSON (train/options.h): the table's saved rows and the data sources.
+nlohmann::json TrainOptions::to_json() const {
+  nlohmann::json j = saved_train_settings(*this);
+  nlohmann::json sources = nlohmann::json::array();
+  if (data.is_mixture())
+    for (size_t k = 0; k < data.sources.size(); ++k)
+      sources.push_back({{"name", data.sources[k].name}, {"dir", data.sources[k].dir},
+                         {"weight", data.stages[0].weights[k]}});
+  j["data_dir"] = data_dir;
+  j["data_sources"] = sources;
+  return j;
+}
+
 }  // namespace vt
